@@ -1,0 +1,163 @@
+"""The agent: runs inside every Python process of a `gpudoctor diagnose` run.
+
+Rules it lives by (it is a guest in someone else's program):
+- it never imports torch itself; it patches torch when the workload imports it;
+- it never raises into user code, never prints, never changes a result, a random
+  stream or an exit status; its own failures become `agent_error` events;
+- it writes small append-only events (see events.py), bounded for long runs.
+
+This package uses the standard library only, with relative imports: the supervisor
+loads it by file path into the workload (as ``_gpudoctor_agent``), so the rest of
+gpudoctor and its dependencies never land on the workload's sys.path.
+"""
+
+import atexit
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+
+from .events import EventWriter
+from .redact import redact_argv, redact_text
+
+_AGENT = None
+
+DEFAULT_CONFIG = {
+    "profile": True,  # run a torch.profiler window
+    "profile_warmup_steps": 5,  # steps before the window opens
+    "profile_steps": 10,  # steps in the window
+    "profile_time_start_s": 5.0,  # when there are no steps: open after this long...
+    "profile_time_window_s": 2.0,  # ...for this long
+    "profile_max_window_s": 20.0,  # hard cap on a step-driven window
+    "step_events_max": 2000,  # individual step events per source, then per-second aggregates
+}
+
+
+class Agent:
+    def __init__(self, directory, config):
+        self.directory = directory
+        self.config = config
+        self.writer = EventWriter(directory)
+        self.started = time.time()
+        self.torch_hooks = None
+        self._error_counts = {}
+
+    def emit(self, kind, **fields):
+        try:
+            self.writer.emit(kind, **fields)
+        except Exception:
+            pass
+
+    def error(self, where, exc):
+        """Record an agent failure (rate-limited); never raise."""
+        count = self._error_counts.get(where, 0)
+        self._error_counts[where] = count + 1
+        if count < 3:
+            self.emit("agent_error", where=where, error=("%s: %s" % (type(exc).__name__, exc))[:500])
+
+
+def start():
+    """Called from sitecustomize. Safe to call more than once."""
+    global _AGENT
+    if _AGENT is not None and _AGENT.writer._pid == os.getpid():
+        return _AGENT
+    directory = os.environ.get("GPUDOCTOR_SESSION_DIR")
+    if not directory or not os.path.isdir(directory):
+        return None
+    config = dict(DEFAULT_CONFIG)
+    try:
+        config.update(json.loads(os.environ.get("GPUDOCTOR_AGENT_CONFIG") or "{}"))
+    except ValueError:
+        pass
+    agent = Agent(directory, config)
+    _AGENT = agent
+    agent.emit(
+        "hello",
+        pid=os.getpid(),
+        ppid=os.getppid(),
+        argv=redact_argv([sys.executable] + list(sys.argv or [])) if sys.argv else [sys.executable],
+        python=sys.version.split()[0],
+        rank=os.environ.get("RANK"),
+        local_rank=os.environ.get("LOCAL_RANK"),
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
+    _install_exception_hooks(agent)
+    atexit.register(_at_exit, agent)
+    try:
+        from .importhook import install_import_hook
+
+        install_import_hook(agent)
+    except Exception as exc:
+        agent.error("import_hook", exc)
+    agent.writer.flush()
+    return agent
+
+
+def step():
+    """Explicit step boundary (gpudoctor.step() forwards here)."""
+    agent = _AGENT
+    if agent is not None and agent.torch_hooks is not None:
+        agent.torch_hooks.steps.boundary("explicit")
+
+
+def _format_exception(exc_type, exc, tb):
+    try:
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+    except Exception:
+        text = None
+    return redact_text(text[-8000:]) if text else None
+
+
+def _install_exception_hooks(agent):
+    previous = sys.excepthook
+
+    def excepthook(exc_type, exc, tb):
+        try:
+            if not issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
+                _record_exception(agent, exc_type, exc, tb, thread=None)
+            else:
+                agent.emit("interrupt", type=exc_type.__name__)
+            agent.writer.flush()
+        except Exception:
+            pass
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = excepthook
+
+    previous_thread_hook = threading.excepthook
+
+    def thread_hook(args):
+        try:
+            if args.exc_type is not SystemExit and getattr(args.thread, "name", "") != "gpudoctor-agent":
+                _record_exception(agent, args.exc_type, args.exc_value, args.exc_traceback, thread=getattr(args.thread, "name", None))
+        except Exception:
+            pass
+        previous_thread_hook(args)
+
+    threading.excepthook = thread_hook
+
+
+def _record_exception(agent, exc_type, exc, tb, thread):
+    name = getattr(exc_type, "__name__", str(exc_type))
+    kind = "oom" if name == "OutOfMemoryError" else "exception"
+    fields = dict(
+        type=getattr(exc_type, "__module__", "") + "." + name if getattr(exc_type, "__module__", "") not in ("builtins", "") else name,
+        message=redact_text(str(exc))[:2000],
+        traceback=_format_exception(exc_type, exc, tb),
+        thread=thread,
+    )
+    if kind == "oom" and agent.torch_hooks is not None:
+        fields["allocator"] = agent.torch_hooks.allocator_snapshot("oom")
+    agent.emit(kind, **fields)
+
+
+def _at_exit(agent):
+    try:
+        if agent.torch_hooks is not None:
+            agent.torch_hooks.finish()
+        agent.emit("bye", pid=os.getpid())
+        agent.writer.close()
+    except Exception:
+        pass

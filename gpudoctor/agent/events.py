@@ -1,0 +1,115 @@
+"""Append-only event files, one per process, flushed often by a daemon thread.
+
+Each line is a small JSON object with at least "k" (kind) and "ts" (time.time()).
+A crash loses at most the last flush interval. Forked children (DataLoader
+workers) get a file of their own: the writer notices the pid change.
+"""
+
+import json
+import os
+import threading
+import time
+
+FLUSH_INTERVAL_S = 0.2
+MAX_BUFFERED = 5000  # events kept in memory if the disk stops accepting them
+
+
+class EventWriter:
+    def __init__(self, directory):
+        self.directory = directory
+        self._lock = threading.Lock()
+        self._buffer = []
+        self._pid = None
+        self._fd = None
+        self._thread = None
+        self._stopped = False
+        self._periodic = []  # callables run by the flusher thread (sampling, aggregation)
+        self.dropped = 0
+        self.write_errors = 0
+
+    # -- public --------------------------------------------------------------
+    def emit(self, kind, **fields):
+        fields["k"] = kind
+        fields.setdefault("ts", time.time())
+        self._ensure_process()
+        with self._lock:
+            if len(self._buffer) >= MAX_BUFFERED:
+                self.dropped += 1
+                return
+            self._buffer.append(fields)
+        self._ensure_thread()
+
+    def add_periodic(self, fn):
+        self._periodic.append(fn)
+
+    def flush(self):
+        self._ensure_process()
+        with self._lock:
+            if not self._buffer:
+                return
+            lines = []
+            for event in self._buffer:
+                try:
+                    lines.append(json.dumps(event, separators=(",", ":"), default=str))
+                except (TypeError, ValueError):
+                    self.dropped += 1
+            data = ("\n".join(lines) + "\n").encode("utf-8", "replace") if lines else b""
+            try:
+                if data:
+                    self._write(data)
+                self._buffer.clear()
+            except OSError:
+                # disk full or directory gone: keep the events (bounded), keep the workload running
+                self.write_errors += 1
+
+    def close(self):
+        self._stopped = True
+        try:
+            self.flush()
+        except Exception:
+            pass
+
+    # -- internals -----------------------------------------------------------
+    def _write(self, data):
+        if self._fd is None:
+            path = os.path.join(self.directory, "events-%d.jsonl" % os.getpid())
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+
+    def _ensure_process(self):
+        pid = os.getpid()
+        if pid != self._pid:
+            # new process (first use, or a fork): the parent's buffer and file are not ours
+            self._pid = pid
+            self._fd = None
+            self._thread = None
+            self._lock = threading.Lock()
+            self._buffer = []
+
+    def _ensure_thread(self):
+        if self._thread is not None or self._stopped:
+            return
+        thread = threading.Thread(target=self._run, name="gpudoctor-agent", daemon=True)
+        self._thread = thread
+        try:
+            thread.start()
+        except RuntimeError:  # interpreter shutting down
+            self._thread = None
+
+    def _run(self):
+        pid = os.getpid()
+        while not self._stopped and os.getpid() == pid:
+            time.sleep(FLUSH_INTERVAL_S)
+            for fn in list(self._periodic):
+                try:
+                    fn()
+                except Exception as exc:
+                    self._periodic.remove(fn)
+                    self.emit("agent_error", where=getattr(fn, "__name__", "periodic"), error=repr(exc)[:300])
+            try:
+                self.flush()
+            except Exception:
+                pass

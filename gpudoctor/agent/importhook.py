@@ -1,0 +1,67 @@
+"""Patch torch lazily: only when (and right after) the workload imports it."""
+
+import sys
+
+
+class _TorchFinder:
+    """A meta path finder that wraps torch's loader to run our patches after import."""
+
+    def __init__(self, agent):
+        self.agent = agent
+        self.done = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch" or self.done:
+            return None
+        self.done = True
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None and spec.loader is not None:
+                    spec.loader = _PatchingLoader(spec.loader, self.agent)
+                    return spec
+        except Exception as exc:
+            self.agent.error("find_spec", exc)
+        return None
+
+    def remove(self):
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+
+
+class _PatchingLoader:
+    def __init__(self, loader, agent):
+        self._loader = loader
+        self._agent = agent
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)  # the workload's import, unchanged
+        try:
+            from .torch_hooks import TorchHooks
+
+            hooks = TorchHooks(self._agent, module)
+            hooks.install()
+            self._agent.torch_hooks = hooks
+        except Exception as exc:
+            self._agent.error("torch_hooks", exc)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+def install_import_hook(agent):
+    if "torch" in sys.modules:  # already imported (not possible from sitecustomize, but be safe)
+        from .torch_hooks import TorchHooks
+
+        hooks = TorchHooks(agent, sys.modules["torch"])
+        hooks.install()
+        agent.torch_hooks = hooks
+        return
+    sys.meta_path.insert(0, _TorchFinder(agent))

@@ -1,0 +1,82 @@
+"""Redaction of secrets in argv, environment values and free text.
+
+Standard library only: the agent imports it inside the workload, and the
+supervisor and renderers import it as ``gpudoctor.agent.redact``.
+Secrets are recognised by name (``--api-key X``, ``TOKEN=...``) and by value
+pattern (well-known token formats, credentials inside URLs).
+"""
+
+import re
+
+MASK = "***"
+
+_SECRET_WORDS = (
+    r"password|passwd|passphrase|pass|pwd|secret|token|apikey|api[-_]?key|access[-_]?key|"
+    r"private[-_]?key|secret[-_]?key|credentials?|auth|cookie|signature|bearer|sas"
+)
+# a secret word as a whole segment of a name: HF_TOKEN, --api-key, db.password (not "tokenizer")
+_SECRET_NAME = re.compile(r"(?:^|[-_.])(?:" + _SECRET_WORDS + r")(?:$|[-_.])", re.IGNORECASE)
+# A value that looks like a credential whatever its name says.
+_SECRET_VALUE = re.compile(
+    r"(gh[pousr]_[A-Za-z0-9]{20,}"  # GitHub tokens
+    r"|github_pat_[A-Za-z0-9_]{20,}"
+    r"|hf_[A-Za-z0-9]{20,}"  # Hugging Face
+    r"|sk-[A-Za-z0-9_\-]{16,}"  # OpenAI-style keys
+    r"|xox[abprs]-[A-Za-z0-9\-]{10,}"  # Slack
+    r"|AKIA[0-9A-Z]{16}"  # AWS access key id
+    r"|AIza[0-9A-Za-z_\-]{35}"  # Google API key
+    r"|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"  # JWT
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$))"
+)
+# scheme://user:password@host -> scheme://user:***@host
+_URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):([^/\s@]*)@")
+# key=value inside text or a query string
+_KEY_VALUE = re.compile(
+    r"(?P<key>(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[-_.])*(?:" + _SECRET_WORDS + r")(?:[-_.][A-Za-z0-9]+)*)"
+    r"(?P<sep>\s*[=:]\s*)(?P<val>[^\s&;,'\"]+)",
+    re.IGNORECASE,
+)
+_BEARER = re.compile(r"(?i)(bearer|basic)\s+[A-Za-z0-9+/=._\-]{8,}")
+
+
+def is_secret_name(name):
+    return bool(_SECRET_NAME.search(name or ""))
+
+
+def redact_text(text):
+    """Mask secrets found by value pattern, in URLs and in key=value pairs."""
+    if not isinstance(text, str) or not text:
+        return text
+    text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + ":" + MASK + "@", text)
+    text = _SECRET_VALUE.sub(MASK, text)
+    text = _BEARER.sub(lambda m: m.group(1) + " " + MASK, text)
+    text = _KEY_VALUE.sub(lambda m: m.group("key") + m.group("sep") + MASK, text)
+    return text
+
+
+def redact_argv(argv):
+    """Mask `--token X`, `--token=X`, `TOKEN=X` and secret-looking values in a command line."""
+    out = []
+    mask_next = False
+    for arg in argv:
+        arg = str(arg)
+        if mask_next:
+            out.append(MASK)
+            mask_next = False
+            continue
+        if arg.startswith("-") and "=" not in arg:
+            name = arg.lstrip("-")
+            if name and is_secret_name(name):
+                mask_next = True
+            out.append(arg)
+            continue
+        out.append(redact_text(arg))
+    return out
+
+
+def redact_env(env):
+    """A copy of an environment mapping with secret values masked."""
+    clean = {}
+    for key, value in env.items():
+        clean[key] = MASK if is_secret_name(key) else redact_text(value)
+    return clean

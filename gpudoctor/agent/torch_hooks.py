@@ -1,0 +1,465 @@
+"""What the agent measures inside torch: DataLoaders, steps, the allocator, CUDA use.
+
+Every wrapper calls the original first-class and records around it; a failure
+in our own code is recorded and swallowed, never raised into the workload.
+"""
+
+import os
+import threading
+import time
+import weakref
+
+_perf = time.perf_counter
+_cpu = time.thread_time
+
+_ROOT_ATTRS = ("root", "root_dir", "data_dir", "data_root", "dataset_dir", "path", "data_path",
+               "img_dir", "image_dir", "images_dir", "directory", "folder")
+
+
+class StepTracker:
+    """Step boundaries per source (explicit, optimizer, loader), with the data wait inside each."""
+
+    SOURCES = ("explicit", "optimizer", "loader")
+
+    def __init__(self, hooks):
+        self.hooks = hooks
+        self.lock = threading.Lock()
+        self.last = {s: None for s in self.SOURCES}
+        self.pending_wait = {s: 0.0 for s in self.SOURCES}
+        self.count = {s: 0 for s in self.SOURCES}
+        self.agg = {s: [0, 0.0, 0.0] for s in self.SOURCES}  # n, duration, wait
+        self.max_events = hooks.agent.config.get("step_events_max", 2000)
+
+    def add_wait(self, seconds):
+        with self.lock:
+            for s in self.SOURCES:
+                self.pending_wait[s] += seconds
+
+    def boundary(self, source):
+        now = _perf()
+        with self.lock:
+            last = self.last[source]
+            self.last[source] = now
+            wait = self.pending_wait[source]
+            self.pending_wait[source] = 0.0
+            self.count[source] += 1
+            n = self.count[source]
+        if last is not None:
+            duration = now - last
+            if n <= self.max_events:
+                self.hooks.agent.emit("step", src=source, n=n, dur=round(duration, 6), wait=round(wait, 6))
+            else:
+                with self.lock:
+                    a = self.agg[source]
+                    a[0] += 1
+                    a[1] += duration
+                    a[2] += wait
+        self.hooks.on_step(source, n)
+
+    def flush_aggregates(self):
+        for source in self.SOURCES:
+            with self.lock:
+                n, dur, wait = self.agg[source]
+                self.agg[source] = [0, 0.0, 0.0]
+                total = self.count[source]
+            if n:
+                self.hooks.agent.emit("steps_agg", src=source, n=n, dur=round(dur, 6), wait=round(wait, 6), total=total)
+
+
+class FetchStats:
+    """What producing batches cost, in this process (a worker, or the main process)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.by_key = {}  # key -> [batches, wall, cpu]
+        self.dirty = False
+
+    def add(self, key, wall, cpu):
+        with self.lock:
+            entry = self.by_key.setdefault(key, [0, 0.0, 0.0])
+            entry[0] += 1
+            entry[1] += wall
+            entry[2] += cpu
+            self.dirty = True
+
+    def snapshot(self):
+        with self.lock:
+            if not self.dirty:
+                return None
+            self.dirty = False
+            return {k: [v[0], round(v[1], 6), round(v[2], 6)] for k, v in self.by_key.items()}
+
+
+class TorchHooks:
+    def __init__(self, agent, torch):
+        self.agent = agent
+        self.torch = torch
+        self.steps = StepTracker(self)
+        self.fetch = FetchStats()
+        self.tls = threading.local()
+        self.loader_ids = weakref.WeakKeyDictionary()
+        self.loader_stats = {}  # loader_id -> [batches, wait_total, wait_max]
+        self.loader_lock = threading.Lock()
+        self.loader_dirty = False
+        self.next_loader = 0
+        self.cuda_reported = None
+        self.last_alloc_t = 0.0
+        self.profiler = None
+        self.finished = False
+
+    # -- installation ----------------------------------------------------------
+    def install(self):
+        agent = self.agent
+        for name, fn in (("dataloader", self._patch_dataloader), ("fetchers", self._patch_fetchers),
+                         ("optimizer", self._patch_optimizer), ("oom_observer", self._attach_oom_observer)):
+            try:
+                fn()
+            except Exception as exc:
+                agent.error(name, exc)
+        try:
+            from .profiler import ProfilerWindow
+
+            if agent.config.get("profile", True):
+                self.profiler = ProfilerWindow(self)
+        except Exception as exc:
+            agent.error("profiler_init", exc)
+        agent.writer.add_periodic(self.periodic)
+        agent.emit("torch", version=getattr(self.torch, "__version__", None),
+                   cuda=getattr(getattr(self.torch, "version", None), "cuda", None))
+
+    def _patch_dataloader(self):
+        from torch.utils.data import dataloader as dl
+
+        hooks = self
+        base = dl._BaseDataLoaderIter
+        orig_init = base.__init__
+        orig_next = base.__next__
+
+        def __init__(self_iter, loader, *args, **kwargs):
+            orig_init(self_iter, loader, *args, **kwargs)
+            try:
+                hooks._on_iter(self_iter, loader)
+            except Exception as exc:
+                hooks.agent.error("loader_init", exc)
+
+        def __next__(self_iter):
+            loader_id = getattr(self_iter, "_gpudoctor_id", None)
+            previous = getattr(hooks.tls, "loader", None)
+            hooks.tls.loader = loader_id
+            t0 = _perf()
+            try:
+                batch = orig_next(self_iter)
+            except StopIteration:
+                hooks.tls.loader = previous
+                raise
+            except BaseException:
+                hooks.tls.loader = previous
+                raise
+            waited = _perf() - t0
+            hooks.tls.loader = previous
+            try:
+                hooks._on_batch(loader_id, waited)
+            except Exception as exc:
+                hooks.agent.error("loader_next", exc)
+            return batch
+
+        for fn, orig in ((__init__, orig_init), (__next__, orig_next)):
+            fn.__wrapped__ = orig
+            fn.__name__ = orig.__name__
+            fn.__qualname__ = orig.__qualname__
+            fn.__doc__ = orig.__doc__
+        base.__init__ = __init__
+        base.__next__ = __next__
+
+    def _patch_fetchers(self):
+        from torch.utils.data._utils import fetch as fetch_mod
+
+        hooks = self
+        for cls in (fetch_mod._MapDatasetFetcher, fetch_mod._IterableDatasetFetcher):
+            orig = cls.fetch
+
+            def make(orig):
+                def fetch(self_fetcher, possibly_batched_index):
+                    w0 = _perf()
+                    c0 = _cpu()
+                    result = orig(self_fetcher, possibly_batched_index)
+                    try:
+                        hooks._on_fetch(_perf() - w0, _cpu() - c0)
+                    except Exception as exc:
+                        hooks.agent.error("fetch", exc)
+                    return result
+
+                fetch.__wrapped__ = orig
+                fetch.__name__ = orig.__name__
+                fetch.__qualname__ = orig.__qualname__
+                return fetch
+
+            cls.fetch = make(orig)
+
+    def _patch_optimizer(self):
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        hooks = self
+
+        def post_step(optimizer, args, kwargs):
+            try:
+                hooks.steps.boundary("optimizer")
+            except Exception as exc:
+                hooks.agent.error("optimizer_step", exc)
+
+        register_optimizer_step_post_hook(post_step)
+
+    def _attach_oom_observer(self):
+        C = self.torch._C
+        attach = getattr(C, "_cuda_attach_out_of_memory_observer", None)
+        if attach is None:
+            return
+        hooks = self
+
+        def observer(device, alloc, device_allocated, device_free):
+            try:
+                hooks.agent.emit("oom_observed", device=device, request_bytes=alloc,
+                                 device_allocated=device_allocated, device_free=device_free,
+                                 allocator=hooks.allocator_snapshot("oom"))
+                hooks.agent.writer.flush()
+            except Exception:
+                pass
+
+        # attached once the workload has initialised CUDA itself (see _report_cuda)
+        self._pending_oom_observer = (attach, observer)
+
+    # -- events ----------------------------------------------------------------
+    def _on_iter(self, it, loader):
+        loader_id = self.loader_ids.get(loader)
+        if loader_id is None:
+            loader_id = "%d:%d" % (os.getpid(), self.next_loader)
+            self.next_loader += 1
+            self.loader_ids[loader] = loader_id
+            self.agent.emit("loader", id=loader_id, **self._describe(loader))
+        it._gpudoctor_id = loader_id
+        workers = getattr(it, "_workers", None)
+        if workers:
+            pids = []
+            for w in workers:
+                pid = getattr(w, "pid", None)
+                if pid:
+                    pids.append(pid)
+            self.agent.emit("loader_workers", id=loader_id, pids=pids)
+
+    def _describe(self, loader):
+        dataset = getattr(loader, "dataset", None)
+        info = {
+            "num_workers": getattr(loader, "num_workers", None),
+            "batch_size": getattr(loader, "batch_size", None),
+            "pin_memory": getattr(loader, "pin_memory", None),
+            "persistent_workers": getattr(loader, "persistent_workers", None),
+            "prefetch_factor": getattr(loader, "prefetch_factor", None),
+            "dataset_class": type(dataset).__module__ + "." + type(dataset).__qualname__ if dataset is not None else None,
+            "iterable": False,
+            "dataset_len": None,
+            "dataset_root": None,
+        }
+        try:
+            from torch.utils.data import IterableDataset
+
+            info["iterable"] = isinstance(dataset, IterableDataset)
+        except Exception:
+            pass
+        if info["batch_size"] is None:
+            sampler = getattr(loader, "batch_sampler", None)
+            info["batch_size"] = getattr(sampler, "batch_size", None)
+        if not info["iterable"]:
+            try:
+                info["dataset_len"] = len(dataset)
+            except Exception:
+                pass
+        info["dataset_root"] = _dataset_root(dataset)
+        return info
+
+    def _on_batch(self, loader_id, waited):
+        with self.loader_lock:
+            stats = self.loader_stats.setdefault(loader_id, [0, 0.0, 0.0])
+            stats[0] += 1
+            stats[1] += waited
+            stats[2] = max(stats[2], waited)
+            self.loader_dirty = True
+        self.steps.add_wait(waited)
+        self.steps.boundary("loader")
+
+    def _on_fetch(self, wall, cpu):
+        key = getattr(self.tls, "loader", None)
+        if key is None:
+            info = self.torch.utils.data.get_worker_info()
+            key = "worker:%d" % info.id if info is not None else "unknown"
+        self.fetch.add(key, wall, cpu)
+
+    def on_step(self, source, n):
+        profiler = self.profiler
+        if profiler is not None:
+            try:
+                profiler.on_step(source, n)
+            except Exception as exc:
+                self.agent.error("profiler_step", exc)
+                self.profiler = None
+
+    # -- periodic (flusher thread) ----------------------------------------------
+    def periodic(self):
+        self.steps.flush_aggregates()
+        fetch = self.fetch.snapshot()
+        if fetch:
+            self.agent.emit("fetch", stats=fetch)
+        with self.loader_lock:
+            if self.loader_dirty:
+                self.loader_dirty = False
+                self.agent.emit("loader_stats", stats={k: [v[0], round(v[1], 6), round(v[2], 6)]
+                                                       for k, v in self.loader_stats.items()})
+        if self._in_worker():
+            return
+        self._report_cuda()
+        if self.profiler is not None:
+            try:
+                self.profiler.on_tick()
+            except Exception as exc:
+                self.agent.error("profiler_tick", exc)
+                self.profiler = None
+
+    def _in_worker(self):
+        try:
+            return self.torch.utils.data.get_worker_info() is not None
+        except Exception:
+            return False
+
+    def cuda_initialized(self):
+        try:
+            # is_initialized() is a flag: it never starts CUDA on the workload's behalf
+            return bool(self.torch.cuda.is_initialized())
+        except Exception:
+            return False
+
+    def _report_cuda(self):
+        if not self.cuda_initialized():
+            return
+        pending = getattr(self, "_pending_oom_observer", None)
+        if pending is not None:
+            self._pending_oom_observer = None
+            try:
+                pending[0](pending[1])
+            except Exception as exc:
+                self.agent.error("oom_observer", exc)
+        cuda = self.torch.cuda
+        used = []
+        for index in range(cuda.device_count()):
+            try:
+                if cuda.memory_reserved(index) > 0:
+                    props = cuda.get_device_properties(index)
+                    used.append({"index": index, "uuid": _uuid(props), "name": props.name,
+                                 "total_memory": props.total_memory})
+            except Exception:
+                continue
+        key = tuple(d["uuid"] for d in used)
+        if used and key != self.cuda_reported:
+            self.cuda_reported = key
+            self.agent.emit("cuda", devices=used)
+        now = time.time()
+        if used and now - self.last_alloc_t >= 2.0:
+            self.last_alloc_t = now
+            snap = self.allocator_snapshot("periodic")
+            if snap:
+                self.agent.emit("alloc", **snap)
+
+    def allocator_snapshot(self, label):
+        """A compact copy of torch.cuda.memory_stats() for the current device."""
+        if not self.cuda_initialized():
+            return None
+        cuda = self.torch.cuda
+        try:
+            device = cuda.current_device()
+            stats = cuda.memory_stats(device)
+        except Exception:
+            return None
+
+        def g(key):
+            return int(stats.get(key, 0) or 0)
+
+        snap = {
+            "label": label,
+            "device": device,
+            "allocated_bytes": g("allocated_bytes.all.current"),
+            "reserved_bytes": g("reserved_bytes.all.current"),
+            "active_bytes": g("active_bytes.all.current"),
+            "inactive_split_bytes": g("inactive_split_bytes.all.current"),
+            "max_allocated_bytes": g("allocated_bytes.all.peak"),
+            "max_reserved_bytes": g("reserved_bytes.all.peak"),
+            "num_alloc_retries": g("num_alloc_retries"),
+            "num_ooms": g("num_ooms"),
+        }
+        try:
+            free, total = cuda.mem_get_info(device)
+            snap["device_free_bytes"] = int(free)
+            snap["device_total_bytes"] = int(total)
+        except Exception:
+            pass
+        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + "," + os.environ.get("PYTORCH_ALLOC_CONF", "")
+        snap["expandable_segments"] = "expandable_segments:true" in conf.replace(" ", "").lower()
+        return snap
+
+    def finish(self):
+        if self.finished:
+            return
+        self.finished = True
+        try:
+            self.steps.flush_aggregates()
+            self.periodic()
+        except Exception as exc:
+            self.agent.error("finish", exc)
+        if self.profiler is not None:
+            try:
+                self.profiler.stop("exit")
+            except Exception as exc:
+                self.agent.error("profiler_stop", exc)
+        if not self._in_worker():
+            snap = self.allocator_snapshot("end")
+            if snap:
+                self.agent.emit("alloc", **snap)
+
+
+def _uuid(props):
+    raw = getattr(props, "uuid", None)
+    if raw is None:
+        return None
+    text = str(raw)
+    return text if text.startswith(("GPU-", "MIG-")) else "GPU-" + text
+
+
+def _dataset_root(dataset, depth=0):
+    """Where a dataset reads from, when it says so in a plain attribute (never a property)."""
+    if dataset is None or depth > 3:
+        return None
+    try:
+        attrs = vars(dataset)
+    except TypeError:
+        return None
+    for name in _ROOT_ATTRS:
+        value = attrs.get(name)
+        if isinstance(value, (str, os.PathLike)):
+            path = os.fspath(value)
+            if path and os.path.exists(path):
+                return os.path.abspath(path)
+    for name in ("files", "paths", "file_list", "samples", "imgs"):
+        value = attrs.get(name)
+        if isinstance(value, (list, tuple)) and value:
+            first = value[0]
+            if isinstance(first, (tuple, list)) and first:
+                first = first[0]
+            if isinstance(first, (str, os.PathLike)):
+                path = os.fspath(first)
+                if os.path.exists(path):
+                    return os.path.dirname(os.path.abspath(path))
+    for name in ("dataset", "datasets"):  # Subset, ConcatDataset, wrappers
+        inner = attrs.get(name)
+        if isinstance(inner, (list, tuple)):
+            inner = inner[0] if inner else None
+        root = _dataset_root(inner, depth + 1)
+        if root:
+            return root
+    return None

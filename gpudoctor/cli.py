@@ -1,0 +1,86 @@
+"""Command line entry point: `gpudoctor <command> ...`.
+
+Errors the user can fix print one line on stderr and exit with a documented code
+(gpudoctor.exitcodes); they never show a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from typing import Sequence
+
+from gpudoctor import __version__, exitcodes
+from gpudoctor.exitcodes import GpudoctorError
+
+log = logging.getLogger(__name__)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits with our USAGE code and a one-line message."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise GpudoctorError(f"{message} (see `{self.prog} --help`)", exitcodes.USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="gpudoctor",
+        description="Why is my GPU idle? Measured, ranked diagnosis of PyTorch runs.",
+        epilog="Exit codes: " + "; ".join(f"{code} {text}" for code, text in exitcodes.TABLE),
+    )
+    parser.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log gpudoctor's own steps to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    from gpudoctor.commands import COMMANDS
+
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"gpudoctor.commands.{name}")
+        except ImportError as exc:  # a command still being written must not break the others
+            log.debug("command %s unavailable: %s", name, exc)
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(args_list)
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose else logging.WARNING,
+            format="gpudoctor: %(levelname)s %(name)s: %(message)s",
+        )
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return exitcodes.USAGE
+        return int(args.func(args))
+    except GpudoctorError as exc:
+        print(f"gpudoctor: error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("gpudoctor: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # e.g. `gpudoctor checks | head`: not an error worth a traceback
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return exitcodes.OK
+    except Exception as exc:  # a bug: one line, and the details only with -v
+        log.debug("internal error", exc_info=True)
+        print(
+            f"gpudoctor: internal error: {type(exc).__name__}: {exc} (run with -v for details; please report it)",
+            file=sys.stderr,
+        )
+        if "-v" in args_list or "--verbose" in args_list:
+            import traceback
+
+            traceback.print_exc()
+        return exitcodes.INTERNAL

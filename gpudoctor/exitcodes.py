@@ -1,0 +1,39 @@
+"""gpudoctor's exit codes (documented in the README).
+
+`diagnose` exits with the workload's own code (128+N when a signal N killed it);
+the codes below are gpudoctor's own, chosen from the BSD sysexits range so they
+rarely collide with a training script's.
+"""
+
+OK = 0
+FAIL_ON = 3  # the workload succeeded but --fail-on found findings at that level
+USAGE = 64  # unknown or conflicting options
+BAD_DATA = 65  # corrupt, truncated or foreign session/report/trace file
+NOT_FOUND = 66  # script, module or file does not exist
+NOT_RUNNABLE = 69  # a directory, a non-Python file, a command that cannot be started
+INTERNAL = 70  # a gpudoctor bug (please report it)
+CANNOT_WRITE = 73  # output directory missing or not writable
+OUTPUT_EXISTS = 74  # a report already exists at the requested path (use --force)
+DIFFERENT_RUNS = 75  # diff refused: reports from different GPUs or workloads (use --force)
+WORKLOAD_UNKNOWN = 1  # the workload's exit status could not be determined
+
+TABLE = [
+    (0, "success (the workload's exit code otherwise: diagnose passes it through)"),
+    (FAIL_ON, "--fail-on: the workload succeeded but findings reached the level given"),
+    (USAGE, "usage error: unknown or conflicting options"),
+    (BAD_DATA, "input file is corrupt, truncated, empty or not a gpudoctor file"),
+    (NOT_FOUND, "script, module or input file not found"),
+    (NOT_RUNNABLE, "not runnable: a directory, a non-Python file, a command that cannot start"),
+    (INTERNAL, "internal error in gpudoctor"),
+    (CANNOT_WRITE, "output directory cannot be created or written"),
+    (OUTPUT_EXISTS, "a report already exists at the output path (nothing was overwritten)"),
+    (DIFFERENT_RUNS, "diff refused: the reports come from different GPUs or workloads"),
+]
+
+
+class GpudoctorError(Exception):
+    """An expected error with a one-line message and an exit code; never a traceback."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code

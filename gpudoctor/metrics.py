@@ -1,0 +1,150 @@
+"""Derived numbers several checks and the summary share, computed from a Session.
+
+Every function returns None when the inputs were not measured: "not measured"
+is never zero.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from gpudoctor.session import CpuSample, GpuSample, LoaderInfo, Session
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile, q in [0, 100]."""
+    if not values:
+        return None
+    data = sorted(values)
+    if len(data) == 1:
+        return data[0]
+    pos = (len(data) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    count: int  # steady steps the numbers cover
+    first_index: int  # 1-based index of the first steady step
+    last_index: int
+    step_time_median_s: float
+    step_time_p90_s: float
+    data_wait_share: float  # total wait / total step time over steady steps
+    data_wait_median_s: float
+    steps_per_s: float
+
+    @property
+    def window(self) -> str:
+        return f"steady steps {self.first_index}-{self.last_index}"
+
+
+def step_summary(session: Session) -> StepSummary | None:
+    records = session.steady_steps()
+    if len(records) < 3:
+        return None
+    durations = [r.duration_s for r in records]
+    waits = [min(r.data_wait_s, r.duration_s) for r in records]
+    total = sum(durations)
+    if total <= 0:
+        return None
+    first = session.steps.warmup_steps + 1
+    return StepSummary(
+        count=len(records),
+        first_index=first,
+        last_index=first + len(records) - 1,
+        step_time_median_s=statistics.median(durations),
+        step_time_p90_s=percentile(durations, 90) or 0.0,
+        data_wait_share=sum(waits) / total,
+        data_wait_median_s=statistics.median(waits),
+        steps_per_s=len(records) / total,
+    )
+
+
+def loader_wait_share(session: Session) -> float | None:
+    """Data-wait share from loader totals, for runs without usable step records."""
+    summary = step_summary(session)
+    if summary is not None:
+        return summary.data_wait_share
+    if not session.loaders or session.duration_s <= 0:
+        return None
+    return min(1.0, sum(lo.wait_total_s for lo in session.loaders) / session.duration_s)
+
+
+def main_loader(session: Session) -> LoaderInfo | None:
+    """The loader the training loop spent most time on (most batches, then most wait)."""
+    loaders = [lo for lo in session.loaders if lo.batches > 0]
+    if not loaders:
+        return None
+    return max(loaders, key=lambda lo: (lo.wait_total_s, lo.batches))
+
+
+def fetch_cpu_ratio(loader: LoaderInfo) -> float | None:
+    """CPU time / wall time spent producing batches: ~1 = CPU-bound, far below = waiting."""
+    if loader.fetch_batches == 0 or loader.fetch_wall_s <= 0:
+        return None
+    return min(1.0, loader.fetch_cpu_s / loader.fetch_wall_s)
+
+
+def fetch_time_per_batch(loader: LoaderInfo) -> float | None:
+    if loader.fetch_batches == 0:
+        return None
+    return loader.fetch_wall_s / loader.fetch_batches
+
+
+def steady_window(session: Session) -> tuple[float, float] | None:
+    """Session-time interval covered by the steady steps."""
+    records = session.steady_steps()
+    if not records:
+        return None
+    return records[0].t - records[0].duration_s, records[-1].t
+
+
+def samples_in(samples: list, window: tuple[float, float] | None) -> list:
+    if window is None:
+        return list(samples)
+    lo, hi = window
+    inside = [s for s in samples if lo <= s.t <= hi]
+    return inside or list(samples)
+
+
+def cpu_samples_steady(session: Session) -> list[CpuSample]:
+    return samples_in(session.cpu_samples, steady_window(session))
+
+
+def gpu_samples_steady(session: Session) -> list[GpuSample]:
+    return samples_in(session.gpu_samples, steady_window(session))
+
+
+def gpu_metric_mean(samples: list[GpuSample], attr: str) -> float | None:
+    values = [getattr(s, attr) for s in samples if getattr(s, attr) is not None]
+    return mean(values)
+
+
+def usable_cores(session: Session) -> float | None:
+    cpu = session.environment.cpu
+    return cpu.usable_cores or cpu.affinity_cores or cpu.logical_cores
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def format_bytes(n: float | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"

@@ -1,0 +1,95 @@
+"""The vocabulary shared by checks, the engine and the renderers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from gpudoctor.session import Session
+
+SEVERITIES = ("info", "warning", "critical")
+
+STAGES = {
+    1: "input pipeline",
+    2: "GPU use and batch size",
+    3: "kernel efficiency",
+    4: "memory",
+    5: "multi-GPU",
+}
+
+
+def severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity)
+
+
+@dataclass(frozen=True)
+class Remedy:
+    text: str  # what to change, in a sentence or two
+    code: str | None = None  # a copyable snippet
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One measured value, with its unit and the window it covers."""
+
+    value: Any
+    unit: str | None = None
+    window: str | None = None  # e.g. "steady steps 3-120", "whole run"
+    label: str | None = None  # human name for the report
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"value": self.value}
+        if self.unit:
+            out["unit"] = self.unit
+        if self.window:
+            out["window"] = self.window
+        if self.label:
+            out["label"] = self.label
+        return out
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a check found. The engine stamps `id`, `stage` and the ordering."""
+
+    severity: str  # info | warning | critical
+    title: str
+    message: str  # with the measured numbers
+    evidence: dict[str, Evidence] = field(default_factory=dict)
+    remedy: Remedy | None = None
+    estimated_gain: float | None = None  # upper bound on speedup (x), None when unknown
+    id: str = ""
+    stage: int = 0
+    # set by the engine when another finding explains this one
+    consequence_of: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"unknown severity {self.severity!r}")
+
+
+class Skip(Exception):
+    """Raised by a check that cannot run on this Session; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check: stable ID and slug, playbook stage, and a pure function of a Session."""
+
+    id: str  # GD102
+    slug: str  # input-stall
+    stage: int
+    title: str
+    run: Callable[[Session], Sequence[Finding]]
+    requires: tuple[str, ...] = ()  # Session facts (keys of Session.unavailable)
+    doc: str = ""  # the module docstring: what `gpudoctor explain` prints
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    id: str
+    slug: str
+    stage: int
+    title: str
+    status: str  # pass | finding | skipped | error
+    reason: str | None = None

@@ -1,0 +1,67 @@
+"""Find and load checks: built-in and third-party alike, through entry points.
+
+Built-in checks are declared under the entry point group ``gpudoctor.checks`` in
+pyproject.toml, the same way a plugin package declares its own. When gpudoctor runs
+from a source tree without installed metadata, the built-in list is read from
+``gpudoctor.checks.BUILTIN`` instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+from gpudoctor.model import Check
+
+log = logging.getLogger(__name__)
+
+GROUP = "gpudoctor.checks"
+
+
+@dataclass(frozen=True)
+class PluginError:
+    name: str
+    reason: str
+
+
+def _builtin_checks() -> list[Check]:
+    from gpudoctor import checks as builtin
+
+    loaded = []
+    for module_name in builtin.BUILTIN:
+        module = importlib.import_module(f"gpudoctor.checks.{module_name}")
+        loaded.append(module.CHECK)
+    return loaded
+
+
+def load_checks() -> tuple[list[Check], list[PluginError]]:
+    """All checks, ordered by ID, plus the plugins that failed to load (with why)."""
+    found: dict[str, Check] = {c.id: c for c in _builtin_checks()}
+    errors: list[PluginError] = []
+    for ep in entry_points(group=GROUP):
+        try:
+            check = ep.load()
+        except Exception as exc:  # a broken plugin must not break diagnosis
+            errors.append(PluginError(ep.name, f"{type(exc).__name__}: {exc}"))
+            continue
+        if not isinstance(check, Check):
+            errors.append(PluginError(ep.name, "entry point is not a gpudoctor.model.Check"))
+            continue
+        if check.id in found and found[check.id] is not check:
+            if found[check.id].run.__module__ != check.run.__module__:
+                errors.append(PluginError(ep.name, f"check ID {check.id} is already taken"))
+            continue
+        found[check.id] = check
+    return sorted(found.values(), key=lambda c: c.id), errors
+
+
+def find_check(key: str) -> Check | None:
+    """Look a check up by ID (GD102) or slug (input-stall), case-insensitively."""
+    checks, _ = load_checks()
+    key = key.strip().lower()
+    for check in checks:
+        if check.id.lower() == key or check.slug.lower() == key:
+            return check
+    return None

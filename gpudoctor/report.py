@@ -1,0 +1,168 @@
+"""Build the finished report (the JSON contract) from a Session and the engine's result.
+
+Renderers (gpudoctor.reports.*) receive only this dict, never the engine or the
+Session object. Schema `gpudoctor.report/1`; fields are only ever added.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudoctor import __version__, metrics
+from gpudoctor.engine import EngineResult
+from gpudoctor.model import Finding, severity_rank
+from gpudoctor.session import Session
+
+REPORT_SCHEMA = "gpudoctor.report/1"
+TIMELINE_MAX_POINTS = 600
+
+STAGE_VERDICT = {
+    1: "Input-bound",
+    2: "GPU under-used",
+    3: "Kernel-bound",
+    4: "Memory-bound",
+    5: "Multi-GPU",
+}
+
+
+def finding_to_dict(f: Finding, slug: str | None = None) -> dict[str, Any]:
+    return {
+        "id": f.id,
+        "slug": slug,
+        "stage": f.stage,
+        "severity": f.severity,
+        "title": f.title,
+        "message": f.message,
+        "evidence": {k: v.to_dict() for k, v in f.evidence.items()},
+        "remedy": {"text": f.remedy.text, "code": f.remedy.code} if f.remedy else None,
+        "estimated_gain": round(f.estimated_gain, 2) if f.estimated_gain is not None else None,
+        "consequence_of": f.consequence_of,
+    }
+
+
+def summarize(session: Session) -> dict[str, Any]:
+    steps = metrics.step_summary(session)
+    gpu_steady = metrics.gpu_samples_steady(session)
+    cpu_steady = metrics.cpu_samples_steady(session)
+    peak = max((a.max_allocated_bytes for a in session.allocator), default=None)
+    return {
+        "steps": session.steps.count,
+        "step_source": session.steps.source,
+        "steady_steps": steps.count if steps else 0,
+        "step_time_median_s": steps.step_time_median_s if steps else None,
+        "steps_per_s": steps.steps_per_s if steps else None,
+        "samples_per_s": steps.steps_per_s * session.batch_size if steps and session.batch_size else None,
+        "data_wait_share": metrics.loader_wait_share(session),
+        "gpu_util_mean": metrics.gpu_metric_mean(gpu_steady, "util_percent"),
+        "sm_activity_mean": metrics.gpu_metric_mean(gpu_steady, "sm_activity"),
+        "tensor_activity_mean": metrics.gpu_metric_mean(gpu_steady, "tensor_activity"),
+        "power_w_mean": metrics.gpu_metric_mean(gpu_steady, "power_w"),
+        "cpu_percent_mean": metrics.mean([s.system_percent for s in cpu_steady]),
+        "usable_cores": metrics.usable_cores(session),
+        "peak_memory_allocated_bytes": peak,
+        "batch_size": session.batch_size,
+        "crashed": any(e.kind in ("exception", "oom") for e in session.errors),
+    }
+
+
+def verdict(findings: list[Finding], summary: dict[str, Any]) -> str:
+    numbers = []
+    if summary.get("data_wait_share") is not None:
+        numbers.append(f"the loop waited for data {summary['data_wait_share']:.0%} of each step")
+    if summary.get("sm_activity_mean") is not None:
+        numbers.append(f"GPU SMs were active {summary['sm_activity_mean']:.0f}% of the time")
+    elif summary.get("gpu_util_mean") is not None:
+        numbers.append(f"GPU utilization averaged {summary['gpu_util_mean']:.0f}%")
+    primary = [f for f in findings if f.consequence_of is None and severity_rank(f.severity) >= 1]
+    if not primary:
+        head = "No bottleneck found"
+        return head + (": " + "; ".join(numbers) if numbers else "") + "."
+    top = primary[0]
+    if top.stage == 1 and numbers:
+        return f"{STAGE_VERDICT[1]}: " + "; ".join(numbers) + "."
+    head = f"{STAGE_VERDICT.get(top.stage, 'Problem')}: {top.title[:1].lower()}{top.title[1:]}"
+    return head + ("; " + "; ".join(numbers) if numbers else "") + "."
+
+
+def _downsample(values: list, limit: int) -> list:
+    if len(values) <= limit:
+        return values
+    stride = len(values) / limit
+    return [values[int(i * stride)] for i in range(limit)]
+
+
+def timeline(session: Session) -> dict[str, Any]:
+    """Time series for the report's charts (downsampled, aligned on session time)."""
+    cpu = _downsample(session.cpu_samples, TIMELINE_MAX_POINTS)
+    gpu = _downsample([g for g in session.gpu_samples if g.gpu_index == _first_gpu(session)], TIMELINE_MAX_POINTS)
+    records = session.steps.records
+    step_points = _downsample(records, TIMELINE_MAX_POINTS)
+    return {
+        "cpu": {
+            "t": [round(s.t, 3) for s in cpu],
+            "system_percent": [s.system_percent for s in cpu],
+            "main_thread_percent": [s.main_thread_percent for s in cpu],
+            "workers_percent": [s.workers_percent for s in cpu],
+        },
+        "gpu": {
+            "t": [round(g.t, 3) for g in gpu],
+            "util_percent": [g.util_percent for g in gpu],
+            "sm_activity": [g.sm_activity for g in gpu],
+            "tensor_activity": [g.tensor_activity for g in gpu],
+            "power_w": [g.power_w for g in gpu],
+            "memory_used_bytes": [g.memory_used_bytes for g in gpu],
+        },
+        "steps": {
+            "t": [round(r.t, 3) for r in step_points],
+            "duration_s": [r.duration_s for r in step_points],
+            "data_wait_s": [r.data_wait_s for r in step_points],
+        },
+    }
+
+
+def _first_gpu(session: Session) -> int | None:
+    return session.gpu_samples[0].gpu_index if session.gpu_samples else None
+
+
+def build_report(
+    session: Session,
+    result: EngineResult,
+    *,
+    files: dict[str, str] | None = None,
+    slugs: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    slugs = slugs or {o.id: o.slug for o in result.outcomes}
+    summary = summarize(session)
+    summary["verdict"] = verdict(result.findings, summary)
+    data = session.to_dict()
+    return {
+        "schema": REPORT_SCHEMA,
+        "tool": {"name": "gpudoctor", "version": __version__},
+        "command": session.command,
+        "exit_code": session.exit_code,
+        "duration_s": round(session.duration_s, 3),
+        "started_at": session.started_at,
+        "stop_reason": session.stop_reason,
+        "source": session.source,
+        "environment": data["environment"],
+        "summary": summary,
+        "findings": [finding_to_dict(f, slugs.get(f.id)) for f in result.findings],
+        "checks": [
+            {"id": o.id, "slug": o.slug, "stage": o.stage, "title": o.title, "status": o.status, "reason": o.reason}
+            for o in result.outcomes
+        ],
+        "files": files or {},
+        "evidence": {
+            "timeline": timeline(session),
+            "loaders": data["loaders"],
+            "storage": data["storage"],
+            "profile": data["profile"],
+            "allocator": data["allocator"],
+            "errors": data["errors"],
+            "processes": data["processes"],
+            "unavailable": data["unavailable"],
+            "notes": data["notes"],
+            "gpu_sample_interval_s": session.gpu_sample_interval_s,
+            "cpu_sample_interval_s": session.cpu_sample_interval_s,
+        },
+    }

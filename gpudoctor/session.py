@@ -1,0 +1,407 @@
+"""The Session: everything one run recorded, as one serialisable object.
+
+A Session is what the supervisor assembles from its own samplers and the agents'
+event files, what `gpudoctor analyze` builds from a profiler trace, and what the
+checks read. Checks never touch hardware: they read a Session only.
+
+Rule: "not measured" is never zero. A value that could not be measured is `None`
+and the reason is recorded in `Session.unavailable[fact]`. Fact names:
+
+    loader     no DataLoader was iterated
+    steps      no step boundaries (optimizer steps, loader batches, gpudoctor.step())
+    cpu        psutil sampling of the process tree failed
+    storage    no dataset path known, or the probe failed
+    gpu        no NVIDIA GPU / driver / NVML, or the workload used no GPU
+    gpm        GPM metrics (SM activity, tensor activity) unsupported or failing
+    profile    no torch.profiler window (CPU-only run, disabled, failed to start)
+    allocator  no CUDA caching-allocator statistics
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+SESSION_SCHEMA = "gpudoctor.session/1"
+
+
+class SessionError(Exception):
+    """A Session file that cannot be read (missing, corrupt, wrong schema)."""
+
+
+@dataclass
+class GpuInfo:
+    index: int  # NVML index (PCI order)
+    uuid: str
+    name: str
+    memory_total_bytes: int | None = None
+    power_limit_w: float | None = None  # enforced limit
+    sm_clock_max_mhz: int | None = None
+    gpm_supported: bool | None = None
+    mig: bool | None = None
+
+
+@dataclass
+class CpuInfo:
+    logical_cores: int | None = None
+    physical_cores: int | None = None
+    affinity_cores: int | None = None  # cores in the workload's CPU affinity mask
+    cgroup_quota_cores: float | None = None  # cgroup cpu.max quota/period, None when unlimited
+    usable_cores: float | None = None  # min(affinity, quota): what the workload may really use
+    model: str | None = None
+
+
+@dataclass
+class Environment:
+    python: str | None = None
+    platform: str | None = None
+    hostname: str | None = None
+    torch: str | None = None
+    cuda: str | None = None  # CUDA version torch was built with
+    driver: str | None = None
+    cpu: CpuInfo = field(default_factory=CpuInfo)
+    gpus: list[GpuInfo] = field(default_factory=list)
+    host_memory_total_bytes: int | None = None
+
+
+@dataclass
+class ProcessInfo:
+    pid: int
+    ppid: int | None = None
+    role: str = "main"  # main | worker | child
+    argv: list[str] = field(default_factory=list)
+    torch: str | None = None
+    cuda_visible_devices: str | None = None
+    device_uuids: list[str] = field(default_factory=list)  # GPUs this process used
+
+
+@dataclass
+class LoaderInfo:
+    """One DataLoader as the agent saw it, with what its iteration cost."""
+
+    loader_id: str  # "<pid>:<n>"
+    pid: int
+    num_workers: int
+    batch_size: int | None = None
+    pin_memory: bool | None = None
+    persistent_workers: bool | None = None
+    prefetch_factor: int | None = None
+    dataset_class: str | None = None
+    dataset_len: int | None = None
+    dataset_root: str | None = None
+    iterable: bool = False
+    batches: int = 0
+    wait_total_s: float = 0.0  # time the consuming loop spent blocked in __next__
+    wait_max_s: float = 0.0
+    # What producing a batch cost (measured where it happens: workers, or the main
+    # process when num_workers == 0). cpu close to wall = CPU-bound preprocessing.
+    fetch_batches: int = 0
+    fetch_wall_s: float = 0.0
+    fetch_cpu_s: float = 0.0
+    worker_pids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class StepRecord:
+    t: float  # seconds since session start, at the end of the step
+    duration_s: float
+    data_wait_s: float  # time blocked on the loader during this step
+
+
+@dataclass
+class Steps:
+    source: str | None = None  # optimizer | loader | explicit
+    count: int = 0
+    records: list[StepRecord] = field(default_factory=list)  # bounded; see `aggregated`
+    aggregated: int = 0  # steps counted but not kept individually (long runs)
+    warmup_steps: int = 0  # leading steps excluded from steady-state statistics
+
+
+@dataclass
+class CpuSample:
+    t: float
+    system_percent: float  # across usable cores, 0-100
+    per_core_percent: list[float] = field(default_factory=list)
+    tree_percent: float = 0.0  # whole process tree, in "cores x 100"
+    main_percent: float | None = None  # the main Python process
+    main_thread_percent: float | None = None  # its main thread only
+    workers_percent: float | None = None  # DataLoader workers together
+    tree_rss_bytes: int | None = None
+    iowait_percent: float | None = None
+
+
+@dataclass
+class StorageProbe:
+    path: str
+    mount_point: str | None = None
+    fs_type: str | None = None
+    kind: str | None = None  # local | network | overlay | tmpfs | unknown
+    device: str | None = None
+    rotational: bool | None = None  # a hint only: virtio disks report 1 on SSD hosts
+    files_read: int = 0
+    bytes_read: int = 0
+    read_latency_p50_ms: float | None = None
+    read_latency_p95_ms: float | None = None
+    throughput_mb_s: float | None = None
+    direct_io: bool | None = None  # True when the page cache was bypassed
+    error: str | None = None
+
+
+@dataclass
+class GpuSample:
+    t: float
+    gpu_index: int
+    util_percent: float | None = None  # duty cycle: share of time any kernel ran
+    mem_util_percent: float | None = None
+    memory_used_bytes: int | None = None
+    power_w: float | None = None
+    sm_clock_mhz: int | None = None
+    clock_event_reasons: list[str] = field(default_factory=list)
+    pcie_rx_mb_s: float | None = None
+    pcie_tx_mb_s: float | None = None
+    temperature_c: float | None = None
+    # GPM (Hopper and newer): real activity, in percent
+    sm_activity: float | None = None
+    sm_occupancy: float | None = None
+    tensor_activity: float | None = None
+    dram_bw_util: float | None = None
+
+
+@dataclass
+class KernelStat:
+    name: str
+    count: int
+    total_us: float
+    mean_us: float
+    max_us: float
+
+
+@dataclass
+class SyncSite:
+    api: str  # e.g. cudaStreamSynchronize, aten::item
+    count: int
+    total_us: float
+    site: str | None = None  # python call site when the profiler recorded one
+
+
+@dataclass
+class ProfileSummary:
+    """Compact statistics of the torch.profiler window (never the raw trace)."""
+
+    steps: int = 0
+    window_s: float = 0.0
+    kernel_count: int = 0
+    kernel_total_us: float = 0.0
+    kernel_duration_hist: dict[str, int] = field(default_factory=dict)  # bucket label -> count
+    kernel_median_us: float | None = None
+    gpu_busy_us: float = 0.0  # union of kernel + memcpy + memset intervals
+    gpu_idle_us: float = 0.0
+    idle_gap_kernel_to_kernel_us: float = 0.0  # gaps < 30 us
+    idle_gap_host_wait_us: float = 0.0  # larger gaps
+    launch_count: int = 0
+    launch_total_us: float = 0.0  # CPU time of cudaLaunchKernel & co
+    short_kernel_count: int = 0  # GPU time below its own launch time
+    top_kernels: list[KernelStat] = field(default_factory=list)
+    top_ops: list[KernelStat] = field(default_factory=list)
+    memcpy: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> count/bytes/us
+    memset_count: int = 0
+    memset_us: float = 0.0
+    sync_count: int = 0
+    sync_total_us: float = 0.0
+    sync_sites: list[SyncSite] = field(default_factory=list)
+    matmul_fp32_us: float = 0.0  # sgemm-class kernels without tensor cores
+    matmul_tensor_core_us: float = 0.0
+    matmul_total_us: float = 0.0
+    tf32_enabled: bool | None = None
+    trace_file: str | None = None  # gzip Chrome trace beside the report, relative name
+    error: str | None = None
+
+
+@dataclass
+class AllocatorSnapshot:
+    t: float
+    label: str  # steady | end | oom
+    allocated_bytes: int = 0
+    reserved_bytes: int = 0
+    active_bytes: int = 0
+    inactive_split_bytes: int = 0
+    max_allocated_bytes: int = 0
+    max_reserved_bytes: int = 0
+    num_alloc_retries: int = 0
+    num_ooms: int = 0
+    device_total_bytes: int | None = None
+    device_free_bytes: int | None = None
+    expandable_segments: bool | None = None
+
+
+@dataclass
+class ErrorEvent:
+    pid: int
+    kind: str  # exception | oom | agent_error | signal | exit
+    type: str | None = None
+    message: str = ""
+    traceback: str | None = None
+    t: float | None = None
+
+
+@dataclass
+class Session:
+    schema: str = SESSION_SCHEMA
+    tool_version: str = ""
+    command: list[str] = field(default_factory=list)  # secrets redacted
+    cwd: str | None = None
+    started_at: str | None = None  # ISO 8601
+    duration_s: float = 0.0
+    exit_code: int | None = None  # the workload's; 128+N when killed by signal N
+    stop_reason: str | None = None  # exited | duration | steps | interrupted | killed
+    source: str = "diagnose"  # diagnose | analyze | synthetic | fixture
+    environment: Environment = field(default_factory=Environment)
+    processes: list[ProcessInfo] = field(default_factory=list)
+    loaders: list[LoaderInfo] = field(default_factory=list)
+    steps: Steps = field(default_factory=Steps)
+    batch_size: int | None = None  # samples per step, when known
+    cpu_samples: list[CpuSample] = field(default_factory=list)
+    cpu_sample_interval_s: float | None = None
+    storage: list[StorageProbe] = field(default_factory=list)
+    gpu_samples: list[GpuSample] = field(default_factory=list)
+    gpu_sample_interval_s: float | None = None
+    profile: ProfileSummary | None = None
+    allocator: list[AllocatorSnapshot] = field(default_factory=list)
+    errors: list[ErrorEvent] = field(default_factory=list)
+    torch_cuda_used: bool | None = None  # the workload put work on a CUDA device
+    # fact name -> reason it is unavailable ("gpu": "no NVIDIA driver found")
+    unavailable: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    # ---- serialisation ------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Session:
+        if not isinstance(data, dict):
+            raise SessionError("not a gpudoctor session (expected a JSON object)")
+        schema = data.get("schema")
+        if not isinstance(schema, str) or not schema.startswith("gpudoctor.session/"):
+            raise SessionError(f"not a gpudoctor session (schema {schema!r})")
+        if schema != SESSION_SCHEMA:
+            raise SessionError(f"unsupported session schema {schema!r} (this gpudoctor reads {SESSION_SCHEMA})")
+        try:
+            return _build(cls, data)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise SessionError(f"malformed session: {exc}") from None
+
+    def save(self, path: Path) -> None:
+        from gpudoctor.fsutil import write_atomic
+
+        write_atomic(path, json.dumps(self.to_dict(), indent=1, allow_nan=False).encode())
+
+    @classmethod
+    def load(cls, path: Path) -> Session:
+        try:
+            raw = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise SessionError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise SessionError(f"{path}: is a directory, expected a session .json file") from None
+        except OSError as exc:
+            raise SessionError(f"{path}: cannot read ({exc.strerror})") from None
+        try:
+            data = json.loads(raw)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise SessionError(f"{path}: not valid JSON (corrupt or truncated session file)") from None
+        if isinstance(data, dict) and "session" in data and "schema" in data and str(
+            data.get("schema", "")
+        ).startswith("gpudoctor.report/"):
+            data = data["session"]
+        try:
+            return cls.from_dict(data)
+        except SessionError as exc:
+            raise SessionError(f"{path}: {exc}") from None
+
+    # ---- derived facts the checks share --------------------------------------
+    def fact(self, name: str) -> str | None:
+        """Return None when `name` is available, else the reason it is not."""
+        return self.unavailable.get(name)
+
+    def main_processes(self) -> list[ProcessInfo]:
+        return [p for p in self.processes if p.role != "worker"]
+
+    def steady_steps(self) -> list[StepRecord]:
+        return self.steps.records[self.steps.warmup_steps :]
+
+
+def _clean(value: Any) -> Any:
+    """Replace NaN/inf (not valid JSON) by None, recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _build(tp: Any, data: Any) -> Any:
+    """Rebuild a (nested) dataclass from plain JSON data, checking types on the way."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return data
+    if origin is None and dataclasses.is_dataclass(tp):
+        if not isinstance(data, dict):
+            raise TypeError(f"{tp.__name__}: expected an object, got {type(data).__name__}")
+        hints = _HINTS.get(tp)
+        if hints is None:
+            hints = _HINTS[tp] = get_type_hints(tp)
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if f.name in data:
+                kwargs[f.name] = _build(hints[f.name], data[f.name])
+        return tp(**kwargs)  # unknown keys from newer writers are ignored
+    args = get_args(tp)
+    if origin is list:
+        if not isinstance(data, list):
+            raise TypeError(f"expected a list, got {type(data).__name__}")
+        return [_build(args[0], v) for v in data]
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise TypeError(f"expected an object, got {type(data).__name__}")
+        return {str(k): _build(args[1], v) for k, v in data.items()}
+    if origin is not None:  # a union such as `int | None`
+        if data is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _build(arg, data)
+            except (TypeError, ValueError) as exc:
+                errors.append(str(exc))
+        raise TypeError("; ".join(errors) or "no matching type")
+    if tp is float:
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            raise TypeError(f"expected a number, got {type(data).__name__}")
+        return float(data)
+    if tp is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            if isinstance(data, float) and data.is_integer():
+                return int(data)
+            raise TypeError(f"expected an integer, got {type(data).__name__}")
+        return data
+    if tp is bool:
+        if not isinstance(data, bool):
+            raise TypeError(f"expected true/false, got {type(data).__name__}")
+        return data
+    if tp is str:
+        if not isinstance(data, str):
+            raise TypeError(f"expected a string, got {type(data).__name__}")
+        return data
+    raise TypeError(f"unsupported field type {tp!r}")
