@@ -6,6 +6,7 @@ third-party check; BUILTIN lets a source checkout find them without metadata.
 """
 
 BUILTIN = [
+    "gd001_run_failed",
     "gd101_workers",
     "gd102_input_stall",
     "gd103_cpu_saturation",

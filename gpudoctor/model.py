@@ -10,6 +10,7 @@ from gpudoctor.session import Session
 SEVERITIES = ("info", "warning", "critical")
 
 STAGES = {
+    0: "the run itself",
     1: "input pipeline",
     2: "GPU use and batch size",
     3: "kernel efficiency",

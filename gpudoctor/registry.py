@@ -26,21 +26,28 @@ class PluginError:
     reason: str
 
 
-def _builtin_checks() -> list[Check]:
+def _builtin_checks(errors: list[PluginError]) -> list[Check]:
     from gpudoctor import checks as builtin
 
     loaded = []
     for module_name in builtin.BUILTIN:
-        module = importlib.import_module(f"gpudoctor.checks.{module_name}")
-        loaded.append(module.CHECK)
+        try:
+            module = importlib.import_module(f"gpudoctor.checks.{module_name}")
+            loaded.append(module.CHECK)
+        except Exception as exc:  # reported like a broken plugin, never fatal
+            errors.append(PluginError(module_name, f"{type(exc).__name__}: {exc}"))
     return loaded
 
 
 def load_checks() -> tuple[list[Check], list[PluginError]]:
     """All checks, ordered by ID, plus the plugins that failed to load (with why)."""
-    found: dict[str, Check] = {c.id: c for c in _builtin_checks()}
     errors: list[PluginError] = []
-    for ep in entry_points(group=GROUP):
+    found: dict[str, Check] = {}
+    eps = list(entry_points(group=GROUP))
+    if not any(ep.value.startswith("gpudoctor.checks.") for ep in eps):
+        # a source tree without installed metadata: find the built-ins by module name
+        found = {c.id: c for c in _builtin_checks(errors)}
+    for ep in eps:
         try:
             check = ep.load()
         except Exception as exc:  # a broken plugin must not break diagnosis
@@ -50,8 +57,7 @@ def load_checks() -> tuple[list[Check], list[PluginError]]:
             errors.append(PluginError(ep.name, "entry point is not a gpudoctor.model.Check"))
             continue
         if check.id in found and found[check.id] is not check:
-            if found[check.id].run.__module__ != check.run.__module__:
-                errors.append(PluginError(ep.name, f"check ID {check.id} is already taken"))
+            errors.append(PluginError(ep.name, f"check ID {check.id} is already taken"))
             continue
         found[check.id] = check
     return sorted(found.values(), key=lambda c: c.id), errors

@@ -6,17 +6,22 @@ Session object. Schema `gpudoctor.report/1`; fields are only ever added.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, Iterable
 
 from gpudoctor import __version__, metrics
+from gpudoctor.agent.redact import redact_argv, redact_text
 from gpudoctor.engine import EngineResult
 from gpudoctor.model import Finding, severity_rank
 from gpudoctor.session import Session
+
+log = logging.getLogger(__name__)
 
 REPORT_SCHEMA = "gpudoctor.report/1"
 TIMELINE_MAX_POINTS = 600
 
 STAGE_VERDICT = {
+    0: "Run failed",
     1: "Input-bound",
     2: "GPU under-used",
     3: "Kernel-bound",
@@ -124,21 +129,57 @@ def _first_gpu(session: Session) -> int | None:
     return session.gpu_samples[0].gpu_index if session.gpu_samples else None
 
 
+def check_docs(ids: Iterable[str]) -> dict[str, str]:
+    """Each check's explain page (its module docstring), so a report explains itself offline.
+
+    A broken or half-installed check package must never cost the user the report,
+    so any failure to load the catalog yields no docs rather than an exception.
+    """
+    wanted = set(ids)
+    try:
+        from gpudoctor.registry import load_checks
+
+        checks, _ = load_checks()
+    except Exception as exc:
+        log.debug("check docs unavailable: %s", exc)
+        return {}
+    return {c.id: c.doc.strip() for c in checks if c.id in wanted and c.doc and c.doc.strip()}
+
+
+def _redact_evidence(data: dict[str, Any]) -> None:
+    """Defence in depth: the agent redacts at the source, but a Session may come from
+    elsewhere (analyze, an older agent, a hand-edited file) and reports get attached
+    to tickets, so argv and error text are masked again here (idempotent)."""
+    for proc in data.get("processes") or []:
+        if isinstance(proc.get("argv"), list):
+            proc["argv"] = redact_argv(proc["argv"])
+    for err in data.get("errors") or []:
+        for key in ("message", "traceback"):
+            if isinstance(err.get(key), str):
+                err[key] = redact_text(err[key])
+
+
 def build_report(
     session: Session,
     result: EngineResult,
     *,
     files: dict[str, str] | None = None,
     slugs: dict[str, str] | None = None,
+    docs: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """The report dict. `docs` maps check ID -> explain page; by default it is read
+    from the installed checks (pass {} to leave the pages out)."""
     slugs = slugs or {o.id: o.slug for o in result.outcomes}
     summary = summarize(session)
     summary["verdict"] = verdict(result.findings, summary)
     data = session.to_dict()
+    _redact_evidence(data)
+    if docs is None:
+        docs = check_docs([o.id for o in result.outcomes] + [f.id for f in result.findings])
     return {
         "schema": REPORT_SCHEMA,
         "tool": {"name": "gpudoctor", "version": __version__},
-        "command": session.command,
+        "command": redact_argv(session.command),
         "exit_code": session.exit_code,
         "duration_s": round(session.duration_s, 3),
         "started_at": session.started_at,
@@ -165,4 +206,5 @@ def build_report(
             "gpu_sample_interval_s": session.gpu_sample_interval_s,
             "cpu_sample_interval_s": session.cpu_sample_interval_s,
         },
+        "docs": docs,
     }

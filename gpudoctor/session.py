@@ -201,7 +201,8 @@ class ProfileSummary:
     gpu_busy_us: float = 0.0  # union of kernel + memcpy + memset intervals
     gpu_idle_us: float = 0.0
     idle_gap_kernel_to_kernel_us: float = 0.0  # gaps < 30 us
-    idle_gap_host_wait_us: float = 0.0  # larger gaps
+    idle_gap_host_wait_us: float = 0.0  # larger gaps, or the host launched after the GPU ran dry
+    idle_gap_other_us: float = 0.0  # large gaps although the work was queued in time (dependencies)
     launch_count: int = 0
     launch_total_us: float = 0.0  # CPU time of cudaLaunchKernel & co
     short_kernel_count: int = 0  # GPU time below its own launch time

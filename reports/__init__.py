@@ -1,4 +1,45 @@
-"""Renderers: each takes the finished report dict (gpudoctor.report) and returns text/bytes.
+"""Renderers: each takes the finished report dict (gpudoctor.report) and returns text.
 
-They never see the engine or the Session object, only the report.
+They never see the engine or the Session object, only the report. Formatters are
+chosen by name (`--format html|json|markdown|junit|terminal`), the way bandit picks
+its formatters; each lives in its own module and is imported only when used, so
+`--format json` never pays for matplotlib.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Mapping
+
+# name -> (module, file suffix)
+FORMATS: dict[str, tuple[str, str]] = {
+    "html": ("html", ".html"),
+    "json": ("json_report", ".json"),
+    "markdown": ("markdown", ".md"),
+    "junit": ("junit", ".junit.xml"),
+    "terminal": ("terminal", ".txt"),
+}
+FILE_FORMATS = ("html", "json", "markdown", "junit")
+
+
+def suffix(fmt: str) -> str:
+    return FORMATS[fmt][1]
+
+
+def renderer(fmt: str) -> Callable[..., str]:
+    """The text renderer for a format name (ValueError for an unknown one)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown report format {fmt!r} (choose from {', '.join(FORMATS)})")
+    module = importlib.import_module(f"{__name__}.{FORMATS[fmt][0]}")
+    if fmt == "terminal":
+        return module.to_text  # type: ignore[no-any-return]
+    return module.render  # type: ignore[no-any-return]
+
+
+def render(report: Mapping[str, Any], fmt: str, *, fail_on: str | None = None) -> str:
+    """Render the report in one format. `fail_on` matters to junit only (which
+    findings count as failures); the others show every finding."""
+    fn = renderer(fmt)
+    if fmt == "junit":
+        return fn(report, fail_on=fail_on)
+    return fn(report)

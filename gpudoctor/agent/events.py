@@ -39,6 +39,11 @@ class EventWriter:
             self._buffer.append(fields)
         self._ensure_thread()
 
+    def ensure_running(self):
+        """Start the flusher thread in this process if it is not running (e.g. in a fork)."""
+        self._ensure_process()
+        self._ensure_thread()
+
     def add_periodic(self, fn):
         self._periodic.append(fn)
 

@@ -106,6 +106,7 @@ class TorchHooks:
         self.last_alloc_t = 0.0
         self.profiler = None
         self.finished = False
+        self.worker_pid = None
 
     # -- installation ----------------------------------------------------------
     def install(self):
@@ -291,7 +292,37 @@ class TorchHooks:
         if key is None:
             info = self.torch.utils.data.get_worker_info()
             key = "worker:%d" % info.id if info is not None else "unknown"
+            if info is not None and self.worker_pid != os.getpid():
+                self._enter_worker()
         self.fetch.add(key, wall, cpu)
+
+    def _enter_worker(self):
+        """First batch in a DataLoader worker: make sure its numbers reach the disk.
+
+        Workers end through os._exit (no atexit), so flush from multiprocessing's
+        own finalizers, which do run when a worker leaves its loop.
+        """
+        self.worker_pid = os.getpid()
+        # state copied from the parent by fork belongs to the parent
+        self.fetch = FetchStats()
+        self.steps = StepTracker(self)
+        with self.loader_lock:
+            self.loader_stats = {}
+            self.loader_dirty = False
+        self.profiler = None
+        self.agent.writer.ensure_running()
+        try:
+            from multiprocessing import util
+
+            util.Finalize(None, self._worker_exit, exitpriority=100)
+        except Exception as exc:
+            self.agent.error("worker_finalize", exc)
+
+    def _worker_exit(self):
+        fetch = self.fetch.snapshot()
+        if fetch:
+            self.agent.emit("fetch", stats=fetch)
+        self.agent.writer.flush()
 
     def on_step(self, source, n):
         profiler = self.profiler

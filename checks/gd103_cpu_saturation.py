@@ -1,0 +1,207 @@
+"""GD103 cpu-saturation: the CPU is the bottleneck while the GPU idles.
+
+What it detects
+    One of two CPU limits, while the loop waits for data or the GPU sits idle:
+
+    - **All usable cores busy**: the cores the workload may use (CPU affinity and
+      cgroup quota) are >= 90% busy on average in steady state. Preprocessing (or
+      something else on the machine) needs more CPU than there is; adding workers
+      only adds contention.
+    - **Main Python thread pegged**: the training loop's own thread uses a full
+      core (>= 90%) while the other cores have room. The loop is Python-bound: it
+      cannot issue GPU work (or, with ``num_workers=0``, produce batches) any faster.
+
+    Idle CPUs while the loader stalls is *not* this check: that is waiting on
+    storage, network or a sleep (GD102 classifies it, GD104 looks at storage).
+
+Why it matters
+    A GPU only works on what the CPU queues for it. When the CPU is full, a faster GPU,
+    a bigger model or more workers change nothing; the CPU work per step must shrink
+    or move elsewhere.
+
+How it is measured
+    The supervisor samples the CPU with psutil during the run: busy share across the
+    usable cores, the process tree, the main process and its main thread, and the
+    DataLoader workers. Only samples inside the steady steps count. The impact comes
+    from the data-wait share (GD102) and the GPU's duty cycle (NVML).
+
+Thresholds, and where they come from
+    - Cores busy >= 90% (mean): psutil's system-wide busy share rarely exceeds
+      90-95% even when every core is runnable, because of interrupts and scheduler
+      idle moments; 90% is "no room left".
+    - Main thread >= 90% of one core: the same margin, for a single thread. Note that
+      a thread waiting in ``cudaStreamSynchronize`` also spins at 100%, so a pegged
+      main thread counts only while the GPU idles or the loop waits for data.
+    - Impact: data wait >= 5% of step time (TensorBoard profiler plugin, as GD102), or
+      GPU duty cycle below 50% (the TensorBoard plugin's "busy below 50%" line).
+      Critical when the data wait reaches 30% (GD102's critical line). When neither
+      was measured the saturation is reported as a note.
+
+What to do
+    - Cores: make each sample cheaper (decode/resize once offline and store ready
+      tensors, smaller inputs, faster decoders), run random augmentation on the GPU on
+      whole batches, and keep ``num_workers`` at most the usable cores. If other
+      processes use most of the CPU, move them or give the job more cores.
+    - Main thread: move batch production off it (``num_workers > 0``, GD101), and cut
+      Python work per step: ``torch.compile`` or CUDA graphs (fewer launches), a
+      bigger batch (the per-step overhead is amortised), no per-step ``.item()`` /
+      logging of tensors.
+
+Example
+    Bad: heavy per-sample CPU augmentation on 8 saturated cores::
+
+        transform = T.Compose([T.RandomResizedCrop(224), T.ColorJitter(0.4, 0.4, 0.4),
+                               T.GaussianBlur(23), T.ToTensor()])
+
+    Good: workers only decode; augmentation runs batched on the GPU::
+
+        transform = T.Compose([T.Resize(256), T.CenterCrop(224), T.PILToTensor()])
+        for images, labels in loader:
+            images = gpu_augment(images.to("cuda", non_blocking=True))
+"""
+
+from __future__ import annotations
+
+from gpudoctor import metrics
+from gpudoctor.checks.gd102_input_stall import WAIT_SHARE_CRITICAL, InputStall, input_stall
+from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.session import CpuSample, Session
+
+CORES_SATURATED_PERCENT = 90.0
+MAIN_THREAD_PEGGED_PERCENT = 90.0  # of one core
+GPU_IDLE_UTIL_PERCENT = 50.0  # duty cycle below this: the GPU idles (TensorBoard plugin)
+OTHER_PROCESSES_SHARE = 0.5  # the workload uses less than half of the busy CPU
+
+
+def run(session: Session) -> list[Finding]:
+    samples = metrics.cpu_samples_steady(session)
+    if not samples:
+        raise Skip("no CPU samples in the run")
+    system = metrics.mean([s.system_percent for s in samples])
+    main_thread = metrics.mean([s.main_thread_percent for s in samples if s.main_thread_percent is not None])
+    cores_saturated = system is not None and system >= CORES_SATURATED_PERCENT
+    main_pegged = main_thread is not None and main_thread >= MAIN_THREAD_PEGGED_PERCENT
+    if not (cores_saturated or main_pegged):
+        return []
+
+    found = input_stall(session) if session.loaders else None
+    gpu_util = metrics.gpu_metric_mean(metrics.gpu_samples_steady(session), "util_percent")
+    stalled = found is not None and found.significant
+    gpu_idle = gpu_util is not None and gpu_util < GPU_IDLE_UTIL_PERCENT
+    impact_measured = found is not None or gpu_util is not None
+    if impact_measured and not (stalled or gpu_idle):
+        return []  # the CPU is busy, but the GPU is fed: nothing waits on it
+
+    window = found.window if found else _window(session)
+    evidence: dict[str, Evidence] = {
+        "saturation": Evidence("cores" if cores_saturated else "main-thread", None, window, "what is saturated"),
+        "cpu_busy": Evidence(round(system or 0.0, 1), "%", window, "usable cores busy (mean)"),
+    }
+    cores = metrics.usable_cores(session)
+    if cores:
+        evidence["usable_cores"] = Evidence(round(cores, 2), "cores", "whole run", "usable cores (affinity, quota)")
+    if main_thread is not None:
+        evidence["main_thread"] = Evidence(round(main_thread, 1), "% of one core", window, "main Python thread")
+    tree = _workload_cores(samples)
+    if tree is not None:
+        evidence["workload_cpu"] = Evidence(round(tree, 2), "cores", window, "whole process tree")
+    workers = metrics.mean([s.workers_percent for s in samples if s.workers_percent is not None])
+    if workers is not None:
+        evidence["workers_cpu"] = Evidence(round(workers / 100.0, 2), "cores", window, "DataLoader workers")
+    if found is not None:
+        evidence["data_wait_share"] = Evidence(round(found.share * 100, 1), "%", found.window, "data wait / step time")
+    if gpu_util is not None:
+        evidence["gpu_util"] = Evidence(round(gpu_util, 1), "%", window, "GPU utilization (mean)")
+
+    impact = _impact_text(found, gpu_util, stalled, gpu_idle)
+    if not impact_measured:
+        severity = "info"
+    elif stalled and found is not None and found.share >= WAIT_SHARE_CRITICAL:
+        severity = "critical"
+    else:
+        severity = "warning"
+    gain = found.gain if stalled and found is not None else None
+    if cores_saturated:
+        return [_cores_finding(session, severity, system or 0.0, cores, tree, impact, window, evidence, gain)]
+    return [_main_thread_finding(session, severity, main_thread or 0.0, system or 0.0, impact, window,
+                                 evidence, gain)]
+
+
+def _window(session: Session) -> str:
+    summary = metrics.step_summary(session)
+    return summary.window if summary else "whole run"
+
+
+def _workload_cores(samples: list[CpuSample]) -> float | None:
+    values = [s.tree_percent for s in samples]
+    # tree_percent defaults to 0.0: all zeros means the tree was not sampled
+    if not any(v > 0 for v in values):
+        return None
+    return (metrics.mean(values) or 0.0) / 100.0
+
+
+def _impact_text(found: InputStall | None, gpu_util: float | None, stalled: bool, gpu_idle: bool) -> str:
+    parts = []
+    if stalled and found is not None:
+        parts.append(f"the loop waited for data {found.share:.0%} of each step")
+    if gpu_idle and gpu_util is not None:
+        parts.append(f"the GPU was busy only {gpu_util:.0f}% of the time")
+    if not parts:
+        return "Whether it slowed the GPU was not measured (no step times, loader wait or GPU samples)."
+    return "Meanwhile " + " and ".join(parts) + "."
+
+
+def _cores_finding(session: Session, severity: str, system: float, cores: float | None, tree: float | None,
+                   impact: str, window: str, evidence: dict[str, Evidence], gain: float | None) -> Finding:
+    cores_text = f" of {cores:g} usable cores" if cores else ""
+    message = f"The usable cores were {system:.0f}% busy on average{cores_text} over {window}. {impact}"
+    busy_cores = system / 100.0 * cores if cores else None
+    others = tree is not None and busy_cores and tree < OTHER_PROCESSES_SHARE * busy_cores
+    if others and busy_cores and tree is not None:
+        message += (f" The workload itself used only {tree:.1f} of the {busy_cores:.1f} busy cores: "
+                    "other processes on the machine take the rest.")
+        text = ("Other processes use most of the CPU: move them off this machine, or give the job more cores "
+                "(CPU affinity, cgroup quota). Then make each sample cheaper.")
+    else:
+        text = ("Preprocessing needs more CPU than the job has. Do not add workers (the cores are full): make "
+                "each sample cheaper (decode/resize once offline and store ready tensors, smaller inputs, a "
+                "faster decoder) and run random augmentation on the GPU on whole batches.")
+    loader = metrics.main_loader(session)
+    workers = loader.num_workers if loader else None
+    code = ("# workers only decode; augmentation runs on whole batches on the GPU\n"
+            "for images, labels in loader:\n"
+            "    images = gpu_augment(images.to(\"cuda\", non_blocking=True))  # torchvision.transforms.v2 on CUDA")
+    if workers and cores and workers > cores:
+        text += f" Also bring num_workers={workers} down to at most {max(1, int(cores) - 1)} (see GD101)."
+    return Finding(severity=severity, title=f"CPU saturated: usable cores {system:.0f}% busy while the GPU waits",
+                   message=message, evidence=evidence, remedy=Remedy(text=text, code=code), estimated_gain=gain)
+
+
+def _main_thread_finding(session: Session, severity: str, main_thread: float, system: float, impact: str,
+                         window: str, evidence: dict[str, Evidence], gain: float | None) -> Finding:
+    message = (f"The main Python thread used {main_thread:.0f}% of one core over {window} while the usable "
+               f"cores were only {system:.0f}% busy: the training loop is Python-bound. {impact}")
+    loader = metrics.main_loader(session)
+    if loader is not None and loader.num_workers == 0:
+        message += " With num_workers=0 the main thread also produces every batch."
+        text = ("Move batch production off the main thread (num_workers > 0, GD101 gives the number), then "
+                "cut per-step Python work.")
+        code = "loader = DataLoader(dataset, batch_size=B, num_workers=W, pin_memory=True, persistent_workers=True)"
+    else:
+        text = ("Cut Python work per step: compile the model (torch.compile, or CUDA graphs) so one call "
+                "issues many kernels, use a bigger batch to amortise per-step overhead, and avoid per-step "
+                ".item()/printing of tensors.")
+        code = "model = torch.compile(model)  # fewer, fused kernel launches per step"
+    return Finding(severity=severity, title=f"Main Python thread pegged at {main_thread:.0f}% of a core",
+                   message=message, evidence=evidence, remedy=Remedy(text=text, code=code), estimated_gain=gain)
+
+
+CHECK = Check(
+    id="GD103",
+    slug="cpu-saturation",
+    stage=1,
+    title="CPU saturation",
+    run=run,
+    requires=("cpu",),
+    doc=__doc__ or "",
+)

@@ -1,0 +1,201 @@
+"""GD105 pageable-memory: host-to-device copies from pageable (unpinned) memory.
+
+What it detects
+    - The profiled window shows host-to-device copies from *pageable* memory whose
+      average size is at least 64 KB, taking a measurable share of the window.
+    - A DataLoader feeding a CUDA run was built with ``pin_memory=False``. When a
+      profile was taken, this is reported only if pageable copies were actually
+      measured (data created on the GPU, or pinned by hand, costs nothing); without a
+      profile it is a note.
+
+Why it matters
+    The GPU's copy engines can only read page-locked (pinned) host memory. From
+    pageable memory the driver first copies into a pinned staging buffer, on the CPU,
+    and the transfer is synchronous with the host: ``.to("cuda", non_blocking=True)``
+    silently blocks, the copy cannot overlap with compute, and bandwidth is often half
+    of what pinned memory reaches. ``pin_memory=True`` makes the loader return pinned
+    batches (pinned by a background thread), so the copy runs asynchronously.
+
+How it is measured
+    From the torch.profiler window: the CUDA memcpy activities by kind (``HtoD`` from
+    pageable or pinned memory), with their count, bytes and GPU time. The loader's
+    ``pin_memory`` comes from the agent's record of each DataLoader. A run that put no
+    work on a CUDA device is skipped.
+
+Thresholds, and where they come from
+    - Copies averaging under 64 KB are ignored: Nsight Systems' expert rules skip
+      synchronous copies below 64 KB, where launch latency, not pinning, dominates
+      (many small copies are GD303's business).
+    - Pageable copy time >= 5% of the profiled window is a warning (the same "worth a
+      finding" line as the data wait, GD102); below that, a note.
+    - Estimated gain ``1 / (1 - share)`` of the window: the bound reached if the copies
+      overlapped completely with compute.
+
+What to do
+    ``DataLoader(..., pin_memory=True)`` and ``.to("cuda", non_blocking=True)`` on the
+    batch. For tensors built outside a loader, allocate them pinned
+    (``torch.empty(..., pin_memory=True)`` or ``tensor.pin_memory()`` once) and reuse
+    the buffer.
+
+Example
+    Bad::
+
+        loader = DataLoader(dataset, batch_size=256, num_workers=8)
+        for x, y in loader:
+            x, y = x.cuda(), y.cuda()
+
+    Good::
+
+        loader = DataLoader(dataset, batch_size=256, num_workers=8, pin_memory=True)
+        for x, y in loader:
+            x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpudoctor import metrics
+from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.session import LoaderInfo, ProfileSummary, Session
+
+SMALL_COPY_BYTES = 64 * 1024  # Nsight Systems ignores synchronous copies below 64 KB
+PAGEABLE_SHARE_WARNING = 0.05  # of the profiled window, as GD102's 5%
+MAX_SHARE_FOR_GAIN = 0.99
+
+
+@dataclass(frozen=True)
+class CopyStats:
+    count: int
+    bytes: float
+    us: float | None  # GPU time; None when the profile did not give it
+
+
+def _norm(kind: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", kind.lower()).replace("h2d", "htod")
+
+
+def htod_copies(profile: ProfileSummary, source: str) -> CopyStats:
+    """Sum the profile's memcpy kinds that are host-to-device from `source` (pageable | pinned)."""
+    count, size, us, have_us = 0, 0.0, 0.0, False
+    for kind, stats in profile.memcpy.items():
+        key = _norm(kind)
+        if "htod" not in key or source not in key:
+            continue
+        count += int(stats.get("count", 0))
+        size += float(stats.get("bytes", 0.0))
+        if "us" in stats:
+            us += float(stats["us"])
+            have_us = True
+    return CopyStats(count, size, us if have_us else None)
+
+
+def profile_measured(profile: ProfileSummary | None) -> bool:
+    """A CUDA profile that recorded GPU activity (an empty one proves nothing)."""
+    return profile is not None and profile.error is None and (profile.kernel_count > 0 or bool(profile.memcpy))
+
+
+def run(session: Session) -> list[Finding]:
+    if session.torch_cuda_used is False:
+        raise Skip("the run used no GPU")
+    profile = session.profile if profile_measured(session.profile) else None
+    if session.torch_cuda_used is None and profile is None:
+        raise Skip(session.fact("gpu") or "not known whether the run used a GPU")
+    unpinned = [lo for lo in session.loaders if lo.pin_memory is False and lo.batches > 0]
+    if profile is None:
+        if not session.loaders:
+            raise Skip("no DataLoader seen and no profile of the copies")
+        if all(lo.pin_memory is None for lo in session.loaders):
+            raise Skip("pin_memory of the DataLoaders not recorded and no profile of the copies")
+        return [_loader_note(unpinned)] if unpinned else []
+    finding = _profile_finding(profile, unpinned)
+    return [finding] if finding else []
+
+
+def _loader_line(loaders: list[LoaderInfo]) -> str:
+    return ", ".join(f"{lo.loader_id} ({lo.batches} batches)" for lo in loaders)
+
+
+def _remedy(loaders: list[LoaderInfo]) -> Remedy:
+    batch = next((lo.batch_size for lo in loaders if lo.batch_size), None)
+    workers = next((lo.num_workers for lo in loaders), None)
+    args = ["dataset"] + ([f"batch_size={batch}"] if batch else []) + (
+        [f"num_workers={workers}"] if workers else []) + ["pin_memory=True"]
+    return Remedy(
+        text="Pin host memory so host-to-device copies run asynchronously: pin_memory=True on the DataLoader "
+        "and .to(device, non_blocking=True) on the batch; pin hand-made host tensors once and reuse them.",
+        code=f"loader = DataLoader({', '.join(args)})\n"
+        "for x, y in loader:\n"
+        "    x, y = x.to(\"cuda\", non_blocking=True), y.to(\"cuda\", non_blocking=True)",
+    )
+
+
+def _loader_note(unpinned: list[LoaderInfo]) -> Finding:
+    return Finding(
+        severity="info",
+        title="DataLoader without pin_memory in a CUDA run",
+        message=(f"{len(unpinned)} DataLoader(s) feeding a CUDA run use pin_memory=False: {_loader_line(unpinned)}. "
+                 "Their batches are copied to the GPU from pageable memory, synchronously. No profile measured "
+                 "what the copies cost."),
+        evidence={"unpinned_loaders": Evidence([lo.loader_id for lo in unpinned], None, "whole run",
+                                               "DataLoaders with pin_memory=False")},
+        remedy=_remedy(unpinned),
+        estimated_gain=None,
+    )
+
+
+def _profile_finding(profile: ProfileSummary, unpinned: list[LoaderInfo]) -> Finding | None:
+    pageable = htod_copies(profile, "pageable")
+    if pageable.count == 0:
+        return None  # no pageable H2D copies: pin_memory=False, if any, costs nothing here
+    mean_bytes = pageable.bytes / pageable.count
+    if mean_bytes < SMALL_COPY_BYTES:
+        return None  # small copies: latency-bound, not a pinning problem (GD303 looks at them)
+    pinned = htod_copies(profile, "pinned")
+    window = f"profiled window, {profile.steps} steps" if profile.steps else "profiled window"
+    window_us = profile.window_s * 1e6
+    share = pageable.us / window_us if pageable.us is not None and window_us > 0 else None
+    evidence: dict[str, Evidence] = {
+        "pageable_htod_bytes": Evidence(int(pageable.bytes), "bytes", window, "pageable host-to-device bytes"),
+        "pageable_htod_copies": Evidence(pageable.count, "copies", window, "pageable host-to-device copies"),
+        "pageable_copy_mean_bytes": Evidence(int(mean_bytes), "bytes", window, "mean copy size"),
+        "pinned_htod_bytes": Evidence(int(pinned.bytes), "bytes", window, "pinned host-to-device bytes"),
+    }
+    if pageable.us is not None:
+        evidence["pageable_htod_time"] = Evidence(round(pageable.us / 1e3, 3), "ms", window, "GPU time of those copies")
+    if share is not None:
+        evidence["pageable_share"] = Evidence(round(share * 100, 2), "%", window, "share of the profiled window")
+    if unpinned:
+        evidence["unpinned_loaders"] = Evidence([lo.loader_id for lo in unpinned], None, "whole run",
+                                                "DataLoaders with pin_memory=False")
+    total = pageable.bytes + pinned.bytes
+    message = (f"{pageable.count} host-to-device copies from pageable memory moved "
+               f"{metrics.format_bytes(pageable.bytes)} (mean {metrics.format_bytes(mean_bytes)} per copy"
+               + (f", {pageable.bytes / total:.0%} of all H2D bytes" if total > 0 else "") + f") in the {window}")
+    message += (f", taking {pageable.us / 1e3:.1f} ms of GPU copy time ({share:.1%} of the window)."
+                if share is not None and pageable.us is not None else ".")
+    message += " Pageable copies are staged through a driver buffer and block the host, so they never overlap compute."
+    if unpinned:
+        message += f" Likely source: DataLoader(s) with pin_memory=False: {_loader_line(unpinned)}."
+    severity = "warning" if share is not None and share >= PAGEABLE_SHARE_WARNING else "info"
+    gain = 1.0 / (1.0 - min(share, MAX_SHARE_FOR_GAIN)) if share is not None else None
+    return Finding(
+        severity=severity,
+        title=f"Host-to-device copies from pageable memory ({metrics.format_bytes(pageable.bytes)} in the profile)",
+        message=message,
+        evidence=evidence,
+        remedy=_remedy(unpinned),
+        estimated_gain=gain,
+    )
+
+
+CHECK = Check(
+    id="GD105",
+    slug="pageable-memory",
+    stage=1,
+    title="Pageable host memory for H2D copies",
+    run=run,
+    requires=(),
+    doc=__doc__ or "",
+)

@@ -1,0 +1,321 @@
+"""Read the agents' event files (incrementally, while the run goes on) into Session parts.
+
+The supervisor polls `EventReader.poll()` for the live status line and --steps, and
+calls `apply(session)` once at the end. Torn last lines (a process killed while
+writing) are skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.session import (
+    AllocatorSnapshot,
+    ErrorEvent,
+    LoaderInfo,
+    ProcessInfo,
+    Session,
+    StepRecord,
+    Steps,
+)
+
+log = logging.getLogger(__name__)
+
+STEP_RECORDS_MAX = 5000  # step records kept in the Session (aggregates count the rest)
+WARMUP_STEPS = 2  # leading steps left out of steady-state numbers (imports, cudnn autotune, compile)
+
+
+@dataclass
+class _StepSource:
+    records: list[StepRecord] = field(default_factory=list)
+    aggregated: int = 0
+    aggregated_duration_s: float = 0.0
+    aggregated_wait_s: float = 0.0
+    count: int = 0
+
+
+@dataclass
+class _ProcessState:
+    info: ProcessInfo
+    steps: dict[str, _StepSource] = field(default_factory=dict)
+    loader_stats: dict[str, list[float]] = field(default_factory=dict)
+    fetch: dict[str, list[float]] = field(default_factory=dict)
+
+
+class EventReader:
+    def __init__(self, directory: Path, t0: float) -> None:
+        self.directory = Path(directory)
+        self.t0 = t0
+        self._offsets: dict[Path, int] = {}
+        self._partial: dict[Path, bytes] = {}
+        self.processes: dict[int, _ProcessState] = {}
+        self.loaders: dict[str, LoaderInfo] = {}
+        self.worker_to_loader: dict[int, str] = {}
+        self.errors: list[ErrorEvent] = []
+        self.allocator: list[AllocatorSnapshot] = []
+        self.profiles: list[dict[str, Any]] = []
+        self.cuda_devices: dict[int, list[dict[str, Any]]] = {}
+        self.torch_versions: dict[int, tuple[str | None, str | None]] = {}
+        self.agent_errors: list[str] = []
+        self.interrupted = False
+        self.malformed_lines = 0
+
+    # -- reading ---------------------------------------------------------------
+    def poll(self) -> None:
+        try:
+            names = sorted(os.listdir(self.directory))
+        except OSError:
+            return
+        for name in names:
+            if name.startswith("events-") and name.endswith(".jsonl"):
+                self._read(self.directory / name)
+
+    def _read(self, path: Path) -> None:
+        offset = self._offsets.get(path, 0)
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read()
+        except OSError:
+            return
+        if not data:
+            return
+        self._offsets[path] = offset + len(data)
+        data = self._partial.pop(path, b"") + data
+        lines = data.split(b"\n")
+        if lines[-1]:
+            self._partial[path] = lines[-1]  # incomplete line: wait for the rest
+        pid = _pid_from_name(path.name)
+        for line in lines[:-1]:
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                self.malformed_lines += 1
+                continue
+            if isinstance(event, dict):
+                try:
+                    self._handle(pid, event)
+                except (TypeError, ValueError, KeyError) as exc:
+                    self.malformed_lines += 1
+                    log.debug("bad event %r: %s", event, exc)
+
+    def _process(self, pid: int) -> _ProcessState:
+        state = self.processes.get(pid)
+        if state is None:
+            state = self.processes[pid] = _ProcessState(ProcessInfo(pid=pid))
+        return state
+
+    def _handle(self, pid: int, e: dict[str, Any]) -> None:
+        kind = e.get("k")
+        proc = self._process(pid)
+        t = float(e.get("ts", self.t0)) - self.t0
+        if kind == "hello":
+            proc.info.ppid = e.get("ppid")
+            proc.info.argv = [str(a) for a in e.get("argv") or []]
+            proc.info.cuda_visible_devices = e.get("cuda_visible_devices")
+        elif kind == "torch":
+            proc.info.torch = e.get("version")
+            self.torch_versions[pid] = (e.get("version"), e.get("cuda"))
+        elif kind == "step":
+            src = proc.steps.setdefault(str(e["src"]), _StepSource())
+            src.count += 1
+            if len(src.records) < STEP_RECORDS_MAX:
+                src.records.append(StepRecord(t=t, duration_s=float(e["dur"]), data_wait_s=float(e["wait"])))
+            else:
+                src.aggregated += 1
+                src.aggregated_duration_s += float(e["dur"])
+                src.aggregated_wait_s += float(e["wait"])
+        elif kind == "steps_agg":
+            src = proc.steps.setdefault(str(e["src"]), _StepSource())
+            src.count += int(e["n"])
+            src.aggregated += int(e["n"])
+            src.aggregated_duration_s += float(e["dur"])
+            src.aggregated_wait_s += float(e["wait"])
+        elif kind == "loader":
+            loader_id = str(e["id"])
+            self.loaders[loader_id] = LoaderInfo(
+                loader_id=loader_id,
+                pid=pid,
+                num_workers=int(e.get("num_workers") or 0),
+                batch_size=e.get("batch_size") if isinstance(e.get("batch_size"), int) else None,
+                pin_memory=e.get("pin_memory"),
+                persistent_workers=e.get("persistent_workers"),
+                prefetch_factor=e.get("prefetch_factor"),
+                dataset_class=e.get("dataset_class"),
+                dataset_len=e.get("dataset_len"),
+                dataset_root=e.get("dataset_root"),
+                iterable=bool(e.get("iterable")),
+            )
+        elif kind == "loader_workers":
+            for worker in e.get("pids") or []:
+                self.worker_to_loader[int(worker)] = str(e["id"])
+                self._process(int(worker)).info.role = "worker"
+        elif kind == "loader_stats":
+            proc.loader_stats = {str(k): list(v) for k, v in (e.get("stats") or {}).items()}
+        elif kind == "fetch":
+            proc.fetch = {str(k): list(v) for k, v in (e.get("stats") or {}).items()}
+        elif kind in ("exception", "oom"):
+            self.errors.append(
+                ErrorEvent(pid=pid, kind=kind, type=e.get("type"), message=str(e.get("message") or ""),
+                           traceback=e.get("traceback"), t=t)
+            )
+            if isinstance(e.get("allocator"), dict):
+                self._alloc(dict(e["allocator"], label="oom"), t)
+        elif kind == "oom_observed":
+            self.errors.append(
+                ErrorEvent(pid=pid, kind="oom", type="torch.cuda.OutOfMemoryError",
+                           message=f"allocation of {e.get('request_bytes')} bytes failed "
+                                   f"(device free {e.get('device_free')} bytes)", t=t)
+            )
+            if isinstance(e.get("allocator"), dict):
+                self._alloc(dict(e["allocator"], label="oom"), t)
+        elif kind == "interrupt":
+            self.interrupted = True
+        elif kind == "alloc":
+            self._alloc(e, t)
+        elif kind == "cuda":
+            self.cuda_devices[pid] = list(e.get("devices") or [])
+            proc.info.device_uuids = [str(d.get("uuid")) for d in self.cuda_devices[pid] if d.get("uuid")]
+        elif kind == "profile":
+            self.profiles.append(dict(e, pid=pid))
+        elif kind == "agent_error":
+            if len(self.agent_errors) < 50:
+                self.agent_errors.append(f"pid {pid}: {e.get('where')}: {e.get('error')}")
+
+    def _alloc(self, e: dict[str, Any], t: float) -> None:
+        fields = {k: e[k] for k in AllocatorSnapshot.__dataclass_fields__ if k in e and k != "t"}
+        fields.setdefault("label", "periodic")
+        snap = AllocatorSnapshot(t=t, **fields)
+        # keep the first and the latest periodic snapshots, and every labelled one
+        if snap.label == "periodic" and self.allocator and self.allocator[-1].label == "periodic" and \
+                sum(1 for a in self.allocator if a.label == "periodic") >= 2:
+            self.allocator[-1] = snap
+        else:
+            self.allocator.append(snap)
+
+    # -- live numbers ----------------------------------------------------------
+    def primary(self) -> tuple[int, str] | None:
+        """(pid, source) of the step stream that describes the run best."""
+        best: tuple[int, str] | None = None
+        best_key: tuple[int, int] = (-1, -1)
+        for pid, proc in self.processes.items():
+            for source, data in proc.steps.items():
+                key = (_SOURCE_RANK.get(source, 0), data.count)
+                if key > best_key:
+                    best, best_key = (pid, source), key
+        if best is not None:
+            pid, source = best
+            steps = self.processes[pid].steps
+            # several optimizers per iteration (GANs): loader batches count iterations better
+            if source == "optimizer" and "loader" in steps and steps["optimizer"].count > 1.5 * steps["loader"].count:
+                return pid, "loader"
+        return best
+
+    def step_count(self) -> int:
+        best = self.primary()
+        if best is None:
+            return 0
+        pid, source = best
+        return self.processes[pid].steps[source].count
+
+    def data_wait_share(self) -> float | None:
+        best = self.primary()
+        if best is None:
+            return None
+        pid, source = best
+        records = self.processes[pid].steps[source].records[WARMUP_STEPS:]
+        total = sum(r.duration_s for r in records)
+        if total <= 0:
+            return None
+        return sum(min(r.data_wait_s, r.duration_s) for r in records) / total
+
+    # -- final assembly ----------------------------------------------------------
+    def apply(self, session: Session) -> None:
+        self.poll()
+        for pid, proc in self.processes.items():
+            if pid in self.worker_to_loader:
+                proc.info.role = "worker"
+            elif proc.info.role != "worker" and proc.info.ppid in self.processes:
+                proc.info.role = "child"
+        session.processes = [p.info for p in sorted(self.processes.values(), key=lambda p: p.info.pid)]
+        self._apply_loaders(session)
+        self._apply_steps(session)
+        session.errors.extend(self.errors)
+        session.allocator = sorted(self.allocator, key=lambda a: a.t)
+        for version, cuda in self.torch_versions.values():
+            session.environment.torch = session.environment.torch or version
+            session.environment.cuda = session.environment.cuda or cuda
+        session.torch_cuda_used = bool(self.cuda_devices) if self.torch_versions else None
+        if self.agent_errors:
+            session.notes.extend(f"agent: {msg}" for msg in self.agent_errors[:10])
+        if self.malformed_lines:
+            session.notes.append(f"{self.malformed_lines} unreadable event lines were skipped")
+
+    def _apply_loaders(self, session: Session) -> None:
+        for proc in self.processes.values():
+            for loader_id, (batches, wait, wait_max) in proc.loader_stats.items():
+                loader = self.loaders.get(loader_id)
+                if loader is not None:
+                    loader.batches = int(batches)
+                    loader.wait_total_s = float(wait)
+                    loader.wait_max_s = float(wait_max)
+        for pid, proc in self.processes.items():
+            for key, (batches, wall, cpu) in proc.fetch.items():
+                loader_id = key if key in self.loaders else self.worker_to_loader.get(pid)
+                loader = self.loaders.get(loader_id) if loader_id else None
+                if loader is None:
+                    continue
+                loader.fetch_batches += int(batches)
+                loader.fetch_wall_s += float(wall)
+                loader.fetch_cpu_s += float(cpu)
+                if pid != loader.pid and pid not in loader.worker_pids:
+                    loader.worker_pids.append(pid)
+        session.loaders = sorted(self.loaders.values(), key=lambda lo: lo.loader_id)
+        if not session.loaders:
+            session.unavailable.setdefault("loader", "no DataLoader was iterated")
+        main = max(session.loaders, key=lambda lo: lo.batches, default=None)
+        if main is not None and main.batch_size and session.batch_size is None:
+            session.batch_size = main.batch_size
+
+    def _apply_steps(self, session: Session) -> None:
+        best = self.primary()
+        if best is None:
+            session.unavailable.setdefault("steps", "no step boundaries seen (no optimizer.step, DataLoader batch or gpudoctor.step())")
+            return
+        pid, source = best
+        data = self.processes[pid].steps[source]
+        records = data.records
+        # steps inside the profiler window run slower (tracing, stack capture): keep them out
+        for profile in self.profiles:
+            if profile.get("pid") == pid and profile.get("t_start") and profile.get("t_end"):
+                lo, hi = float(profile["t_start"]) - self.t0, float(profile["t_end"]) - self.t0
+                kept = [r for r in records if not (lo <= r.t and r.t - r.duration_s <= hi + 0.5)]
+                if len(kept) >= 3 and len(kept) < len(records):
+                    session.notes.append(
+                        f"{len(records) - len(kept)} steps inside the profiler window are left out of step statistics"
+                    )
+                    records = kept
+        session.steps = Steps(
+            source=source,
+            count=data.count + 1,  # the first boundary opens step 1 without a record
+            records=records,
+            aggregated=data.aggregated,
+            warmup_steps=min(WARMUP_STEPS, max(0, len(data.records) - 3)),
+        )
+
+
+_SOURCE_RANK = {"explicit": 3, "optimizer": 2, "loader": 1}
+
+
+def _pid_from_name(name: str) -> int:
+    try:
+        return int(name[len("events-"):-len(".jsonl")])
+    except ValueError:
+        return -1

@@ -1,0 +1,59 @@
+"""`gpudoctor checks` (the catalog) and `gpudoctor explain ID` (a check's page)."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.table import Table
+
+from gpudoctor import exitcodes
+from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.model import STAGES
+from gpudoctor.registry import find_check, load_checks
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("checks", help="list the checks (IDs, stages, titles)")
+    p.add_argument("--plain", action="store_true", help="tab-separated output for scripts")
+    p.set_defaults(func=list_checks)
+    p = sub.add_parser("explain", help="print a check's documentation page")
+    p.add_argument("check", metavar="ID", help="a check ID (GD102) or slug (input-stall)")
+    p.set_defaults(func=explain)
+
+
+def list_checks(args: argparse.Namespace) -> int:
+    checks, errors = load_checks()
+    if args.plain:
+        for check in checks:
+            print(f"{check.id}\t{check.slug}\t{check.stage}\t{check.title}")
+    else:
+        table = Table(title="gpudoctor checks", title_justify="left")
+        table.add_column("ID", style="bold")
+        table.add_column("slug")
+        table.add_column("stage")
+        table.add_column("detects")
+        for check in checks:
+            table.add_row(check.id, check.slug, f"{check.stage} {STAGES.get(check.stage, '')}", check.title)
+        Console().print(table)
+        print("Details: gpudoctor explain ID", file=sys.stderr)
+    for error in errors:
+        print(f"gpudoctor: plugin {error.name} failed to load: {error.reason}", file=sys.stderr)
+    return exitcodes.OK
+
+
+def explain(args: argparse.Namespace) -> int:
+    check = find_check(args.check)
+    if check is None:
+        raise GpudoctorError(f"no check named {args.check!r} (see `gpudoctor checks`)", exitcodes.NOT_FOUND)
+    page = inspect.cleandoc(check.doc or "") or check.title
+    header = f"# {check.id} {check.slug}: {check.title}\n\nStage {check.stage} ({STAGES.get(check.stage, '')}).\n\n"
+    console = Console()
+    if console.is_terminal:
+        console.print(Markdown(header + page))
+    else:
+        print(header + page)
+    return exitcodes.OK

@@ -1,0 +1,121 @@
+"""diagnose = plan outputs -> run under the supervisor -> checks -> engine -> reports -> exit code.
+
+Outputs are planned (and the directory's writability checked) before the workload
+starts, so a long run never ends with nowhere to write its diagnosis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from gpudoctor.engine import exit_status, run_checks
+from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.registry import load_checks
+from gpudoctor.report import build_report
+from gpudoctor.session import Session
+from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor
+
+log = logging.getLogger(__name__)
+
+
+def split_ids(values: list[str]) -> list[str]:
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
+def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str) -> int:
+    from gpudoctor.output import plan_outputs
+
+    formats = ["html", "json", *[f for f in args.formats if f not in ("html", "json")]]
+    plan = plan_outputs(args.out, stem, datetime.datetime.now(), formats, force=args.force,
+                        json_path=args.json_path)
+    options = RunOptions(
+        command=command,
+        duration_s=args.duration,
+        max_steps=args.steps,
+        grace_s=args.grace,
+        cpu_interval_s=args.interval,
+        gpu_interval_s=args.interval,
+        profile=not args.no_profile,
+        profile_warmup_steps=args.warmup_steps,
+        profile_steps=args.profile_steps,
+        data_paths=list(args.data),
+    )
+    supervisor = Supervisor(options)
+    try:
+        result = supervisor.run()
+    except LaunchError as exc:
+        supervisor_cleanup(supervisor)
+        raise GpudoctorError(str(exc), exc.code) from None
+    try:
+        session = result.session
+        if not supervisor.reader.processes:
+            print("gpudoctor: no Python process of the command was instrumented; "
+                  "the report covers CPU/GPU sampling only", file=sys.stderr)
+        _announce_end(session)
+        return finish(session, args, plan, trace=result.trace_path, stopped_by_us=session.stop_reason in ("duration", "steps"))
+    finally:
+        result.cleanup()
+
+
+def supervisor_cleanup(supervisor: Supervisor) -> None:
+    shutil.rmtree(supervisor.workdir, ignore_errors=True)
+
+
+def _announce_end(session: Session) -> None:
+    code = session.exit_code
+    reason = session.stop_reason
+    crash = next((e for e in session.errors if e.kind in ("exception", "oom")), None)
+    if reason == "duration":
+        what = "stopped after --duration"
+    elif reason == "steps":
+        what = "stopped after --steps"
+    elif reason == "interrupted":
+        what = "interrupted (Ctrl-C)"
+    elif reason == "terminated":
+        what = "terminated (SIGTERM to gpudoctor)"
+    elif code is not None and code > 128:
+        what = f"killed by signal {code - 128}"
+    elif crash is not None:
+        what = f"crashed: {crash.type}: {crash.message.splitlines()[0][:160] if crash.message else ''}"
+    else:
+        what = f"exited with code {code}"
+    print(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; writing the report", file=sys.stderr)
+
+
+def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | None = None,
+           stopped_by_us: bool = False) -> int:
+    """Run the checks on a Session, write every report, print the summary, return the exit code."""
+    from gpudoctor.output import write_outputs
+    from gpudoctor.reports import terminal
+
+    if trace is not None and plan.trace is not None and session.profile is not None:
+        try:
+            with open(trace, "rb") as src, gzip.open(plan.trace, "xb", compresslevel=6) as dst:
+                shutil.copyfileobj(src, dst)
+            session.profile.trace_file = plan.trace.name
+        except OSError as exc:
+            session.notes.append(f"the profiler trace could not be saved: {exc.strerror or exc}")
+    checks, plugin_errors = load_checks()
+    for error in plugin_errors:
+        session.notes.append(f"check plugin {error.name} failed to load: {error.reason}")
+    engine = run_checks(session, checks, ignore=split_ids(args.ignore))
+    report = build_report(session, engine, files=plan.relative_names())
+    written = write_outputs(plan, report, session.to_dict())
+    if not args.quiet:
+        console = Console(stderr=True)
+        terminal.render(report, console)
+        for path in written:
+            console.print(f"[dim]wrote[/dim] {path}")
+    workload = session.exit_code
+    if stopped_by_us and workload in (130, 143, 137, -2, -15):
+        workload = 0  # the workload ended because gpudoctor asked it to (documented)
+    return exit_status(workload, engine.findings, args.fail_on)
+

@@ -1,0 +1,355 @@
+"""The supervisor: runs the workload with the agent injected, samples it, survives it.
+
+The workload's stdin/stdout/stderr are its own; gpudoctor writes only a status line
+to stderr (when it is a terminal) and its summary at the end. Whatever happens to
+the workload (exit, crash, signal, --duration, Ctrl-C), the supervisor still has its
+samples and the agents' flushed events, and returns a Session.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from gpudoctor import __version__
+from gpudoctor.agent.redact import redact_argv
+from gpudoctor.collectors.cpu import CpuSampler, cpu_info
+from gpudoctor.collectors.events import EventReader
+from gpudoctor.collectors.storage import probe as probe_storage
+from gpudoctor.gpu import GpuMonitor
+from gpudoctor.session import Environment, Session, StorageProbe
+from gpudoctor.status import StatusLine
+
+log = logging.getLogger(__name__)
+
+SITE_DIR = Path(__file__).resolve().parent / "agent" / "_site"
+POLL_S = 0.25
+
+
+@dataclass
+class RunOptions:
+    command: list[str]
+    duration_s: float | None = None
+    max_steps: int | None = None
+    grace_s: float = 10.0  # SIGINT -> SIGTERM -> SIGKILL spacing when gpudoctor stops the run
+    cpu_interval_s: float = 0.5
+    gpu_interval_s: float = 0.5
+    profile: bool = True
+    profile_warmup_steps: int = 5
+    profile_steps: int = 10
+    data_paths: list[str] = field(default_factory=list)  # dataset locations given with --data
+    live_status: bool | None = None  # None: when stderr is a terminal
+
+
+@dataclass
+class RunResult:
+    session: Session
+    trace_path: Path | None  # raw profiler trace (in the temporary session dir)
+    workdir: Path  # temporary session directory; the caller removes it
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class Supervisor:
+    def __init__(self, options: RunOptions) -> None:
+        self.options = options
+        self.t0 = time.time()
+        self.workdir = Path(tempfile.mkdtemp(prefix="gpudoctor-session-"))
+        self.reader = EventReader(self.workdir, self.t0)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.own_group = False
+        self.stop_reason: str | None = None
+        self.stop_requested_at: float | None = None
+        self.escalation = 0
+        self.interrupts = 0
+        self.storage: dict[str, StorageProbe] = {}
+        self._storage_threads: list[threading.Thread] = []
+
+    # -- launching --------------------------------------------------------------
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        existing = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + existing if existing else "")
+        env["GPUDOCTOR_SESSION_DIR"] = str(self.workdir)
+        env["GPUDOCTOR_AGENT_CONFIG"] = json.dumps(
+            {
+                "profile": self.options.profile,
+                "profile_warmup_steps": self.options.profile_warmup_steps,
+                "profile_steps": self.options.profile_steps,
+            }
+        )
+        return env
+
+    def _start(self) -> None:
+        stdin_tty = _foreground_tty()
+        # At a terminal the workload stays in our process group, so Ctrl-C reaches it as
+        # usual and it can read the terminal. Otherwise it gets a group of its own that
+        # we can signal as a whole (torchrun, DataLoader workers, helpers).
+        self.own_group = not stdin_tty
+        kwargs: dict = {"env": self._environment()}
+        if self.own_group:
+            kwargs["process_group"] = 0
+        self.proc = subprocess.Popen(self.options.command, **kwargs)
+
+    # -- signals ---------------------------------------------------------------
+    def _signal(self, sig: int) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            if self.own_group:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _kill_tree(self) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            victims = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            victims = []
+        self._signal(signal.SIGKILL)
+        for child in victims:
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+
+    def request_stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self.stop_requested_at = time.monotonic()
+            self._signal(signal.SIGINT)
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        self.interrupts += 1
+        if self.interrupts >= 2:
+            print("\ngpudoctor: second Ctrl-C: stopping the workload now", file=sys.stderr)
+            self.stop_reason = "interrupted"
+            self._kill_tree()
+            return
+        print("\ngpudoctor: Ctrl-C: stopping the workload, the report follows (Ctrl-C again to stop now)",
+              file=sys.stderr)
+        if self.stop_reason is None:
+            self.stop_reason = "interrupted"
+            self.stop_requested_at = time.monotonic()
+        # A keyboard Ctrl-C already reached a workload in our foreground group: don't send twice.
+        if self.own_group or not _foreground_tty():
+            self._signal(signal.SIGINT)
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = "terminated"
+            self.stop_requested_at = time.monotonic()
+        self._signal(signal.SIGTERM)
+
+    def _escalate(self) -> None:
+        """SIGINT first; SIGTERM after the grace period; then SIGKILL."""
+        if self.stop_requested_at is None:
+            return
+        waited = time.monotonic() - self.stop_requested_at
+        grace = self.options.grace_s
+        if self.escalation == 0 and waited > grace:
+            self.escalation = 1
+            print(f"gpudoctor: workload still running {grace:.0f}s after SIGINT; sending SIGTERM", file=sys.stderr)
+            self._signal(signal.SIGTERM)
+        elif self.escalation == 1 and waited > grace * 1.5:
+            self.escalation = 2
+            print("gpudoctor: workload still running; sending SIGKILL", file=sys.stderr)
+            self._kill_tree()
+
+    # -- the run ---------------------------------------------------------------
+    def run(self) -> RunResult:
+        options = self.options
+        previous_int = signal.signal(signal.SIGINT, self._on_sigint)
+        previous_term = signal.signal(signal.SIGTERM, self._on_sigterm)
+        gpu = GpuMonitor(self.t0, options.gpu_interval_s)
+        gpu.start()
+        status = StatusLine(enabled=options.live_status)
+        started_at = datetime.datetime.now(datetime.timezone.utc)
+        cpu_sampler: CpuSampler | None = None
+        try:
+            try:
+                self._start()
+            except FileNotFoundError as exc:
+                raise LaunchError(f"command not found: {options.command[0]}", 66) from exc
+            except PermissionError as exc:
+                raise LaunchError(f"cannot execute {options.command[0]}: permission denied", 69) from exc
+            except OSError as exc:
+                raise LaunchError(f"cannot start {options.command[0]}: {exc.strerror or exc}", 69) from exc
+            assert self.proc is not None
+            cpu_sampler = CpuSampler(
+                self.proc.pid, self.t0, options.cpu_interval_s,
+                main_pid=lambda: (self.reader.primary() or (None, ""))[0],
+                worker_pids=lambda: set(self.reader.worker_to_loader),
+            )
+            cpu_sampler.start()
+            for path in options.data_paths:
+                self._probe_storage(path)
+            status.start()
+            while self.proc.poll() is None:
+                time.sleep(POLL_S)
+                self._tick(gpu, status)
+            self._tick(gpu, status)
+        finally:
+            status.stop()
+            signal.signal(signal.SIGINT, previous_int)
+            signal.signal(signal.SIGTERM, previous_term)
+            if cpu_sampler is not None:
+                cpu_sampler.stop()
+            gpu_result = gpu.stop()
+        duration = time.time() - self.t0
+        for thread in self._storage_threads:
+            thread.join(timeout=5)
+        session = self._assemble(started_at, duration, cpu_sampler, gpu_result)
+        trace = self._trace_path()
+        return RunResult(session=session, trace_path=trace, workdir=self.workdir)
+
+    def _tick(self, gpu: GpuMonitor, status: StatusLine) -> None:
+        self.reader.poll()
+        options = self.options
+        elapsed = time.time() - self.t0
+        steps = self.reader.step_count()
+        devices = [uuid for proc in self.reader.processes.values() for uuid in proc.info.device_uuids]
+        if devices:
+            gpu.select(devices)
+        for loader in list(self.reader.loaders.values()):
+            if loader.dataset_root:
+                self._probe_storage(loader.dataset_root)
+        if options.duration_s is not None and elapsed >= options.duration_s:
+            self.request_stop("duration")
+        if options.max_steps is not None and steps >= options.max_steps:
+            self.request_stop("steps")
+        self._escalate()
+        status.update(elapsed=elapsed, steps=steps, data_wait=self.reader.data_wait_share(),
+                      gpu_util=gpu.latest_util())
+
+    def _probe_storage(self, path: str) -> None:
+        if path in self.storage or len(self.storage) >= 4:
+            return
+        self.storage[path] = StorageProbe(path=path, error="probe did not finish")
+
+        def work() -> None:
+            self.storage[path] = probe_storage(path)
+
+        thread = threading.Thread(target=work, name="gpudoctor-storage", daemon=True)
+        self._storage_threads.append(thread)
+        thread.start()
+
+    def _trace_path(self) -> Path | None:
+        for profile in self.reader.profiles:
+            if profile.get("path"):
+                candidate = self.workdir / str(profile["path"])
+                if candidate.exists():
+                    return candidate
+        return None
+
+    # -- the Session -----------------------------------------------------------
+    def _assemble(self, started_at: datetime.datetime, duration: float, cpu_sampler: CpuSampler | None,
+                  gpu_result: object) -> Session:
+        assert self.proc is not None
+        code = self.proc.returncode
+        if code is not None and code < 0:
+            code = 128 - code
+        stop_reason = self.stop_reason or "exited"
+        session = Session(
+            tool_version=__version__,
+            command=redact_argv(self.options.command),
+            cwd=os.getcwd(),
+            started_at=started_at.isoformat(timespec="seconds"),
+            duration_s=round(duration, 3),
+            exit_code=code,
+            stop_reason=stop_reason,
+            source="diagnose",
+            environment=Environment(
+                python=platform.python_version(),
+                platform=platform.platform(),
+                hostname=socket.gethostname(),
+                cpu=cpu_info(self.proc.pid if self.proc.poll() is None else None),
+                host_memory_total_bytes=psutil.virtual_memory().total,
+            ),
+        )
+        self.reader.apply(session)
+        if not self.reader.processes:
+            session.notes.append("no Python process of the command was instrumented")
+            session.unavailable.setdefault("loader", "no Python process of the command was instrumented")
+            session.unavailable.setdefault("steps", "no Python process of the command was instrumented")
+        if cpu_sampler is not None:
+            session.cpu_samples = cpu_sampler.samples
+            session.cpu_sample_interval_s = cpu_sampler.interval_s
+            if cpu_sampler.error and not cpu_sampler.samples:
+                session.unavailable["cpu"] = f"CPU sampling failed: {cpu_sampler.error}"
+        if not session.cpu_samples:
+            session.unavailable.setdefault("cpu", "the run was too short for CPU samples")
+        session.storage = list(self.storage.values())
+        if not session.storage:
+            session.unavailable.setdefault("storage", "no dataset path known (pass --data PATH to name it)")
+        GpuMonitor.apply(gpu_result, session)
+        _apply_profile(self.reader.profiles, self.workdir, session)
+        if session.allocator == []:
+            session.unavailable.setdefault("allocator", "the workload did not use the CUDA caching allocator")
+        return session
+
+
+class LaunchError(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _apply_profile(profiles: list[dict], workdir: Path, session: Session) -> None:
+    usable = [p for p in profiles if p.get("path")]
+    if not usable:
+        errors = [str(p["error"]) for p in profiles if p.get("error")]
+        if errors:
+            session.unavailable["profile"] = errors[0]
+        elif session.torch_cuda_used:
+            session.unavailable["profile"] = "the profiler window did not complete (run too short?)"
+        else:
+            session.unavailable["profile"] = "no profiler window: the workload used no GPU"
+        return
+    profile = usable[0]
+    try:
+        from gpudoctor.collectors.trace import summarize_trace
+    except ImportError:
+        session.unavailable["profile"] = "trace analysis is not available in this build"
+        return
+    try:
+        summary = summarize_trace(workdir / str(profile["path"]), steps=int(profile.get("steps") or 0))
+    except Exception as exc:  # a trace we cannot read must not cost the rest of the report
+        log.debug("trace analysis failed", exc_info=True)
+        session.unavailable["profile"] = f"the profiler trace could not be analysed: {type(exc).__name__}: {exc}"
+        return
+    summary.tf32_enabled = profile.get("tf32")
+    summary.window_s = round(float(profile.get("t_end", 0)) - float(profile.get("t_start", 0)), 3)
+    session.profile = summary
+    session.unavailable.pop("profile", None)
+
+
+def _foreground_tty() -> bool:
+    """True when our stdin is a terminal and we are its foreground process group."""
+    try:
+        fd = sys.stdin.fileno()
+        return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False

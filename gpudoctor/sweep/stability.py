@@ -1,0 +1,108 @@
+"""When is a measurement done? The stability rule, as pure functions.
+
+After warm-up, timed iterations continue until all of these hold:
+  1. at least `min_iters` iterations (20) and `min_time_s` of measured time
+     (1 s on GPU, 0.5 s on CPU);
+  2. precise: the 95% confidence interval of the median iteration time, taken from
+     order statistics (no assumption about the distribution), has a half-width below
+     `rel_ci_target` (5%) of the median;
+  3. steady: the medians of the first and the second half of the timed iterations
+     differ by less than `drift_target` (5%): clocks, caches and autotuners have settled.
+The loop also ends, marked not stable, at `max_time_s` (10 s) of wall time or
+`max_iters`, once it has at least `MIN_TIMED_ITERS` iterations.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+Z_95 = 1.96
+MIN_TIMED_ITERS = 3  # below this a percentile is not a measurement
+MIN_ITERS_FOR_CI = 6
+MIN_ITERS_FOR_DRIFT = 10
+
+
+@dataclass(frozen=True)
+class StabilityRule:
+    min_iters: int = 20
+    min_time_s: float = 1.0
+    max_time_s: float = 10.0
+    max_iters: int = 100_000
+    rel_ci_target: float = 0.05
+    drift_target: float = 0.05
+
+
+@dataclass(frozen=True)
+class Verdict:
+    done: bool
+    stable: bool
+    rel_ci_half_width: float | None
+    drift: float | None
+    reason: str
+
+
+def median_ci(values: Sequence[float]) -> tuple[float, float] | None:
+    """Distribution-free 95% confidence interval of the median (order statistics)."""
+    n = len(values)
+    if n < MIN_ITERS_FOR_CI:
+        return None
+    data = sorted(values)
+    spread = Z_95 * math.sqrt(n) / 2
+    lower_rank = max(1, math.floor(n / 2 - spread))  # 1-based ranks
+    upper_rank = min(n, math.ceil(1 + n / 2 + spread))
+    return data[lower_rank - 1], data[upper_rank - 1]
+
+
+def rel_ci_half_width(values: Sequence[float]) -> float | None:
+    ci = median_ci(values)
+    if ci is None:
+        return None
+    median = statistics.median(values)
+    if median <= 0:
+        return None
+    return (ci[1] - ci[0]) / (2 * median)
+
+
+def drift(values: Sequence[float]) -> float | None:
+    """|median of the second half / median of the first half - 1|."""
+    n = len(values)
+    if n < MIN_ITERS_FOR_DRIFT:
+        return None
+    first = statistics.median(values[: n // 2])
+    second = statistics.median(values[n // 2 :])
+    if first <= 0:
+        return None
+    return abs(second / first - 1)
+
+
+def judge(durations: Sequence[float], wall_s: float, rule: StabilityRule) -> Verdict:
+    """Decide whether the timed loop may stop, and whether what it has is stable."""
+    n = len(durations)
+    measured = sum(durations)
+    ci = rel_ci_half_width(durations)
+    dr = drift(durations)
+    numbers = f"{n} iterations, {measured:.2f} s measured"
+    if ci is not None:
+        numbers += f", median +/-{ci:.1%} (95% CI)"
+    if dr is not None:
+        numbers += f", drift {dr:.1%}"
+    enough = n >= rule.min_iters and measured >= rule.min_time_s
+    precise = ci is not None and ci < rule.rel_ci_target
+    steady = dr is not None and dr < rule.drift_target
+    if enough and precise and steady:
+        return Verdict(True, True, ci, dr, f"stable: {numbers}")
+    capped = wall_s >= rule.max_time_s or n >= rule.max_iters
+    if capped and n >= MIN_TIMED_ITERS:
+        missing = []
+        if not enough:
+            missing.append(f"needs >= {rule.min_iters} iterations and >= {rule.min_time_s:g} s")
+        if not precise:
+            missing.append(f"median CI not below {rule.rel_ci_target:.0%}")
+        if not steady:
+            missing.append(f"drift not below {rule.drift_target:.0%}")
+        cap = f"{rule.max_time_s:g} s" if wall_s >= rule.max_time_s else f"{rule.max_iters} iterations"
+        return Verdict(True, False, ci, dr, f"not stable at the {cap} cap ({'; '.join(missing)}): {numbers}")
+    return Verdict(False, False, ci, dr, numbers)

@@ -1,0 +1,191 @@
+"""Formatting shared by the renderers: numbers with units, severities, the command line.
+
+Everything here reads the finished report dict only (gpudoctor.report), so each
+renderer stays a thin layout over the same words and numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any, Iterable, Mapping
+
+from gpudoctor.agent.redact import redact_argv
+from gpudoctor.metrics import format_bytes, format_duration
+from gpudoctor.model import SEVERITIES, STAGES
+
+SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "WARNING", "info": "info"}
+STATUS_LABEL = {"pass": "pass", "finding": "finding", "skipped": "skipped", "error": "error"}
+# share-like units: a value in [0, 1] printed as a percentage
+_SHARE_UNITS = {"share", "fraction", "ratio"}
+_BYTE_UNITS = {"bytes", "byte", "b"}
+_SECOND_UNITS = {"s", "sec", "seconds"}
+
+
+def severity_rank(severity: str | None) -> int:
+    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
+
+
+def fails(finding: Mapping[str, Any], fail_on: str | None) -> bool:
+    """True when the finding is at or above the --fail-on level."""
+    if not fail_on:
+        return False
+    return severity_rank(finding.get("severity")) >= severity_rank(fail_on)
+
+
+def stage_name(stage: Any) -> str:
+    return STAGES.get(stage, "other") if isinstance(stage, int) else "other"
+
+
+def command_line(report: Mapping[str, Any]) -> str:
+    """The workload's command as one shell-quoted line, secrets masked (again: reports
+    are attached to tickets, and masking twice is harmless)."""
+    argv = report.get("command") or []
+    if not isinstance(argv, list):
+        return ""
+    return shlex.join(redact_argv([str(a) for a in argv]))
+
+
+def format_number(value: Any, unit: str | None = None) -> str:
+    """A measured value for humans; None means "not measured", never zero."""
+    if value is None:
+        return "not measured"
+    norm = (unit or "").strip().lower()
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        if norm in _SHARE_UNITS:
+            return f"{value:.0%}" if abs(value) >= 0.01 or value == 0 else f"{value:.1%}"
+        if norm == "%":
+            return f"{value:.0f}%" if abs(value) >= 1 or value == 0 else f"{value:.2f}%"
+        if norm in _BYTE_UNITS:
+            return format_bytes(float(value))
+        if norm in _SECOND_UNITS:
+            return format_duration(float(value))
+        if norm in ("us", "µs"):
+            return format_duration(float(value) / 1e6)
+        if norm == "ms":
+            return format_duration(float(value) / 1e3)
+        text = f"{value:,}" if isinstance(value, int) else _significant(float(value))
+        return f"{text} {unit}" if unit else text
+    if isinstance(value, (list, dict)):
+        text = json.dumps(value, separators=(", ", ": "), default=str)
+    else:
+        text = str(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{text} {unit}" if unit else text
+
+
+def _significant(value: float) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}".rstrip("0").rstrip(".")
+    return f"{value:.3g}"
+
+
+def evidence_items(finding: Mapping[str, Any]) -> list[tuple[str, str, str | None]]:
+    """(label, formatted value, window) for each evidence entry, in the check's order."""
+    items = []
+    for key, entry in (finding.get("evidence") or {}).items():
+        if not isinstance(entry, Mapping):
+            entry = {"value": entry}
+        label = str(entry.get("label") or key.replace("_", " "))
+        items.append((label, format_number(entry.get("value"), entry.get("unit")), entry.get("window")))
+    return items
+
+
+def key_numbers(finding: Mapping[str, Any], limit: int = 3) -> str:
+    return "; ".join(f"{label} {value}" for label, value, _ in evidence_items(finding)[:limit])
+
+
+def gain_text(gain: Any) -> str:
+    if not isinstance(gain, (int, float)) or isinstance(gain, bool):
+        return "n/a"
+    return f"up to {gain:.1f}x"
+
+
+def primary_findings(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Findings that are root causes (not consequences of another), in engine order."""
+    return [f for f in report.get("findings") or [] if not f.get("consequence_of")]
+
+
+def top_remedies(report: Mapping[str, Any], limit: int = 3) -> list[dict[str, Any]]:
+    """The findings whose remedies are worth showing first: root causes, not notes."""
+    picked = [f for f in primary_findings(report) if f.get("remedy") and f.get("severity") != "info"]
+    return picked[:limit]
+
+
+def skipped_checks(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in report.get("checks") or [] if c.get("status") in ("skipped", "error")]
+
+
+def gpu_names(report: Mapping[str, Any]) -> list[str]:
+    gpus = (report.get("environment") or {}).get("gpus") or []
+    return [str(g.get("name") or "unknown GPU") for g in gpus if isinstance(g, Mapping)]
+
+
+def environment_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The environment as (name, value) rows; "not recorded" rather than blanks."""
+    env = report.get("environment") or {}
+    cpu = env.get("cpu") or {}
+    summary = report.get("summary") or {}
+    gpus = env.get("gpus") or []
+    gpu_text = ", ".join(
+        f"{g.get('name') or 'unknown'}"
+        + (f" ({format_bytes(g['memory_total_bytes'])})" if g.get("memory_total_bytes") else "")
+        for g in gpus
+        if isinstance(g, Mapping)
+    )
+    cores = summary.get("usable_cores") or cpu.get("usable_cores")
+    rows = [
+        ("GPU", gpu_text or "none recorded"),
+        ("Driver", env.get("driver") or "not recorded"),
+        ("torch", env.get("torch") or "not recorded"),
+        ("CUDA (torch build)", env.get("cuda") or "not recorded"),
+        ("CPU", cpu.get("model") or "not recorded"),
+        ("Logical cores", _or(cpu.get("logical_cores"))),
+        ("Usable cores (affinity, cgroup)", _or(cores)),
+        ("Host memory", format_bytes(env["host_memory_total_bytes"]) if env.get("host_memory_total_bytes") else "not recorded"),
+        ("Python", env.get("python") or "not recorded"),
+        ("Platform", env.get("platform") or "not recorded"),
+    ]
+    return rows
+
+
+def _or(value: Any) -> str:
+    if value is None:
+        return "not recorded"
+    return _significant(float(value)) if isinstance(value, float) else str(value)
+
+
+def summary_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The headline numbers of the run, formatted; unmeasured ones say so."""
+    s = report.get("summary") or {}
+    step_time = s.get("step_time_median_s")
+    return [
+        ("Steps", f"{s.get('steps', 0):,}" + (f" ({s['step_source']})" if s.get("step_source") else "")),
+        ("Median step time", format_duration(step_time) if step_time is not None else "not measured"),
+        ("Throughput", _rate(s.get("steps_per_s"), "steps/s") + _samples(s.get("samples_per_s"))),
+        ("Data-wait share", format_number(s.get("data_wait_share"), "share")),
+        ("GPU utilization (duty cycle)", format_number(s.get("gpu_util_mean"), "%")),
+        ("SM activity (real)", format_number(s.get("sm_activity_mean"), "%")),
+        ("Tensor-core activity", format_number(s.get("tensor_activity_mean"), "%")),
+        ("CPU (usable cores)", format_number(s.get("cpu_percent_mean"), "%")),
+        ("Mean power", format_number(s.get("power_w_mean"), "W")),
+        ("Peak memory allocated", format_number(s.get("peak_memory_allocated_bytes"), "bytes")),
+    ]
+
+
+def _rate(value: Any, unit: str) -> str:
+    return "not measured" if value is None else f"{_significant(float(value))} {unit}"
+
+
+def _samples(value: Any) -> str:
+    return "" if value is None else f" ({_significant(float(value))} samples/s)"
+
+
+def join_lines(lines: Iterable[str]) -> str:
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,234 @@
+"""The HTML report: one self-contained file to attach to a ticket.
+
+jinja2 with autoescaping renders templates/report.html. The page makes no network
+request of any kind: styles are inline, charts are inline SVG, and a
+Content-Security-Policy meta tag forbids everything else (`default-src 'none'`).
+The one small script (copy buttons, open <details> for printing) is allowed by
+its SHA-256 hash, so no other script, injected or not, can run.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import jinja2
+from markupsafe import Markup
+
+from . import charts
+from ._common import (
+    command_line,
+    environment_rows,
+    evidence_items,
+    format_number,
+    gain_text,
+    gpu_names,
+    skipped_checks,
+    stage_name,
+    summary_rows,
+)
+from gpudoctor.metrics import format_bytes, format_duration
+
+log = logging.getLogger(__name__)
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+# Progressive enhancement: buttons are added by the script, so a viewer that strips
+# scripts (a ticket system, an email client) shows no dead buttons.
+SCRIPT = (
+    "(function(){"
+    "function sel(c){var r=document.createRange();r.selectNodeContents(c);"
+    "var s=window.getSelection();s.removeAllRanges();s.addRange(r);}"
+    "document.querySelectorAll('pre.code').forEach(function(p){"
+    "var c=p.querySelector('code');if(!c)return;var b=document.createElement('button');"
+    "b.type='button';b.className='copy';b.textContent='Copy';"
+    "b.addEventListener('click',function(){var done=function(){b.textContent='Copied';"
+    "setTimeout(function(){b.textContent='Copy';},1500);};"
+    "if(navigator.clipboard&&navigator.clipboard.writeText){"
+    "navigator.clipboard.writeText(c.textContent).then(done,function(){sel(c);});}"
+    "else{sel(c);}});p.insertBefore(b,c);});"
+    "window.addEventListener('beforeprint',function(){"
+    "document.querySelectorAll('details').forEach(function(d){d.open=true;});});"
+    "})();"
+)
+
+
+def script_hash(script: str = SCRIPT) -> str:
+    return "sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+
+
+def content_security_policy(script: str = SCRIPT) -> str:
+    return (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+        f"script-src '{script_hash(script)}'; base-uri 'none'; form-action 'none'"
+    )
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,  # every template, whatever its file name
+        # a field missing from an older or hand-edited report renders empty, not a crash
+        undefined=jinja2.ChainableUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = format_number
+    env.filters["duration"] = lambda v: format_duration(float(v)) if _is_number(v) else "not measured"
+    env.filters["bytes"] = lambda v: format_bytes(float(v)) if _is_number(v) else "not measured"
+    return env
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def render(report: Mapping[str, Any]) -> str:
+    template = environment().get_template("report.html")
+    return template.render(**context(report))
+
+
+def context(report: Mapping[str, Any]) -> dict[str, Any]:
+    evidence = report.get("evidence") or {}
+    unavailable = evidence.get("unavailable") or {}
+    docs = report.get("docs") or {}
+    timeline = evidence.get("timeline") or {}
+    profile = evidence.get("profile") or None
+    summary = report.get("summary") or {}
+    return {
+        "csp": content_security_policy(),
+        "script": Markup(SCRIPT),  # our constant: its bytes must match the CSP hash
+        "report": report,
+        "tool": report.get("tool") or {},
+        "summary": summary,
+        "verdict": summary.get("verdict") or "No verdict recorded.",
+        "worst": _worst(report),
+        "command": command_line(report),
+        "gpus": ", ".join(gpu_names(report)) or "no GPU recorded",
+        "summary_rows": summary_rows(report),
+        "findings": [_finding_view(f, docs) for f in report.get("findings") or []],
+        "checks": list(report.get("checks") or []),
+        "skipped": skipped_checks(report),
+        "environment_rows": environment_rows(report),
+        "timeline_svg": _chart(charts.timeline, timeline),
+        "timeline_missing": _why(unavailable, ("gpu", "cpu"), "no GPU or CPU samples were recorded"),
+        "steps_svg": _chart(charts.step_breakdown, timeline.get("steps") or {}),
+        "steps_missing": _why(unavailable, ("steps",), "no step boundaries were recorded"),
+        "step_numbers": _step_numbers(summary),
+        "profile": _profile_view(profile) if profile else None,
+        "profile_missing": _why(unavailable, ("profile",), "no profiler window was recorded"),
+        "kernel_svg": _chart(charts.kernel_histogram, (profile or {}).get("kernel_duration_hist") or {}),
+        "allocator": [_allocator_view(a) for a in evidence.get("allocator") or []],
+        "allocator_missing": _why(unavailable, ("allocator",), "no allocator statistics were recorded"),
+        "loaders": evidence.get("loaders") or [],
+        "storage": evidence.get("storage") or [],
+        "errors": evidence.get("errors") or [],
+        "unavailable": unavailable,
+        "notes": evidence.get("notes") or [],
+        "files": report.get("files") or {},
+    }
+
+
+def _worst(report: Mapping[str, Any]) -> str:
+    for f in report.get("findings") or []:
+        if not f.get("consequence_of") and f.get("severity") in ("critical", "warning"):
+            return str(f["severity"])
+    return "ok"
+
+
+def _finding_view(f: Mapping[str, Any], docs: Mapping[str, Any]) -> dict[str, Any]:
+    remedy = f.get("remedy") or {}
+    return {
+        "id": str(f.get("id") or "?"),
+        "slug": f.get("slug"),
+        "severity": str(f.get("severity") or "info"),
+        "stage": stage_name(f.get("stage")),
+        "title": f.get("title") or "",
+        "message": f.get("message") or "",
+        "evidence": evidence_items(f),
+        "remedy_text": remedy.get("text"),
+        "remedy_code": remedy.get("code"),
+        "gain": gain_text(f.get("estimated_gain")) if f.get("estimated_gain") is not None else None,
+        "consequence_of": f.get("consequence_of"),
+        "doc": docs.get(f.get("id")) if isinstance(docs.get(f.get("id")), str) else None,
+    }
+
+
+def _chart(fn: Callable[[Any], str | None], data: Any) -> Markup | None:
+    """The SVG as trusted markup (matplotlib's output, checked by charts.to_svg), or
+    None: a broken chart must cost the reader one picture, not the whole report."""
+    try:
+        svg = fn(data)
+    except Exception as exc:
+        log.warning("chart %s failed: %s", getattr(fn, "__name__", "?"), exc)
+        return None
+    return Markup(svg) if svg else None
+
+
+def _why(unavailable: Mapping[str, Any], facts: tuple[str, ...], default: str) -> str:
+    reasons = [f"{fact}: {unavailable[fact]}" for fact in facts if unavailable.get(fact)]
+    return "; ".join(reasons) or default
+
+
+def _step_numbers(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    median = summary.get("step_time_median_s")
+    share = summary.get("data_wait_share")
+    if median is None:
+        return []
+    rows = [("Median step time", format_duration(median))]
+    if share is not None:
+        rows.append(("Waiting for data", f"{format_duration(median * share)} ({share:.0%})"))
+        rows.append(("Compute and the rest", f"{format_duration(median * (1 - share))} ({1 - share:.0%})"))
+    return rows
+
+
+def _profile_view(p: Mapping[str, Any]) -> dict[str, Any]:
+    busy, idle = p.get("gpu_busy_us") or 0.0, p.get("gpu_idle_us") or 0.0
+    rows = [
+        ("Profiled window", f"{p.get('steps', 0)} steps, {format_duration(float(p.get('window_s') or 0))}"),
+        ("Kernels", f"{p.get('kernel_count', 0):,} ({format_duration((p.get('kernel_total_us') or 0) / 1e6)} GPU time)"),
+        ("Median kernel", format_number(p.get("kernel_median_us"), "us")),
+        ("GPU busy / idle", f"{format_duration(busy / 1e6)} / {format_duration(idle / 1e6)}"
+         + (f" ({busy / (busy + idle):.0%} busy)" if busy + idle > 0 else "")),
+        ("Idle gaps: kernel-to-kernel / host waits",
+         f"{format_duration((p.get('idle_gap_kernel_to_kernel_us') or 0) / 1e6)} / {format_duration((p.get('idle_gap_host_wait_us') or 0) / 1e6)}"),
+        ("Launches (CPU time)", f"{p.get('launch_count', 0):,} ({format_duration((p.get('launch_total_us') or 0) / 1e6)})"),
+        ("Kernels shorter than their launch", f"{p.get('short_kernel_count', 0):,}"),
+        ("Host synchronisations", f"{p.get('sync_count', 0):,} ({format_duration((p.get('sync_total_us') or 0) / 1e6)})"),
+        ("Matmul: fp32 / tensor cores / total",
+         " / ".join(format_duration((p.get(k) or 0) / 1e6) for k in ("matmul_fp32_us", "matmul_tensor_core_us", "matmul_total_us"))),
+        ("TF32 enabled", format_number(p.get("tf32_enabled"))),
+    ]
+    memcpy = [
+        (kind, f"{int(v.get('count', 0)):,}", format_bytes(v.get("bytes")), format_duration((v.get("us") or 0) / 1e6))
+        for kind, v in (p.get("memcpy") or {}).items()
+        if isinstance(v, Mapping)
+    ]
+    return {
+        "rows": rows,
+        "top_kernels": p.get("top_kernels") or [],
+        "top_ops": p.get("top_ops") or [],
+        "memcpy": memcpy,
+        "sync_sites": p.get("sync_sites") or [],
+        "trace_file": p.get("trace_file"),
+        "error": p.get("error"),
+    }
+
+
+def _allocator_view(a: Mapping[str, Any]) -> dict[str, str]:
+    total = a.get("device_total_bytes")
+    peak = a.get("max_allocated_bytes")
+    return {
+        "label": str(a.get("label") or ""),
+        "t": format_duration(float(a.get("t") or 0)),
+        "allocated": format_bytes(a.get("allocated_bytes")),
+        "reserved": format_bytes(a.get("reserved_bytes")),
+        "inactive_split": format_bytes(a.get("inactive_split_bytes")),
+        "peak": format_bytes(peak) + (f" ({peak / total:.0%} of device)" if peak and total else ""),
+        "retries": str(a.get("num_alloc_retries", 0)),
+        "ooms": str(a.get("num_ooms", 0)),
+        "expandable": format_number(a.get("expandable_segments")),
+    }

@@ -1,0 +1,62 @@
+"""The JSON report: the machine-readable contract (schema gpudoctor.report/1).
+
+The contract keys come first and in the documented order; every other key the
+report builder added follows unchanged (fields are only ever added, never removed).
+Findings keep the engine's order: most important first.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping
+
+from gpudoctor.agent.redact import redact_argv
+
+CONTRACT_KEYS = (
+    "schema",
+    "tool",
+    "command",
+    "exit_code",
+    "duration_s",
+    "environment",
+    "summary",
+    "findings",
+    "checks",
+)
+FINDING_KEYS = ("id", "stage", "severity", "title", "message", "evidence", "remedy", "estimated_gain")
+
+
+def ordered(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The report with contract keys first (all present), the rest after, as given."""
+    out: dict[str, Any] = {}
+    for key in CONTRACT_KEYS:
+        out[key] = report.get(key)
+    out["command"] = redact_argv([str(a) for a in report.get("command") or []])
+    out["findings"] = [_finding(f) for f in report.get("findings") or []]
+    out["checks"] = list(report.get("checks") or [])
+    for key, value in report.items():
+        if key not in out:
+            out[key] = value
+    return out
+
+
+def _finding(finding: Mapping[str, Any]) -> dict[str, Any]:
+    out = {key: finding.get(key) for key in FINDING_KEYS}
+    out.update({k: v for k, v in finding.items() if k not in out})
+    return out
+
+
+def render(report: Mapping[str, Any], *, indent: int | None = 1) -> str:
+    return json.dumps(_finite(ordered(report)), indent=indent, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinity are not JSON: an unmeasurable number becomes null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

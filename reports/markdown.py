@@ -1,0 +1,96 @@
+"""A Markdown summary to paste into a ticket or a pull-request comment.
+
+Ticket systems render Markdown with inline HTML allowed, so every string from the
+run is escaped for both: HTML-special characters become entities, Markdown
+punctuation is backslash-escaped, table cells lose their pipes and newlines, and
+code goes into a fence longer than any backtick run inside it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from ._common import (
+    command_line,
+    gain_text,
+    key_numbers,
+    skipped_checks,
+    summary_rows,
+    top_remedies,
+)
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+MAX_REMEDIES = 5
+
+
+def escape(text: Any) -> str:
+    """Inline text safe for Markdown and for the HTML that Markdown allows."""
+    value = " ".join(str(text).split())
+    value = value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    return _MD_SPECIAL.sub(r"\\\1", value)
+
+
+def code_span(text: Any) -> str:
+    value = " ".join(str(text).split())
+    ticks = "`" * (max((len(m) for m in re.findall(r"`+", value)), default=0) + 1)
+    pad = " " if value.startswith("`") or value.endswith("`") else ""
+    return f"{ticks}{pad}{value}{pad}{ticks}"
+
+
+def code_block(code: str, lang: str = "") -> str:
+    fence = "`" * max(3, max((len(m) for m in re.findall(r"`+", code)), default=0) + 1)
+    return f"{fence}{lang}\n{code.rstrip()}\n{fence}"
+
+
+def render(report: Mapping[str, Any]) -> str:
+    summary = report.get("summary") or {}
+    lines = [f"### gpudoctor: {escape(summary.get('verdict') or 'no verdict')}", ""]
+    meta = [f"duration {float(report.get('duration_s') or 0):.1f} s", f"exit code {report.get('exit_code')}"]
+    if report.get("stop_reason"):
+        meta.append(f"stopped: {escape(report['stop_reason'])}")
+    lines.append(f"Command: {code_span(command_line(report) or '(not recorded)')}  ")
+    lines.append(" | ".join(meta))
+    lines.append("")
+
+    findings = report.get("findings") or []
+    if findings:
+        lines += ["| ID | Severity | Finding | Key numbers | Est. gain |", "|---|---|---|---|---|"]
+        for f in findings:
+            title = escape(f.get("title") or "")
+            if f.get("consequence_of"):
+                title = f"_{title}_ (consequence of {escape(f['consequence_of'])})"
+            severity = escape(f.get("severity") or "")
+            if f.get("severity") == "critical" and not f.get("consequence_of"):
+                severity = f"**{severity}**"
+            lines.append(
+                f"| {escape(f.get('id') or '?')} | {severity} | {title} | {escape(key_numbers(f))} "
+                f"| {'' if f.get('consequence_of') else escape(gain_text(f.get('estimated_gain')))} |"
+            )
+    else:
+        lines.append("No findings.")
+    lines.append("")
+
+    remedies = top_remedies(report, MAX_REMEDIES)
+    if remedies:
+        lines += ["#### What to change first", ""]
+        for f in remedies:
+            remedy = f.get("remedy") or {}
+            lines.append(f"**{escape(f.get('id') or '?')}**: {escape(remedy.get('text') or '')}")
+            lines.append("")
+            if remedy.get("code"):
+                lines += [code_block(str(remedy["code"]), "python"), ""]
+
+    lines += ["<details><summary>Measurements</summary>", "", "| | |", "|---|---|"]
+    lines += [f"| {escape(name)} | {escape(value)} |" for name, value in summary_rows(report)]
+    lines += ["", "</details>", ""]
+
+    skipped = skipped_checks(report)
+    if skipped:
+        lines += ["#### Not checked", ""]
+        for c in skipped:
+            lines.append(f"- {escape(c.get('id') or '?')} ({escape(c.get('status') or 'skipped')}): {escape(c.get('reason') or 'no reason recorded')}")
+        lines.append("")
+    tool = report.get("tool") or {}
+    lines.append(f"<sub>gpudoctor {escape(tool.get('version') or '')}, schema {escape(report.get('schema') or '')}</sub>")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,148 @@
+"""The terminal summary: what a user sees when the run ends (stderr during diagnose).
+
+Compact on purpose: the verdict, the ranked findings, what to change first, what
+could not be checked, and where the full report is. Every string from the run
+(argv, kernel names, exception text) is wrapped in rich `Text`, never parsed as
+console markup, so a hostile name cannot restyle or hide the output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from rich.console import Console, Group
+from rich.padding import Padding
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from ._common import (
+    command_line,
+    gain_text,
+    key_numbers,
+    skipped_checks,
+    top_remedies,
+)
+
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+MAX_REMEDIES = 3
+
+
+def render(
+    report: Mapping[str, Any],
+    console: Console,
+    *,
+    written: Mapping[str, str | Path] | None = None,
+) -> None:
+    """Print the summary. `written` (kind -> path) overrides report["files"] when the
+    caller knows where the files really went (paths relative to the report otherwise)."""
+    console.print(_verdict(report))
+    findings = report.get("findings") or []
+    if findings:
+        console.print(_findings_table(findings))
+    else:
+        console.print(Text("No findings.", style="green"))
+    for finding in top_remedies(report, MAX_REMEDIES):
+        console.print(_remedy(finding))
+    skipped = skipped_checks(report)
+    if skipped:
+        console.print(Text("Not checked:", style="bold"))
+        for check in skipped:
+            line = Text("  ")
+            line.append(str(check.get("id", "?")), style="dim bold")
+            line.append(f" {check.get('status', 'skipped')}: ", style="dim")
+            line.append(_one_line(check.get("reason") or "no reason recorded"), style="dim")
+            console.print(line, overflow="ellipsis", no_wrap=True)
+    files = dict(written) if written is not None else dict(report.get("files") or {})
+    if files:
+        console.print(Text("Written:", style="bold"))
+        for kind, path in files.items():
+            line = Text(f"  {kind:<8} ", style="dim")
+            line.append(str(path))
+            console.print(line, soft_wrap=True)
+
+
+def _verdict(report: Mapping[str, Any]) -> Text:
+    summary = report.get("summary") or {}
+    findings = report.get("findings") or []
+    worst = next((f.get("severity") for f in findings if not f.get("consequence_of")), None)
+    style = SEVERITY_STYLE.get(worst or "", "green") if worst != "info" else "green"
+    text = Text("gpudoctor ", style="bold")
+    text.append(str(summary.get("verdict") or "no verdict"), style=f"bold {style}")
+    meta = [f"{report.get('duration_s', 0):.1f} s"]
+    if report.get("exit_code") not in (None, 0):
+        meta.append(f"workload exit code {report.get('exit_code')}")
+    if report.get("stop_reason") and report.get("stop_reason") != "exited":
+        meta.append(f"stopped: {report['stop_reason']}")
+    cmd = command_line(report)
+    if cmd:
+        meta.append(cmd if len(cmd) <= 60 else cmd[:57] + "...")
+    text.append("\n  " + " | ".join(meta), style="dim")
+    return text
+
+
+def _findings_table(findings: list[Mapping[str, Any]]) -> Table:
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=False)
+    table.add_column("ID", no_wrap=True)
+    table.add_column("Severity", no_wrap=True)
+    table.add_column("Finding", ratio=3)
+    table.add_column("Key numbers", ratio=3)
+    table.add_column("Gain", no_wrap=True, justify="right")
+    for f in findings:
+        cause = f.get("consequence_of")
+        dim = "dim" if cause else ""
+        title = Text(_one_line(f.get("title") or ""), style=dim)
+        if cause:
+            title.append(f" (consequence of {cause})", style="dim italic")
+        severity = str(f.get("severity") or "")
+        table.add_row(
+            Text(str(f.get("id") or "?"), style=f"bold {dim}".strip()),
+            Text(severity, style="dim" if cause else SEVERITY_STYLE.get(severity, "")),
+            title,
+            Text(key_numbers(f), style="dim"),
+            Text(gain_text(f.get("estimated_gain")) if not cause else "", style=dim),
+        )
+    return table
+
+
+def _remedy(finding: Mapping[str, Any]) -> Group:
+    remedy = finding.get("remedy") or {}
+    head = Text("-> ", style="bold")
+    head.append(str(finding.get("id") or "?"), style="bold")
+    head.append(" " + _one_line(str(remedy.get("text") or "")))
+    parts: list[Any] = [head]
+    code = remedy.get("code")
+    if code:
+        syntax = Syntax(str(code).rstrip(), _lexer(str(code)), theme="ansi_dark", background_color="default", word_wrap=True)
+        parts.append(Padding(syntax, (0, 0, 0, 3)))
+    return Group(*parts)
+
+
+def _lexer(code: str) -> str:
+    """Shell snippets (env vars, commands) versus Python: good enough for colouring."""
+    first = code.lstrip().split("\n", 1)[0]
+    if first.startswith(("export ", "$ ", "torchrun", "python ", "pip ")) or first.split("=", 1)[0].isupper():
+        return "bash"
+    return "python"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def to_text(report: Mapping[str, Any], width: int = 100) -> str:
+    """The same summary as plain text (for `--format terminal` into a file or a pipe)."""
+    console = Console(width=width, record=True, file=_Null(), color_system=None, force_terminal=False)
+    render(report, console)
+    return console.export_text()
+
+
+class _Null:
+    """A write-only sink: Console(record=True) keeps the text, nothing is printed."""
+
+    def write(self, _text: str) -> int:
+        return 0
+
+    def flush(self) -> None:
+        pass

@@ -1,0 +1,163 @@
+"""GD101 loader-workers on synthetic Sessions with known answers.
+
+The recommended worker count is ceil(F / C x 1.2), capped at usable cores per rank - 1,
+with F the measured time to produce a batch and C the compute per batch.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import make_cpu_samples, make_loader, make_session, make_steps, run_check
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpudoctor.checks.gd101_workers import CHECK, run
+from gpudoctor.model import Skip
+
+
+def test_num_workers_zero_gets_a_measured_worker_count():
+    # main process: 60 ms to produce a batch, 40 ms of compute -> ceil(60/40*1.2) = 2
+    loader = make_loader(num_workers=0, batches=50, batch_size=64, fetch_s_per_batch=0.060, fetch_cpu_ratio=0.9)
+    session = make_session(steps=make_steps(50, 0.100, 0.060), loaders=[loader], usable_cores=8,
+                           torch_cuda_used=True)
+    outcome, findings = run_check(CHECK, session)
+    assert outcome.status == "finding"
+    (f,) = findings
+    assert f.severity == "critical"  # 60% data wait
+    assert "num_workers=0" in f.title
+    assert f.evidence["needed_workers"].value == 2
+    assert f.evidence["recommended_workers"].value == 2
+    assert f.evidence["compute_per_batch"].value == pytest.approx(40.0)
+    assert f.remedy is not None and f.remedy.code is not None
+    assert "DataLoader(dataset, batch_size=64, num_workers=2" in f.remedy.code
+    assert "pin_memory=True" in f.remedy.code and "persistent_workers=True" in f.remedy.code
+    # 2 workers at 60 ms each deliver a batch every 30 ms < 40 ms compute: the wait vanishes
+    assert f.estimated_gain == pytest.approx(2.5)
+
+
+def test_cap_binds_at_usable_cores_minus_one_and_says_batches_must_get_cheaper():
+    # 2 workers at F = 200 ms deliver a batch per 100 ms; C = 20 ms -> ceil(200/20*1.2) = 12 needed,
+    # 8 usable cores -> at most 7
+    loader = make_loader(num_workers=2, batches=50, fetch_s_per_batch=0.200, fetch_cpu_ratio=0.95)
+    session = make_session(steps=make_steps(50, 0.100, 0.080), loaders=[loader], usable_cores=8)
+    (f,) = run(session)
+    assert f.evidence["needed_workers"].value == 12
+    assert f.evidence["recommended_workers"].value == 7
+    assert "num_workers=7" in (f.remedy.code or "")
+    assert "cheaper" in f.message
+    # 7 workers deliver a batch per 200/7 = 28.6 ms, above C = 20 ms: 100 / 28.6 = 3.5x
+    assert f.estimated_gain == pytest.approx(3.5)
+
+
+def test_usable_cores_come_from_quota_not_machine_size():
+    loader = make_loader(num_workers=1, batches=50, fetch_s_per_batch=1.0)
+    session = make_session(steps=make_steps(50, 0.100, 0.080), loaders=[loader],
+                           logical_cores=64, cgroup_quota_cores=4.0, usable_cores=4.0)
+    (f,) = run(session)
+    assert f.evidence["recommended_workers"].value == 3
+    assert f.evidence["usable_cores"].value == 4.0
+
+
+def test_gradient_accumulation_divides_compute_per_batch():
+    # 50 optimizer steps of 4 batches: compute per step 300 ms -> 75 ms per batch; F = 300 ms
+    loader = make_loader(num_workers=1, batches=200, fetch_s_per_batch=0.300)
+    session = make_session(steps=make_steps(50, 0.400, 0.100), step_source="optimizer", loaders=[loader],
+                           usable_cores=16)
+    (f,) = run(session)
+    assert f.evidence["compute_per_batch"].value == pytest.approx(75.0)
+    assert f.evidence["needed_workers"].value == 5  # ceil(300 / 75 * 1.2)
+
+
+def test_waiting_stall_asks_for_deeper_prefetch():
+    loader = make_loader(num_workers=1, batches=50, fetch_s_per_batch=0.200, fetch_cpu_ratio=0.05)
+    session = make_session(steps=make_steps(50, 0.100, 0.050), loaders=[loader], usable_cores=16)
+    (f,) = run(session)
+    assert "prefetch_factor=4" in (f.remedy.code or "")
+
+
+def test_unmeasured_fetch_cost_falls_back_on_the_core_band():
+    loader = make_loader(num_workers=1, batches=50)  # fetch not measured
+    session = make_session(steps=make_steps(50, 0.100, 0.050), loaders=[loader], usable_cores=8)
+    (f,) = run(session)
+    assert f.evidence["recommended_workers"].value == 7
+    assert "needed_workers" not in f.evidence
+    assert "not measured" in f.message
+
+
+def test_no_finding_when_workers_suffice_on_paper():
+    # 8 workers, F = 100 ms, C = 80 ms -> 2 needed: the 20% wait comes from elsewhere
+    loader = make_loader(num_workers=8, batches=50, fetch_s_per_batch=0.100)
+    session = make_session(steps=make_steps(50, 0.100, 0.020), loaders=[loader], usable_cores=16)
+    assert run(session) == []
+
+
+def test_no_finding_without_data_wait():
+    loader = make_loader(num_workers=0, batches=50, fetch_s_per_batch=0.001)
+    session = make_session(steps=make_steps(50, 0.100, 0.001), loaders=[loader], usable_cores=8)
+    assert run(session) == []
+
+
+def test_no_finding_when_the_cores_are_already_used():
+    # 7 workers on 8 cores is the cap: only cheaper batches help (GD102/GD103 say so)
+    loader = make_loader(num_workers=7, batches=50, fetch_s_per_batch=2.0)
+    session = make_session(steps=make_steps(50, 0.100, 0.080), loaders=[loader], usable_cores=8)
+    assert run(session) == []
+
+
+def test_too_many_workers_is_a_note_without_thrash():
+    loader = make_loader(num_workers=40, batches=50, fetch_s_per_batch=0.05)
+    session = make_session(steps=make_steps(50, 0.100, 0.0), loaders=[loader], usable_cores=8, logical_cores=64,
+                           cpu_samples=make_cpu_samples(20, system_percent=40.0))
+    (f,) = run(session)
+    assert f.severity == "info"
+    assert "oversubscribed" in f.title
+    assert f.evidence["recommended_workers"].value <= 7
+
+
+def test_too_many_workers_thrashing_is_a_warning():
+    loader = make_loader(num_workers=40, batches=50, fetch_s_per_batch=0.5)
+    session = make_session(steps=make_steps(50, 0.100, 0.030), loaders=[loader], usable_cores=8,
+                           cpu_samples=make_cpu_samples(20, system_percent=98.0))
+    (f,) = run(session)
+    assert f.severity == "warning"
+    assert "num_workers=7" in (f.remedy.code or "")
+
+
+def test_workers_inside_the_band_are_fine():
+    loader = make_loader(num_workers=12, batches=50, fetch_s_per_batch=0.05)  # 1.5x cores
+    session = make_session(steps=make_steps(50, 0.100, 0.0), loaders=[loader], usable_cores=8)
+    assert run(session) == []
+
+
+def test_ranks_on_one_host_share_the_cores():
+    loaders = [make_loader(num_workers=5, batches=50, pid=100 + r) for r in range(4)]  # 20 workers, 8 cores
+    session = make_session(steps=make_steps(50, 0.100, 0.0), loaders=loaders, usable_cores=8)
+    (f,) = run(session)
+    assert f.evidence["total_workers"].value == 20
+    assert f.evidence["recommended_workers"].value == 1  # floor(8 / 4) - 1
+
+
+def test_skips_without_loader():
+    outcome, _ = run_check(CHECK, make_session(steps=make_steps(10, 0.1)))
+    assert outcome.status == "skipped"
+    with pytest.raises(Skip):
+        run(make_session(loaders=[make_loader(batches=0)]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    workers=st.integers(0, 64),
+    cores=st.integers(1, 128),
+    fetch=st.floats(0.001, 5.0),
+    step=st.floats(0.01, 2.0),
+    wait_fraction=st.floats(0.0, 0.99),
+)
+def test_recommendation_is_positive_and_within_the_cap(workers, cores, fetch, step, wait_fraction):
+    loader = make_loader(num_workers=workers, batches=50, fetch_s_per_batch=fetch)
+    session = make_session(steps=make_steps(50, step, step * wait_fraction), loaders=[loader], usable_cores=cores)
+    for f in run(session):
+        recommended = f.evidence["recommended_workers"].value
+        assert 1 <= recommended <= max(1, cores - 1)
+        assert f"num_workers={recommended}" in (f.remedy.code or "")
+        if "oversubscribed" not in f.title:
+            assert recommended > workers
