@@ -29,12 +29,22 @@ How it is measured
     - The recommendation is capped at ``max(1, cores per rank - 1)``: the main process
       needs a core of its own to launch GPU work. When the cap binds, more workers
       cannot close the gap and each batch must also get cheaper.
+    - Workers that mostly wait (GD102 classifies the stall ``waiting``: CPU time at
+      most 30% of the wall time per batch) use only that fraction ``r`` of a core
+      each, so for them the cap is ``min(2 x cores per rank, (cores per rank - 1) / r)``:
+      their real CPU use still leaves the main process its core, and the 2x line keeps
+      clear of oversubscription (below). More in-flight reads hide latency; the
+      durable fix is still faster storage (GD104).
 
 Thresholds, and where they come from
     - Too few: data-wait share >= 5% (TensorBoard profiler plugin, as GD102) and the
-      needed workers exceed the current count. When ``F`` or ``C`` was not measured,
-      a count below 70% of the usable cores is "too few" (SageMaker Debugger's
-      70-200% band) and the recommendation is the cap.
+      needed workers exceed the current count. Graded by the speed-up the
+      recommendation itself buys (``step now / max(C, F / workers)``, never above
+      GD102's bound): critical from 1.43x, warning from 1.05x, a note below; these are
+      GD102's 30% and 5% data-wait lines expressed as gains. When the cores cap the
+      workers, a large stall may leave only a small gain to this change.
+    - When ``F`` or ``C`` was not measured, a count below 70% of the usable cores is
+      "too few" (SageMaker Debugger's 70-200% band) and the recommendation is the cap.
     - Too many: above 200% of the usable cores (the top of SageMaker Debugger's band).
       Inside the band workers that mostly wait on I/O are harmless, so only a real
       oversubscription is flagged; it is a warning when the pipeline stalls or the CPU
@@ -62,14 +72,20 @@ from __future__ import annotations
 import math
 
 from gpudoctor import metrics
-from gpudoctor.checks.gd102_input_stall import WAIT_SHARE_CRITICAL, InputStall, batches_per_step, input_stall
+from gpudoctor.checks.gd102_input_stall import (
+    WAIT_SHARE_CRITICAL,
+    WAIT_SHARE_WARNING,
+    InputStall,
+    batches_per_step,
+    input_stall,
+)
+from gpudoctor.checks.gd103_cpu_saturation import CORES_SATURATED_PERCENT, cores_busy_percent
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
 from gpudoctor.session import LoaderInfo, Session
 
 HEADROOM = 1.2  # absorbs jitter in the per-batch cost
 TOO_FEW_CORE_SHARE = 0.7  # SageMaker Debugger: workers below 70% of cores (fallback only)
 OVERSUBSCRIBED = 2.0  # SageMaker Debugger: workers above 200% of cores
-CPU_SATURATED_PERCENT = 90.0  # as GD103
 DEEPER_PREFETCH = 4  # default is 2; more batches in flight hide bursty or I/O-bound fetches
 
 
@@ -140,7 +156,8 @@ def run(session: Session) -> list[Finding]:
     return [finding] if finding else []
 
 
-def _plan(session: Session, loader: LoaderInfo, found: InputStall | None) -> tuple[float | None, float | None, int | None]:
+def _plan(session: Session, loader: LoaderInfo,
+          found: InputStall | None) -> tuple[float | None, float | None, int | None]:
     """(F per batch, C per batch, needed workers); None where not measured.
 
     needed is None also when C is ~0 (the loop does nothing but wait): then no finite
@@ -155,17 +172,39 @@ def _plan(session: Session, loader: LoaderInfo, found: InputStall | None) -> tup
     return fetch, compute, max(1, math.ceil(round(fetch / compute * HEADROOM, 6)))
 
 
+def _light_workers(found: InputStall | None) -> bool:
+    """Workers that mostly wait: each uses only a fraction of a core."""
+    return (found is not None and found.stall.kind == "waiting"
+            and found.stall.fetch_cpu_ratio is not None)
+
+
+def worker_cap(cores: float, ranks: int, found: InputStall | None) -> int:
+    """The most workers per rank the usable cores carry, one core left to the main process."""
+    per_rank = cores / ranks
+    cap = max(1, math.floor(per_rank) - 1)
+    if _light_workers(found) and found is not None and found.stall.fetch_cpu_ratio is not None:
+        ratio = found.stall.fetch_cpu_ratio
+        by_cpu = (per_rank - 1) / ratio if ratio > 0 else math.inf
+        cap = max(cap, math.floor(min(OVERSUBSCRIBED * per_rank, by_cpu)))
+    return cap
+
+
+def _cap_label(found: InputStall | None) -> str:
+    if _light_workers(found):
+        return "min(2 x cores per rank, (cores per rank - 1) / worker CPU share)"
+    return "usable cores per rank - 1 (main process)"
+
+
 def _too_few(session: Session, loader: LoaderInfo, cores: float | None, ranks: int,
              found: InputStall) -> Finding | None:
     fetch, compute, needed = _plan(session, loader, found)
-    cap = max(1, math.floor(cores / ranks) - 1) if cores else None
+    cap = worker_cap(cores, ranks, found) if cores else None
     measured_plan = fetch is not None and compute is not None
     if measured_plan and needed is not None and needed <= loader.num_workers:
         return None  # enough workers on paper: the wait is elsewhere (GD102 says where)
-    if not measured_plan:
-        # per-batch cost unknown: fall back on SageMaker Debugger's lower bound
-        if cores is None or loader.num_workers >= TOO_FEW_CORE_SHARE * cores / ranks:
-            return None
+    # per-batch cost unknown: fall back on SageMaker Debugger's lower bound
+    if not measured_plan and (cores is None or loader.num_workers >= TOO_FEW_CORE_SHARE * cores / ranks):
+        return None
     if needed is not None and cap is not None:
         recommended = min(needed, cap)
     elif needed is not None:
@@ -187,45 +226,55 @@ def _too_few(session: Session, loader: LoaderInfo, cores: float | None, ranks: i
     }
     if cores:
         evidence.update(_cores_evidence(session, cores, ranks))
-        evidence["worker_cap"] = Evidence(cap, "workers", None, "usable cores per rank - 1 (main process)")
+        evidence["worker_cap"] = Evidence(cap, "workers", None, _cap_label(found))
     if fetch is not None:
-        evidence["fetch_time_per_batch"] = Evidence(_ms(fetch), "ms", f"whole run, {where}", "time to produce one batch (F)")
+        evidence["fetch_time_per_batch"] = Evidence(_ms(fetch), "ms", f"whole run, {where}",
+                                                    "time to produce one batch (F)")
     if compute is not None:
-        evidence["compute_per_batch"] = Evidence(_ms(compute), "ms", found.window, "step time - data wait, per batch (C)")
+        evidence["compute_per_batch"] = Evidence(_ms(compute), "ms", found.window,
+                                                 "step time - data wait, per batch (C)")
     if needed is not None:
         evidence["needed_workers"] = Evidence(needed, "workers", None, "ceil(F / C x 1.2)")
 
     parts = []
-    if measured_plan and needed is not None:
-        parts.append(f"Producing a batch takes {metrics.format_duration(fetch)} {where} while the loop computes for "
-                     f"{metrics.format_duration(compute)} per batch, so keeping up needs ceil(F / C x {HEADROOM}) = "
-                     f"{needed} workers.")
-    elif measured_plan:
-        parts.append(f"Producing a batch takes {metrics.format_duration(fetch)} {where} and the loop does almost "
-                     "nothing but wait, so no worker count is too many for this load.")
-    else:
+    if fetch is None or compute is None:
         parts.append(f"The per-batch cost was not measured; {loader.num_workers} workers is below 70% of the "
                      f"{cores:g} usable cores.")
+    elif needed is not None:
+        parts.append(f"Producing a batch takes {metrics.format_duration(fetch)} {where} while the loop computes for "
+                     f"{metrics.format_duration(compute)} per batch, so keeping up needs ceil(F / C x {HEADROOM}) = "
+                     f"{_workers(needed)}.")
+    else:
+        parts.append(f"Producing a batch takes {metrics.format_duration(fetch)} {where} and the loop does almost "
+                     "nothing but wait, so no worker count is too many for this load.")
     if cap is None:
         parts.append("Usable cores were not measured, so the number is not capped by them.")
     else:
         share_text = f" per rank ({ranks} ranks)" if ranks > 1 else ""
-        parts.append(f"{cores:g} usable cores{share_text} allow at most {cap} workers (one core stays with the "
-                     "main process).")
-    if cap_binds:
-        parts.append(f"Even {cap} workers cannot keep up: each batch must also get cheaper "
-                     f"({'cheaper preprocessing' if stall_kind != 'waiting' else 'faster or local storage'}, "
-                     "see GD102).")
+        if _light_workers(found):
+            parts.append(f"The workers mostly wait (CPU {found.stall.fetch_cpu_ratio:.0%} of each batch's wall "
+                         f"time), so {cores:g} usable cores{share_text} carry up to {cap} of them (at most 2x the "
+                         "cores, one core left for the main process).")
+        else:
+            parts.append(f"{cores:g} usable cores{share_text} allow at most {_workers(cap)} (one core stays with "
+                         "the main process).")
+    if cap_binds and cap is not None:
+        how = "faster or local storage, see GD104" if stall_kind == "waiting" else "cheaper preprocessing, see GD102"
+        parts.append(f"Even {_workers(cap)} cannot keep up: each batch must also get cheaper ({how}).")
     head = (f"DataLoader {loader.loader_id} has num_workers={loader.num_workers} and the loop waited for data "
             f"{found.share:.0%} of each step over {found.window}. ")
     gain = _gain(found, fetch, compute, recommended, loader, session)
-    title = ("DataLoader produces batches in the main process (num_workers=0)" if loader.num_workers == 0
-             else f"Too few DataLoader workers: {loader.num_workers}, about {recommended} needed")
+    if loader.num_workers == 0:
+        title = "DataLoader produces batches in the main process (num_workers=0)"
+    elif needed is not None:
+        title = f"Too few DataLoader workers: {loader.num_workers}, about {recommended} needed"
+    else:
+        title = f"Too few DataLoader workers: {loader.num_workers} on {cores:g} usable cores"
     remedy_text = f"Set num_workers={recommended}"
     remedy_text += " (the most the usable cores allow) and make each batch cheaper." if cap_binds else "."
     deeper = stall_kind in ("waiting", "mixed")
     return Finding(
-        severity="critical" if found.share >= WAIT_SHARE_CRITICAL else "warning",
+        severity=_severity(gain),
         title=title,
         message=head + " ".join(parts),
         evidence=evidence,
@@ -234,6 +283,23 @@ def _too_few(session: Session, loader: LoaderInfo, cores: float | None, ranks: i
                       code=dataloader_line(session, loader, recommended, deeper)),
         estimated_gain=gain,
     )
+
+
+def _severity(gain: float) -> str:
+    """GD102's data-wait lines (5%, 30%) turned into the speed-up they stand for.
+
+    Graded by what the recommendation gains, not by the stall: when the cores cap the
+    workers, a stall of 90% may leave only a few percent to this change.
+    """
+    if gain >= 1.0 / (1.0 - WAIT_SHARE_CRITICAL):
+        return "critical"
+    if gain >= 1.0 / (1.0 - WAIT_SHARE_WARNING):
+        return "warning"
+    return "info"
+
+
+def _workers(n: int) -> str:
+    return f"{n} worker" if n == 1 else f"{n} workers"
 
 
 def _gain(found: InputStall, fetch: float | None, compute: float | None, workers: int,
@@ -253,11 +319,11 @@ def _too_many(session: Session, loader: LoaderInfo, cores: float, ranks: int,
               found: InputStall | None) -> Finding:
     workers = total_workers(session)
     fetch, compute, needed = _plan(session, loader, found)
-    cap = max(1, math.floor(cores / ranks) - 1)
+    cap = worker_cap(cores, ranks, found)
     recommended = min(needed, cap) if needed is not None else cap
-    cpu = metrics.mean([s.system_percent for s in metrics.cpu_samples_steady(session)])
+    cpu = cores_busy_percent(session, metrics.cpu_samples_steady(session))
     stalled = found is not None and found.significant
-    saturated = cpu is not None and cpu >= CPU_SATURATED_PERCENT
+    saturated = cpu is not None and cpu >= CORES_SATURATED_PERCENT
     evidence: dict[str, Evidence] = {
         "num_workers": Evidence(loader.num_workers, "workers", None, f"DataLoader {loader.loader_id}"),
         "total_workers": Evidence(workers, "workers", "whole run", "worker processes alive together"),
@@ -277,11 +343,13 @@ def _too_many(session: Session, loader: LoaderInfo, cores: float, ranks: int,
     message = (f"{workers} DataLoader worker processes run on {cores:g} usable cores "
                f"({workers / cores:.1f}x, above the 2x line). "
                + (f"They thrash: {' and '.join(symptoms)}. " if symptoms else
-                  "No stall was measured, but each worker costs memory and start-up time. ")
-               + f"About {recommended} per rank suffice"
+                  ("The loop did not wait for data" if found is not None else
+                   "Whether the loop waits for data was not measured")
+                  + ", but each worker costs memory and start-up time. ")
+               + f"About {recommended}{' per rank' if ranks > 1 else ''} suffice"
                + (f" (F = {metrics.format_duration(fetch)}, C = {metrics.format_duration(compute)} per batch)."
                   if needed is not None and fetch is not None and compute is not None
-                  else " (usable cores per rank - 1)."))
+                  else f" ({_cap_label(found)})."))
     return Finding(
         severity="warning" if (saturated or stalled) else "info",
         title=f"{workers} DataLoader workers on {cores:g} usable cores: oversubscribed",

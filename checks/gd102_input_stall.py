@@ -85,6 +85,7 @@ WAIT_SHARE_CRITICAL = 0.30  # upper-bound gain > 1.4x: fix the input pipeline fi
 CPU_BOUND_RATIO = 0.7  # fetch CPU time / wall time at or above: CPU-bound
 WAITING_RATIO = 0.3  # at or below: waiting on I/O, network or sleep
 MAX_SHARE_FOR_GAIN = 0.99  # keeps 1 / (1 - share) finite when the loop only waits
+BURST_MEDIAN_SHARE = 0.5  # median wait below half the mean wait: a few long waits dominate
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,8 @@ def classify_stall(session: Session, loader: LoaderInfo | None) -> StallClass:
     if ratio <= WAITING_RATIO:
         if busy is not None and busy >= CPU_BOUND_RATIO:
             # thread CPU time misses work done in the workers' other threads (decoder pools)
-            return StallClass("mixed", ratio, busy, text + ": the fetching thread waits, other worker threads burn CPU")
+            return StallClass("mixed", ratio, busy,
+                              text + ": the fetching thread waits, other worker threads burn CPU")
         return StallClass("waiting", ratio, busy, text)
     return StallClass("mixed", ratio, busy, text)
 
@@ -187,6 +189,7 @@ TITLES = {
     "unknown": "Input pipeline stall: the loop waits for data",
 }
 
+# B is the batch size, W the worker count GD101 computes from the same measurements
 REMEDIES = {
     "cpu-bound": Remedy(
         text="Batch production is CPU work: add workers up to the usable cores (GD101 gives the number) "
@@ -216,6 +219,17 @@ REMEDIES = {
 }
 
 
+def _remedy(kind: str, loader: LoaderInfo | None) -> Remedy:
+    """The kind's remedy, with the loader's own batch size filled in when known."""
+    remedy = REMEDIES[kind]
+    code = remedy.code or ""
+    if loader is not None and loader.batch_size:
+        code = code.replace("batch_size=B", f"batch_size={loader.batch_size}")
+    if "num_workers=W" in code:
+        code = "# W: the num_workers GD101 computes from this run's measurements\n" + code
+    return Remedy(text=remedy.text, code=code or None)
+
+
 def _ms(seconds: float) -> float:
     return round(seconds * 1e3, 3)
 
@@ -235,13 +249,21 @@ def run(session: Session) -> list[Finding]:
     }
     per_step = ""
     if found.steps is not None:
-        mean_step = 1.0 / found.steps.steps_per_s
-        evidence["step_time"] = Evidence(_ms(found.steps.step_time_median_s), "ms", found.window, "step time (median)")
-        evidence["data_wait_per_step"] = Evidence(_ms(share * mean_step), "ms", found.window, "data wait per step (mean)")
-        evidence["data_wait_median"] = Evidence(_ms(found.steps.data_wait_median_s), "ms", found.window,
+        steps = found.steps
+        mean_step = 1.0 / steps.steps_per_s
+        mean_wait = share * mean_step
+        evidence["step_time"] = Evidence(_ms(steps.step_time_median_s), "ms", found.window, "step time (median)")
+        evidence["step_time_mean"] = Evidence(_ms(mean_step), "ms", found.window, "step time (mean)")
+        evidence["data_wait_per_step"] = Evidence(_ms(mean_wait), "ms", found.window, "data wait per step (mean)")
+        evidence["data_wait_median"] = Evidence(_ms(steps.data_wait_median_s), "ms", found.window,
                                                 "data wait per step (median)")
-        per_step = (f" (median step {metrics.format_duration(found.steps.step_time_median_s)}, "
-                    f"of which {metrics.format_duration(share * mean_step)} waiting on average)")
+        per_step = (f" (a step takes {metrics.format_duration(mean_step)} on average, "
+                    f"{metrics.format_duration(mean_wait)} of it waiting for data")
+        if steps.data_wait_median_s < BURST_MEDIAN_SHARE * mean_wait:
+            # most steps find a batch ready and a few wait long: the queue drains in bursts
+            per_step += (f"; the median step waits only {metrics.format_duration(steps.data_wait_median_s)}, "
+                         "so the waits come in bursts: the prefetch queue runs dry every few steps")
+        per_step += ")"
     if loader is not None:
         evidence["num_workers"] = Evidence(loader.num_workers, "workers", None, f"DataLoader {loader.loader_id}")
         fetch = metrics.fetch_time_per_batch(loader)
@@ -263,7 +285,7 @@ def run(session: Session) -> list[Finding]:
                f"Stall: {stall.kind} ({stall.reason}).{_capacity_note(session, found)} "
                f"If batches arrived for free, steps would be up to {found.gain:.2f}x faster.")
     return [Finding(severity=severity, title=TITLES[stall.kind], message=message, evidence=evidence,
-                    remedy=REMEDIES[stall.kind], estimated_gain=found.gain)]
+                    remedy=_remedy(stall.kind, loader), estimated_gain=found.gain)]
 
 
 def _capacity_note(session: Session, found: InputStall) -> str:

@@ -21,9 +21,12 @@ Why it matters
 
 How it is measured
     The supervisor samples the CPU with psutil during the run: busy share across the
-    usable cores, the process tree, the main process and its main thread, and the
-    DataLoader workers. Only samples inside the steady steps count. The impact comes
-    from the data-wait share (GD102) and the GPU's duty cycle (NVML).
+    cores of the workload's affinity, the process tree, the main process and its main
+    thread, and the DataLoader workers. Only samples inside the steady steps count.
+    "Cores busy" is the higher of the machine's busy share and the workload's own use
+    of its usable cores: under a cgroup quota smaller than the affinity (containers,
+    Slurm, Kubernetes limits) the machine looks idle while the job is throttled. The
+    impact comes from the data-wait share (GD102) and the GPU's duty cycle (NVML).
 
 Thresholds, and where they come from
     - Cores busy >= 90% (mean): psutil's system-wide busy share rarely exceeds
@@ -73,13 +76,37 @@ GPU_IDLE_UTIL_PERCENT = 50.0  # duty cycle below this: the GPU idles (TensorBoar
 OTHER_PROCESSES_SHARE = 0.5  # the workload uses less than half of the busy CPU
 
 
+def workload_cores(samples: list[CpuSample]) -> float | None:
+    """Cores the workload's process tree used on average, None when the tree was not sampled."""
+    values = [s.tree_percent for s in samples]
+    # tree_percent defaults to 0.0: all zeros means the tree was not sampled
+    if not any(v > 0 for v in values):
+        return None
+    return (metrics.mean(values) or 0.0) / 100.0
+
+
+def cores_busy_percent(session: Session, samples: list[CpuSample]) -> float | None:
+    """How busy the usable cores were, 0-100.
+
+    The higher of the machine's view (busy share over the affinity cores) and the
+    workload's own use of its usable cores: under a cgroup quota smaller than the
+    affinity, the machine looks idle while the job is throttled at its quota.
+    """
+    system = metrics.mean([s.system_percent for s in samples])
+    used = workload_cores(samples)
+    cores = metrics.usable_cores(session)
+    quota_view = min(100.0, used / cores * 100.0) if used is not None and cores else None
+    views = [v for v in (system, quota_view) if v is not None]
+    return max(views) if views else None
+
+
 def run(session: Session) -> list[Finding]:
     samples = metrics.cpu_samples_steady(session)
     if not samples:
         raise Skip("no CPU samples in the run")
-    system = metrics.mean([s.system_percent for s in samples])
+    busy = cores_busy_percent(session, samples) or 0.0
     main_thread = metrics.mean([s.main_thread_percent for s in samples if s.main_thread_percent is not None])
-    cores_saturated = system is not None and system >= CORES_SATURATED_PERCENT
+    cores_saturated = busy >= CORES_SATURATED_PERCENT
     main_pegged = main_thread is not None and main_thread >= MAIN_THREAD_PEGGED_PERCENT
     if not (cores_saturated or main_pegged):
         return []
@@ -93,16 +120,16 @@ def run(session: Session) -> list[Finding]:
         return []  # the CPU is busy, but the GPU is fed: nothing waits on it
 
     window = found.window if found else _window(session)
+    cores = metrics.usable_cores(session)
+    tree = workload_cores(samples)
     evidence: dict[str, Evidence] = {
         "saturation": Evidence("cores" if cores_saturated else "main-thread", None, window, "what is saturated"),
-        "cpu_busy": Evidence(round(system or 0.0, 1), "%", window, "usable cores busy (mean)"),
+        "cpu_busy": Evidence(round(busy, 1), "%", window, "usable cores busy (mean)"),
     }
-    cores = metrics.usable_cores(session)
     if cores:
         evidence["usable_cores"] = Evidence(round(cores, 2), "cores", "whole run", "usable cores (affinity, quota)")
     if main_thread is not None:
         evidence["main_thread"] = Evidence(round(main_thread, 1), "% of one core", window, "main Python thread")
-    tree = _workload_cores(samples)
     if tree is not None:
         evidence["workload_cpu"] = Evidence(round(tree, 2), "cores", window, "whole process tree")
     workers = metrics.mean([s.workers_percent for s in samples if s.workers_percent is not None])
@@ -122,22 +149,13 @@ def run(session: Session) -> list[Finding]:
         severity = "warning"
     gain = found.gain if stalled and found is not None else None
     if cores_saturated:
-        return [_cores_finding(session, severity, system or 0.0, cores, tree, impact, window, evidence, gain)]
-    return [_main_thread_finding(session, severity, main_thread or 0.0, system or 0.0, impact, window,
-                                 evidence, gain)]
+        return [_cores_finding(session, severity, busy, cores, tree, impact, window, evidence, gain)]
+    return [_main_thread_finding(session, severity, main_thread or 0.0, busy, impact, window, evidence, gain)]
 
 
 def _window(session: Session) -> str:
     summary = metrics.step_summary(session)
     return summary.window if summary else "whole run"
-
-
-def _workload_cores(samples: list[CpuSample]) -> float | None:
-    values = [s.tree_percent for s in samples]
-    # tree_percent defaults to 0.0: all zeros means the tree was not sampled
-    if not any(v > 0 for v in values):
-        return None
-    return (metrics.mean(values) or 0.0) / 100.0
 
 
 def _impact_text(found: InputStall | None, gpu_util: float | None, stalled: bool, gpu_idle: bool) -> str:
@@ -153,11 +171,11 @@ def _impact_text(found: InputStall | None, gpu_util: float | None, stalled: bool
 
 def _cores_finding(session: Session, severity: str, system: float, cores: float | None, tree: float | None,
                    impact: str, window: str, evidence: dict[str, Evidence], gain: float | None) -> Finding:
-    cores_text = f" of {cores:g} usable cores" if cores else ""
-    message = f"The usable cores were {system:.0f}% busy on average{cores_text} over {window}. {impact}"
+    cores_text = f" ({cores:g})" if cores else ""
+    tree_text = f"; the workload's own processes used {tree:.1f} cores" if tree is not None else ""
+    message = f"The usable cores{cores_text} were {system:.0f}% busy on average over {window}{tree_text}. {impact}"
     busy_cores = system / 100.0 * cores if cores else None
-    others = tree is not None and busy_cores and tree < OTHER_PROCESSES_SHARE * busy_cores
-    if others and busy_cores and tree is not None:
+    if busy_cores and tree is not None and tree < OTHER_PROCESSES_SHARE * busy_cores:
         message += (f" The workload itself used only {tree:.1f} of the {busy_cores:.1f} busy cores: "
                     "other processes on the machine take the rest.")
         text = ("Other processes use most of the CPU: move them off this machine, or give the job more cores "
@@ -173,27 +191,34 @@ def _cores_finding(session: Session, severity: str, system: float, cores: float 
             "    images = gpu_augment(images.to(\"cuda\", non_blocking=True))  # torchvision.transforms.v2 on CUDA")
     if workers and cores and workers > cores:
         text += f" Also bring num_workers={workers} down to at most {max(1, int(cores) - 1)} (see GD101)."
-    return Finding(severity=severity, title=f"CPU saturated: usable cores {system:.0f}% busy while the GPU waits",
+    title = f"CPU saturated: usable cores {system:.0f}% busy" + (" while the GPU waits" if severity != "info" else "")
+    return Finding(severity=severity, title=title,
                    message=message, evidence=evidence, remedy=Remedy(text=text, code=code), estimated_gain=gain)
 
 
 def _main_thread_finding(session: Session, severity: str, main_thread: float, system: float, impact: str,
                          window: str, evidence: dict[str, Evidence], gain: float | None) -> Finding:
-    message = (f"The main Python thread used {main_thread:.0f}% of one core over {window} while the usable "
-               f"cores were only {system:.0f}% busy: the training loop is Python-bound. {impact}")
+    head = (f"The main Python thread used {main_thread:.0f}% of one core over {window} while the usable "
+            f"cores were only {system:.0f}% busy")
     loader = metrics.main_loader(session)
     if loader is not None and loader.num_workers == 0:
-        message += " With num_workers=0 the main thread also produces every batch."
+        title = f"Main Python thread pegged at {main_thread:.0f}% of a core, producing batches itself"
+        message = (f"{head}: with num_workers=0 it produces every batch itself, in series with the training "
+                   f"step. {impact}")
         text = ("Move batch production off the main thread (num_workers > 0, GD101 gives the number), then "
                 "cut per-step Python work.")
-        code = "loader = DataLoader(dataset, batch_size=B, num_workers=W, pin_memory=True, persistent_workers=True)"
+        batch = f"batch_size={loader.batch_size}" if loader.batch_size else "batch_size=B"
+        code = ("# W: the num_workers GD101 computes from this run's measurements\n"
+                f"loader = DataLoader(dataset, {batch}, num_workers=W, pin_memory=True, persistent_workers=True)")
     else:
+        title = f"Main Python thread pegged at {main_thread:.0f}% of a core: the loop is Python-bound"
+        message = f"{head}: the training loop itself is the bottleneck. {impact}"
         text = ("Cut Python work per step: compile the model (torch.compile, or CUDA graphs) so one call "
                 "issues many kernels, use a bigger batch to amortise per-step overhead, and avoid per-step "
                 ".item()/printing of tensors.")
         code = "model = torch.compile(model)  # fewer, fused kernel launches per step"
-    return Finding(severity=severity, title=f"Main Python thread pegged at {main_thread:.0f}% of a core",
-                   message=message, evidence=evidence, remedy=Remedy(text=text, code=code), estimated_gain=gain)
+    return Finding(severity=severity, title=title, message=message, evidence=evidence,
+                   remedy=Remedy(text=text, code=code), estimated_gain=gain)
 
 
 CHECK = Check(

@@ -53,6 +53,7 @@ Example
 
 from __future__ import annotations
 
+from gpudoctor import metrics
 from gpudoctor.checks.gd102_input_stall import InputStall, input_stall
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
 from gpudoctor.session import Session, StorageProbe
@@ -60,6 +61,7 @@ from gpudoctor.session import Session, StorageProbe
 SLOW_LATENCY_MS = 5.0  # hard-disk seek time
 SLOW_THROUGHPUT_MB_S = 100.0  # below one hard disk's streaming rate
 MIN_BYTES_FOR_THROUGHPUT = 4 * 1024 * 1024
+LOCAL_COPY = "/local_nvme/dataset"  # a placeholder in the remedy: the user's fast local disk
 
 NETWORK_FS = frozenset({
     "nfs", "nfs4", "cifs", "smb3", "smbfs", "ncpfs", "afs", "9p", "davfs", "lustre", "gpfs", "ceph",
@@ -110,42 +112,50 @@ def run(session: Session) -> list[Finding]:
         if not (network or reasons):
             continue  # fast or unmeasured local storage; `rotational` alone is only a hint
         seen.add(key)
-        findings.append(_finding(probe, network, reasons, found))
+        findings.append(_finding(session, probe, network, reasons, found))
     return findings
 
 
-def _finding(probe: StorageProbe, network: bool, reasons: list[str], found: InputStall | None) -> Finding:
+def _finding(session: Session, probe: StorageProbe, network: bool, reasons: list[str],
+             found: InputStall | None) -> Finding:
     waiting = found is not None and found.significant and found.stall.kind == "waiting"
     where = probe.mount_point or probe.path
     fs = probe.fs_type or "unknown filesystem"
     evidence: dict[str, Evidence] = {
         "path": Evidence(probe.path, None, None, "dataset location"),
-        "mount_point": Evidence(probe.mount_point, None, None, "mount point"),
-        "fs_type": Evidence(probe.fs_type, None, None, "filesystem type"),
         "network": Evidence(network, None, None, "network or remote filesystem"),
     }
+    if probe.mount_point:
+        evidence["mount_point"] = Evidence(probe.mount_point, None, None, "mount point")
+    if probe.fs_type:
+        evidence["fs_type"] = Evidence(probe.fs_type, None, None, "filesystem type")
     if probe.device:
         evidence["device"] = Evidence(probe.device, None, None, "device")
     probe_window = f"read probe, {probe.files_read} files, {probe.bytes_read} bytes"
     if probe.read_latency_p50_ms is not None:
-        evidence["read_latency_p50"] = Evidence(round(probe.read_latency_p50_ms, 3), "ms", probe_window, "read latency (median)")
+        evidence["read_latency_p50"] = Evidence(round(probe.read_latency_p50_ms, 3), "ms", probe_window,
+                                                "read latency (median)")
     if probe.read_latency_p95_ms is not None:
-        evidence["read_latency_p95"] = Evidence(round(probe.read_latency_p95_ms, 3), "ms", probe_window, "read latency (p95)")
+        evidence["read_latency_p95"] = Evidence(round(probe.read_latency_p95_ms, 3), "ms", probe_window,
+                                                "read latency (p95)")
     if probe.throughput_mb_s is not None:
         evidence["throughput"] = Evidence(round(probe.throughput_mb_s, 1), "MB/s", probe_window, "read throughput")
     if probe.direct_io is not None:
         evidence["page_cache_bypassed"] = Evidence(probe.direct_io, None, probe_window, "page cache bypassed")
     if probe.rotational is not None:
         evidence["rotational_hint"] = Evidence(probe.rotational, None, None, "kernel rotational flag (a hint only)")
+    iowait = metrics.mean([c.iowait_percent for c in metrics.cpu_samples_steady(session)
+                           if c.iowait_percent is not None])
+    if iowait is not None:
+        evidence["iowait"] = Evidence(round(iowait, 1), "%", found.window if found else "whole run",
+                                      "CPU time waiting on I/O (mean)")
     if found is not None:
         evidence["data_wait_share"] = Evidence(round(found.share * 100, 1), "%", found.window, "data wait / step time")
         evidence["stall_kind"] = Evidence(found.stall.kind, None, "whole run", "why batches are late (GD102)")
 
-    what = []
-    if network:
-        what.append(f"a network filesystem ({fs})")
-    what.extend(reasons)
-    message = f"The dataset at {probe.path} sits on {where} ({fs}): " + "; ".join(what) + ". "
+    kind = "a network filesystem" if network else "a filesystem"
+    message = f"The dataset at {probe.path} sits on {kind} ({fs} mounted at {where})"
+    message += (": " + "; ".join(reasons) + ". ") if reasons else ". "
     if waiting and found is not None:
         message += (f"The loop waited for data {found.share:.0%} of each step and the loader mostly waits "
                     f"({found.stall.reason}): storage is the likely bottleneck.")
@@ -161,8 +171,8 @@ def _finding(probe: StorageProbe, network: bool, reasons: list[str], found: Inpu
     title = (f"Dataset on a network filesystem ({fs})" if network
              else "Slow storage under the dataset: " + ", ".join(r.split(" (")[0] for r in reasons))
     code = (f"# once, before training: stage the data locally (or in /dev/shm if it fits in RAM)\n"
-            f"shutil.copytree({probe.path!r}, \"/local_nvme/dataset\", dirs_exist_ok=True)\n"
-            "dataset = MyDataset(\"/local_nvme/dataset\")  # or pack files into WebDataset/LMDB shards")
+            f"shutil.copytree({probe.path!r}, {LOCAL_COPY!r}, dirs_exist_ok=True)\n"
+            f"dataset = MyDataset({LOCAL_COPY!r})  # or pack the files into WebDataset/LMDB shards")
     return Finding(
         severity="warning" if waiting else "info",
         title=title,

@@ -1,8 +1,8 @@
 """GD105 pageable-memory: host-to-device copies from pageable (unpinned) memory.
 
 What it detects
-    - The profiled window shows host-to-device copies from *pageable* memory whose
-      average size is at least 64 KB, taking a measurable share of the window.
+    - The profiled window shows host-to-device copies of 64 KB or more from
+      *pageable* memory.
     - A DataLoader feeding a CUDA run was built with ``pin_memory=False``. When a
       profile was taken, this is reported only if pageable copies were actually
       measured (data created on the GPU, or pinned by hand, costs nothing); without a
@@ -23,7 +23,8 @@ How it is measured
     work on a CUDA device is skipped.
 
 Thresholds, and where they come from
-    - Copies averaging under 64 KB are ignored: Nsight Systems' expert rules skip
+    - Copies under 64 KB are ignored (counted by the trace reader; from the mean
+      size when it did not count them): Nsight Systems' expert rules skip
       synchronous copies below 64 KB, where launch latency, not pinning, dominates
       (many small copies are GD303's business).
     - Pageable copy time >= 5% of the profiled window is a warning (the same "worth a
@@ -70,6 +71,16 @@ class CopyStats:
     count: int
     bytes: float
     us: float | None  # GPU time; None when the profile did not give it
+    small_count: int | None  # copies under 64 KB; None when the profile did not count them
+
+    @property
+    def large_count(self) -> int:
+        """Copies of 64 KB or more (estimated from the mean size when not counted)."""
+        if self.small_count is not None:
+            return max(0, self.count - self.small_count)
+        if self.count and self.bytes / self.count >= SMALL_COPY_BYTES:
+            return self.count
+        return 0
 
 
 def _norm(kind: str) -> str:
@@ -78,7 +89,7 @@ def _norm(kind: str) -> str:
 
 def htod_copies(profile: ProfileSummary, source: str) -> CopyStats:
     """Sum the profile's memcpy kinds that are host-to-device from `source` (pageable | pinned)."""
-    count, size, us, have_us = 0, 0.0, 0.0, False
+    count, size, us, small = 0, 0.0, None, None
     for kind, stats in profile.memcpy.items():
         key = _norm(kind)
         if "htod" not in key or source not in key:
@@ -86,9 +97,10 @@ def htod_copies(profile: ProfileSummary, source: str) -> CopyStats:
         count += int(stats.get("count", 0))
         size += float(stats.get("bytes", 0.0))
         if "us" in stats:
-            us += float(stats["us"])
-            have_us = True
-    return CopyStats(count, size, us if have_us else None)
+            us = (us or 0.0) + float(stats["us"])
+        if "small_count" in stats:
+            small = (small or 0) + int(stats["small_count"])
+    return CopyStats(count, size, us, small)
 
 
 def profile_measured(profile: ProfileSummary | None) -> bool:
@@ -149,9 +161,9 @@ def _profile_finding(profile: ProfileSummary, unpinned: list[LoaderInfo]) -> Fin
     pageable = htod_copies(profile, "pageable")
     if pageable.count == 0:
         return None  # no pageable H2D copies: pin_memory=False, if any, costs nothing here
+    if pageable.large_count == 0:
+        return None  # small copies only: latency-bound, not a pinning problem (GD303 looks at them)
     mean_bytes = pageable.bytes / pageable.count
-    if mean_bytes < SMALL_COPY_BYTES:
-        return None  # small copies: latency-bound, not a pinning problem (GD303 looks at them)
     pinned = htod_copies(profile, "pinned")
     window = f"profiled window, {profile.steps} steps" if profile.steps else "profiled window"
     window_us = profile.window_s * 1e6
@@ -160,18 +172,21 @@ def _profile_finding(profile: ProfileSummary, unpinned: list[LoaderInfo]) -> Fin
         "pageable_htod_bytes": Evidence(int(pageable.bytes), "bytes", window, "pageable host-to-device bytes"),
         "pageable_htod_copies": Evidence(pageable.count, "copies", window, "pageable host-to-device copies"),
         "pageable_copy_mean_bytes": Evidence(int(mean_bytes), "bytes", window, "mean copy size"),
+        "pageable_large_copies": Evidence(pageable.large_count, "copies", window, "of them 64 KB or more"),
         "pinned_htod_bytes": Evidence(int(pinned.bytes), "bytes", window, "pinned host-to-device bytes"),
     }
     if pageable.us is not None:
-        evidence["pageable_htod_time"] = Evidence(round(pageable.us / 1e3, 3), "ms", window, "GPU time of those copies")
+        evidence["pageable_htod_time"] = Evidence(round(pageable.us / 1e3, 3), "ms", window,
+                                                  "GPU time of those copies")
     if share is not None:
         evidence["pageable_share"] = Evidence(round(share * 100, 2), "%", window, "share of the profiled window")
     if unpinned:
         evidence["unpinned_loaders"] = Evidence([lo.loader_id for lo in unpinned], None, "whole run",
                                                 "DataLoaders with pin_memory=False")
     total = pageable.bytes + pinned.bytes
+    large = "" if pageable.large_count == pageable.count else f"{pageable.large_count} of them 64 KB or more; "
     message = (f"{pageable.count} host-to-device copies from pageable memory moved "
-               f"{metrics.format_bytes(pageable.bytes)} (mean {metrics.format_bytes(mean_bytes)} per copy"
+               f"{metrics.format_bytes(pageable.bytes)} ({large}mean {metrics.format_bytes(mean_bytes)} per copy"
                + (f", {pageable.bytes / total:.0%} of all H2D bytes" if total > 0 else "") + f") in the {window}")
     message += (f", taking {pageable.us / 1e3:.1f} ms of GPU copy time ({share:.1%} of the window)."
                 if share is not None and pageable.us is not None else ".")

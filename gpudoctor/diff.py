@@ -9,8 +9,9 @@ says why two reports differ and the command refuses unless --force.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from gpudoctor import __version__
 from gpudoctor.agent.redact import redact_argv
@@ -224,9 +225,9 @@ def verdict(diff: Mapping[str, Any]) -> str:
     for m in diff.get("metrics") or []:
         if m["key"] in ("data_wait_share", "sm_activity_mean") and m["verdict"] in ("better", "worse"):
             if m["key"] == "data_wait_share":
-                parts.append(f"data wait {m['before']:.0%} -> {m['after']:.0%}")
+                parts.append(f"data wait {m['before']:.0%} to {m['after']:.0%}")
             else:
-                parts.append(f"SM activity {m['before']:.0f}% -> {m['after']:.0f}%")
+                parts.append(f"SM activity {m['before']:.0f}% to {m['after']:.0f}%")
     f = diff.get("findings") or {}
     parts.append(f"{len(f.get('resolved', []))} finding(s) resolved, {len(f.get('new', []))} new, {len(f.get('unchanged', []))} unchanged")
     text = "; ".join(parts)

@@ -67,5 +67,6 @@ class GpuMonitor:
         session.gpu_sample_interval_s = getattr(result, "interval_s", None)
         for fact, reason in result.unavailable.items():
             session.unavailable.setdefault(fact, reason)
+        session.notes.extend(getattr(result, "notes", []) or [])
         if session.torch_cuda_used is False and "gpu" not in session.unavailable:
             session.notes.append("GPUs were present but the workload put no work on them")

@@ -86,10 +86,15 @@ def main_loader(session: Session) -> LoaderInfo | None:
 
 
 def fetch_cpu_ratio(loader: LoaderInfo) -> float | None:
-    """CPU time / wall time spent producing batches: ~1 = CPU-bound, far below = waiting."""
+    """Share of batch-production wall time spent computing or wanting a CPU.
+
+    ~1 = CPU-bound (including time queued for a core on an oversubscribed machine),
+    far below = waiting on storage, network, sleeps or locks.
+    """
     if loader.fetch_batches == 0 or loader.fetch_wall_s <= 0:
         return None
-    return min(1.0, loader.fetch_cpu_s / loader.fetch_wall_s)
+    busy = loader.fetch_cpu_s + (loader.fetch_runqueue_s or 0.0)
+    return min(1.0, busy / loader.fetch_wall_s)
 
 
 def fetch_time_per_batch(loader: LoaderInfo) -> float | None:

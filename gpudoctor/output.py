@@ -15,10 +15,11 @@ import logging
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from gpudoctor import exitcodes
 from gpudoctor.exitcodes import GpudoctorError
@@ -43,30 +44,38 @@ MAX_SUFFIX_TRIES = 1000
 
 @dataclass(frozen=True)
 class OutputPaths:
-    """The files one run will write; every path shares `directory` and `stem`."""
+    """The files one run will write; all but `json_copy` share `directory` and `stem`."""
 
     directory: Path
     stem: str  # file name without suffix, e.g. "train-20250101-120000"
     formats: tuple[str, ...]  # report formats to write (html, json, markdown, junit)
-    session: bool = True  # the Session beside the report, for `gpudoctor report`
-    trace: bool = False  # the profiler's gzip Chrome trace
     force: bool = False  # overwrite existing files (only with --force)
-    extra: dict[str, str] = field(default_factory=dict)  # kind -> suffix, e.g. future formats
+    with_session: bool = True  # the Session beside the report, for `gpudoctor report`
+    with_trace: bool = True  # room for the profiler's gzip Chrome trace (the caller may fill it)
+    json_copy: Path | None = None  # `--json PATH`: one more copy of the JSON report
 
     def kinds(self) -> list[str]:
         kinds = list(self.formats)
-        if self.session:
+        if self.with_session:
             kinds.append("session")
-        if self.trace:
+        if self.with_trace:
             kinds.append("trace")
-        return kinds + list(self.extra)
+        return kinds
 
     def path(self, kind: str) -> Path:
-        suffix = self.extra.get(kind) or SUFFIXES[kind]
-        return self.directory / f"{self.stem}{suffix}"
+        return self.directory / f"{self.stem}{SUFFIXES[kind]}"
 
     def all(self) -> dict[str, Path]:
-        return {kind: self.path(kind) for kind in self.kinds()}
+        """kind -> path for every planned file (the `--json` copy under "json_copy")."""
+        paths = {kind: self.path(kind) for kind in self.kinds()}
+        if self.json_copy is not None:
+            paths["json_copy"] = self.json_copy
+        return paths
+
+    def relative_names(self) -> dict[str, str]:
+        """kind -> file name, for report["files"]: the set sits together, so names
+        relative to the report stay right when the folder is moved or attached."""
+        return {kind: p.name for kind, p in self.all().items() if kind != "json_copy"}
 
     @property
     def html(self) -> Path | None:
@@ -76,13 +85,20 @@ class OutputPaths:
     def json(self) -> Path | None:
         return self.path("json") if "json" in self.formats else None
 
+    @property
+    def session(self) -> Path | None:
+        return self.path("session") if self.with_session else None
+
+    @property
+    def trace(self) -> Path | None:
+        return self.path("trace") if self.with_trace else None
+
 
 def safe_stem(name: str) -> str:
     """A file-name-safe stem from a script or module name ("train.py" -> "train")."""
     base = os.path.basename(str(name).rstrip("/\\")) or "run"
     for suffix in (".py", ".sh"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
+        base = base.removesuffix(suffix)
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", base).strip("._-")
     return cleaned[:60] or "run"
 
@@ -94,14 +110,16 @@ def plan_outputs(
     formats: Iterable[str] = DEFAULT_FORMATS,
     *,
     force: bool = False,
+    json_path: str | None = None,
     session: bool = True,
-    trace: bool = False,
+    trace: bool = True,
 ) -> OutputPaths:
     """Resolve `--out` and check it, before anything runs.
 
     out=None: ./gpudoctor-reports/<stem>-<YYYYmmdd-HHMMSS>.*; out an existing directory
     (or ending with a slash): the default names inside it; otherwise out is a file
     stem, with or without a report suffix (`run1`, `run1.html`, `out/run1.json`).
+    `json_path` (`--json PATH`) adds one more copy of the JSON report there.
     Raises GpudoctorError(CANNOT_WRITE) when the directory cannot be created or
     written, GpudoctorError(OUTPUT_EXISTS) when a target exists and not force.
     """
@@ -122,8 +140,20 @@ def plan_outputs(
                 name = name[: -len(suffix)]
                 break
         directory = target.parent
-    paths = OutputPaths(directory=directory, stem=name, formats=fmts, session=session, trace=trace, force=force)
+    paths = OutputPaths(
+        directory=directory,
+        stem=name,
+        formats=fmts,
+        force=force,
+        with_session=session,
+        with_trace=trace,
+        json_copy=Path(json_path) if json_path else None,
+    )
     ensure_writable(directory)
+    if paths.json_copy is not None:
+        if paths.json_copy.is_dir() or json_path.endswith(("/", os.sep)):  # type: ignore[union-attr]
+            raise GpudoctorError(f"--json {json_path}: expected a file path, not a directory", exitcodes.USAGE)
+        ensure_writable(paths.json_copy.parent)
     if not force:
         taken = [p for p in paths.all().values() if os.path.lexists(p)]
         if taken:
@@ -158,9 +188,22 @@ def _free_paths(paths: OutputPaths, start: int = 0) -> tuple[OutputPaths, int]:
         return paths, 0
     for n in range(start, MAX_SUFFIX_TRIES):
         candidate = paths if n == 0 else replace(paths, stem=f"{paths.stem}-{n}")
-        if not any(os.path.lexists(p) for p in candidate.all().values()):
+        siblings = [p for kind, p in candidate.all().items() if kind != "json_copy"]
+        if not any(os.path.lexists(p) for p in siblings):
             return candidate, n
     raise GpudoctorError(f"no free report name near {paths.path(paths.kinds()[0])}", exitcodes.OUTPUT_EXISTS)
+
+
+@dataclass(frozen=True)
+class WrittenOutputs:
+    """What write_outputs did. Iterating yields the paths written (for "wrote X" lines)."""
+
+    paths: OutputPaths  # as used: the stem may carry a `-N` suffix
+    report: dict[str, Any]  # the report as written, report["files"] naming its siblings
+    files: dict[str, Path]  # kind -> path, every file of the set (the caller's trace too)
+
+    def __iter__(self) -> Iterator[Path]:
+        return iter(self.files.values())
 
 
 def write_outputs(
@@ -171,34 +214,36 @@ def write_outputs(
     trace_bytes: bytes | None = None,
     fail_on: str | None = None,
     render: Callable[[Mapping[str, Any], str], str] | None = None,
-) -> tuple[OutputPaths, dict[str, Any]]:
-    """Write the report in every planned format, the session and the trace.
+) -> WrittenOutputs:
+    """Write the report in every planned format, the session, and the trace.
 
-    Returns the paths actually used (the stem may carry a `-N` suffix) and the report
-    as written, with report["files"] naming its sibling files (relative names, so the
-    set can be moved or attached together). Never overwrites unless paths.force.
+    The trace is written from `trace_bytes`, or kept if the caller already wrote it
+    at `paths.trace`. report["files"] is set to the sibling names (relative, so the
+    set can be moved or attached together). Never overwrites unless paths.force; a
+    name taken since planning moves the set to the next free `-N` stem.
     """
     renderer = render or _default_renderer(fail_on)
     try:
         paths.directory.mkdir(parents=True, exist_ok=True)  # removed during the run?
     except OSError as exc:
         raise GpudoctorError(f"cannot create the report directory {paths.directory}: {exc.strerror or exc}", exitcodes.CANNOT_WRITE) from None
-    if "trace" in paths.kinds() and trace_bytes is None:
-        paths = replace(paths, trace=False)
-    if "session" in paths.kinds() and session_dict is None:
-        paths = replace(paths, session=False)
+    kept_trace = paths.trace if paths.trace is not None and trace_bytes is None and paths.trace.is_file() else None
+    if trace_bytes is None:
+        paths = replace(paths, with_trace=False)  # nothing of ours to write (maybe the caller's)
+    if session_dict is None:
+        paths = replace(paths, with_session=False)
     start = 0
     while start < MAX_SUFFIX_TRIES:
         final, n = _free_paths(paths, start)
         written_report = dict(report)
-        written_report["files"] = {kind: p.name for kind, p in final.all().items()}
+        written_report["files"] = _names(final, kept_trace)
         blobs, failed = _render_all(final, written_report, session_dict, trace_bytes, renderer)
         if failed:
             # keep what rendered (the session above all: `gpudoctor report` can redo
             # the rest later) and name only the files that exist
             paths = replace(paths, formats=tuple(f for f in paths.formats if f not in failed))
             final = replace(final, formats=paths.formats)
-            written_report["files"] = {kind: p.name for kind, p in final.all().items()}
+            written_report["files"] = _names(final, kept_trace)
             blobs, _ = _render_all(final, written_report, session_dict, trace_bytes, renderer)
         done: list[Path] = []
         try:
@@ -206,8 +251,9 @@ def write_outputs(
                 target = final.path(kind)
                 write_atomic(target, data, exclusive=not final.force)
                 done.append(target)
+                _share(target)
         except FileExistsError:
-            # a name was taken meanwhile (another run finishing at the same second):
+            # a name was taken meanwhile (another run finishing in the same second):
             # remove this attempt's files, all ours, and take the next free stem
             for p in done:
                 _unlink_quietly(p)
@@ -217,8 +263,37 @@ def write_outputs(
             for p in done:
                 _unlink_quietly(p)
             raise GpudoctorError(f"cannot write {final.directory}: {exc.strerror or exc}", exitcodes.CANNOT_WRITE) from None
-        return final, written_report
+        files = {kind: final.path(kind) for kind in blobs}
+        if kept_trace is not None:
+            files["trace"] = kept_trace
+        if final.json_copy is not None:
+            data = blobs.get("json") or renderer(written_report, "json").encode("utf-8")
+            files["json_copy"] = _write_copy(final.json_copy, data, final.force)
+        return WrittenOutputs(paths=final, report=written_report, files=files)
     raise GpudoctorError(f"no free report name in {paths.directory}", exitcodes.OUTPUT_EXISTS)
+
+
+def _names(paths: OutputPaths, kept_trace: Path | None) -> dict[str, str]:
+    names = paths.relative_names()
+    if kept_trace is not None:
+        names["trace"] = kept_trace.name
+    return names
+
+
+def _write_copy(path: Path, data: bytes, force: bool) -> Path:
+    """The `--json PATH` copy: the user's own name, or `name-N.json` if it got taken."""
+    stem, suffix = (path.name[: -len(".json")], ".json") if path.name.endswith(".json") else (path.name, "")
+    for n in range(MAX_SUFFIX_TRIES):
+        target = path if n == 0 else path.with_name(f"{stem}-{n}{suffix}")
+        try:
+            write_atomic(target, data, exclusive=not force)
+            _share(target)
+            return target
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise GpudoctorError(f"cannot write {target}: {exc.strerror or exc}", exitcodes.CANNOT_WRITE) from None
+    raise GpudoctorError(f"no free name near {path}", exitcodes.OUTPUT_EXISTS)
 
 
 def _default_renderer(fail_on: str | None) -> Callable[[Mapping[str, Any], str], str]:
@@ -244,11 +319,32 @@ def _render_all(
         except Exception as exc:
             log.warning("could not render the %s report: %s: %s", fmt, type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
             failed.append(fmt)
-    if paths.session and session_dict is not None:
-        blobs["session"] = json.dumps(session_dict, indent=1, allow_nan=False).encode("utf-8")
-    if paths.trace and trace_bytes is not None:
+    if paths.with_session and session_dict is not None:
+        # compact: the session is for machines (`gpudoctor report`), and long runs are big
+        blobs["session"] = json.dumps(session_dict, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    if paths.with_trace and trace_bytes is not None:
         blobs["trace"] = trace_bytes
     return blobs, failed
+
+
+def _share(path: Path) -> None:
+    """Give a report the permissions of any file the user creates (the temporary file
+    behind the atomic write is private, 0600): reports are meant to be shared."""
+    try:
+        os.chmod(path, 0o666 & ~_umask())
+    except OSError:
+        pass
+
+
+def _umask() -> int:
+    try:  # Linux: read it without changing it (os.umask would, for all threads)
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
 
 
 def _unlink_quietly(path: Path) -> None:

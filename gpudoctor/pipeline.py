@@ -96,10 +96,10 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
     from gpudoctor.output import write_outputs
     from gpudoctor.reports import terminal
 
+    trace_bytes = None
     if trace is not None and plan.trace is not None and session.profile is not None:
         try:
-            with open(trace, "rb") as src, gzip.open(plan.trace, "xb", compresslevel=6) as dst:
-                shutil.copyfileobj(src, dst)
+            trace_bytes = gzip.compress(trace.read_bytes(), compresslevel=6)
             session.profile.trace_file = plan.trace.name
         except OSError as exc:
             session.notes.append(f"the profiler trace could not be saved: {exc.strerror or exc}")
@@ -108,14 +108,14 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
         session.notes.append(f"check plugin {error.name} failed to load: {error.reason}")
     engine = run_checks(session, checks, ignore=split_ids(args.ignore))
     report = build_report(session, engine, files=plan.relative_names())
-    written = write_outputs(plan, report, session.to_dict())
+    written = write_outputs(plan, report, session.to_dict(), trace_bytes=trace_bytes, fail_on=args.fail_on)
+
     if not args.quiet:
         console = Console(stderr=True)
-        terminal.render(report, console)
-        for path in written:
-            console.print(f"[dim]wrote[/dim] {path}")
+        terminal.render(written.report, console, written={k: str(v) for k, v in written.files.items()})
     workload = session.exit_code
     if stopped_by_us and workload in (130, 143, 137, -2, -15):
         workload = 0  # the workload ended because gpudoctor asked it to (documented)
     return exit_status(workload, engine.findings, args.fail_on)
+
 

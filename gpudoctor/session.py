@@ -13,6 +13,7 @@ and the reason is recorded in `Session.unavailable[fact]`. Fact names:
     storage    no dataset path known, or the probe failed
     gpu        no NVIDIA GPU / driver / NVML, or the workload used no GPU
     gpm        GPM metrics (SM activity, tensor activity) unsupported or failing
+    clock_events  NVML clock-event (throttle) reasons could not be read
     profile    no torch.profiler window (CPU-only run, disabled, failed to start)
     allocator  no CUDA caching-allocator statistics
 """
@@ -102,6 +103,9 @@ class LoaderInfo:
     fetch_batches: int = 0
     fetch_wall_s: float = 0.0
     fetch_cpu_s: float = 0.0
+    # time the producing thread waited for a CPU (Linux schedstat): CPU-bound work on an
+    # oversubscribed machine, not I/O. None when the OS does not report it.
+    fetch_runqueue_s: float | None = None
     worker_pids: list[int] = field(default_factory=list)
 
 
@@ -203,6 +207,7 @@ class ProfileSummary:
     idle_gap_kernel_to_kernel_us: float = 0.0  # gaps < 30 us
     idle_gap_host_wait_us: float = 0.0  # larger gaps, or the host launched after the GPU ran dry
     idle_gap_other_us: float = 0.0  # large gaps although the work was queued in time (dependencies)
+    idle_after_sync_us: float = 0.0  # gaps that began while the host was blocked in a synchronisation
     launch_count: int = 0
     launch_total_us: float = 0.0  # CPU time of cudaLaunchKernel & co
     short_kernel_count: int = 0  # GPU time below its own launch time
@@ -237,6 +242,7 @@ class AllocatorSnapshot:
     device_total_bytes: int | None = None
     device_free_bytes: int | None = None
     expandable_segments: bool | None = None
+    requested_bytes: int | None = None  # label "oom": the allocation that failed
 
 
 @dataclass

@@ -9,7 +9,8 @@ its formatters; each lives in its own module and is imported only when used, so
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 # name -> (module, file suffix)
 FORMATS: dict[str, tuple[str, str]] = {
@@ -43,3 +44,23 @@ def render(report: Mapping[str, Any], fmt: str, *, fail_on: str | None = None) -
     if fmt == "junit":
         return fn(report, fail_on=fail_on)
     return fn(report)
+
+
+DIFF_FORMATS = ("terminal", "json", "html", "markdown")
+
+
+def render_diff(diff: Mapping[str, Any], fmt: str) -> str:
+    """Render a before/after comparison (schema gpudoctor.diff/1) in one format."""
+    if fmt == "html":
+        from .diff_html import render as html
+
+        return html(diff)
+    from . import diff_text
+
+    if fmt == "json":
+        return diff_text.render_json(diff)
+    if fmt == "markdown":
+        return diff_text.render_markdown(diff)
+    if fmt == "terminal":
+        return diff_text.to_text(diff)
+    raise ValueError(f"unknown diff format {fmt!r} (choose from {', '.join(DIFF_FORMATS)})")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from gpudoctor.agent.redact import redact_argv
 from gpudoctor.metrics import format_bytes, format_duration

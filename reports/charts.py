@@ -10,15 +10,15 @@ values from the run only ever become coordinates.
 
 from __future__ import annotations
 
+import functools
 import io
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import matplotlib
-
-matplotlib.use("Agg")  # never a GUI backend: reports are rendered headless, often in CI
-
-from matplotlib.figure import Figure  # noqa: E402  (after choosing the backend)
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 MAX_POINTS = 400
 COLORS = {  # Okabe-Ito: tells series apart for colour-blind readers and in print
@@ -41,9 +41,21 @@ _RC = {
     "axes.spines.right": False,
     "path.simplify": True,
 }
-_PROLOGUE = re.compile(r"\A.*?(?=<svg\b)", re.S)
+_PROLOGUE = re.compile(r"\A.*?(?=<svg\b)", re.DOTALL)
 _NAMESPACES = re.compile(r'\s+xmlns(?::\w+)?="[^"]*"')
-_UNSAFE = re.compile(r"<\s*(script|foreignObject|iframe|image|a)\b|\son\w+\s*=|javascript:", re.I)
+_UNSAFE = re.compile(r"<\s*(script|foreignObject|iframe|image|a)\b|\son\w+\s*=|javascript:", re.IGNORECASE)
+
+
+def _styled(fn: Callable[..., str | None]) -> Callable[..., str | None]:
+    """Run a chart function inside gpudoctor's rc settings: artists read them when
+    they are created (tick labels, legends), not only when the figure is saved."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> str | None:
+        with matplotlib.rc_context(_RC):
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def _thin(xs: Sequence[Any], *series: Sequence[Any]) -> tuple[list[Any], ...]:
@@ -64,10 +76,10 @@ def _nan(values: Sequence[Any]) -> list[float]:
 
 def to_svg(fig: Figure) -> str:
     buf = io.StringIO()
-    with matplotlib.rc_context(_RC):
+    with matplotlib.rc_context(_RC):  # svg.* settings are read at save time
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     svg = _NAMESPACES.sub("", _PROLOGUE.sub("", buf.getvalue(), count=1))
-    svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
+    svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.DOTALL)
     # drop the fixed size so the chart follows the page width (the viewBox keeps its shape)
     svg = re.sub(r'(<svg\b[^>]*?)\s+width="[^"]*"\s+height="[^"]*"', r"\1", svg, count=1)
     svg = svg.replace("<svg", '<svg role="img"', 1)
@@ -77,17 +89,19 @@ def to_svg(fig: Figure) -> str:
 
 
 def _figure(height: float, rows: int = 1) -> tuple[Figure, Any]:
-    with matplotlib.rc_context(_RC):
-        fig = Figure(figsize=(8.0, height))
-        axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
+    # Figure + the Agg canvas, never pyplot: headless, and no global backend or
+    # figure registry changed in the process that renders (it may be the user's)
+    fig = Figure(figsize=(8.0, height))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
     return fig, axes
 
 
+@_styled
 def timeline(tl: Mapping[str, Any]) -> str | None:
     """GPU duty cycle vs SM/tensor activity vs CPU vs data wait (percent), power, memory."""
     gpu = tl.get("gpu") or {}
     cpu = tl.get("cpu") or {}
-    steps = tl.get("steps") or {}
     percent: list[tuple[str, Sequence[Any], Sequence[Any], str]] = []
     for key, label, color in (
         ("util_percent", "GPU utilization (duty cycle)", "util"),
@@ -98,10 +112,9 @@ def timeline(tl: Mapping[str, Any]) -> str | None:
             percent.append((label, gpu.get("t") or [], gpu[key], color))
     if _present(cpu.get("system_percent") or []):
         percent.append(("CPU (usable cores)", cpu.get("t") or [], cpu["system_percent"], "cpu"))
-    waits, durations = steps.get("data_wait_s") or [], steps.get("duration_s") or []
-    if _present(waits) and _present(durations):
-        share = [100.0 * min(w, d) / d if isinstance(w, (int, float)) and isinstance(d, (int, float)) and d > 0 else None for w, d in zip(waits, durations)]
-        percent.append(("data wait (share of step)", steps.get("t") or [], share, "wait"))
+    step_t, share, _ = _wait_share(tl)
+    if _present(share):
+        percent.append(("data wait (share of step)", step_t, share, "wait"))
     power = gpu.get("power_w") or []
     memory = gpu.get("memory_used_bytes") or []
     panels = [p for p in ("percent" if percent else "", "power" if _present(power) else "", "memory" if _present(memory) else "") if p]
@@ -135,6 +148,7 @@ def timeline(tl: Mapping[str, Any]) -> str | None:
     return to_svg(fig)
 
 
+@_styled
 def step_breakdown(steps: Mapping[str, Any]) -> str | None:
     """Per-step time split into data wait and everything else (compute, launch, sync)."""
     t, durations, waits = steps.get("t") or [], steps.get("duration_s") or [], steps.get("data_wait_s") or []
@@ -143,7 +157,7 @@ def step_breakdown(steps: Mapping[str, Any]) -> str | None:
     t, durations, waits = _thin(t, durations, waits)
     wait_ms = [1e3 * min(w or 0.0, d or 0.0) for w, d in zip(waits, durations)]
     busy_ms = [1e3 * (d or 0.0) - w for d, w in zip(durations, wait_ms)]
-    fig, axes = _figure(2.0)
+    fig, axes = _figure(1.8)
     ax = axes[0]
     ax.stackplot(t, wait_ms, busy_ms, labels=["data wait", "compute and the rest"], colors=[COLORS["wait"], COLORS["compute"]], alpha=0.85, linewidth=0)
     ax.set_ylabel("ms per step")
@@ -155,12 +169,13 @@ def step_breakdown(steps: Mapping[str, Any]) -> str | None:
     return to_svg(fig)
 
 
+@_styled
 def kernel_histogram(hist: Mapping[str, Any]) -> str | None:
     """Kernel count per duration bucket, in the profiler's own bucket order."""
     items = [(str(k), v) for k, v in hist.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if not items or not any(v for _, v in items):
         return None
-    fig, axes = _figure(1.9)
+    fig, axes = _figure(1.6)
     ax = axes[0]
     positions = list(range(len(items)))
     ax.bar(positions, [v for _, v in items], color=COLORS["sm"])
@@ -177,3 +192,45 @@ def _safe_label(label: str) -> str:
     (matplotlib escapes XML, and '$' would start its math mode)."""
     cleaned = re.sub(r"[^A-Za-z0-9 .<>+\-]", "", label)[:14]
     return cleaned or "?"
+
+
+@_styled
+def diff_timeline(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> str | None:
+    """Before vs after over run time: real SM activity (or the duty cycle when SM
+    activity was not measured) and the data-wait share of each step."""
+    panels = []
+    for title, pick in (("SM activity %", _sm_or_util), ("data wait, % of step", _wait_share)):
+        lines = [(side, *pick(tl or {})) for side, tl in (("before", before), ("after", after))]
+        lines = [ln for ln in lines if _present(ln[2])]
+        if lines:
+            panels.append((title, lines))
+    if not panels:
+        return None
+    fig, axes = _figure(1.6 * len(panels) + 0.4, len(panels))
+    fig.set_layout_engine("constrained")
+    for ax, (title, lines) in zip(axes, panels):
+        for side, t, values, label in lines:
+            x, y = _thin(t, values)
+            ax.plot(x, _nan(y), label=f"{side}: {label}", color=COLORS["util"] if side == "before" else COLORS["sm"], linewidth=1.1)
+        ax.set_ylabel(title)
+        ax.set_ylim(0, 105)
+        ax.grid(True, linewidth=0.3, alpha=0.5)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    axes[len(panels) - 1].set_xlabel("seconds since start")
+    return to_svg(fig)
+
+
+def _sm_or_util(tl: Mapping[str, Any]) -> tuple[Sequence[Any], Sequence[Any], str]:
+    gpu = tl.get("gpu") or {}
+    if _present(gpu.get("sm_activity") or []):
+        return gpu.get("t") or [], gpu["sm_activity"], "SM activity"
+    return gpu.get("t") or [], gpu.get("util_percent") or [], "GPU utilization"
+
+
+def _wait_share(tl: Mapping[str, Any]) -> tuple[Sequence[Any], Sequence[Any], str]:
+    steps = tl.get("steps") or {}
+    share = [
+        100.0 * min(w, d) / d if isinstance(w, (int, float)) and isinstance(d, (int, float)) and d > 0 else None
+        for w, d in zip(steps.get("data_wait_s") or [], steps.get("duration_s") or [])
+    ]
+    return steps.get("t") or [], share, "data wait"

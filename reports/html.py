@@ -10,13 +10,17 @@ its SHA-256 hash, so no other script, injected or not, can run.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import logging
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import jinja2
 from markupsafe import Markup
+
+from gpudoctor.metrics import format_bytes, format_duration
 
 from . import charts
 from ._common import (
@@ -30,7 +34,6 @@ from ._common import (
     stage_name,
     summary_rows,
 )
-from gpudoctor.metrics import format_bytes, format_duration
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,9 @@ def content_security_policy(script: str = SCRIPT) -> str:
     )
 
 
+@functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
+    """One environment per process: templates compile once (jinja2 caches them in it)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=True,  # every template, whatever its file name
@@ -162,7 +167,7 @@ def _chart(fn: Callable[[Any], str | None], data: Any) -> Markup | None:
     None: a broken chart must cost the reader one picture, not the whole report."""
     try:
         svg = fn(data)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (one picture lost, never the report)
         log.warning("chart %s failed: %s", getattr(fn, "__name__", "?"), exc)
         return None
     return Markup(svg) if svg else None

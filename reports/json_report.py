@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from gpudoctor.agent.redact import redact_argv
 
@@ -48,7 +49,23 @@ def _finding(finding: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def render(report: Mapping[str, Any], *, indent: int | None = 1) -> str:
-    return json.dumps(_finite(ordered(report)), indent=indent, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+    data = _finite(ordered(report))
+    if indent is None:
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=str) + "\n"
+    return dumps_readable(data, indent) + "\n"
+
+
+def dumps_readable(value: Any, indent: int = 1, level: int = 0) -> str:
+    """Indented JSON whose lists of plain numbers/strings stay on one line: a
+    600-point timeline is one line, not 600, and the structure stays readable."""
+    pad, inner = " " * (indent * level), " " * (indent * (level + 1))
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(str(k), ensure_ascii=False)}: {dumps_readable(v, indent, level + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list) and value and any(isinstance(v, (dict, list)) for v in value):
+        items = [inner + dumps_readable(v, indent, level + 1) for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    return json.dumps(value, separators=(", ", ": "), ensure_ascii=False, allow_nan=False, default=str)
 
 
 def _finite(value: Any) -> Any:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ._common import command_line, fails, key_numbers, stage_name
 

@@ -9,7 +9,8 @@ code goes into a fence longer than any backtick run inside it.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ._common import (
     command_line,

@@ -8,8 +8,9 @@ console markup, so a hostile name cannot restyle or hide the output.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from rich.console import Console, Group
 from rich.padding import Padding

@@ -8,7 +8,8 @@ for facts that were not recorded ("not measured" is never zero).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from gpudoctor.engine import run_checks
 from gpudoctor.model import Check, CheckOutcome, Finding

@@ -37,6 +37,9 @@ _KEY_VALUE = re.compile(
     re.IGNORECASE,
 )
 _BEARER = re.compile(r"(?i)(bearer|basic)\s+[A-Za-z0-9+/=._\-]{8,}")
+# `--api-key VALUE` inside free text (a command line quoted in a traceback or a log
+# line): redact_argv sees such pairs as two arguments, text has only the space
+_FLAG_VALUE = re.compile(r"(?P<flag>(?<!\S)--?[A-Za-z0-9][A-Za-z0-9_.\-]*)(?P<sep>[ \t]+)(?P<val>[^\s\-][^\s'\"]*)")
 
 
 def is_secret_name(name):
@@ -51,7 +54,14 @@ def redact_text(text):
     text = _SECRET_VALUE.sub(MASK, text)
     text = _BEARER.sub(lambda m: m.group(1) + " " + MASK, text)
     text = _KEY_VALUE.sub(lambda m: m.group("key") + m.group("sep") + MASK, text)
+    text = _FLAG_VALUE.sub(_mask_flag_value, text)
     return text
+
+
+def _mask_flag_value(match):
+    if not is_secret_name(match.group("flag").lstrip("-")):
+        return match.group(0)
+    return match.group("flag") + match.group("sep") + MASK
 
 
 def redact_argv(argv):

@@ -12,6 +12,19 @@ import weakref
 _perf = time.perf_counter
 _cpu = time.thread_time
 
+
+def _runqueue_s():
+    """Seconds this thread has waited for a CPU (Linux schedstat), None elsewhere.
+
+    Wall time = CPU time + time waiting for a CPU + time blocked (I/O, sleep, locks).
+    Without this, a CPU-bound worker on an oversubscribed machine looks "idle".
+    """
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
 _ROOT_ATTRS = ("root", "root_dir", "data_dir", "data_root", "dataset_dir", "path", "data_path",
                "img_dir", "image_dir", "images_dir", "directory", "folder")
 
@@ -74,12 +87,15 @@ class FetchStats:
         self.by_key = {}  # key -> [batches, wall, cpu]
         self.dirty = False
 
-    def add(self, key, wall, cpu):
+    def add(self, key, wall, cpu, runqueue):
         with self.lock:
-            entry = self.by_key.setdefault(key, [0, 0.0, 0.0])
+            entry = self.by_key.setdefault(key, [0, 0.0, 0.0, 0.0, 0])
             entry[0] += 1
             entry[1] += wall
             entry[2] += cpu
+            if runqueue is not None:
+                entry[3] += runqueue
+                entry[4] += 1
             self.dirty = True
 
     def snapshot(self):
@@ -87,7 +103,8 @@ class FetchStats:
             if not self.dirty:
                 return None
             self.dirty = False
-            return {k: [v[0], round(v[1], 6), round(v[2], 6)] for k, v in self.by_key.items()}
+            return {k: [v[0], round(v[1], 6), round(v[2], 6), round(v[3], 6) if v[4] == v[0] else None]
+                    for k, v in self.by_key.items()}
 
 
 class TorchHooks:
@@ -159,6 +176,8 @@ class TorchHooks:
             waited = _perf() - t0
             hooks.tls.loader = previous
             try:
+                if getattr(self_iter, "_gpudoctor_workers_sent", True) is False:
+                    hooks._send_workers(self_iter, loader_id)
                 hooks._on_batch(loader_id, waited)
             except Exception as exc:
                 hooks.agent.error("loader_next", exc)
@@ -181,11 +200,14 @@ class TorchHooks:
 
             def make(orig):
                 def fetch(self_fetcher, possibly_batched_index):
+                    r0 = _runqueue_s()
                     w0 = _perf()
                     c0 = _cpu()
                     result = orig(self_fetcher, possibly_batched_index)
                     try:
-                        hooks._on_fetch(_perf() - w0, _cpu() - c0)
+                        wall, cpu = _perf() - w0, _cpu() - c0
+                        r1 = _runqueue_s() if r0 is not None else None
+                        hooks._on_fetch(wall, cpu, r1 - r0 if r1 is not None else None)
                     except Exception as exc:
                         hooks.agent.error("fetch", exc)
                     return result
@@ -238,13 +260,13 @@ class TorchHooks:
             self.loader_ids[loader] = loader_id
             self.agent.emit("loader", id=loader_id, **self._describe(loader))
         it._gpudoctor_id = loader_id
-        workers = getattr(it, "_workers", None)
-        if workers:
-            pids = []
-            for w in workers:
-                pid = getattr(w, "pid", None)
-                if pid:
-                    pids.append(pid)
+        it._gpudoctor_workers_sent = False
+
+    def _send_workers(self, it, loader_id):
+        """Worker pids, sent at the first batch (the subclass starts workers after our hook)."""
+        it._gpudoctor_workers_sent = True
+        pids = [w.pid for w in getattr(it, "_workers", None) or () if getattr(w, "pid", None)]
+        if pids:
             self.agent.emit("loader_workers", id=loader_id, pids=pids)
 
     def _describe(self, loader):
@@ -287,14 +309,14 @@ class TorchHooks:
         self.steps.add_wait(waited)
         self.steps.boundary("loader")
 
-    def _on_fetch(self, wall, cpu):
+    def _on_fetch(self, wall, cpu, runqueue):
         key = getattr(self.tls, "loader", None)
         if key is None:
             info = self.torch.utils.data.get_worker_info()
             key = "worker:%d" % info.id if info is not None else "unknown"
             if info is not None and self.worker_pid != os.getpid():
                 self._enter_worker()
-        self.fetch.add(key, wall, cpu)
+        self.fetch.add(key, wall, cpu, runqueue)
 
     def _enter_worker(self):
         """First batch in a DataLoader worker: make sure its numbers reach the disk.
@@ -310,6 +332,7 @@ class TorchHooks:
             self.loader_stats = {}
             self.loader_dirty = False
         self.profiler = None
+        self.agent.emit("hello", pid=os.getpid(), ppid=os.getppid(), role="worker", argv=[])
         self.agent.writer.ensure_running()
         try:
             from multiprocessing import util

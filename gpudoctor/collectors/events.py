@@ -120,6 +120,8 @@ class EventReader:
             proc.info.ppid = e.get("ppid")
             proc.info.argv = [str(a) for a in e.get("argv") or []]
             proc.info.cuda_visible_devices = e.get("cuda_visible_devices")
+            if e.get("role") == "worker":
+                proc.info.role = "worker"
         elif kind == "torch":
             proc.info.torch = e.get("version")
             self.torch_versions[pid] = (e.get("version"), e.get("cuda"))
@@ -267,14 +269,21 @@ class EventReader:
                     loader.wait_total_s = float(wait)
                     loader.wait_max_s = float(wait_max)
         for pid, proc in self.processes.items():
-            for key, (batches, wall, cpu) in proc.fetch.items():
+            for key, values in proc.fetch.items():
+                batches, wall, cpu = values[:3]
+                runqueue = values[3] if len(values) > 3 else None
                 loader_id = key if key in self.loaders else self.worker_to_loader.get(pid)
                 loader = self.loaders.get(loader_id) if loader_id else None
                 if loader is None:
                     continue
+                first = loader.fetch_batches == 0
                 loader.fetch_batches += int(batches)
                 loader.fetch_wall_s += float(wall)
                 loader.fetch_cpu_s += float(cpu)
+                if runqueue is None:
+                    loader.fetch_runqueue_s = None
+                elif first or loader.fetch_runqueue_s is not None:
+                    loader.fetch_runqueue_s = (loader.fetch_runqueue_s or 0.0) + float(runqueue)
                 if pid != loader.pid and pid not in loader.worker_pids:
                     loader.worker_pids.append(pid)
         session.loaders = sorted(self.loaders.values(), key=lambda lo: lo.loader_id)

@@ -20,8 +20,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from gpudoctor.collectors import nvml_device
 from gpudoctor.collectors.nvml_device import Device, DeviceLost
@@ -48,7 +49,10 @@ class NvmlSampler:
 
     `nvml` is the pynvml module (nvidia-ml-py) unless a fake is injected; `t0` and
     `clock` define sample times (`GpuSample.t = clock() - t0`, time.time by default);
-    `environ` is the workload's environment (for CUDA_VISIBLE_DEVICES).
+    `environ` is the workload's environment (for CUDA_VISIBLE_DEVICES). Intervals
+    below 0.1 s are raised to 0.1 s (GPM's minimum). Beyond `max_samples_per_gpu`,
+    samples are merged pairwise and the effective interval doubles, so long runs
+    stay bounded in memory.
     """
 
     def __init__(
@@ -75,7 +79,8 @@ class NvmlSampler:
         self._devices: list[Device] = []
         self._active: list[Device] = []  # sampled now
         self._used: set[str] = set()  # UUIDs the workload reported (union over select calls)
-        self._pending: tuple[list[str] | None] | None = None  # select() waiting for the thread
+        self._pending: list[str] | None = None  # select() waiting for the sampling thread
+        self._pending_set = False
         self._selection_note: str | None = None
         self._driver: str | None = None
         self._unavailable: dict[str, str] = {}
@@ -105,7 +110,8 @@ class NvmlSampler:
     def select(self, uuids: list[str] | None) -> None:
         """Sample exactly these GPUs (UUIDs, as CUDA reports them); None: back to the default."""
         with self._lock:
-            self._pending = (None if uuids is None else [str(u) for u in uuids],)
+            self._pending = None if uuids is None else [str(u) for u in uuids]
+            self._pending_set = True
 
     def latest_util(self) -> float | None:
         """Mean duty cycle of the sampled GPUs at the last poll (for a live status line)."""
@@ -257,10 +263,9 @@ class NvmlSampler:
 
     def _apply_selection(self) -> None:
         with self._lock:
-            pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        uuids = pending[0]
+            if not self._pending_set:
+                return
+            uuids, self._pending, self._pending_set = self._pending, None, False
         if uuids is None:
             self._active = self._visible_devices()
             return

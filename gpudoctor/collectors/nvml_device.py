@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gpudoctor.session import GpuInfo, GpuSample
 
@@ -288,7 +289,7 @@ def merge(samples: list[GpuSample]) -> GpuSample:
         values = [getattr(s, f.name) for s in samples if getattr(s, f.name) is not None]
         if values:
             mean = sum(values) / len(values)
-            setattr(out, f.name, int(round(mean)) if isinstance(values[0], int) else mean)
+            setattr(out, f.name, round(mean) if isinstance(values[0], int) else mean)
     counts: dict[str, int] = {}
     for s in samples:
         for reason in s.clock_event_reasons:
@@ -334,8 +335,8 @@ def mig_parent_uuid(nv: Any, uuid: str) -> str | None:
             if getattr(is_mig, "value", is_mig):
                 handle = nv.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
             return text(nv.nvmlDeviceGetUUID(handle))
-        except Exception:
-            continue
+        except Exception as exc:
+            log.debug("no NVML device for %s: %s", candidate, exc)
     return None
 
 

@@ -23,6 +23,8 @@ Z_95 = 1.96
 MIN_TIMED_ITERS = 3  # below this a percentile is not a measurement
 MIN_ITERS_FOR_CI = 6
 MIN_ITERS_FOR_DRIFT = 10
+# A GPU needs longer than a CPU for clocks and power to settle under load.
+DEFAULT_MIN_TIME_S = {"cuda": 1.0, "cpu": 0.5}
 
 
 @dataclass(frozen=True)

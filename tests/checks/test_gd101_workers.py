@@ -49,6 +49,18 @@ def test_cap_binds_at_usable_cores_minus_one_and_says_batches_must_get_cheaper()
     assert f.estimated_gain == pytest.approx(3.5)
 
 
+def test_graded_by_what_the_change_buys_not_by_the_stall():
+    # 96% data wait, but 2 cores carry 1 worker, which produces at the same 51 ms per batch:
+    # moving the work off the main process only overlaps the 2 ms of compute (1.04x)
+    loader = make_loader(num_workers=0, batches=50, fetch_s_per_batch=0.051, fetch_cpu_ratio=0.98)
+    session = make_session(steps=make_steps(50, 0.053, 0.051), loaders=[loader], usable_cores=2)
+    (f,) = run(session)
+    assert f.evidence["recommended_workers"].value == 1
+    assert f.estimated_gain == pytest.approx(0.053 / 0.051)
+    assert f.severity == "info"
+    assert "cheaper" in f.message
+
+
 def test_usable_cores_come_from_quota_not_machine_size():
     loader = make_loader(num_workers=1, batches=50, fetch_s_per_batch=1.0)
     session = make_session(steps=make_steps(50, 0.100, 0.080), loaders=[loader],
@@ -73,6 +85,20 @@ def test_waiting_stall_asks_for_deeper_prefetch():
     session = make_session(steps=make_steps(50, 0.100, 0.050), loaders=[loader], usable_cores=16)
     (f,) = run(session)
     assert "prefetch_factor=4" in (f.remedy.code or "")
+
+
+def test_workers_that_mostly_wait_may_outnumber_the_cores_up_to_twice():
+    # 2 usable cores; a batch takes 32 ms of which 2% is CPU (sleeping reads); C = 1.5 ms
+    # -> ceil(32 / 1.5 * 1.2) = 26 needed; idle workers: cap min(2 x 2, (2 - 1) / 0.02) = 4
+    waiting = make_loader(num_workers=1, batches=60, fetch_s_per_batch=0.032, fetch_cpu_ratio=0.02)
+    session = make_session(steps=make_steps(60, 0.036, 0.0345), loaders=[waiting], usable_cores=2)
+    (f,) = run(session)
+    assert f.evidence["needed_workers"].value == 26
+    assert f.evidence["recommended_workers"].value == 4
+    assert "storage" in f.message  # the cap binds: the batches themselves must get cheaper to read
+    # the same numbers, CPU-bound: one worker is all two cores can carry, and it is there already
+    busy = make_loader(num_workers=1, batches=60, fetch_s_per_batch=0.032, fetch_cpu_ratio=0.95)
+    assert run(make_session(steps=make_steps(60, 0.036, 0.0345), loaders=[busy], usable_cores=2)) == []
 
 
 def test_unmeasured_fetch_cost_falls_back_on_the_core_band():

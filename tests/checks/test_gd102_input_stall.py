@@ -94,6 +94,19 @@ def test_gpu_idle_meanwhile_is_reported_when_measured():
     assert f.evidence["gpu_util"].value == pytest.approx(35.0)
 
 
+def test_bursty_waits_are_named():
+    # 9 steps in 10 find a batch ready; every 10th waits 400 ms: the queue runs dry in bursts
+    steps = []
+    for i in range(50):
+        steps += make_steps(1, 0.402 if i % 10 == 9 else 0.010, 0.400 if i % 10 == 9 else 0.0,
+                            start_t=steps[-1].t if steps else 0.0)
+    session = make_session(steps=steps, loaders=[make_loader(num_workers=4, batches=50)])
+    (f,) = run(session)
+    assert f.evidence["data_wait_median"].value == pytest.approx(0.0)
+    assert f.evidence["data_wait_per_step"].value == pytest.approx(40.0)  # 5 x 400 ms over 50 steps
+    assert "bursts" in f.message
+
+
 def test_no_finding_below_five_percent():
     assert run(stalled(wait_s=0.0045, fetch_s_per_batch=0.1)) == []
     assert len(run(stalled(wait_s=0.0055, fetch_s_per_batch=0.1))) == 1

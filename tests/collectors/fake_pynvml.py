@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import ctypes
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import pynvml
 

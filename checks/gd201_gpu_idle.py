@@ -1,0 +1,230 @@
+"""GD201 gpu-idle: the GPU is idle, or busy by the duty cycle while its SMs barely work.
+
+What it detects
+    Over the steady part of the run (warm-up steps excluded), the GPU did little:
+
+    - its *duty cycle* (NVML utilization, what ``nvidia-smi`` and ``dmon``'s ``sm``
+      column show) is low: most of the time no kernel ran at all; or
+    - the duty cycle looks fine but the real *SM activity* (GPM, Hopper and newer)
+      is low: kernels ran, but each occupied a sliver of the chip.
+
+    It also says when the memory is full although the GPU idles: a full memory
+    does not mean the GPU works (the caching allocator keeps what it once needed).
+
+Why it matters
+    NVML utilization is the share of time *at least one kernel* was running, however
+    small. A loop of tiny elementwise kernels measured on an H200 read 17-31%
+    utilization but 0.02-0.04% SM activity: 132 SMs, almost all of them idle. A bf16
+    8192^3 matmul read 100% utilization and 93-96% SM activity. Only SM activity says
+    how much of the chip works; utilization only says how often something ran.
+
+How it is measured
+    The supervisor samples NVML every 0.5 s; on GPM-capable GPUs, SM activity,
+    occupancy, tensor activity and DRAM bandwidth are averages over each interval
+    (two GPM snapshots at least 100 ms apart). Samples inside the steady steps'
+    time window are averaged over every GPU the workload used.
+
+Thresholds, and where they come from
+    - busy share < 50%: a finding (warning). Busy share is the SM activity when GPM
+      measured it, else the duty cycle. "Busy below 50% suggests more work per step"
+      is the TensorBoard profiler plugin's line (its GPU utilization advice).
+    - busy share < 10%: critical. The GPU is idle nine tenths of the time or more
+      (gpudoctor's own line: at that point every other GPU-side finding is moot).
+    - duty cycle 10 points or more above the SM activity: the message explains the
+      gap (kernels too small to fill the GPU, see GD301).
+    - memory used >= 80% of the device while busy share < 50%: "memory full but idle".
+    - estimated gain: 100 / duty cycle (capped at 10x) when the duty cycle is below
+      50%: the speed-up if the idle time vanished. Unknown (none) when only SM
+      activity is low: filling the SMs depends on the kernels.
+
+What to do
+    Check the input pipeline first (stage 1, GD101-GD105): a starved loop idles the
+    GPU whatever the model. Then give each step more work: a larger batch (GD202
+    estimates how large) and fewer, bigger kernels (torch.compile or CUDA graphs
+    fuse small ones, GD301).
+
+Example
+    Bad: small batch, many tiny kernels::
+
+        loader = DataLoader(dataset, batch_size=8)
+        for x, y in loader:
+            loss = model(x.cuda()).relu().mul(2).add(1).mean()
+
+    Good: more samples per step, fused kernels::
+
+        model = torch.compile(model)
+        loader = DataLoader(dataset, batch_size=256, num_workers=8, pin_memory=True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpudoctor import metrics
+from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.session import GpuSample, Session
+
+BUSY_WARNING = 50.0  # % busy: TensorBoard profiler plugin, "more work per step" below it
+BUSY_CRITICAL = 10.0  # %: the GPU idles nine tenths of the time
+GAP_POINTS = 10.0  # duty cycle this far above SM activity: explain the difference
+MEMORY_FULL = 0.80  # share of device memory in use
+MAX_GAIN = 10.0
+MIN_SAMPLES = 3
+
+
+@dataclass(frozen=True)
+class GpuActivity:
+    samples: int
+    gpus: list[int]
+    duty_cycle: float | None  # NVML utilization, %
+    sm_activity: float | None  # GPM, %
+    tensor_activity: float | None
+    sm_occupancy: float | None
+    dram_bw_util: float | None
+    memory_used_peak: int | None
+    memory_total: int | None
+    window: str
+
+    @property
+    def busy(self) -> float | None:
+        return self.sm_activity if self.sm_activity is not None else self.duty_cycle
+
+    @property
+    def memory_share(self) -> float | None:
+        if self.memory_used_peak is None or not self.memory_total:
+            return None
+        return self.memory_used_peak / self.memory_total
+
+
+def gpu_activity(session: Session) -> GpuActivity | None:
+    """Steady-state GPU activity of the GPUs the workload used, or None without samples."""
+    samples: list[GpuSample] = metrics.gpu_samples_steady(session)
+    if not samples:
+        return None
+    summary = metrics.step_summary(session)
+    window = summary.window if summary else "whole run"
+    indexes = sorted({s.gpu_index for s in samples})
+    totals = {g.index: g.memory_total_bytes for g in session.environment.gpus if g.memory_total_bytes}
+    peaks = [s.memory_used_bytes for s in samples if s.memory_used_bytes is not None]
+    peak_gpu = max((s for s in samples if s.memory_used_bytes is not None),
+                   key=lambda s: s.memory_used_bytes or 0, default=None)
+    return GpuActivity(
+        samples=len(samples),
+        gpus=indexes,
+        duty_cycle=metrics.gpu_metric_mean(samples, "util_percent"),
+        sm_activity=metrics.gpu_metric_mean(samples, "sm_activity"),
+        tensor_activity=metrics.gpu_metric_mean(samples, "tensor_activity"),
+        sm_occupancy=metrics.gpu_metric_mean(samples, "sm_occupancy"),
+        dram_bw_util=metrics.gpu_metric_mean(samples, "dram_bw_util"),
+        memory_used_peak=max(peaks) if peaks else None,
+        memory_total=totals.get(peak_gpu.gpu_index) if peak_gpu is not None else None,
+        window=window,
+    )
+
+
+def run(session: Session) -> list[Finding]:
+    if session.torch_cuda_used is False:
+        raise Skip("the workload put no work on a CUDA device")
+    act = gpu_activity(session)
+    if act is None:
+        raise Skip("no GPU samples were taken")
+    if act.samples < MIN_SAMPLES:
+        raise Skip(f"only {act.samples} GPU sample(s) in the steady window: too few to judge")
+    busy = act.busy
+    if busy is None:
+        raise Skip("neither utilization nor SM activity was measured (MIG mode, or NVML failing)")
+    if busy >= BUSY_WARNING:
+        return []
+    gap = _gap(act)
+    parts = [_measured(act, session)]
+    if gap:
+        parts.append(
+            f"Utilization is a duty cycle: the share of time at least one kernel was running, however "
+            f"small. SM activity is the share of the streaming multiprocessors that were actually busy. "
+            f"A {act.duty_cycle:.0f}% duty cycle with {act.sm_activity:.2g}% SM activity means that while "
+            "kernels run, most SMs wait: the kernels are too small to fill the GPU (typically many short "
+            "launches from Python, see GD301).")
+    elif act.sm_activity is None:
+        parts.append(f"SM activity (GPM) was not measured ({session.fact('gpm') or 'no value'}): utilization "
+                     "is only a duty cycle and overstates real activity, so the real picture can only be worse.")
+    share = act.memory_share
+    if share is not None and share >= MEMORY_FULL:
+        parts.append(f"GPU memory is {share:.0%} full, yet the GPU idles: full memory does not mean the GPU "
+                     "works (PyTorch's caching allocator keeps what it once needed).")
+    parts.append("A busy share below 50% suggests the GPU needs more work per step, once the input "
+                 "pipeline keeps up.")
+    gain = None
+    if act.duty_cycle is not None and act.duty_cycle < BUSY_WARNING:
+        gain = round(min(MAX_GAIN, 100.0 / max(act.duty_cycle, 100.0 / MAX_GAIN)), 2)
+    severity = "critical" if busy < BUSY_CRITICAL else "warning"
+    return [Finding(severity=severity, title=_title(act, gap), message=" ".join(parts),
+                    evidence=_evidence(act), remedy=REMEDY, estimated_gain=gain)]
+
+
+def _gap(act: GpuActivity) -> bool:
+    if act.duty_cycle is None or act.sm_activity is None:
+        return False
+    return act.duty_cycle - act.sm_activity >= GAP_POINTS
+
+
+def _title(act: GpuActivity, gap: bool) -> str:
+    if act.duty_cycle is not None and act.duty_cycle >= BUSY_WARNING:
+        return "GPU looks busy, but its SMs are mostly idle"
+    if gap:
+        return "GPU mostly idle, and its SMs barely work when it runs"
+    return "GPU mostly idle"
+
+
+def _measured(act: GpuActivity, session: Session) -> str:
+    gpus = "GPU " + ", ".join(str(i) for i in act.gpus)
+    values = []
+    if act.duty_cycle is not None:
+        values.append(f"NVML utilization (duty cycle) averaged {act.duty_cycle:.0f}%")
+    if act.sm_activity is not None:
+        values.append(f"GPM SM activity {act.sm_activity:.2g}%")
+    if act.tensor_activity is not None:
+        values.append(f"tensor-core activity {act.tensor_activity:.2g}%")
+    return f"Over {in_words(act.window)} ({act.samples} samples, {gpus}), " + ", ".join(values) + "."
+
+
+def in_words(window: str) -> str:
+    """'whole run' -> 'the whole run' inside a sentence."""
+    return "the " + window if window.startswith("whole") else window
+
+
+def _evidence(act: GpuActivity) -> dict[str, Evidence]:
+    w = act.window
+    out: dict[str, Evidence] = {"samples": Evidence(act.samples, "samples", w, "GPU samples")}
+    for key, value, label in (
+        ("util_percent", act.duty_cycle, "NVML utilization (duty cycle), mean"),
+        ("sm_activity", act.sm_activity, "GPM SM activity, mean"),
+        ("tensor_activity", act.tensor_activity, "GPM tensor-core activity, mean"),
+        ("sm_occupancy", act.sm_occupancy, "GPM SM occupancy, mean"),
+        ("dram_bw_util", act.dram_bw_util, "GPM DRAM bandwidth used, mean"),
+    ):
+        if value is not None:
+            out[key] = Evidence(round(value, 3), "%", w, label)
+    if act.memory_used_peak is not None:
+        out["memory_used_peak"] = Evidence(round(act.memory_used_peak / 2**30, 2), "GiB", w, "GPU memory used, peak")
+    if act.memory_share is not None:
+        out["memory_used_share"] = Evidence(round(act.memory_share * 100, 1), "%", w, "of device memory")
+    return out
+
+
+REMEDY = Remedy(
+    text="First make sure the input pipeline keeps up (stage 1: GD101-GD105). Then give each step more "
+    "work: a larger batch (GD202 estimates how large it can be) and fewer, bigger kernels: torch.compile "
+    "or CUDA graphs fuse the small ones (GD301).",
+    code="model = torch.compile(model)  # fuses small kernels, fewer launches\n"
+    "loader = DataLoader(dataset, batch_size=4 * B, num_workers=W, pin_memory=True)  # if memory allows (GD202)",
+)
+
+CHECK = Check(
+    id="GD201",
+    slug="gpu-idle",
+    stage=2,
+    title="GPU idle or SMs barely used",
+    run=run,
+    requires=("gpu",),
+    doc=__doc__ or "",
+)

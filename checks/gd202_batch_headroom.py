@@ -1,0 +1,216 @@
+"""GD202 batch-headroom: the batch uses a small part of GPU memory while the GPU idles.
+
+What it detects
+    Peak memory is far below the device and the GPU is not busy: a larger batch
+    would fit and would give the GPU more work per step. The finding estimates the
+    largest batch that fits and gives the exact ``gpudoctor sweep`` command that
+    measures throughput from half of that bound upward (playbook step 2).
+
+Why it matters
+    A GPU is a long assembly line: a small batch leaves most stations idle.
+    Throughput grows with batch size along a curve that flattens (the knee) and
+    then falls or fails when memory runs out. Raising the batch is the cheapest lever,
+    but not the first one (fix the input pipeline first, stage 1), and not "bigger is
+    better": memory capacity and, for online serving, the latency budget (P50) set
+    the ceiling. Gains are not linear, so none is promised: the sweep measures them.
+
+How it is measured
+    From PyTorch's caching allocator (``torch.cuda.memory_stats``) recorded by the
+    agent: the peak allocated bytes (``max_memory_allocated``) and the allocated
+    bytes at each snapshot; the batch size from ``Session.batch_size`` or the main
+    DataLoader; the device size from ``mem_get_info`` or NVML; GPU activity from
+    the steady NVML/GPM samples (GD201).
+
+    Estimate (stated in the finding, because it is one): memory that does not grow
+    with the batch (weights, gradients, optimizer state) is taken as the lowest
+    allocation seen at a snapshot (``baseline``); the rest of the peak scales with the
+    batch: ``per_sample = (peak - baseline) / batch``. When the snapshots show no
+    difference, everything is assumed to scale (``per_sample = peak / batch``),
+    which under-estimates the bound. A snapshot taken before the optimizer state
+    existed lowers the baseline the same way: the estimate errs on the safe side. ``max_batch = (0.9 * device - baseline) /
+    per_sample``.
+
+Thresholds, and where they come from
+    - peak (allocated or reserved, whichever is larger) < 50% of the device: room
+      for at least about twice the batch; above it, the sweep would find little.
+    - usable memory = 90% of the device: peak above 90% of the device is close to
+      OOM (kernel workspaces, fragmentation and the CUDA context live there).
+    - the GPU counts as busy (no finding) at SM activity >= 80%, or, without GPM,
+      utilization >= 90%: a busy GPU gains little from a bigger batch.
+    - start = half of the bound (playbook: "start measuring at half that bound and
+      climb to the stable edge"), rounded down to a multiple of 8 for tensor cores.
+    - warning when the GPU's busy share is below 50% (GD201's line), info otherwise.
+    - no finding after an out-of-memory (GD402) or when the bound is under twice the
+      batch.
+
+What to do
+    Run the sweep it prints; read throughput *and* P50 step latency per batch size;
+    take the knee (throughput grows < 5% per step up). Scale the learning rate with
+    the batch (linear or square-root rule, with warm-up) so convergence holds.
+
+Example
+    ``gpudoctor sweep train.py:build --mode train --batch-sizes 192,384,768``
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+
+from gpudoctor.checks.gd201_gpu_idle import BUSY_WARNING, GpuActivity, gpu_activity, in_words
+
+from gpudoctor import metrics
+from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.session import AllocatorSnapshot, Session
+
+PEAK_SHARE_MAX = 0.50  # peak at or above half the device: little headroom
+USABLE_SHARE = 0.90  # peak above 90% of the device is close to OOM
+BUSY_SM_ACTIVITY = 80.0  # %, GPM: the GPU is already busy
+BUSY_DUTY_CYCLE = 90.0  # %, NVML utilization when GPM is missing
+MIN_SCALING_SHARE = 0.02  # peak - baseline below 2% of peak: no measurable batch-dependent part
+GIB = 2**30
+
+
+def oom_seen(session: Session) -> bool:
+    return any(e.kind == "oom" for e in session.errors) or any(
+        s.label == "oom" or s.num_ooms > 0 for s in session.allocator)
+
+
+def batch_size(session: Session) -> int | None:
+    if session.batch_size:
+        return session.batch_size
+    loader = metrics.main_loader(session)
+    return loader.batch_size if loader is not None and loader.batch_size else None
+
+
+def device_total(session: Session, snapshots: list[AllocatorSnapshot]) -> int | None:
+    for snap in snapshots:
+        if snap.device_total_bytes:
+            return snap.device_total_bytes
+    totals = [g.memory_total_bytes for g in session.environment.gpus if g.memory_total_bytes]
+    return min(totals) if totals else None
+
+
+def round_start(bound: int, batch: int) -> int:
+    """Half the bound, rounded down to a multiple of 8 when large enough, above the current batch."""
+    start = bound // 2
+    if start >= 16:
+        start -= start % 8
+    if start <= batch:
+        start = min(2 * batch, bound)
+    return max(1, start)
+
+
+def script_target(command: list[str]) -> str:
+    """`train.py:build` from the recorded command, or a placeholder."""
+    for i, arg in enumerate(command):
+        if arg.endswith(".py"):
+            return f"{os.path.basename(arg)}:build"
+        if arg == "-m" and i + 1 < len(command):
+            return f"{command[i + 1]}:build"
+    return "<your_module>.py:build"
+
+
+def run(session: Session) -> list[Finding]:
+    if oom_seen(session):
+        raise Skip("the run hit out-of-memory (see GD402): there is no headroom to recommend")
+    batch = batch_size(session)
+    if not batch:
+        raise Skip("batch size unknown (no DataLoader batch_size, Session.batch_size not set)")
+    snapshots = [s for s in session.allocator if s.label != "oom"]
+    if not snapshots:
+        raise Skip("no allocator snapshot")
+    total = device_total(session, snapshots)
+    if not total:
+        raise Skip("device memory size unknown")
+    peak = max(s.max_allocated_bytes for s in snapshots)
+    footprint = max(peak, max(s.max_reserved_bytes for s in snapshots))
+    if peak <= 0:
+        raise Skip("no allocation recorded")
+    if footprint >= PEAK_SHARE_MAX * total:
+        return []
+    act = gpu_activity(session)
+    busy, busy_name = _busy(act)
+    if busy is not None and busy >= (BUSY_SM_ACTIVITY if busy_name == "SM activity" else BUSY_DUTY_CYCLE):
+        return []
+    baseline = min(s.allocated_bytes for s in snapshots)
+    scaling = peak - baseline
+    assumed_all_scales = scaling < MIN_SCALING_SHARE * peak
+    if assumed_all_scales:
+        baseline, scaling = 0, peak
+    per_sample = scaling / batch
+    usable = USABLE_SHARE * total
+    bound = math.floor((usable - baseline) / per_sample)
+    if bound < 2 * batch:
+        return []
+    start = round_start(bound, batch)
+    sizes = [start, 2 * start, 4 * start]
+    target = script_target(session.command)
+    sweep = f"gpudoctor sweep {shlex.quote(target)} --mode train --batch-sizes {','.join(map(str, sizes))}"
+    window = act.window if act is not None else "whole run"
+    message = _message(batch, peak, footprint, total, baseline, per_sample, bound, start, busy, busy_name,
+                       assumed_all_scales, window)
+    evidence = {
+        "batch_size": Evidence(batch, "samples", "whole run", "batch size"),
+        "peak_allocated": Evidence(round(peak / GIB, 3), "GiB", "whole run", "max_memory_allocated"),
+        "peak_share": Evidence(round(footprint / total * 100, 1), "%", "whole run",
+                               "peak (allocated or reserved) / device"),
+        "device_total": Evidence(round(total / GIB, 2), "GiB", None, "device memory"),
+        "baseline": Evidence(round(baseline / GIB, 3), "GiB", "whole run", "memory assumed not to scale with batch"),
+        "per_sample": Evidence(round(per_sample / 2**20, 2), "MiB", "whole run", "estimated memory per sample"),
+        "max_batch_estimate": Evidence(bound, "samples", None, "largest batch estimated to fit in 90% of the device"),
+        "start_batch": Evidence(start, "samples", None, "where to start measuring (half the bound)"),
+    }
+    if busy is not None:
+        evidence["gpu_busy"] = Evidence(round(busy, 2), "%", window, f"GPU {busy_name}, mean")
+    severity = "warning" if busy is not None and busy < BUSY_WARNING else "info"
+    remedy = Remedy(
+        text=f"Measure before changing the run: the sweep runs a few steps at each batch size and reports "
+        f"throughput, P50 step latency and peak memory. `{target.split(':')[0]}` must define "
+        f"`build(batch_size)` (see `gpudoctor sweep --help`). The last size deliberately probes past the "
+        "estimate to find the memory edge. Take the knee (throughput grows < 5% per step up), and scale the "
+        "learning rate with the batch (linear or square-root rule, with warm-up).",
+        code=sweep,
+    )
+    return [Finding(severity=severity, title=f"Batch size {batch} uses {footprint / total:.0%} of GPU memory: "
+                    f"about {bound} would fit", message=message, evidence=evidence, remedy=remedy)]
+
+
+def _busy(act: GpuActivity | None) -> tuple[float | None, str]:
+    if act is None:
+        return None, ""
+    if act.sm_activity is not None:
+        return act.sm_activity, "SM activity"
+    return act.duty_cycle, "utilization"
+
+
+def _message(batch: int, peak: int, footprint: int, total: int, baseline: float, per_sample: float,
+             bound: int, start: int, busy: float | None, busy_name: str, all_scales: bool, window: str) -> str:
+    fmt = metrics.format_bytes
+    text = (f"At batch size {batch}, PyTorch's peak allocation was {fmt(peak)} (footprint {fmt(footprint)}, "
+            f"{footprint / total:.0%} of the {fmt(total)} device)")
+    text += f", while the GPU's {busy_name} averaged {busy:.3g}% over {in_words(window)}. " if busy is not None else \
+        " (GPU activity was not measured). "
+    if all_scales:
+        text += (f"The snapshots show no batch-independent part, so all of it is assumed to grow with the batch: "
+                 f"{fmt(per_sample)} per sample. That over-counts (weights, gradients and optimizer state do "
+                 "not grow with the batch), so the bound below is conservative. ")
+    else:
+        text += (f"Memory that does not grow with the batch (weights, gradients, optimizer state; taken as the "
+                 f"lowest allocation seen, {fmt(baseline)}) leaves about {fmt(per_sample)} per sample. ")
+    text += (f"Keeping 10% of the device free, about {bound} samples per batch would fit: an estimate, assuming "
+             f"activation memory grows linearly with the batch. Start measuring at half of that, {start}, and "
+             "climb to the stable edge. For online serving, the latency budget caps the batch, not memory.")
+    return text
+
+
+CHECK = Check(
+    id="GD202",
+    slug="batch-headroom",
+    stage=2,
+    title="Batch far below what memory allows",
+    run=run,
+    requires=("allocator",),
+    doc=__doc__ or "",
+)

@@ -1,0 +1,161 @@
+"""GD301 launch-bound: many tiny kernels, and the GPU idles between them.
+
+What it detects
+    The profiled window holds many kernels that are shorter than the CPU call that
+    launches them, and the GPU sits idle a large share of the time between its first
+    and last kernel. Each kernel costs the host a launch (a few microseconds of
+    Python, dispatcher and driver work); when kernels finish faster than the host can
+    queue the next ones, the queue never fills and the GPU waits for the CPU. Typical
+    causes: long chains of elementwise ops on small tensors, per-parameter optimizer
+    loops, small batches, Python loops over layers or timesteps.
+
+Why it matters
+    In a launch-bound run the GPU's speed hardly matters: the step takes as long as
+    the host needs to issue its launches. A bigger GPU, or a bigger batch on the same
+    number of kernels, changes little; fewer, larger kernels change everything.
+
+How it is measured
+    From the torch.profiler window (kernels, CUDA launch calls, correlation ids):
+
+    - short kernels: GPU time below the CPU time of its own launch call, that call
+      taking at most 50 us (Holistic Trace Analysis' kernel launch statistics);
+    - GPU idle share: time with no kernel, copy or memset on any stream between the
+      first and last GPU activity, over that whole span;
+    - launch-attributable idle: gaps shorter than 30 us between work that was queued
+      in time (HTA's kernel-to-kernel delay) plus gaps where the host queued the next
+      work only after the GPU had run dry (HTA's host wait), minus the gaps that
+      follow a host synchronisation (GD302 counts those);
+    - median kernel duration, launches per step and the mean CPU cost of a launch.
+
+Thresholds, and where they come from
+    - at least 100 kernels in the window: fewer give no distribution to judge;
+    - tiny-kernel evidence, any of: at least 50% of the kernels are short (half of
+      the work drains faster than it is queued); the median kernel is below 10 us
+      (launch cost is typically 5-20 us: HTA); the median kernel is shorter than the
+      mean launch call;
+    - GPU idle share >= 20%: warning; >= 50% with at least half the kernels short:
+      critical. These are gpudoctor's starting points (the TensorBoard profiler
+      plugin calls a GPU under 50% busy under-used); tune them with measurements.
+    The estimated gain is the upper bound reached if the launch-attributable idle
+    time vanished: span / (span - attributable idle), at most 10x. Host waits also
+    hold data-loading stalls (GD102): read that finding first when it is present.
+    Measured on an H200: 300 chained elementwise ops on a 256-element tensor per
+    step gave 4,500 kernels with a median of 0.96 us against 4.1 us of CPU per
+    launch; every kernel was short and the GPU idled 91% of its span.
+
+What to do
+    Fuse the kernels and take the host out of the loop: ``torch.compile`` merges
+    chains of elementwise ops into a few generated kernels; ``mode="reduce-overhead"``
+    adds CUDA graphs, which replay a whole step's launches with one call (static
+    shapes). Use foreach/fused optimizers (``fused=True`` for Adam/AdamW on CUDA). A
+    larger batch amortises each launch over more samples.
+
+Example
+    Bad: a Python loop of small elementwise ops, one launch each::
+
+        for t in range(seq_len):
+            h = torch.tanh(x[:, t] @ w_x + h @ w_h + b)
+
+    Good: compiled (and graph-captured) so the step issues a handful of launches::
+
+        step = torch.compile(model, mode="reduce-overhead")
+        loss = step(x).sum()
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.session import ProfileSummary, Session
+
+MIN_KERNELS = 100  # below this there is no distribution to judge
+SHORT_SHARE = 0.5  # share of kernels shorter than their own launch
+TINY_MEDIAN_US = 10.0  # HTA: a launch costs 5-20 us
+IDLE_WARNING = 0.20
+IDLE_CRITICAL = 0.50
+MAX_GAIN = 10.0
+
+REMEDY = Remedy(
+    text="Fuse the small kernels and take the host out of the loop: torch.compile merges elementwise "
+    "chains into a few generated kernels, mode=\"reduce-overhead\" adds CUDA graphs that replay a whole "
+    "step's launches at once (static shapes). Use fused optimizers and, where memory allows, a larger "
+    "batch so each launch does more work.",
+    code="model = torch.compile(model)                            # fewer, fused kernels\n"
+    "model = torch.compile(model, mode=\"reduce-overhead\")   # + CUDA graphs: one launch per step\n"
+    "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)",
+)
+
+
+def gpu_profile(session: Session) -> ProfileSummary:
+    """The profile, or Skip when it holds no GPU activity ("not measured" is never a pass)."""
+    profile = session.profile
+    if profile is None:
+        raise Skip(session.fact("profile") or "no profiler window was recorded")
+    if profile.kernel_count == 0 and profile.gpu_busy_us <= 0:
+        raise Skip(profile.error or "the profiler window holds no GPU activity")
+    return profile
+
+
+def run(session: Session) -> list[Finding]:
+    profile = gpu_profile(session)
+    if profile.kernel_count < MIN_KERNELS:
+        raise Skip(f"only {profile.kernel_count} kernels in the profiled window (need {MIN_KERNELS})")
+    span = profile.gpu_busy_us + profile.gpu_idle_us
+    if span <= 0:
+        raise Skip("the GPU activity in the profile has no duration")
+    idle_share = profile.gpu_idle_us / span
+    short_share = profile.short_kernel_count / profile.kernel_count
+    median = profile.kernel_median_us
+    mean_launch = profile.launch_total_us / profile.launch_count if profile.launch_count else None
+    tiny = (short_share >= SHORT_SHARE or (median is not None and median < TINY_MEDIAN_US)
+            or (median is not None and mean_launch is not None and median < mean_launch))
+    if not tiny or idle_share < IDLE_WARNING:
+        return []
+    # gaps after a sync belong to GD302: counting them here too would promise the same gain twice
+    host_wait = max(0.0, profile.idle_gap_host_wait_us - profile.idle_after_sync_us)
+    attributable = min(profile.idle_gap_kernel_to_kernel_us + host_wait, span * 0.999)
+    gain = min(MAX_GAIN, span / (span - attributable)) if attributable > 0 else None
+    severity = "critical" if idle_share >= IDLE_CRITICAL and short_share >= SHORT_SHARE else "warning"
+    window = f"profiled window ({profile.steps} steps)" if profile.steps else "profiled window"
+    evidence = {
+        "kernel_count": Evidence(profile.kernel_count, "kernels", window, "kernels"),
+        "short_kernel_share": Evidence(round(short_share * 100, 1), "%", window,
+                                       "kernels shorter than their own launch call"),
+        "gpu_idle_share": Evidence(round(idle_share * 100, 1), "%", window,
+                                   "GPU idle between its first and last activity"),
+        "idle_kernel_to_kernel": Evidence(round(profile.idle_gap_kernel_to_kernel_us / 1e3, 3), "ms", window,
+                                          "idle in gaps < 30 us (launch delay)"),
+        "idle_host_wait": Evidence(round(profile.idle_gap_host_wait_us / 1e3, 3), "ms", window,
+                                   "idle while the host was late to queue work"),
+    }
+    if median is not None:
+        evidence["kernel_median"] = Evidence(round(median, 2), "us", window, "median kernel duration")
+    if mean_launch is not None:
+        evidence["launch_mean"] = Evidence(round(mean_launch, 2), "us", window, "mean CPU time of a launch call")
+    per_step = ""
+    if profile.steps and profile.launch_count:
+        launches = profile.launch_count / profile.steps
+        evidence["launches_per_step"] = Evidence(round(launches, 1), "launches/step", window, "kernel launches per step")
+        per_step = f" The host issued {launches:,.0f} launches per step."
+    numbers = [f"median kernel {median:.1f} us"] if median is not None else []
+    if mean_launch is not None:
+        numbers.append(f"mean launch {mean_launch:.1f} us of CPU")
+    detail = f" ({', '.join(numbers)})" if numbers else ""
+    message = (
+        f"The GPU was idle {idle_share:.0%} of the time between its first and last kernel in the {window}, "
+        f"and {short_share:.0%} of its {profile.kernel_count:,} kernels ran shorter than their own launch "
+        f"call{detail}.{per_step} The host cannot queue work as fast as the GPU finishes it."
+        + (f" Removing the launch-bound gaps would make the window up to {gain:.2f}x faster." if gain else "")
+    )
+    return [Finding(severity=severity, title="Launch-bound: many tiny kernels, the GPU waits for the CPU",
+                    message=message, evidence=evidence, remedy=REMEDY, estimated_gain=gain)]
+
+
+CHECK = Check(
+    id="GD301",
+    slug="launch-bound",
+    stage=3,
+    title="Launch-bound (many tiny kernels)",
+    run=run,
+    requires=("profile",),
+    doc=__doc__ or "",
+)

@@ -1,0 +1,162 @@
+"""GD302 host-sync: host synchronisations drain the GPU queue inside the loop.
+
+What it detects
+    The training loop calls into CUDA in ways that block the CPU until the GPU has
+    finished everything queued so far: ``tensor.item()``, ``.cpu()`` / ``.tolist()`` /
+    ``.numpy()``, ``print(tensor)`` or f-strings of tensors, ``torch.cuda.synchronize()``,
+    blocking copies from pageable memory, data-dependent shapes (``nonzero``, boolean
+    masks). Each one empties the GPU's queue: when the CPU resumes, it must launch the
+    next kernels from scratch while the GPU waits.
+
+Why it matters
+    Normally the CPU runs ahead of the GPU, queueing work while earlier kernels run,
+    so Python and launch overheads are hidden. After a synchronisation there is no
+    queue: the GPU idles for the time the host needs to issue the next work, every
+    time. A single ``loss.item()`` per step costs little; several per step, or one
+    inside an inner loop, can cost a large share of the step.
+
+How it is measured
+    From the torch.profiler window: blocking CUDA calls (``cudaStreamSynchronize``,
+    ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, synchronous ``cudaMemcpy``),
+    their count and the CPU time they blocked. Each is named after the ATen operator
+    around it (``aten::item`` for ``.item()``, ``aten::to`` for ``.cpu()`` and blocking
+    copies) and placed in the innermost Python function of your code around it, with
+    the call it made (``train_step (train.py:40) -> Tensor.item``; torch records the
+    function's ``def`` line). The GPU's cost is the idle time *after* syncs: gaps that
+    began while the host was blocked in a sync and ended after it returned, i.e. the
+    GPU ran dry and waited for the host to queue new work, as a share of the span from
+    the GPU's first to last activity.
+
+Thresholds, and where they come from
+    - idle after syncs >= 10% of the GPU span: warning; >= 30%: critical. Below 10%
+      the syncs cost the GPU little (it is the bottleneck anyway).
+    - 2 or more synchronisations per step (10 in the window when steps are unknown)
+      with less idle: info. One ``loss.item()`` per step for logging is customary; two
+      or more mean the loop synchronises *inside* the step. Nsight Systems' expert
+      rules flag every synchronising API call; gpudoctor reports them when they
+      repeat or cost GPU time.
+    These are gpudoctor's starting points; tune them with measurements. The estimated
+    gain is the upper bound if the idle after syncs vanished: span / (span - idle
+    after syncs), at most 10x. Measured on an H200: a small MLP step with ``.item()``,
+    ``.cpu()`` and ``torch.cuda.synchronize()`` left the GPU idle 22% of its span after
+    those syncs; 50 blocking ``.to("cuda")`` copies of small pageable tensors per step,
+    20%.
+
+What to do
+    Keep values on the GPU and read them rarely: accumulate ``loss.detach()`` in a
+    GPU tensor and call ``.item()`` every N steps; move metrics to the end of the
+    epoch; use ``non_blocking=True`` copies from pinned memory; avoid
+    ``torch.cuda.synchronize()`` outside timing code. ``torch.cuda.set_sync_debug_mode("warn")``
+    prints a warning with a stack trace at every synchronising call.
+
+Example
+    Bad: three synchronisations per step::
+
+        loss = criterion(model(x), y); loss.backward(); opt.step()
+        total += loss.item()
+        correct += (out.argmax(1) == y).sum().cpu()
+        print(f"loss {loss}")
+
+    Good: accumulate on the GPU, read once every 100 steps::
+
+        total += loss.detach()
+        if step % 100 == 0:
+            print(f"loss {total.item() / 100:.4f}")
+            total.zero_()
+"""
+
+from __future__ import annotations
+
+from gpudoctor.metrics import format_duration
+from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.session import ProfileSummary, Session
+
+PER_STEP = 2.0  # more than the customary one loss.item() per step
+IN_WINDOW = 10  # when the window's steps are unknown
+IDLE_WARNING = 0.10  # GPU idle after syncs / GPU span
+IDLE_CRITICAL = 0.30
+MAX_GAIN = 10.0
+MAX_SITES = 3
+
+REMEDY = Remedy(
+    text="Keep values on the GPU and read them rarely: accumulate loss.detach() and call .item() every N "
+    "steps, compute metrics at the end of the epoch, copy with non_blocking=True from pinned memory, and "
+    "drop torch.cuda.synchronize() outside timing code. torch.cuda.set_sync_debug_mode(\"warn\") names "
+    "every synchronising call with its stack.",
+    code="torch.cuda.set_sync_debug_mode(\"warn\")   # find them: a warning at every synchronising call\n"
+    "running = torch.zeros((), device=\"cuda\")\n"
+    "for step, (x, y) in enumerate(loader):\n"
+    "    loss = train_step(x.to(\"cuda\", non_blocking=True), y.to(\"cuda\", non_blocking=True))\n"
+    "    running += loss.detach()                 # no sync\n"
+    "    if step % 100 == 99:\n"
+    "        print(f\"loss {running.item() / 100:.4f}\")  # one sync per 100 steps\n"
+    "        running.zero_()",
+)
+
+
+def gpu_profile(session: Session) -> ProfileSummary:
+    """The profile, or Skip when it holds no GPU activity ("not measured" is never a pass)."""
+    profile = session.profile
+    if profile is None:
+        raise Skip(session.fact("profile") or "no profiler window was recorded")
+    if profile.kernel_count == 0 and profile.gpu_busy_us <= 0:
+        raise Skip(profile.error or "the profiler window holds no GPU activity")
+    return profile
+
+
+def run(session: Session) -> list[Finding]:
+    profile = gpu_profile(session)
+    if profile.sync_count == 0:
+        return []
+    span = profile.gpu_busy_us + profile.gpu_idle_us
+    idle_share = min(1.0, profile.idle_after_sync_us / span) if span > 0 else 0.0
+    per_step = profile.sync_count / profile.steps if profile.steps else None
+    frequent = per_step >= PER_STEP if per_step is not None else profile.sync_count >= IN_WINDOW
+    if idle_share >= IDLE_CRITICAL:
+        severity = "critical"
+    elif idle_share >= IDLE_WARNING:
+        severity = "warning"
+    elif frequent:
+        severity = "info"
+    else:
+        return []
+    window = f"profiled window ({profile.steps} steps)" if profile.steps else "profiled window"
+    evidence = {
+        "sync_count": Evidence(profile.sync_count, "calls", window, "blocking CUDA synchronisations"),
+        "sync_time": Evidence(round(profile.sync_total_us / 1e3, 3), "ms", window, "CPU time blocked in them"),
+        "idle_after_sync": Evidence(round(profile.idle_after_sync_us / 1e3, 3), "ms", window,
+                                    "GPU idle after a sync emptied its queue"),
+        "idle_after_sync_share": Evidence(round(idle_share * 100, 1), "%", window,
+                                          "GPU idle after syncs / GPU span"),
+    }
+    if per_step is not None:
+        evidence["syncs_per_step"] = Evidence(round(per_step, 2), "calls/step", window, "synchronisations per step")
+    for n, site in enumerate(profile.sync_sites[:MAX_SITES], start=1):
+        evidence[f"site_{n}"] = Evidence(f"{site.api} in {site.site or 'an unknown call site'}", None, window,
+                                         f"{site.count}x, {format_duration(site.total_us / 1e6)} blocked")
+    rate = f", {per_step:.1f} per step," if per_step is not None else ""
+    sites = "; ".join(f"{s.api} in {s.site or 'an unknown call site'} ({s.count}x)"
+                      for s in profile.sync_sites[:MAX_SITES])
+    attributable = min(profile.idle_after_sync_us, span * 0.999)
+    gain = min(MAX_GAIN, span / (span - attributable)) if attributable > 0 else None
+    message = (
+        f"The host synchronised with the GPU {profile.sync_count:,} times in the {window}{rate}, blocked "
+        f"{format_duration(profile.sync_total_us / 1e6)} in all. Each sync empties the GPU's queue; after "
+        f"them the GPU idled {format_duration(profile.idle_after_sync_us / 1e6)} waiting for new work, "
+        f"{idle_share:.0%} of its span."
+        + (f" Where: {sites}." if sites else "")
+        + (f" Without those gaps the window would be up to {gain:.2f}x faster." if gain and gain >= 1.01 else "")
+    )
+    return [Finding(severity=severity, title="Host synchronisations stall the GPU queue",
+                    message=message, evidence=evidence, remedy=REMEDY, estimated_gain=gain)]
+
+
+CHECK = Check(
+    id="GD302",
+    slug="host-sync",
+    stage=3,
+    title="Host synchronisations in the loop",
+    run=run,
+    requires=("profile",),
+    doc=__doc__ or "",
+)

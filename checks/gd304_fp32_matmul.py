@@ -1,0 +1,142 @@
+"""GD304 fp32-matmul: matrix multiplies run in full fp32 where tensor cores would serve.
+
+What it detects
+    A significant share of the GPU's kernel time goes to matrix-multiply (GEMM)
+    kernels that run in plain fp32 on the CUDA cores (cuBLAS ``sgemm``, CUTLASS
+    ``simt``, xmma ``f32f32_f32f32`` / ``ffma`` kernels) rather than on tensor cores
+    (TF32, bf16, fp16: kernel names with ``tf32``, ``bf16``, ``h884``, ``s16816``,
+    ``tensorop``, ``wgmma``, cuBLASLt's ``nvjet``). PyTorch computes fp32 matmuls in
+    full fp32 by default: ``torch.backends.cuda.matmul.allow_tf32`` is False unless
+    you set it (or ``torch.set_float32_matmul_precision("high")``).
+
+Why it matters
+    On Ampere and newer GPUs the tensor cores run TF32 matmuls about 8x faster than
+    fp32 on the CUDA cores at peak (A100: 156 vs 19.5 TFLOP/s; H100 SXM: about 495 vs
+    67) and bf16/fp16 about twice TF32 again. TF32 keeps fp32's range with a 10-bit
+    mantissa, which most training tolerates; bf16 autocast is the usual choice for
+    new models.
+
+How it is measured
+    Each kernel in the torch.profiler window is classified by its name: GEMM kernels
+    (``gemm``/``gemv``/``nvjet``/``wgmma``, convolutions excluded) are tensor-core when
+    the name carries a 16/8-bit or TF32 type or a tensor-core instruction family, fp32
+    when it carries ``sgemm``/``simt``/``ffma``/``float``, and unknown otherwise. TF32
+    is reported as enabled when the agent read ``allow_tf32`` in the workload, or
+    when a TF32 kernel ran.
+
+Thresholds, and where they come from
+    - fp32 GEMM time >= 10% of all kernel time: a finding (info): the matmuls
+      themselves would speed up.
+    - fp32 GEMM time >= 25% of the GPU span (first to last activity, idle included):
+      warning; >= 50%: critical. The span share is what the step time can gain; a GPU
+      that mostly waits for the host gains little from faster matmuls.
+    gpudoctor's starting points. The estimated gain is Amdahl's upper bound with the
+    fp32 GEMMs 8x faster (the TF32:fp32 peak ratio of the A100 and H100) and nothing
+    else changed: 1 / ((1 - f) + f / 8), f = fp32 GEMM time / GPU span. Measured on an
+    H200, one 4096x4096x4096 matmul: 2.68 ms in fp32 (sm80_xmma_gemm_f32f32_..._ffma),
+    0.34 ms in TF32 (sm90_xmma_gemm_f32f32_tf32f32), 0.17 ms in bf16 (nvjet_sm90_tst).
+
+What to do
+    Allow TF32 for fp32 matmuls (and keep it for convolutions, the default), or run
+    the forward pass under bf16 autocast. Check accuracy on a validation run; both are
+    standard for training on Ampere and newer GPUs. Pre-Ampere GPUs have no TF32:
+    there fp16 autocast with a GradScaler is the tensor-core path.
+
+Example
+    Bad: the default, full fp32 matmuls::
+
+        logits = model(x)            # fp32 weights and activations -> sgemm kernels
+
+    Good: TF32, or bf16 autocast::
+
+        torch.set_float32_matmul_precision("high")     # TF32 tensor cores for fp32 matmuls
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(x)
+"""
+
+from __future__ import annotations
+
+from gpudoctor.collectors.trace import classify_gemm
+from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.session import ProfileSummary, Session
+
+SHARE_INFO = 0.10  # fp32 GEMM time / kernel time: worth saying
+SPAN_WARNING = 0.25  # fp32 GEMM time / GPU span: worth doing first
+SPAN_CRITICAL = 0.50
+TENSOR_CORE_SPEEDUP = 8.0  # TF32 vs fp32 peak on A100/H100; 7.9x measured on an H200 at 4096^3
+
+REMEDY = Remedy(
+    text="Let fp32 matmuls use TF32 tensor cores, or run the forward pass under bf16 autocast (check "
+    "accuracy on a validation run). Pre-Ampere GPUs have no TF32: use fp16 autocast with a GradScaler.",
+    code="torch.set_float32_matmul_precision(\"high\")        # same as torch.backends.cuda.matmul.allow_tf32 = True\n"
+    "torch.backends.cudnn.allow_tf32 = True              # convolutions (the default)\n"
+    "# or lower precision where the model allows it:\n"
+    "with torch.autocast(\"cuda\", dtype=torch.bfloat16):\n"
+    "    loss = criterion(model(x), y)",
+)
+
+
+def gpu_profile(session: Session) -> ProfileSummary:
+    """The profile, or Skip when it holds no GPU activity ("not measured" is never a pass)."""
+    profile = session.profile
+    if profile is None:
+        raise Skip(session.fact("profile") or "no profiler window was recorded")
+    if profile.kernel_count == 0 and profile.gpu_busy_us <= 0:
+        raise Skip(profile.error or "the profiler window holds no GPU activity")
+    return profile
+
+
+def run(session: Session) -> list[Finding]:
+    profile = gpu_profile(session)
+    if profile.matmul_total_us <= 0:
+        raise Skip("no matrix-multiply kernels in the profiled window")
+    if profile.kernel_total_us <= 0 or profile.matmul_fp32_us <= 0:
+        return []
+    share = profile.matmul_fp32_us / profile.kernel_total_us
+    if share < SHARE_INFO:
+        return []
+    span = profile.gpu_busy_us + profile.gpu_idle_us
+    span_share = min(1.0, profile.matmul_fp32_us / span) if span > 0 else share
+    severity = "critical" if span_share >= SPAN_CRITICAL else "warning" if span_share >= SPAN_WARNING else "info"
+    fp32_of_matmul = profile.matmul_fp32_us / profile.matmul_total_us
+    gain = 1.0 / ((1.0 - span_share) + span_share / TENSOR_CORE_SPEEDUP)
+    window = f"profiled window ({profile.steps} steps)" if profile.steps else "profiled window"
+    evidence = {
+        "fp32_matmul_share": Evidence(round(share * 100, 1), "%", window, "fp32 GEMM time / kernel time"),
+        "fp32_matmul_time": Evidence(round(profile.matmul_fp32_us / 1e3, 3), "ms", window, "fp32 GEMM kernel time"),
+        "fp32_matmul_span_share": Evidence(round(span_share * 100, 1), "%", window,
+                                           "fp32 GEMM time / GPU span (first to last activity)"),
+        "fp32_of_matmul": Evidence(round(fp32_of_matmul * 100, 1), "%", window, "fp32 share of all GEMM time"),
+        "tensor_core_matmul_time": Evidence(round(profile.matmul_tensor_core_us / 1e3, 3), "ms", window,
+                                            "tensor-core GEMM kernel time"),
+        "tf32_enabled": Evidence(profile.tf32_enabled, None, window, "torch.backends.cuda.matmul.allow_tf32"),
+    }
+    if profile.tf32_enabled is False:
+        why = "TF32 is disabled (torch.backends.cuda.matmul.allow_tf32 is False, PyTorch's default)."
+    elif profile.tf32_enabled:
+        why = ("TF32 is allowed, yet these matmuls ran in full fp32: the GPU may predate Ampere (no TF32), "
+               "or the precision is forced back to \"highest\" somewhere; bf16/fp16 autocast still applies.")
+    else:
+        why = "Whether TF32 was allowed was not recorded."
+    top = next((k for k in profile.top_kernels if classify_gemm(k.name) == "fp32"), None)
+    message = (
+        f"{share:.0%} of the GPU's kernel time in the {window} went to matrix multiplies in full fp32 "
+        f"({profile.matmul_fp32_us / 1e3:,.1f} ms; {fp32_of_matmul:.0%} of all matmul time), on CUDA cores "
+        f"rather than tensor cores. {why}"
+        + (f" Largest: {top.name[:80]} ({top.count}x)." if top is not None else "")
+        + f" They fill {span_share:.0%} of the GPU's span; on tensor cores (up to {TENSOR_CORE_SPEEDUP:.0f}x "
+        f"faster) the window would be up to {gain:.2f}x faster."
+    )
+    return [Finding(severity=severity, title="Matmuls run in full fp32, not on tensor cores",
+                    message=message, evidence=evidence, remedy=REMEDY, estimated_gain=gain)]
+
+
+CHECK = Check(
+    id="GD304",
+    slug="fp32-matmul",
+    stage=3,
+    title="Full-fp32 matmuls (no tensor cores)",
+    run=run,
+    requires=("profile",),
+    doc=__doc__ or "",
+)

@@ -1,0 +1,176 @@
+"""`gpudoctor analyze TRACE`: diagnose from an existing torch.profiler trace, without a run.
+
+    gpudoctor analyze trace.json.gz                 (HTML + JSON + session in ./gpudoctor-reports/)
+    gpudoctor analyze trace.json --json -           (only the JSON report, on stdout)
+    gpudoctor analyze trace.json --format markdown  (one format, on stdout)
+    gpudoctor analyze trace.json --out reports/ --json ci/report.json
+
+TRACE is what `prof.export_chrome_trace(path)` writes (JSON, or gzip-compressed).
+Record it with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and
+with_stack=True so synchronisations can be traced to your code. A trace holds no
+loader, CPU or NVML samples: the checks that need them report themselves skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpudoctor import __version__, exitcodes
+from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.session import Environment, GpuInfo, ProcessInfo, Session
+
+log = logging.getLogger(__name__)
+
+FORMAT_CHOICES = ("html", "json", "markdown", "junit", "terminal")
+# what a profiler trace cannot tell; the checks needing these facts are skipped with this reason
+NOT_IN_TRACE = {
+    "loader": "a profiler trace holds no DataLoader statistics (use `gpudoctor diagnose`)",
+    "steps": "a profiler trace holds no per-step timings (use `gpudoctor diagnose`)",
+    "cpu": "a profiler trace holds no CPU utilization samples (use `gpudoctor diagnose`)",
+    "storage": "a profiler trace does not say where the data lives (use `gpudoctor diagnose --data PATH`)",
+    "gpu": "a profiler trace holds no NVML samples (use `gpudoctor diagnose`)",
+    "gpm": "a profiler trace holds no GPM metrics (use `gpudoctor diagnose`)",
+    "allocator": "a profiler trace holds no CUDA allocator statistics (use `gpudoctor diagnose`)",
+}
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "analyze",
+        help="diagnose from an existing torch.profiler trace (no run needed)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("trace", metavar="TRACE", help="Chrome trace from torch.profiler (.json or .json.gz)")
+    p.add_argument("--steps", type=_non_negative_int, default=0, metavar="N",
+                   help="training steps the trace covers (default: its ProfilerStep#N ranges, if any)")
+    p.add_argument("--out", metavar="PATH", help="report directory or file stem (default gpudoctor-reports/<trace>-<time>)")
+    p.add_argument("--json", dest="json_path", metavar="PATH",
+                   help="also write the JSON report here; '-' prints it on stdout and writes no other file "
+                   "unless --out is given")
+    p.add_argument("--format", dest="formats", action="append", choices=FORMAT_CHOICES, metavar="FMT",
+                   help="html|json|markdown|junit|terminal (repeatable); without --out a single format goes to stdout")
+    p.add_argument("--ignore", action="append", default=[], metavar="ID",
+                   help="silence a check (GD301 or its slug); repeat or comma-separate")
+    p.add_argument("--fail-on", choices=("warning", "critical"),
+                   help=f"exit {exitcodes.FAIL_ON} when a finding reaches this severity")
+    p.add_argument("--force", action="store_true", help="overwrite existing report files")
+    p.add_argument("--quiet", action="store_true", help="no terminal summary on stderr")
+    p.set_defaults(func=run)
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value
+
+
+def session_from_trace(path: str | Path, steps: int = 0) -> Session:
+    """A Session (source="analyze") holding the trace's ProfileSummary and what its metadata says.
+
+    Raises GpudoctorError (NOT_FOUND or BAD_DATA) for input that is not a readable trace.
+    """
+    from gpudoctor.collectors.trace import TraceError, load_trace, summarize_trace
+
+    path = Path(path)
+    try:
+        data = load_trace(path)
+        profile = summarize_trace(data, steps=steps)
+    except TraceError as exc:
+        message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
+        raise GpudoctorError(message, exitcodes.NOT_FOUND if exc.not_found else exitcodes.BAD_DATA) from None
+    except MemoryError:
+        raise GpudoctorError(f"{path}: too large to load in memory; profile fewer steps", exitcodes.BAD_DATA) from None
+    meta = data if isinstance(data, dict) else {}
+    del data
+    session = Session(
+        tool_version=__version__,
+        command=[],
+        duration_s=profile.window_s,
+        source="analyze",
+        environment=_environment(meta),
+        processes=_processes(meta),
+        profile=profile,
+    )
+    session.steps.count = profile.steps
+    session.unavailable.update(NOT_IN_TRACE)
+    if profile.kernel_count == 0 and profile.gpu_busy_us <= 0:
+        session.unavailable["gpu"] = profile.error or "the trace holds no GPU activity"
+    session.notes.append(f"built by `gpudoctor analyze` from the profiler trace {path.name}")
+    return session
+
+
+def _environment(meta: dict[str, Any]) -> Environment:
+    env = Environment()
+    if isinstance(meta.get("host_name"), str):
+        env.hostname = meta["host_name"]
+    version = meta.get("cuda_runtime_version")
+    if isinstance(version, int) and version > 0:  # CUDA encodes 12.4 as 12040
+        env.cuda = f"{version // 1000}.{version % 1000 // 10}"
+    for n, props in enumerate(meta.get("deviceProperties") or []):
+        if isinstance(props, dict) and isinstance(props.get("name"), str):
+            index = props.get("id", n)
+            memory = props.get("totalGlobalMem")
+            env.gpus.append(GpuInfo(index=index if isinstance(index, int) else n, uuid="", name=props["name"],
+                                    memory_total_bytes=memory if isinstance(memory, int) else None))
+    return env
+
+
+def _processes(meta: dict[str, Any]) -> list[ProcessInfo]:
+    pids = {e.get("pid") for e in meta.get("traceEvents", []) if isinstance(e, dict) and e.get("cat") == "cpu_op"}
+    return [ProcessInfo(pid=pid) for pid in sorted(p for p in pids if isinstance(p, int))]
+
+
+def trace_stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".json.gz", ".gz", ".json"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from gpudoctor.commands.report import judge, split_ids
+    from gpudoctor.model import severity_rank
+    from gpudoctor.output import plan_outputs, write_outputs
+    from gpudoctor.reports import render, terminal
+
+    path = Path(args.trace)
+    session = session_from_trace(path, steps=args.steps)
+    report = judge(session, split_ids(args.ignore))
+    formats = list(dict.fromkeys(args.formats or []))
+    to_stdout = args.json_path == "-"
+    if to_stdout:
+        text = render(report, "json")
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    if not args.out and (to_stdout or (len(formats) == 1 and not args.json_path)):
+        if not to_stdout:  # one format asked for, no --out: it is the output (pipe it, redirect it)
+            if formats[0] == "terminal":
+                terminal.render(report, Console(file=sys.stdout))
+            else:
+                sys.stdout.write(render(report, formats[0], fail_on=args.fail_on))
+        elif not args.quiet:
+            terminal.render(report, Console(file=sys.stderr))
+    else:
+        file_formats = [f for f in formats if f != "terminal"] or ["html", "json"]
+        paths = plan_outputs(args.out, trace_stem(path), datetime.now(), file_formats, force=args.force,
+                             json_path=None if to_stdout else args.json_path, trace=False)
+        written = write_outputs(paths, report, session.to_dict(), fail_on=args.fail_on)
+        report = written.report
+        if not args.quiet:  # the human summary: stderr, so stdout stays clean for scripts
+            terminal.render(report, Console(file=sys.stderr), written={k: str(p) for k, p in written.files.items()})
+    threshold = severity_rank(args.fail_on) if args.fail_on else None
+    if threshold is not None and any(severity_rank(f["severity"]) >= threshold for f in report["findings"]):
+        return exitcodes.FAIL_ON
+    return exitcodes.OK

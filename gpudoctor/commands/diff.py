@@ -1,0 +1,83 @@
+"""`gpudoctor diff BEFORE.json AFTER.json`: did the change help? (the playbook's A/B check)
+
+Compares throughput, step time, data wait, SM activity, GPU utilization and memory,
+and which findings were resolved, are new or remain. Refuses to compare runs on
+different GPUs or of different workloads unless --force: such a "speedup" would
+measure the hardware or the program, not the change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpudoctor import exitcodes
+from gpudoctor.exitcodes import GpudoctorError
+
+FORMAT_CHOICES = ("terminal", "json", "html", "markdown")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "diff",
+        help="compare two runs (before/after a change)",
+        description=__doc__.split("\n\n", 1)[0],
+    )
+    p.add_argument("before", metavar="BEFORE.json", help="report or session of the run before the change")
+    p.add_argument("after", metavar="AFTER.json", help="report or session of the run after the change")
+    p.add_argument("--out", metavar="PATH", help="write the comparison (HTML and JSON by default) to a directory or file stem")
+    p.add_argument(
+        "--format", dest="formats", action="append", choices=FORMAT_CHOICES, metavar="FMT",
+        help="terminal|json|html|markdown (repeatable); without --out a single format goes to stdout",
+    )
+    p.add_argument("--force", action="store_true", help="compare runs from different GPUs or workloads; overwrite existing files")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from gpudoctor.commands.report import load_report
+    from gpudoctor.diff import comparability, compare
+    from gpudoctor.output import plan_outputs, write_outputs
+    from gpudoctor.reports import diff_text, render_diff
+
+    before_path, after_path = Path(args.before), Path(args.after)
+    before, _ = load_report(before_path)
+    after, _ = load_report(after_path)
+    reasons = comparability(before, after)
+    if reasons and not args.force:
+        raise GpudoctorError(
+            f"not comparing {before_path} with {after_path}: {'; '.join(reasons)} (use --force to compare anyway)",
+            exitcodes.DIFFERENT_RUNS,
+        )
+    result = compare(before, after, before_name=str(before_path), after_name=str(after_path), forced=bool(reasons))
+    formats: list[str] = list(dict.fromkeys(args.formats or []))
+    file_formats = [f for f in formats if f != "terminal"] if formats else ["html", "json"]
+    if not args.out or not file_formats:
+        # no --out: the comparison is the output (terminal by default, like `git diff`)
+        for fmt in formats or ["terminal"]:
+            if fmt == "terminal":
+                diff_text.render_terminal(result, Console(file=sys.stdout))
+            else:
+                sys.stdout.write(render_diff(result, fmt))
+        return exitcodes.OK
+    stem = f"diff-{_stem(before_path)}-vs-{_stem(after_path)}"
+    paths = plan_outputs(args.out, stem, datetime.now(), file_formats, force=args.force, session=False, trace=False)
+    written = write_outputs(paths, result, None, render=render_diff)
+    console = Console(file=sys.stderr)
+    diff_text.render_terminal(written.report, console)
+    for kind, path in written.files.items():
+        console.print(f"  {kind:<8} {path}", markup=False, highlight=False)
+    return exitcodes.OK
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".session.json", ".json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)][:40]
+    return name[:40]

@@ -1,0 +1,174 @@
+"""`gpudoctor report SESSION_OR_REPORT_JSON`: run the checks again on a saved run, render it.
+
+The checks are pure functions of a Session, so a saved Session (the
+`.session.json` beside every report) can be re-judged by a newer gpudoctor, with
+other --ignore choices, or rendered in another format, without the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpudoctor import exitcodes
+from gpudoctor.diff import workload_identity
+from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.session import Session, SessionError
+
+log = logging.getLogger(__name__)
+
+FORMAT_CHOICES = ("html", "json", "markdown", "junit", "terminal")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="re-run the checks on a saved session (or report) and render it",
+        description=__doc__.split("\n\n", 1)[0],
+    )
+    p.add_argument("input", metavar="SESSION_OR_REPORT_JSON", help="a .session.json, or a report .json with its session beside it")
+    p.add_argument("--out", metavar="PATH", help="a directory, or a file stem / .html path (default: ./gpudoctor-reports/)")
+    p.add_argument(
+        "--format", dest="formats", action="append", choices=FORMAT_CHOICES, metavar="FMT",
+        help="html|json|markdown|junit|terminal (repeatable); without --out a single format goes to stdout",
+    )
+    p.add_argument("--ignore", action="append", default=[], metavar="ID", help="skip a check by ID or slug (repeatable, or comma-separated)")
+    p.add_argument("--fail-on", choices=("warning", "critical"), help=f"exit {exitcodes.FAIL_ON} when a finding reaches this severity")
+    p.add_argument("--force", action="store_true", help="overwrite existing report files")
+    p.set_defaults(func=run)
+
+
+def split_ids(values: list[str]) -> list[str]:
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise GpudoctorError(f"{path}: no such file", exitcodes.NOT_FOUND) from None
+    except IsADirectoryError:
+        raise GpudoctorError(f"{path}: is a directory, expected a .json file", exitcodes.BAD_DATA) from None
+    except OSError as exc:
+        raise GpudoctorError(f"{path}: cannot read ({exc.strerror})", exitcodes.BAD_DATA) from None
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise GpudoctorError(f"{path}: not valid JSON (corrupt or truncated file)", exitcodes.BAD_DATA) from None
+
+
+def load_session_or_report(path: Path) -> tuple[Session | None, dict[str, Any] | None]:
+    """The Session to re-judge, else the saved report to render as it is.
+
+    A report names its session file in report["files"]["session"] (beside it);
+    when that file is gone only the saved findings can be shown.
+    """
+    data = _read_json(path)
+    schema = str(data.get("schema", "")) if isinstance(data, dict) else ""
+    if schema.startswith("gpudoctor.report/"):
+        if "session" in data:
+            return _load_session(path), data
+        beside = (data.get("files") or {}).get("session") if isinstance(data.get("files"), dict) else None
+        if isinstance(beside, str) and beside and Path(beside).name == beside and (path.parent / beside).is_file():
+            return _load_session(path.parent / beside), data
+        return None, data
+    if schema.startswith("gpudoctor.session/"):
+        return _load_session(path), None
+    raise GpudoctorError(f"{path}: not a gpudoctor session or report (schema {schema or 'missing'!s})", exitcodes.BAD_DATA)
+
+
+def _load_session(path: Path) -> Session:
+    try:
+        return Session.load(path)
+    except SessionError as exc:
+        code = exitcodes.NOT_FOUND if not path.exists() else exitcodes.BAD_DATA
+        raise GpudoctorError(str(exc), code) from None
+
+
+def judge(session: Session, ignore: list[str]) -> dict[str, Any]:
+    """Run every installed check on the Session and build the report dict."""
+    from gpudoctor.engine import run_checks
+    from gpudoctor.registry import load_checks
+    from gpudoctor.report import build_report
+
+    checks, errors = load_checks()
+    for err in errors:
+        print(f"gpudoctor: warning: check plugin {err.name} not loaded: {err.reason}", file=sys.stderr)
+    # --ignore takes IDs or slugs; hand the engine IDs (it upper-cases what it is given)
+    by_slug = {c.slug.lower(): c.id for c in checks}
+    result = run_checks(session, checks, ignore=[by_slug.get(i.lower(), i) for i in ignore])
+    docs = {c.id: c.doc.strip() for c in checks if c.doc and c.doc.strip()}
+    return build_report(session, result, slugs={c.id: c.slug for c in checks}, docs=docs)
+
+
+def load_report(path: Path, ignore: list[str] | None = None) -> tuple[dict[str, Any], Session | None]:
+    """The report for `path`: re-judged from its Session when there is one, else as saved
+    (with --ignore applied to the saved findings)."""
+    session, saved = load_session_or_report(path)
+    if session is not None:
+        return judge(session, ignore or []), session
+    assert saved is not None
+    print(f"gpudoctor: warning: {path}: its session file is not beside it; showing the saved findings without re-running the checks", file=sys.stderr)
+    return _apply_ignore(saved, ignore or []), None
+
+
+def _apply_ignore(report: dict[str, Any], ignore: list[str]) -> dict[str, Any]:
+    ignored = {i.strip().upper() for i in ignore}
+    if not ignored:
+        return report
+    out = dict(report)
+    out["findings"] = [f for f in report.get("findings") or [] if str(f.get("id", "")).upper() not in ignored and str(f.get("slug", "")).upper() not in ignored]
+    out["checks"] = [
+        {**c, "status": "skipped", "reason": "ignored (--ignore)"} if str(c.get("id", "")).upper() in ignored or str(c.get("slug", "")).upper() in ignored else c
+        for c in report.get("checks") or []
+    ]
+    return out
+
+
+def default_stem(report: dict[str, Any], path: Path) -> str:
+    identity = workload_identity(report.get("command"))
+    if identity:
+        return identity.split(":", 1)[1].rsplit(".", 1)[-1] if identity.startswith("module:") else identity.split(":", 1)[1]
+    name = path.name
+    for suffix in (".session.json", ".json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from gpudoctor.output import plan_outputs, write_outputs
+    from gpudoctor.reports import render, terminal
+
+    path = Path(args.input)
+    formats: list[str] = list(dict.fromkeys(args.formats or []))
+    file_formats = [f for f in formats if f != "terminal"] if formats else ["html", "json"]
+    report, session = load_report(path, split_ids(args.ignore))
+    if (not args.out and len(formats) == 1) or not file_formats:
+        # one format asked for, no --out: it is the output (pipe it, redirect it)
+        fmt = formats[0]
+        if fmt == "terminal":
+            terminal.render(report, Console(file=sys.stdout))
+        else:
+            sys.stdout.write(render(report, fmt, fail_on=args.fail_on))
+        return exit_code(report, args.fail_on)
+    paths = plan_outputs(args.out, default_stem(report, path), datetime.now(), file_formats, force=args.force, trace=False)
+    written = write_outputs(paths, report, session.to_dict() if session else None, fail_on=args.fail_on)
+    # the summary is for the human: stderr, so stdout stays clean for scripts
+    terminal.render(written.report, Console(file=sys.stderr), written={k: str(p) for k, p in written.files.items()})
+    return exit_code(report, args.fail_on)
+
+
+def exit_code(report: dict[str, Any], fail_on: str | None) -> int:
+    from gpudoctor.reports._common import fails
+
+    if any(fails(f, fail_on) for f in report.get("findings") or []):
+        return exitcodes.FAIL_ON
+    return exitcodes.OK

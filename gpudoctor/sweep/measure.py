@@ -1,0 +1,149 @@
+"""Warm-up and the timed loop of one trial, with a host or a device timer.
+
+On GPU the timer is CUDA events, so a time is the device's, not the host's view of an
+asynchronous queue. How the iterations are separated follows the regime:
+- infer: each batch is synchronised, as a server must before it answers; a latency is
+  the device time from the start of the batch to its result (events around the step).
+- train: no synchronisation per step, as in a real training loop where the host queues
+  the next step while the device runs this one; a step time is the device time between
+  consecutive step boundaries (events between steps). The loop synchronises only every
+  chunk (about 0.25 s) to judge stability, as a loop that logs its loss would.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from gpudoctor.metrics import percentile
+from gpudoctor.sweep.records import Timing
+from gpudoctor.sweep.stability import StabilityRule, judge
+
+CHUNK_MAX_S = 0.25
+
+
+class Timer(Protocol):
+    name: str
+
+    def sync(self) -> None: ...
+
+    def time_chunk(self, step: Callable[[], None], chunk_s: float, max_iters: int) -> list[float]: ...
+
+
+class PerfCounterTimer:
+    """CPU runs: the host clock is the device clock."""
+
+    name = "perf_counter"
+
+    def sync(self) -> None:
+        pass
+
+    def time_chunk(self, step: Callable[[], None], chunk_s: float, max_iters: int) -> list[float]:
+        durations: list[float] = []
+        start = time.perf_counter()
+        while True:
+            before = time.perf_counter()
+            step()
+            after = time.perf_counter()
+            durations.append(after - before)
+            if after - start >= chunk_s or len(durations) >= max_iters:
+                return durations
+
+
+class CudaEventTimer:
+    def __init__(self, torch: Any, device: Any, sync_each: bool) -> None:
+        self.name = "cuda_events"
+        self._torch = torch
+        self._device = device
+        self._sync_each = sync_each
+
+    def sync(self) -> None:
+        self._torch.cuda.synchronize(self._device)
+
+    def _event(self) -> Any:
+        return self._torch.cuda.Event(enable_timing=True)
+
+    def time_chunk(self, step: Callable[[], None], chunk_s: float, max_iters: int) -> list[float]:
+        start = time.perf_counter()
+        if self._sync_each:
+            durations: list[float] = []
+            while True:
+                begin, end = self._event(), self._event()
+                begin.record()
+                step()
+                end.record()
+                end.synchronize()
+                durations.append(begin.elapsed_time(end) / 1e3)
+                if time.perf_counter() - start >= chunk_s or len(durations) >= max_iters:
+                    return durations
+        marks = [self._event()]
+        marks[0].record()
+        while True:
+            step()
+            mark = self._event()
+            mark.record()
+            marks.append(mark)
+            if time.perf_counter() - start >= chunk_s or len(marks) - 1 >= max_iters:
+                break
+        marks[-1].synchronize()
+        return [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:])]
+
+
+@dataclass(frozen=True)
+class WarmupRule:
+    """Warm-up runs again at every size: autotuners and compilers work per shape."""
+
+    min_iters: int = 3
+    min_s: float = 0.2
+    max_s: float = 120.0
+
+
+def warm_up(step: Callable[[], None], timer: Timer, rule: WarmupRule) -> tuple[int, float]:
+    start = time.perf_counter()
+    iterations = 0
+    while True:
+        step()
+        timer.sync()  # the first iterations carry autotuning/compilation: let them finish
+        iterations += 1
+        elapsed = time.perf_counter() - start
+        if (iterations >= rule.min_iters and elapsed >= rule.min_s) or elapsed >= rule.max_s:
+            return iterations, elapsed
+
+
+def timed_loop(
+    step: Callable[[], None],
+    timer: Timer,
+    rule: StabilityRule,
+    batch_size: int,
+    warmup: tuple[int, float] = (0, 0.0),
+) -> Timing:
+    durations: list[float] = []
+    chunk_s = min(CHUNK_MAX_S, max(rule.min_time_s / 4, 0.01))
+    start = time.perf_counter()
+    while True:
+        durations += timer.time_chunk(step, chunk_s, max(1, rule.max_iters - len(durations)))
+        wall = time.perf_counter() - start
+        verdict = judge(durations, wall, rule)
+        if verdict.done:
+            break
+    measured = sum(durations)
+    median = percentile(durations, 50) or 0.0
+    return Timing(
+        timer=timer.name,
+        iterations=len(durations),
+        measured_s=measured,
+        wall_s=wall,
+        warmup_iterations=warmup[0],
+        warmup_s=warmup[1],
+        step_time_mean_s=measured / len(durations),
+        step_time_median_s=median,
+        latency_p50_s=median,
+        latency_p90_s=percentile(durations, 90) or 0.0,
+        latency_p99_s=percentile(durations, 99) or 0.0,
+        samples_per_s=batch_size * len(durations) / measured if measured > 0 else 0.0,
+        stable=verdict.stable,
+        rel_ci_half_width=verdict.rel_ci_half_width,
+        drift=verdict.drift,
+        stop_reason=verdict.reason,
+    )

@@ -1,0 +1,128 @@
+"""The sweep's finished report: a plain dict, schema `gpudoctor.sweep/1` (docs/sweep.md).
+
+Renderers (gpudoctor.reports.sweep_*) receive only this dict. Units are SI in the JSON
+(seconds, bytes, watts, samples per second); fields are only ever added.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any, Sequence
+
+from gpudoctor import __version__
+from gpudoctor.sweep import records
+from gpudoctor.sweep.analysis import Analysis, analyze
+from gpudoctor.sweep.recommend import observations, offline, online
+from gpudoctor.sweep.records import TrialResult, TrialSpec
+from gpudoctor.sweep.search import SearchOutcome, SearchPlan
+from gpudoctor.sweep.stability import DEFAULT_MIN_TIME_S
+
+SWEEP_SCHEMA = "gpudoctor.sweep/1"
+
+STABILITY_RULE_TEXT = (
+    "After warm-up (at least {warmup_iters} iterations and {warmup_s:g} s, again at every size), timed "
+    "iterations run until there are at least {min_iters} of them and {min_time} of measured time, the 95% "
+    "confidence interval of the median (order statistics) is within +/-{ci:.0%}, and the medians of the first "
+    "and second halves differ by less than {drift:.0%}; at {max_time_s:g} s the size is kept and marked not stable."
+)
+
+
+def stability_text(spec: TrialSpec) -> str:
+    gpu, cpu = DEFAULT_MIN_TIME_S["cuda"], DEFAULT_MIN_TIME_S["cpu"]
+    min_time = f"{spec.min_time_s:g} s" if spec.min_time_s else f"{gpu:g} s (GPU) / {cpu:g} s (CPU)"
+    return STABILITY_RULE_TEXT.format(
+        warmup_iters=spec.warmup_min_iters, warmup_s=spec.warmup_min_s, min_iters=spec.min_iters,
+        min_time=min_time, ci=spec.rel_ci_target, drift=spec.drift_target, max_time_s=spec.max_time_s,
+    )
+
+
+def _first(trials: Sequence[TrialResult], attribute: str) -> dict[str, Any]:
+    for trial in sorted(trials, key=lambda t: not t.ok):
+        value = getattr(trial, attribute)
+        if value:
+            return dict(value)
+    return {}
+
+
+def _trial_dict(trial: TrialResult, order: int | None) -> dict[str, Any]:
+    data = trial.to_dict()
+    data["order"] = order  # position in the run sequence; None for sizes never run
+    data["memory"]["peak_bytes"] = trial.memory.peak_bytes
+    if trial.gpu is not None:
+        data["gpu"]["power_fraction"] = trial.gpu.power_fraction
+    return data
+
+
+def analysis_dict(analysis: Analysis) -> dict[str, Any]:
+    memory = dataclasses.asdict(analysis.memory)
+    memory["found"] = analysis.memory.found
+    return {
+        "knee": dataclasses.asdict(analysis.knee),
+        "knee_sm_activity": dataclasses.asdict(analysis.knee_sm_activity) if analysis.knee_sm_activity else None,
+        "memory_edge": memory,
+        "latency": dataclasses.asdict(analysis.latency) if analysis.latency else None,
+        "power": [dataclasses.asdict(p) for p in analysis.power],
+    }
+
+
+def build_sweep_report(
+    *,
+    target: str,
+    spec: TrialSpec,
+    plan: SearchPlan,
+    outcome: SearchOutcome,
+    headroom: float,
+    command: list[str],
+    duration_s: float,
+    files: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    trials = outcome.trials
+    analysis = analyze(trials, headroom, plan.latency_p50_budget_s)
+    run_order = {id(t): i for i, t in enumerate(t for t in trials if t.status != records.SKIPPED)}
+    ordered = sorted(trials, key=lambda t: (t.batch_size, run_order.get(id(t), 1 << 30)))
+    recs = [offline(trials, analysis, spec.mode), online(trials, analysis, spec.mode)]
+    device = _first(trials, "device")
+    return {
+        "schema": SWEEP_SCHEMA,
+        "tool": {"name": "gpudoctor", "version": __version__},
+        "command": command,
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "duration_s": round(duration_s, 3),
+        "target": {
+            "spec": target,
+            "mode": spec.mode,
+            "dtype": spec.dtype,
+            "compile": spec.compile,
+            "input_shape": list(spec.input_shape) if spec.input_shape else None,
+            "device_requested": spec.device,
+        },
+        "device": device,
+        "environment": _first(trials, "environment"),
+        "settings": {
+            "search": plan.mode,
+            "start": plan.start,
+            "max_batch": plan.max_batch,
+            "batch_sizes": list(plan.batch_sizes) if plan.batch_sizes else None,
+            "latency_p50_budget_s": plan.latency_p50_budget_s,
+            "headroom": headroom,
+            "stability": {
+                "rule": stability_text(spec),
+                "warmup_min_iters": spec.warmup_min_iters,
+                "warmup_min_s": spec.warmup_min_s,
+                "min_iters": spec.min_iters,
+                "min_time_s": spec.min_time_s or DEFAULT_MIN_TIME_S.get(device.get("type", ""), None),
+                "max_time_s": spec.max_time_s,
+                "rel_ci_target": spec.rel_ci_target,
+                "drift_target": spec.drift_target,
+            },
+        },
+        "stop_reason": outcome.stop_reason,
+        "failed": outcome.failed,
+        "interrupted": outcome.interrupted,
+        "trials": [_trial_dict(t, run_order.get(id(t))) for t in ordered],
+        "results": analysis_dict(analysis),
+        "recommendations": {r.regime: dataclasses.asdict(r) for r in recs},
+        "observations": observations(analysis),
+        "files": files or {},
+    }

@@ -1,0 +1,223 @@
+"""One batch size in one fresh process: `python -m gpudoctor.sweep.trial --spec S --result R`.
+
+Why a process per size: an out-of-memory at one size leaves the caching allocator
+fragmented and cuDNN/cuBLAS workspaces shrunk, and a sticky CUDA error (illegal
+memory access, device-side assert) makes the whole CUDA context unusable. A fresh
+process starts every size from the same clean state; importing torch again costs a
+couple of seconds per size, which is small next to warm-up and measurement.
+
+The answer is a TrialResult written as JSON to the result file (stdout belongs to the
+user's code, which may print). Failures are data: `oom`, `cuda_error`, `error`,
+`bad_target`, each with a one-line message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.fsutil import write_atomic
+from gpudoctor.sweep import records
+from gpudoctor.sweep.gpu_sampler import GpuWindowSampler, driver_version
+from gpudoctor.sweep.measure import CudaEventTimer, PerfCounterTimer, Timer, WarmupRule, timed_loop, warm_up
+from gpudoctor.sweep.records import Memory, TrialResult, TrialSpec
+from gpudoctor.sweep.stability import DEFAULT_MIN_TIME_S, StabilityRule
+from gpudoctor.sweep.steps import prepare
+from gpudoctor.sweep.target import TargetProblem, load_target
+
+OOM_MARKERS = ("out of memory", "can't allocate memory", "CUBLAS_STATUS_ALLOC_FAILED", "cudaErrorMemoryAllocation")
+# Errors after which the CUDA context is unusable: report them, never retry them blindly.
+STICKY_MARKERS = (
+    "CUDA error",
+    "illegal memory access",
+    "device-side assert",
+    "unspecified launch failure",
+    "misaligned address",
+    "illegal instruction",
+    "CUBLAS_STATUS_EXECUTION_FAILED",
+    "CUDNN_STATUS_EXECUTION_FAILED",
+    "CUDNN_STATUS_INTERNAL_ERROR",
+)
+
+
+def classify(exc: BaseException) -> str:
+    text = str(exc)
+    name = type(exc).__name__
+    if name == "OutOfMemoryError" or isinstance(exc, MemoryError) or any(m in text for m in OOM_MARKERS):
+        return records.OOM
+    if name == "AcceleratorError" or any(m in text for m in STICKY_MARKERS):
+        return records.CUDA_ERROR
+    return records.ERROR
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def resolve_device(name: str, torch: Any) -> Any:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise TargetProblem(f"--device {name}: {exc}", "usage") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise TargetProblem(f"--device {name}: torch {torch.__version__} sees no CUDA GPU", "usage")
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index >= torch.cuda.device_count():
+            raise TargetProblem(f"--device {name}: only {torch.cuda.device_count()} GPU(s) visible", "usage")
+        device = torch.device("cuda", index)
+    elif device.type != "cpu":
+        raise TargetProblem(f"--device {name}: only cpu and cuda are supported", "usage")
+    return device
+
+
+def describe(device: Any, torch: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(device, environment) for the report."""
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(terse=True),
+        "cpu_count": os.cpu_count(),
+    }
+    if device.type != "cuda":
+        return {"type": "cpu", "name": platform.processor() or platform.machine()}, env
+    props = torch.cuda.get_device_properties(device)
+    uuid = getattr(props, "uuid", None)
+    env.update(cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(), driver=driver_version())
+    info = {
+        "type": "cuda",
+        "index": device.index,
+        "name": props.name,
+        "uuid": str(uuid) if uuid is not None else None,
+        "capability": f"{props.major}.{props.minor}",
+        "total_memory_bytes": props.total_memory,
+        "multiprocessors": props.multi_processor_count,
+    }
+    return info, env
+
+
+def _peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+def _fill_memory(memory: Memory, device: Any, torch: Any) -> None:
+    if device is None or device.type != "cuda":
+        memory.peak_rss_bytes = _peak_rss_bytes()
+        for name in ("peak_allocated_bytes", "peak_reserved_bytes", "alloc_retries"):
+            memory.unavailable[name] = "CPU run: no caching-allocator statistics (peak_rss_bytes instead)"
+        return
+    try:
+        memory.peak_allocated_bytes = int(torch.cuda.max_memory_allocated(device))
+        memory.peak_reserved_bytes = int(torch.cuda.max_memory_reserved(device))
+        memory.alloc_retries = int(torch.cuda.memory_stats(device).get("num_alloc_retries", 0))
+    except Exception as exc:  # after a sticky error the allocator may refuse to answer
+        memory.unavailable["peak_allocated_bytes"] = one_line(exc)
+
+
+def run_trial(spec: TrialSpec) -> TrialResult:
+    """Load, warm up and measure one batch size, in this process. Never raises."""
+    started = time.perf_counter()
+    result = TrialResult(batch_size=spec.batch_size, status=records.OK)
+    torch: Any = None
+    device: Any = None
+    phase = "load"
+    try:
+        torch = importlib.import_module("torch")
+        device = resolve_device(spec.device, torch)
+        result.device, result.environment = describe(device, torch)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+            free, total = torch.cuda.mem_get_info(device)
+            result.memory.free_at_start_bytes, result.memory.capacity_bytes = int(free), int(total)
+        else:
+            import psutil
+
+            result.memory.capacity_bytes = int(psutil.virtual_memory().total)
+            result.memory.free_at_start_bytes = int(psutil.virtual_memory().available)
+        phase = "build"
+        target = load_target(spec.target, spec.batch_size, spec.input_shape, torch)
+        prepared = prepare(target, spec.mode, spec.batch_size, device, spec.dtype, spec.compile, torch)
+        result.memory.model_bytes = prepared.model_bytes
+        result.environment["notes"] = prepared.notes
+        timer: Timer = (
+            CudaEventTimer(torch, device, sync_each=spec.mode == "infer")
+            if device.type == "cuda"
+            else PerfCounterTimer()
+        )
+        phase = "warmup"
+        warmup = warm_up(prepared.step, timer, WarmupRule(spec.warmup_min_iters, spec.warmup_min_s, spec.warmup_max_s))
+        phase = "measure"
+        rule = StabilityRule(
+            min_iters=spec.min_iters,
+            min_time_s=spec.min_time_s or DEFAULT_MIN_TIME_S[device.type],
+            max_time_s=spec.max_time_s,
+            max_iters=spec.max_iters,
+            rel_ci_target=spec.rel_ci_target,
+            drift_target=spec.drift_target,
+        )
+        sampler = _sampler(spec, device, result)
+        try:
+            result.timing = timed_loop(prepared.step, timer, rule, spec.batch_size, warmup)
+        finally:
+            if sampler is not None:
+                result.gpu = sampler.stop()
+    except TargetProblem as exc:
+        result.status, result.error_code, result.message = records.BAD_TARGET, exc.category, str(exc)
+    except Exception as exc:  # the target's own failure is a result, not a crash
+        result.status, result.message = classify(exc), one_line(exc)
+    finally:
+        if result.status != records.OK:
+            result.phase = phase
+        if torch is not None and result.status != records.CUDA_ERROR:
+            _fill_memory(result.memory, device, torch)
+        result.duration_s = time.perf_counter() - started
+    return result
+
+
+def _sampler(spec: TrialSpec, device: Any, result: TrialResult) -> GpuWindowSampler | None:
+    if device.type != "cuda":
+        result.gpu_unavailable = "CPU run"
+        return None
+    if not spec.sample_gpu:
+        result.gpu_unavailable = "GPU sampling disabled"
+        return None
+    sampler = GpuWindowSampler(result.device.get("uuid"))
+    sampler.start()
+    return sampler
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpudoctor.sweep.trial")
+    parser.add_argument("--spec", required=True, type=Path, help="TrialSpec JSON file")
+    parser.add_argument("--result", required=True, type=Path, help="where to write the TrialResult JSON")
+    args = parser.parse_args(argv)
+    try:
+        spec = TrialSpec.from_dict(json.loads(args.spec.read_text()))
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"gpudoctor sweep trial: bad spec {args.spec}: {exc}", file=sys.stderr)
+        return 2
+    result = run_trial(spec)
+    write_atomic(args.result, json.dumps(result.to_dict()).encode())
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: after a sticky CUDA error, torch's exit hooks can hang
+    # or abort on the broken context, and the answer is already written.
+    os._exit(code)

@@ -1,0 +1,108 @@
+"""GD202 batch-headroom on synthetic Sessions with known answers."""
+
+from __future__ import annotations
+
+from gpudoctor.checks.gd202_batch_headroom import CHECK, round_start, run, script_target
+from helpers import make_gpu_samples, make_loader, make_session, run_check
+
+from gpudoctor.session import AllocatorSnapshot, ErrorEvent, GpuInfo
+
+GIB = 2**30
+TOTAL = 80 * GIB
+
+
+def snapshots(peak: float = 12, steady: float = 6, end: float = 4, reserved: float = 14, **kw) -> list:
+    common = dict(max_allocated_bytes=int(peak * GIB), max_reserved_bytes=int(reserved * GIB),
+                  device_total_bytes=TOTAL, **kw)
+    return [
+        AllocatorSnapshot(t=5.0, label="steady", allocated_bytes=int(steady * GIB),
+                          reserved_bytes=int(reserved * GIB), **common),
+        AllocatorSnapshot(t=30.0, label="end", allocated_bytes=int(end * GIB),
+                          reserved_bytes=int(reserved * GIB), **common),
+    ]
+
+
+def headroom_session(batch: int | None = 32, allocator=None, util: float = 40.0, sm: float | None = 20.0, **kw):
+    kw.setdefault("command", ["python", "train.py", "--lr", "1e-3"])
+    session = make_session(gpu_samples=make_gpu_samples(20, util_percent=util, sm_activity=sm),
+                           torch_cuda_used=True, batch_size=batch, **kw)
+    session.allocator = snapshots() if allocator is None else allocator
+    session.environment.gpus = [GpuInfo(index=0, uuid="GPU-0", name="NVIDIA A100", memory_total_bytes=TOTAL)]
+    return session
+
+
+def test_headroom_gives_the_bound_the_start_and_the_sweep_command():
+    outcome, findings = run_check(CHECK, headroom_session())
+    assert outcome.status == "finding"
+    (f,) = findings
+    # baseline 4 GiB (lowest allocation), (12 - 4) GiB / 32 = 256 MiB per sample,
+    # (0.9 * 80 - 4) GiB / 256 MiB = 272 samples; start at half: 136
+    assert f.evidence["per_sample"].value == 256.0
+    assert f.evidence["max_batch_estimate"].value == 272
+    assert f.evidence["start_batch"].value == 136
+    assert f.remedy.code == "gpudoctor sweep train.py:build --mode train --batch-sizes 136,272,544"
+    assert f.severity == "warning"  # SM activity 20% < 50%
+    assert "about 272 would fit" in f.title
+    assert "do not grow with the batch" in f.message or "does not grow with the batch" in f.message
+    assert "latency budget" in f.message
+    assert f.estimated_gain is None
+
+
+def test_no_batch_independent_part_assumes_everything_scales():
+    flat = [AllocatorSnapshot(t=5.0, label="end", allocated_bytes=8 * GIB, reserved_bytes=9 * GIB,
+                              max_allocated_bytes=8 * GIB, max_reserved_bytes=9 * GIB, device_total_bytes=TOTAL)]
+    (f,) = run(headroom_session(batch=16, allocator=flat))
+    # 8 GiB / 16 = 512 MiB per sample, 72 GiB / 512 MiB = 144, start 72
+    assert f.evidence["max_batch_estimate"].value == 144
+    assert f.remedy.code.endswith("--batch-sizes 72,144,288")
+    assert "assumed to grow with the batch" in f.message and "conservative" in f.message
+
+
+def test_batch_size_from_the_main_loader_and_module_command():
+    session = headroom_session(batch=None, loaders=[make_loader(batch_size=64, batches=100)],
+                               command=["python", "-m", "pkg.train"])
+    (f,) = run(session)
+    assert f.evidence["batch_size"].value == 64
+    assert f.remedy.code.startswith("gpudoctor sweep pkg.train:build --mode train --batch-sizes ")
+
+
+def test_no_gpm_uses_the_duty_cycle_and_is_info_when_half_busy():
+    (f,) = run(headroom_session(util=70.0, sm=None))
+    assert f.severity == "info"
+    assert "utilization averaged 70%" in f.message
+
+
+def test_memory_already_half_used_passes():
+    outcome, findings = run_check(CHECK, headroom_session(allocator=snapshots(peak=30, reserved=42)))
+    assert outcome.status == "pass" and findings == []
+
+
+def test_busy_gpu_passes():
+    assert run(headroom_session(util=100.0, sm=92.0)) == []
+
+
+def test_skipped_after_an_oom():
+    session = headroom_session()
+    session.errors = [ErrorEvent(pid=1, kind="oom", type="torch.OutOfMemoryError", message="CUDA out of memory.")]
+    outcome, _ = run_check(CHECK, session)
+    assert outcome.status == "skipped" and "GD402" in (outcome.reason or "")
+
+
+def test_skipped_without_batch_size():
+    outcome, _ = run_check(CHECK, headroom_session(batch=None))
+    assert outcome.status == "skipped" and "batch size unknown" in (outcome.reason or "")
+
+
+def test_skipped_without_allocator_statistics():
+    session = headroom_session(allocator=[], unavailable={"allocator": "no CUDA caching-allocator statistics"})
+    outcome, _ = run_check(CHECK, session)
+    assert outcome.status == "skipped" and "allocator" in (outcome.reason or "")
+
+
+def test_helpers():
+    assert round_start(272, 32) == 136
+    assert round_start(50, 32) == 50  # half the bound is below the batch: try the bound
+    assert round_start(13, 4) == 6
+    assert script_target(["python3", "/home/u/proj/train.py"]) == "train.py:build"
+    assert script_target(["torchrun", "--nproc-per-node", "8", "train.py"]) == "train.py:build"
+    assert script_target(["bash", "run.sh"]) == "<your_module>.py:build"

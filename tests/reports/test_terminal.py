@@ -1,0 +1,66 @@
+"""The terminal summary: compact, ranked, and never styled by strings from the run."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from gpudoctor.reports import terminal
+from rich.console import Console
+
+
+def _render(report: dict[str, Any], **kw: Any) -> str:
+    buf = io.StringIO()
+    terminal.render(report, Console(file=buf, width=140, color_system=None), **kw)
+    return buf.getvalue()
+
+
+def test_verdict_findings_remedy_skipped_and_files(report: dict[str, Any]) -> None:
+    out = _render(report)
+    lines = out.splitlines()
+    assert lines[0].startswith("gpudoctor Input-bound")
+    # ranked: the root cause first, its consequence last and marked as such
+    assert out.index("GD102") < out.index("GD304") < out.index("GD201")
+    assert "(consequence of GD102)" in out
+    assert "up to 2.4x" in out
+    assert "DataLoader(ds, num_workers=8, pin_memory=True)" in out  # the remedy's code
+    assert "storage: no dataset path known" in out  # skipped, with its reason
+    assert "GD301 error: check failed: ZeroDivisionError" in out
+    assert "train-20250101-120000.html" in out
+
+
+def test_written_paths_override_report_files(report: dict[str, Any]) -> None:
+    out = _render(report, written={"html": "somewhere/else.html"})
+    assert "somewhere/else.html" in out
+    assert "train-20250101-120000.html" not in out
+
+
+def test_skipped_reasons_are_one_line_each(report_factory: Any) -> None:
+    from synthetic import make_result
+
+    result = make_result(hostile="\nsecond line\nthird")
+    out = _render(report_factory(result=result))
+    skipped = [line for line in out.splitlines() if "storage: no dataset path known" in line]
+    assert len(skipped) == 1 and "second line" in skipped[0]
+
+
+def test_markup_in_run_strings_is_printed_literally(report_factory: Any) -> None:
+    from synthetic import make_result
+
+    hostile = "[bold red]boom[/bold red] [link=https://evil.example]x[/link]"
+    out = _render(report_factory(result=make_result(hostile=hostile)))
+    assert "[bold red]boom[/bold red]" in out
+
+
+def test_no_findings_says_so(report_factory: Any) -> None:
+    from gpudoctor.engine import EngineResult
+
+    out = _render(report_factory(result=EngineResult(findings=[], outcomes=[])))
+    assert "No findings." in out
+    assert out.startswith("gpudoctor No bottleneck found")
+
+
+def test_to_text_is_plain(report: dict[str, Any]) -> None:
+    text = terminal.to_text(report)
+    assert "\x1b[" not in text
+    assert "GD102" in text

@@ -1,0 +1,43 @@
+"""The stability rule: when a timed loop may stop, and whether it was stable."""
+
+from __future__ import annotations
+
+from gpudoctor.sweep.stability import StabilityRule, drift, judge, median_ci, rel_ci_half_width
+
+RULE = StabilityRule(min_iters=20, min_time_s=1.0, max_time_s=10.0)
+
+
+def test_steady_iterations_are_stable_once_the_minimums_are_met() -> None:
+    assert not judge([0.1] * 19, 1.9, RULE).done  # 19 iterations: one short
+    assert not judge([0.01] * 50, 0.5, RULE).done  # 0.5 s measured: too short
+    verdict = judge([0.1] * 20, 2.0, RULE)
+    assert verdict.done and verdict.stable
+    assert verdict.rel_ci_half_width == 0.0 and verdict.drift == 0.0
+
+
+def test_noisy_iterations_continue_then_stop_unstable_at_the_cap() -> None:
+    noisy = [0.05, 0.15] * 20  # the median's CI spans the whole spread
+    assert not judge(noisy, 4.0, RULE).done
+    verdict = judge(noisy, 10.0, RULE)
+    assert verdict.done and not verdict.stable
+    assert "median CI not below 5%" in verdict.reason
+
+
+def test_drift_blocks_stability() -> None:
+    warming = [0.12] * 20 + [0.10] * 20  # clocks still settling in the first half
+    assert drift(warming) > 0.05
+    verdict = judge(warming, 4.0, RULE)
+    assert not verdict.done and not verdict.stable
+
+
+def test_median_ci_uses_order_statistics() -> None:
+    values = list(range(1, 21))  # n=20: ranks 5 and 16
+    assert median_ci(values) == (5, 16)
+    assert median_ci([1.0] * 5) is None
+    assert rel_ci_half_width([2.0] * 10) == 0.0
+
+
+def test_slow_iterations_need_three_before_the_cap_ends_them() -> None:
+    assert not judge([4.0, 4.0], 12.0, RULE).done
+    verdict = judge([4.0, 4.0, 4.0], 12.0, RULE)
+    assert verdict.done and not verdict.stable

@@ -1,0 +1,185 @@
+"""Before/after comparison: the numbers, the findings, and refusing unfair comparisons."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpudoctor.reports import render_diff
+
+from gpudoctor import cli, exitcodes
+from gpudoctor.diff import DIFF_SCHEMA, comparability, compare, workload_identity
+
+
+def make(
+    *,
+    samples_per_s: float | None = 400.0,
+    steps_per_s: float = 6.25,
+    batch: int | None = 64,
+    wait: float | None = 0.62,
+    sm: float | None = 9.0,
+    findings: tuple[tuple[str, str], ...] = (("GD102", "critical"), ("GD201", "warning")),
+    gpu: str = "NVIDIA H200",
+    command: tuple[str, ...] = ("python", "train.py", "--workers", "2"),
+) -> dict[str, Any]:
+    """A minimal synthetic report dict: only what the comparison reads."""
+    return {
+        "schema": "gpudoctor.report/1",
+        "tool": {"name": "gpudoctor", "version": "0.1.0"},
+        "command": list(command),
+        "exit_code": 0,
+        "duration_s": 60.0,
+        "environment": {"gpus": [{"name": gpu}] if gpu else []},
+        "summary": {
+            "verdict": "synthetic",
+            "samples_per_s": samples_per_s,
+            "steps_per_s": steps_per_s,
+            "step_time_median_s": 1 / steps_per_s,
+            "batch_size": batch,
+            "data_wait_share": wait,
+            "sm_activity_mean": sm,
+            "gpu_util_mean": 40.0,
+            "peak_memory_allocated_bytes": 20 * 2**30,
+        },
+        "findings": [{"id": fid, "severity": sev, "title": f"title of {fid}"} for fid, sev in findings],
+        "checks": [],
+        "evidence": {"timeline": {"gpu": {"t": [0, 1, 2], "util_percent": [30, 40, 50], "sm_activity": [5, 9, 12]},
+                                  "steps": {"t": [1, 2], "duration_s": [0.16, 0.16], "data_wait_s": [0.1, 0.09]}}},
+    }
+
+
+BEFORE = make()
+AFTER = make(samples_per_s=760.0, steps_per_s=11.9, wait=0.04, sm=31.0, findings=(("GD201", "info"), ("GD304", "warning")),
+             command=("python", "/elsewhere/train.py", "--workers", "8"))
+
+
+@pytest.mark.parametrize(
+    ("command", "identity"),
+    [
+        (["python", "train.py", "--lr", "1"], "script:train.py"),
+        (["/usr/bin/python3", "-u", "src/train.py"], "script:train.py"),
+        (["python", "-m", "pkg.train", "--x"], "module:pkg.train"),
+        (["python", "-m", "torch.distributed.run", "--nproc-per-node", "8", "train.py"], "script:train.py"),
+        (["torchrun", "--nproc-per-node", "8", "train.py"], "script:train.py"),
+        (["accelerate", "launch", "train.py"], "script:train.py"),
+        (["bash", "run.sh"], "command:run.sh"),
+        ([], None),
+        ("not a list", None),
+    ],
+)
+def test_workload_identity(command: Any, identity: str | None) -> None:
+    assert workload_identity(command) == identity
+
+
+def test_same_gpu_and_script_with_other_arguments_is_comparable() -> None:
+    assert comparability(BEFORE, AFTER) == []
+
+
+def test_different_gpus_or_workloads_are_named() -> None:
+    reasons = comparability(BEFORE, make(gpu="NVIDIA A100-SXM4-80GB", command=("python", "eval.py")))
+    assert reasons == ["different GPUs: NVIDIA H200 before, NVIDIA A100-SXM4-80GB after",
+                       "different workloads: train.py before, eval.py after"]
+    assert comparability(BEFORE, make(gpu=""))[0] == "different GPUs: NVIDIA H200 before, no GPU after"
+
+
+def test_metrics_speedup_and_findings() -> None:
+    diff = compare(BEFORE, AFTER, before_name="a.json", after_name="b.json")
+    assert diff["schema"] == DIFF_SCHEMA
+    metrics = {m["key"]: m for m in diff["metrics"]}
+    assert metrics["samples_per_s"]["verdict"] == "better" and metrics["samples_per_s"]["relative_change"] == pytest.approx(0.9)
+    assert metrics["step_time_median_s"]["verdict"] == "better"  # lower is better
+    assert metrics["data_wait_share"]["verdict"] == "better" and metrics["data_wait_share"]["change"] == pytest.approx(-0.58)
+    assert metrics["sm_activity_mean"]["verdict"] == "better"
+    assert metrics["gpu_util_mean"]["verdict"] == "unchanged"
+    assert metrics["peak_memory_allocated_bytes"]["verdict"] == "unchanged"
+    assert diff["speedup"] == {"value": pytest.approx(1.9), "basis": "samples/s", "note": None}
+    findings = diff["findings"]
+    assert [f["id"] for f in findings["resolved"]] == ["GD102"]
+    assert [f["id"] for f in findings["new"]] == ["GD304"]
+    assert findings["unchanged"] == [{"id": "GD201", "title": "title of GD201", "severity_before": "warning",
+                                      "severity_after": "info", "consequence_of": None}]
+    assert diff["verdict"] == ("After is 1.90x faster (samples/s); data wait 62% to 4%; SM activity 9% to 31%; "
+                               "1 finding(s) resolved, 1 new, 1 unchanged.")
+
+
+def test_unmeasured_is_never_a_change() -> None:
+    diff = compare(make(sm=None), make(sm=30.0))
+    sm = next(m for m in diff["metrics"] if m["key"] == "sm_activity_mean")
+    assert (sm["change"], sm["verdict"]) == (None, "not measured")
+
+
+def test_speedup_needs_comparable_work() -> None:
+    other_batch = compare(make(samples_per_s=None, batch=32), make(samples_per_s=None, batch=64))
+    assert other_batch["speedup"]["value"] is None and "batch size" in other_batch["speedup"]["note"]
+    same_batch = compare(make(samples_per_s=None), make(samples_per_s=None, steps_per_s=12.5))
+    assert same_batch["speedup"]["value"] == pytest.approx(2.0) and same_batch["speedup"]["basis"] == "steps/s"
+    slower = compare(BEFORE, make(samples_per_s=200.0))
+    assert slower["verdict"].startswith("After is 2.00x slower")
+
+
+def test_renderers() -> None:
+    diff = compare(BEFORE, AFTER, before_name="before.json", after_name="after.json")
+    text = render_diff(diff, "terminal")
+    assert "After is 1.90x faster" in text and "resolved  GD102" in text and "-58 pts" in text
+    data = json.loads(render_diff(diff, "json"))
+    assert data["schema"] == DIFF_SCHEMA and data["speedup"]["basis"] == "samples/s"
+    md = render_diff(diff, "markdown")
+    assert "| Data-wait share | 62% | 4% | -58 pts (better) |" in md
+    page = render_diff(diff, "html")
+    assert 'http-equiv="Content-Security-Policy"' in page and page.count("<svg") == 1
+    assert not re.search(r"https?://", page)
+    with pytest.raises(ValueError):
+        render_diff(diff, "junit")
+
+
+def test_html_escapes_strings_from_the_runs() -> None:
+    hostile = '<script>alert(1)</script>"><img src=x onerror=alert(1)>'
+    after = copy.deepcopy(AFTER)
+    after["findings"][0]["title"] = hostile
+    after["summary"]["verdict"] = hostile
+    page = render_diff(compare(BEFORE, after, after_name=hostile), "html")
+    assert hostile not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert page.count("<script") == 1
+
+
+def test_secrets_in_commands_are_masked() -> None:
+    after = make(command=("python", "train.py", "--api-key", "sk-abcdefghijklmnopqrstu"))
+    diff = compare(BEFORE, after)
+    for fmt in ("json", "html", "markdown", "terminal"):
+        assert "sk-abcdefghijklmnopqrstu" not in render_diff(diff, fmt)
+
+
+# ---- the command ----------------------------------------------------------------
+
+
+def _save(path: Path, report: dict[str, Any]) -> str:
+    path.write_text(json.dumps(report))
+    return str(path)
+
+
+def test_cli_refuses_different_runs_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _save(tmp_path / "before.json", BEFORE)
+    other = _save(tmp_path / "other.json", make(gpu="NVIDIA A100-SXM4-80GB"))
+    assert cli.main(["diff", before, other]) == exitcodes.DIFFERENT_RUNS == 75
+    err = capsys.readouterr().err
+    assert "different GPUs" in err and "--force" in err
+    assert cli.main(["diff", before, other, "--force", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["comparable"] == {"reasons": ["different GPUs: NVIDIA H200 before, NVIDIA A100-SXM4-80GB after"], "forced": True}
+
+
+def test_cli_terminal_by_default_and_files_with_out(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    before, after = _save(tmp_path / "before.json", BEFORE), _save(tmp_path / "after.json", AFTER)
+    assert cli.main(["diff", before, after]) == 0
+    assert "After is 1.90x faster" in capsys.readouterr().out
+    assert cli.main(["diff", before, after, "--out", "cmp/"]) == 0
+    written = sorted(p.suffix for p in (tmp_path / "cmp").iterdir())
+    assert written == [".html", ".json"]
+    assert cli.main(["diff", str(tmp_path / "missing.json"), after]) == exitcodes.NOT_FOUND
+    (tmp_path / "corrupt.json").write_text('{"schema": "gpudoctor.rep')
+    assert cli.main(["diff", str(tmp_path / "corrupt.json"), after]) == exitcodes.BAD_DATA
