@@ -11,7 +11,8 @@ What it detects
       core (>= 90%) while the other cores have room. The loop is Python-bound: it
       cannot issue GPU work (or, with ``num_workers=0``, produce batches) any faster.
 
-    Idle CPUs while the loader stalls is *not* this check: that is waiting on
+    Idle CPUs while the loader stalls is *not* this check, and neither is a busy
+    machine when the batch producers are measured waiting (sleeping on I/O): that is waiting on
     storage, network or a sleep (GD102 classifies it, GD104 looks at storage).
 
 Why it matters
@@ -113,11 +114,18 @@ def run(session: Session) -> list[Finding]:
 
     found = input_stall(session) if session.loaders else None
     gpu_util = metrics.gpu_metric_mean(metrics.gpu_samples_steady(session), "util_percent")
+    if found is None and gpu_util is None:
+        # a CPU-only loop with no DataLoader: the CPU *is* the compute engine, nothing waits on it
+        raise Skip("no DataLoader and no GPU utilization measured: nothing that a busy CPU could starve")
     stalled = found is not None and found.significant
     gpu_idle = gpu_util is not None and gpu_util < GPU_IDLE_UTIL_PERCENT
     impact_measured = found is not None or gpu_util is not None
     if impact_measured and not (stalled or gpu_idle):
         return []  # the CPU is busy, but the GPU is fed: nothing waits on it
+    if stalled and found is not None and found.stall.kind == "waiting" and not main_pegged:
+        # batches are late because their producers sleep on storage/network, not for want
+        # of a CPU: a busy machine is not what stalls this loop (GD102/GD104 tell it)
+        return []
 
     window = found.window if found else _window(session)
     cores = metrics.usable_cores(session)

@@ -136,6 +136,8 @@ def run(session: Session) -> list[Finding]:
         launches = profile.launch_count / profile.steps
         evidence["launches_per_step"] = Evidence(round(launches, 1), "launches/step", window, "kernel launches per step")
         per_step = f" The host issued {launches:,.0f} launches per step."
+    lead = ("gpu_idle_share", "short_kernel_share", "kernel_median")  # shown first: the report's key numbers
+    evidence = {**{k: evidence[k] for k in lead if k in evidence}, **evidence}
     numbers = [f"median kernel {median:.1f} us"] if median is not None else []
     if mean_launch is not None:
         numbers.append(f"mean launch {mean_launch:.1f} us of CPU")

@@ -17,7 +17,8 @@ Why it matters
 
 How it is measured
     From the torch.profiler window: blocking CUDA calls (``cudaStreamSynchronize``,
-    ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, synchronous ``cudaMemcpy``),
+    ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, synchronous ``cudaMemcpy``, and
+    ``cudaFree``, which waits for the device: the caching allocator returning memory),
     their count and the CPU time they blocked. Each is named after the ATen operator
     around it (``aten::item`` for ``.item()``, ``aten::to`` for ``.cpu()`` and blocking
     copies) and placed in the innermost Python function of your code around it, with
@@ -132,8 +133,9 @@ def run(session: Session) -> list[Finding]:
     if per_step is not None:
         evidence["syncs_per_step"] = Evidence(round(per_step, 2), "calls/step", window, "synchronisations per step")
     for n, site in enumerate(profile.sync_sites[:MAX_SITES], start=1):
-        evidence[f"site_{n}"] = Evidence(f"{site.api} in {site.site or 'an unknown call site'}", None, window,
-                                         f"{site.count}x, {format_duration(site.total_us / 1e6)} blocked")
+        evidence[f"site_{n}"] = Evidence(
+            f"{site.api} in {site.site or 'an unknown call site'} ({site.count}x, "
+            f"{format_duration(site.total_us / 1e6)} blocked)", None, window, f"sync site {n}")
     rate = f", {per_step:.1f} per step," if per_step is not None else ""
     sites = "; ".join(f"{s.api} in {s.site or 'an unknown call site'} ({s.count}x)"
                       for s in profile.sync_sites[:MAX_SITES])

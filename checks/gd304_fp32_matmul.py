@@ -109,8 +109,10 @@ def run(session: Session) -> list[Finding]:
         "fp32_of_matmul": Evidence(round(fp32_of_matmul * 100, 1), "%", window, "fp32 share of all GEMM time"),
         "tensor_core_matmul_time": Evidence(round(profile.matmul_tensor_core_us / 1e3, 3), "ms", window,
                                             "tensor-core GEMM kernel time"),
-        "tf32_enabled": Evidence(profile.tf32_enabled, None, window, "torch.backends.cuda.matmul.allow_tf32"),
+        "tf32_enabled": Evidence(profile.tf32_enabled, None, window, "TF32 allowed (allow_tf32)"),
     }
+    lead = ("fp32_matmul_share", "fp32_matmul_span_share", "tf32_enabled")  # shown first: the report's key numbers
+    evidence = {**{k: evidence[k] for k in lead if k in evidence}, **evidence}
     if profile.tf32_enabled is False:
         why = "TF32 is disabled (torch.backends.cuda.matmul.allow_tf32 is False, PyTorch's default)."
     elif profile.tf32_enabled:

@@ -10,6 +10,7 @@ instead of failing and losing the diagnosis.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -232,19 +233,24 @@ def write_outputs(
         paths = replace(paths, with_trace=False)  # nothing of ours to write (maybe the caller's)
     if session_dict is None:
         paths = replace(paths, with_session=False)
+    planned_stem = paths.stem
     start = 0
     while start < MAX_SUFFIX_TRIES:
         final, n = _free_paths(paths, start)
         written_report = dict(report)
         written_report["files"] = _names(final, kept_trace)
-        blobs, failed = _render_all(final, written_report, session_dict, trace_bytes, renderer)
+        session_out = session_dict
+        if trace_bytes is not None and final.stem != planned_stem:
+            # the profile names its trace file; the set moved to a new stem, so must it
+            written_report, session_out = _retarget_trace(written_report, session_dict, paths.path("trace").name, final.path("trace").name)
+        blobs, failed = _render_all(final, written_report, session_out, trace_bytes, renderer)
         if failed:
             # keep what rendered (the session above all: `gpudoctor report` can redo
             # the rest later) and name only the files that exist
             paths = replace(paths, formats=tuple(f for f in paths.formats if f not in failed))
             final = replace(final, formats=paths.formats)
             written_report["files"] = _names(final, kept_trace)
-            blobs, _ = _render_all(final, written_report, session_dict, trace_bytes, renderer)
+            blobs, _ = _render_all(final, written_report, session_out, trace_bytes, renderer)
         done: list[Path] = []
         try:
             for kind, data in blobs.items():
@@ -273,6 +279,25 @@ def write_outputs(
     raise GpudoctorError(f"no free report name in {paths.directory}", exitcodes.OUTPUT_EXISTS)
 
 
+def _retarget_trace(
+    report: dict[str, Any], session_dict: Mapping[str, Any] | None, old: str, new: str
+) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
+    """Copies of the report and session whose profile.trace_file says `new` where it said `old`."""
+
+    def moved(holder: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        if holder is None:
+            return None
+        profile = holder.get("profile")
+        if not isinstance(profile, Mapping) or profile.get("trace_file") != old:
+            return holder
+        return {**holder, "profile": {**profile, "trace_file": new}}
+
+    evidence = report.get("evidence")
+    if isinstance(evidence, Mapping):
+        report = {**report, "evidence": moved(evidence)}
+    return report, moved(session_dict)
+
+
 def _names(paths: OutputPaths, kept_trace: Path | None) -> dict[str, str]:
     names = paths.relative_names()
     if kept_trace is not None:
@@ -297,7 +322,9 @@ def _write_copy(path: Path, data: bytes, force: bool) -> Path:
 
 
 def _default_renderer(fail_on: str | None) -> Callable[[Mapping[str, Any], str], str]:
-    from gpudoctor import reports  # imported late: the renderers pull in matplotlib
+    # imported late (the renderers pull in matplotlib), by name: gpudoctor.reports is
+    # mapped from the top-level reports/ folder, which type checkers do not follow
+    reports = importlib.import_module("gpudoctor.reports")
 
     return lambda report, fmt: reports.render(report, fmt, fail_on=fail_on)
 

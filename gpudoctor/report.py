@@ -7,7 +7,8 @@ Session object. Schema `gpudoctor.report/1`; fields are only ever added.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from gpudoctor import __version__, metrics
 from gpudoctor.agent.redact import redact_argv, redact_text
@@ -140,7 +141,7 @@ def check_docs(ids: Iterable[str]) -> dict[str, str]:
         from gpudoctor.registry import load_checks
 
         checks, _ = load_checks()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (docs are a nicety; the report must still be built)
         log.debug("check docs unavailable: %s", exc)
         return {}
     return {c.id: c.doc.strip() for c in checks if c.id in wanted and c.doc and c.doc.strip()}

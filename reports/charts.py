@@ -31,7 +31,7 @@ COLORS = {  # Okabe-Ito: tells series apart for colour-blind readers and in prin
     "memory": "#000000",
     "compute": "#0072B2",
 }
-_RC = {
+_RC: Any = {  # typed loosely: matplotlib's stubs want literal key types
     "svg.fonttype": "none",
     "svg.hashsalt": "gpudoctor",  # stable element ids: same data, same bytes
     "font.family": "sans-serif",

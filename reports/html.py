@@ -158,8 +158,13 @@ def _finding_view(f: Mapping[str, Any], docs: Mapping[str, Any]) -> dict[str, An
         "remedy_code": remedy.get("code"),
         "gain": gain_text(f.get("estimated_gain")) if f.get("estimated_gain") is not None else None,
         "consequence_of": f.get("consequence_of"),
-        "doc": docs.get(f.get("id")) if isinstance(docs.get(f.get("id")), str) else None,
+        "doc": _doc(docs, str(f.get("id") or "")),
     }
+
+
+def _doc(docs: Mapping[str, Any], check_id: str) -> str | None:
+    doc = docs.get(check_id)
+    return doc if isinstance(doc, str) and doc.strip() else None
 
 
 def _chart(fn: Callable[[Any], str | None], data: Any) -> Markup | None:

@@ -6,6 +6,7 @@ console markup, so a hostile exception message cannot restyle the output.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -65,14 +66,6 @@ def render(report: Mapping[str, Any], console: Console, *, written: Mapping[str,
 
 
 def to_text(report: Mapping[str, Any], width: int = 120) -> str:
-    console = Console(width=width, record=True, file=_Null(), color_system=None, force_terminal=False)
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None, force_terminal=False)
     render(report, console)
     return console.export_text()
-
-
-class _Null:
-    def write(self, _text: str) -> int:
-        return 0
-
-    def flush(self) -> None:
-        pass

@@ -8,6 +8,7 @@ console markup, so a hostile name cannot restyle or hide the output.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -139,11 +140,8 @@ def to_text(report: Mapping[str, Any], width: int = 100) -> str:
     return console.export_text()
 
 
-class _Null:
-    """A write-only sink: Console(record=True) keeps the text, nothing is printed."""
+class _Null(io.StringIO):
+    """A sink that keeps nothing: Console(record=True) holds the text itself."""
 
-    def write(self, _text: str) -> int:
-        return 0
-
-    def flush(self) -> None:
-        pass
+    def write(self, text: str) -> int:
+        return len(text)

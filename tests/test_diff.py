@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpudoctor.reports import render_diff
 
 from gpudoctor import cli, exitcodes
 from gpudoctor.diff import DIFF_SCHEMA, comparability, compare, workload_identity
+from gpudoctor.reports import render_diff
 
 
 def make(

@@ -192,3 +192,17 @@ def test_real_renderers_by_default(in_tmp: Path) -> None:
     page = written.files["html"].read_text()
     assert "Content-Security-Policy" in page and "train-20250102-030405.json" in page
     assert json.loads(written.files["json"].read_text())["files"]["junit"] == "train-20250102-030405.junit.xml"
+
+
+def test_moved_set_renames_the_trace_the_profile_points_to(in_tmp: Path) -> None:
+    paths = plan_outputs(None, "train", NOW)
+    assert paths.trace is not None and paths.html is not None
+    paths.html.write_text("taken meanwhile")
+    report = {**REPORT, "evidence": {"profile": {"trace_file": paths.trace.name}}}
+    session = {**SESSION, "profile": {"trace_file": paths.trace.name}}
+    written = write_outputs(paths, report, session, trace_bytes=b"gz", render=lambda r, f: json.dumps(r))
+    new_name = "train-20250102-030405-1.trace.json.gz"
+    assert written.files["trace"].name == new_name
+    assert json.loads(written.files["json"].read_text())["evidence"]["profile"]["trace_file"] == new_name
+    assert json.loads(written.files["session"].read_text())["profile"]["trace_file"] == new_name
+    assert report["evidence"]["profile"]["trace_file"] == paths.trace.name  # the caller's dict is untouched

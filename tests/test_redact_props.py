@@ -13,7 +13,6 @@ import json
 from html.parser import HTMLParser
 from typing import Any
 
-from gpudoctor.reports import render
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +20,7 @@ from gpudoctor.agent.redact import MASK, redact_argv, redact_text
 from gpudoctor.engine import EngineResult
 from gpudoctor.model import CheckOutcome, Finding, Remedy
 from gpudoctor.report import build_report
+from gpudoctor.reports import render
 from gpudoctor.session import ErrorEvent, ProcessInfo, Session
 
 ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"

@@ -74,8 +74,8 @@ GRAPH_LAUNCH_APIS = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaun
 SYNC_APIS = frozenset({
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
     "cudaMemcpy3D", "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol", "cuStreamSynchronize", "cuCtxSynchronize",
-    "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD", "hipStreamSynchronize", "hipDeviceSynchronize",
-    "hipEventSynchronize", "hipMemcpy"})
+    "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD", "cudaFree", "cudaFreeHost",  # frees wait for the device
+    "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy"})
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 _COPY_NAME = re.compile(r"Memcpy (\w+) \(([^()]*?) -> ([^()]*?)\)")
 _FRAME_NAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")

@@ -19,8 +19,8 @@ the measured sizes, labelled as an estimate.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from gpudoctor.sweep import records
 from gpudoctor.sweep.records import TrialResult
@@ -111,7 +111,7 @@ def find_knee(points: Sequence[tuple[int, float]], metric: str, gain: float = KN
             growth = _growth_after(points, i)
             return Knee(
                 metric, size, value, peak, peak_size, value / peak if peak > 0 else None, growth,
-                f"batch {size} reaches {value / peak:.0%} of the peak ({_fmt(peak)} at batch {peak_size}); "
+                f"batch {size} reaches {value / peak:.0%} of the peak ({_fmt(peak, metric)} at batch {peak_size}); "
                 f"every larger size adds less than {gain:.0%} per doubling",
             )
     growth = _growth_after(points, _last_judgeable(points))
@@ -139,8 +139,10 @@ def _last_judgeable(points: Sequence[tuple[int, float]]) -> int:
     return candidates[-1] if candidates else -1
 
 
-def _fmt(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+def _fmt(value: float, metric: str) -> str:
+    if metric.endswith("_percent"):
+        return f"{value:.0f}%"
+    return f"{value:,.0f} samples/s" if value >= 100 else f"{value:.3g} samples/s"
 
 
 def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float] | None:

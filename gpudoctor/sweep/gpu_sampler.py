@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gpudoctor.collectors.nvml import NvmlResult, NvmlSampler
 from gpudoctor.collectors.nvml_device import text
@@ -104,5 +105,5 @@ def driver_version() -> str | None:
             return text(pynvml.nvmlSystemGetDriverVersion())
         finally:
             pynvml.nvmlShutdown()
-    except Exception:
+    except Exception:  # noqa: BLE001  (no driver, no library: the version is simply unknown)
         return None

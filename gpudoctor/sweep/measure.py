@@ -12,9 +12,11 @@ asynchronous queue. How the iterations are separated follows the regime:
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from gpudoctor.metrics import percentile
 from gpudoctor.sweep.records import Timing
@@ -87,7 +89,7 @@ class CudaEventTimer:
             if time.perf_counter() - start >= chunk_s or len(marks) - 1 >= max_iters:
                 break
         marks[-1].synchronize()
-        return [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:])]
+        return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(marks)]
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ the budget leaves after running a full batch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from gpudoctor.sweep.analysis import KNEE_GAIN_PER_DOUBLING, Analysis, ok_points
 from gpudoctor.sweep.records import TrialResult
@@ -42,8 +43,10 @@ def offline(trials: Sequence[TrialResult], analysis: Analysis, mode: str) -> Rec
     candidates, headroom_known = _candidates(trials, analysis)
     memory = analysis.memory
     assumptions = [
-        "Throughput is the model's own step on one fixed batch, input pipeline excluded "
-        "(gpudoctor diagnose measures that).",
+        (
+            "Throughput is the model's own step on one fixed batch, input pipeline excluded "
+            "(gpudoctor diagnose measures that)."
+        ),
     ]
     if mode == "train":
         assumptions.append(
@@ -59,8 +62,10 @@ def offline(trials: Sequence[TrialResult], analysis: Analysis, mode: str) -> Rec
     rate = pick.timing.samples_per_s  # type: ignore[union-attr]
     scope = f"within {memory.headroom:.0%} memory headroom" if headroom_known else "among the sizes that fit"
     parts = [
-        f"Offline (total hours): use batch {pick.batch_size}: {rate:,.0f} samples/s, "
-        f"{rate / best_rate:.0%} of the best {scope} ({best_rate:,.0f} at batch {best.batch_size})."
+        (
+            f"Offline (total hours): use batch {pick.batch_size}: {rate:,.0f} samples/s, "
+            f"{rate / best_rate:.0%} of the best {scope} ({best_rate:,.0f} at batch {best.batch_size})."
+        )
     ]
     largest = candidates[-1].batch_size
     if pick.batch_size < largest:
@@ -90,31 +95,40 @@ def online(trials: Sequence[TrialResult], analysis: Analysis, mode: str) -> Reco
         return Recommendation("online", None, "No batch size ran: nothing to recommend.")
     by_size = {t.batch_size: t for t in candidates}
     latency = analysis.latency
+    knee = analysis.knee.batch_size
+    knee_cap = max((s for s in by_size if s <= knee), default=None) if knee else None
     if latency is not None:
-        fitting = [s for s in by_size if s <= (latency.largest_within or 0)]
-        if not fitting:
+        budget = f"{latency.budget_s * 1e3:g} ms"
+        within = [s for s in by_size if s <= (latency.largest_within or 0)]
+        if not within:
             smallest = candidates[0]
             return Recommendation(
                 "online", None,
-                f"No measured size meets the {latency.budget_s * 1e3:g} ms p50 budget (batch {smallest.batch_size}: "
+                f"No measured size meets the {budget} p50 budget (batch {smallest.batch_size}: "
                 f"{smallest.timing.latency_p50_s * 1e3:.3g} ms): the model alone is too slow for it here; "  # type: ignore[union-attr]
                 "try lower precision, torch.compile or a faster GPU before batching.",
             )
-        cap = max(fitting)
-        why = f"the largest size whose p50 meets the {latency.budget_s * 1e3:g} ms budget"
+        budget_cap = max(within)
+        if knee_cap is not None and knee_cap < budget_cap:
+            # past the knee a bigger batch buys no throughput, only latency
+            cap, why = knee_cap, f"the knee; the {budget} budget would allow up to {budget_cap}"
+        else:
+            cap = budget_cap
+            why = f"the largest size whose p50 meets the {budget} budget"
+            if budget_cap < (latency.largest_within or 0):
+                why += f" within {analysis.memory.headroom:.0%} memory headroom"
     else:
-        cap = analysis.knee.batch_size or candidates[-1].batch_size
-        cap = max(s for s in by_size if s <= cap)
-        why = "the knee: beyond it latency grows with little throughput gain" if analysis.knee.batch_size else (
+        cap = knee_cap or candidates[-1].batch_size
+        why = "the knee: beyond it latency grows with little throughput gain" if knee_cap else (
             "the largest size that fits (no knee: throughput still climbs)"
         )
     p50_cap = by_size[cap].timing.latency_p50_s  # type: ignore[union-attr]
     if latency is not None:
         slack = latency.budget_s - p50_cap
-        delay_us = max(0, round(slack / 2 * 1e6))
+        delay_us = max(0, round(min(slack / 2, p50_cap) * 1e6))
         delay_why = (
-            f"half of what the budget leaves after a full batch ({slack * 1e3:.3g} ms), so p50 ~ delay + "
-            f"{p50_cap * 1e3:.3g} ms stays within it and the other half covers waiting for a batch in flight"
+            f"half of what the budget leaves after a full batch ({slack * 1e3:.3g} ms), at most one full batch's "
+            f"run ({p50_cap * 1e3:.3g} ms): waiting longer to fill a batch does not raise throughput"
         )
     else:
         delay_us = DEFAULT_QUEUE_DELAY_US
@@ -135,13 +149,19 @@ def online(trials: Sequence[TrialResult], analysis: Analysis, mode: str) -> Reco
         f"is vLLM's --max-num-seqs {cap}: the most sequences batched per scheduler step."
     )
     assumptions = [
-        "Latency is the model's compute for one batch on an otherwise idle GPU; a server adds queueing, "
-        "pre/post-processing and network time.",
-        f"One model instance; under sustained load a request can also wait for the batch in flight (up to "
-        f"{p50_cap * 1e3:.3g} ms): watch the served p50 and lower the cap one step if it exceeds the target.",
-        "vLLM's --max-num-seqs maps to this cap only when one sample here is one sequence at the serving "
-        "length; for LLM decoding the KV cache (sized by --gpu-memory-utilization), not activations, is "
-        "usually the memory limit.",
+        (
+            "Latency is the model's compute for one batch on an otherwise idle GPU; a server adds queueing, "
+            "pre/post-processing and network time."
+        ),
+        (
+            f"One model instance; under sustained load a request can also wait for the batch in flight (up to "
+            f"{p50_cap * 1e3:.3g} ms): watch the served p50 and lower the cap one step if it exceeds the target."
+        ),
+        (
+            "vLLM's --max-num-seqs maps to this cap only when one sample here is one sequence at the serving "
+            "length; for LLM decoding the KV cache (sized by --gpu-memory-utilization), not activations, is "
+            "usually the memory limit."
+        ),
     ]
     settings = {
         "triton": {"max_batch_size": cap, "max_queue_delay_microseconds": delay_us},

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from gpudoctor import __version__
 from gpudoctor.sweep import records

@@ -13,9 +13,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 import gpudoctor
 from gpudoctor.sweep import records

@@ -15,8 +15,8 @@ comes back or three sizes in a row fail.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from gpudoctor.sweep import records
 from gpudoctor.sweep.records import TrialResult

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 Z_95 = 1.96
 MIN_TIMED_ITERS = 3  # below this a percentile is not a measurement

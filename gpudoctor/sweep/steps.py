@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from gpudoctor.sweep.target import SweepTarget, TargetProblem
 

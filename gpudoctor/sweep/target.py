@@ -25,9 +25,10 @@ import importlib.util
 import inspect
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 TARGET_KEYS = ("model", "make_batch", "loss_fn", "optimizer", "forward")
 
@@ -169,7 +170,7 @@ def _import_file(path: Path) -> Any:
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (any import-time failure of user code is "not runnable")
         raise TargetProblem(f"importing {path} failed: {type(exc).__name__}: {exc}", "not_runnable") from None
     return module
 
@@ -195,7 +196,10 @@ def normalize(result: Any, input_shape: tuple[int, ...] | None, torch: Any, wher
             )
         return SweepTarget(model=result, make_batch=random_inputs(input_shape, torch))
     if isinstance(result, SweepTarget) or (hasattr(result, "model") and hasattr(result, "make_batch")):
-        target = SweepTarget(**{k: getattr(result, k, None) for k in TARGET_KEYS})
+        target = SweepTarget(
+            model=result.model, make_batch=result.make_batch, loss_fn=getattr(result, "loss_fn", None),
+            optimizer=getattr(result, "optimizer", None), forward=getattr(result, "forward", None),
+        )
     elif isinstance(result, dict):
         unknown = sorted(set(result) - set(TARGET_KEYS))
         if unknown or "model" not in result or "make_batch" not in result:

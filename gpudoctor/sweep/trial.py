@@ -27,7 +27,14 @@ from typing import Any
 from gpudoctor.fsutil import write_atomic
 from gpudoctor.sweep import records
 from gpudoctor.sweep.gpu_sampler import GpuWindowSampler, driver_version
-from gpudoctor.sweep.measure import CudaEventTimer, PerfCounterTimer, Timer, WarmupRule, timed_loop, warm_up
+from gpudoctor.sweep.measure import (
+    CudaEventTimer,
+    PerfCounterTimer,
+    Timer,
+    WarmupRule,
+    timed_loop,
+    warm_up,
+)
 from gpudoctor.sweep.records import Memory, TrialResult, TrialSpec
 from gpudoctor.sweep.stability import DEFAULT_MIN_TIME_S, StabilityRule
 from gpudoctor.sweep.steps import prepare
@@ -123,7 +130,7 @@ def _fill_memory(memory: Memory, device: Any, torch: Any) -> None:
         memory.peak_allocated_bytes = int(torch.cuda.max_memory_allocated(device))
         memory.peak_reserved_bytes = int(torch.cuda.max_memory_reserved(device))
         memory.alloc_retries = int(torch.cuda.memory_stats(device).get("num_alloc_retries", 0))
-    except Exception as exc:  # after a sticky error the allocator may refuse to answer
+    except Exception as exc:  # noqa: BLE001  (after a sticky error the allocator may refuse to answer)
         memory.unavailable["peak_allocated_bytes"] = one_line(exc)
 
 
@@ -176,7 +183,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
                 result.gpu = sampler.stop()
     except TargetProblem as exc:
         result.status, result.error_code, result.message = records.BAD_TARGET, exc.category, str(exc)
-    except Exception as exc:  # the target's own failure is a result, not a crash
+    except Exception as exc:  # noqa: BLE001  (the target's own failure is a result, not a crash)
         result.status, result.message = classify(exc), one_line(exc)
     finally:
         if result.status != records.OK:

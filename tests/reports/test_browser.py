@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpudoctor.reports import html
 from synthetic import make_report, make_result, make_session
+
+from gpudoctor.reports import html
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "build" / "test-artifacts"
 HOSTILE = '<script>alert(1)</script>"><img src=x onerror=alert(1)>'

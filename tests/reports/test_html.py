@@ -8,8 +8,9 @@ import re
 from html.parser import HTMLParser
 
 import pytest
-from gpudoctor.reports import html, render
 from synthetic import make_report, make_result, make_session
+
+from gpudoctor.reports import html, render
 
 HOSTILE = [
     "<script>alert(1)</script>",

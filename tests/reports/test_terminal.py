@@ -5,8 +5,9 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from gpudoctor.reports import terminal
 from rich.console import Console
+
+from gpudoctor.reports import terminal
 
 
 def _render(report: dict[str, Any], **kw: Any) -> str:

@@ -154,3 +154,11 @@ def test_no_size_meets_the_budget() -> None:
     trials = [point(b, 10.0 * b, p50_s=0.2 * b) for b in (1, 2)]
     rec = online(trials, analyze(trials, 0.1, 0.1), "infer")
     assert rec.batch_size is None and "too slow" in rec.text
+
+
+def test_online_cap_stops_at_the_knee_when_the_budget_allows_more() -> None:
+    trials = [point(b, saturating(b), p50_s=0.0001 * b, peak=int(GB), capacity=100 * GB) for b in POWERS[:9]]
+    rec = online(trials, analyze(trials, 0.1, latency_budget_s=0.05), "infer")
+    assert rec.batch_size == 64 and "would allow up to 256" in rec.text
+    # half the slack (21.8 ms) would exceed one full batch's run (6.4 ms): capped there
+    assert rec.settings["triton"]["max_queue_delay_microseconds"] == 6400

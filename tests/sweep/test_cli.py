@@ -39,7 +39,8 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_explicit_sizes_write_json_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "tiny"
-    code = sweep(f"{TINY}:build", "--mode", "infer", "--batch-sizes", "1,2,4", *FAST, "--out", str(out), "--json", "-")
+    code = sweep(f"{TINY}:build", "--mode", "infer", "--batch-sizes", "1,2,4", *FAST, "--out", str(out), "--json", "-",
+                 "--html", str(tmp_path / "copy.html"))
     captured = capsys.readouterr()
     assert code == exitcodes.OK, captured.err
     report = json.loads(captured.out)  # --json - : the JSON on stdout, the table on stderr
@@ -53,6 +54,7 @@ def test_explicit_sizes_write_json_and_html(tmp_path: Path, capsys: pytest.Captu
     assert set(report["recommendations"]) == {"offline", "online"}
     assert "batch      4:" in captured.err and "samples/s" in captured.err
     html = unescape((tmp_path / "tiny.html").read_text())
+    assert (tmp_path / "copy.html").read_text() == (tmp_path / "tiny.html").read_text()
     assert "default-src 'none'; style-src 'unsafe-inline'; img-src data:" in html
     assert html.count("<svg") >= 3 and "http://" not in html and "https://" not in html
     # never over an existing report: refused before anything runs

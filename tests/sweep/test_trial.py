@@ -18,7 +18,7 @@ from gpudoctor.sweep.trial import classify, run_trial
 HERE = Path(__file__).parent
 TINY = HERE / "tiny_model.py"
 EXAMPLES = HERE.parent.parent / "examples" / "sweep_targets.py"
-FAST = dict(device="cpu", warmup_min_s=0.02, min_time_s=0.05, max_time_s=2.0)
+FAST = {"device": "cpu", "warmup_min_s": 0.02, "min_time_s": 0.05, "max_time_s": 2.0}
 
 
 @pytest.fixture(autouse=True)

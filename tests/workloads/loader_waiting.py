@@ -3,6 +3,7 @@
 Known answer: GD102 classified as waiting (not CPU-bound); GD103 silent.
 """
 
+import argparse
 import time
 
 import torch
@@ -19,10 +20,13 @@ class SlowStorage(Dataset):
 
 
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
     torch.set_num_threads(1)
     model = torch.nn.Linear(64, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(SlowStorage(), batch_size=8, num_workers=1)
+    loader = DataLoader(SlowStorage(), batch_size=8, num_workers=args.workers)
     for step, (x, y) in enumerate(loader, 1):
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()

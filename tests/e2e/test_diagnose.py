@@ -1,0 +1,169 @@
+"""End to end: `gpudoctor diagnose` on real (small, CPU) workloads with known answers."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import WORKLOADS
+
+pytestmark = pytest.mark.slow
+
+
+def _no_traceback(stderr: str) -> None:
+    assert "Traceback" not in stderr, stderr
+
+
+def test_starved_loader_ranks_input_stall_first(diagnose):
+    run = diagnose(str(WORKLOADS / "loader_starved.py"), "--steps", "120")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "trained 120 steps"  # the workload's own stdout, untouched
+    report = run.report
+    assert report["schema"] == "gpudoctor.report/1"
+    findings = report["findings"]
+    assert findings[0]["id"] == "GD102", [f["id"] for f in findings]
+    stall = findings[0]
+    assert stall["evidence"]["stall_kind"]["value"] == "cpu-bound"
+    assert report["summary"]["data_wait_share"] > 0.5
+    workers = run.finding("GD101")
+    assert workers is not None
+    match = re.search(r"num_workers=(\d+)", workers["remedy"]["code"])
+    assert match and int(match.group(1)) >= 1
+    html = next(run.out.glob("*.html")).read_text()
+    assert "GD102" in html and "<svg" in html
+
+
+def test_waiting_loader_is_classified_as_waiting(diagnose):
+    run = diagnose(str(WORKLOADS / "loader_waiting.py"))
+    assert run.returncode == 0, run.stderr
+    stall = run.finding("GD102")
+    assert stall is not None
+    assert stall["evidence"]["stall_kind"]["value"] == "waiting"
+    assert run.finding("GD103") is None  # idle CPUs are not CPU saturation
+
+
+def test_more_workers_fix_a_waiting_loader(diagnose, tmp_path):
+    slow = diagnose(str(WORKLOADS / "loader_waiting.py"), "--workers", "1").report["summary"]
+    shutil.rmtree(tmp_path / "reports")
+    fast = diagnose(str(WORKLOADS / "loader_waiting.py"), "--workers", "6").report["summary"]
+    # workers that sleep on I/O overlap even on 2 cores: several times the steps per second
+    assert fast["steps_per_s"] > 2.5 * slow["steps_per_s"], (slow, fast)
+    assert fast["data_wait_share"] < slow["data_wait_share"], (slow, fast)
+
+
+def test_compute_bound_loop_has_no_data_findings(diagnose):
+    run = diagnose(str(WORKLOADS / "compute_bound.py"))
+    assert run.returncode == 0, run.stderr
+    assert not [f for f in run.report["findings"] if f["stage"] == 1]
+    for check_id in ("GD101", "GD102"):
+        outcome = run.outcome(check_id)
+        assert outcome["status"] == "skipped"
+        assert "DataLoader" in outcome["reason"]
+    assert run.report["summary"]["steps"] >= 60
+
+
+def test_exit_code_is_the_workloads_and_report_is_written(diagnose):
+    run = diagnose(str(WORKLOADS / "exit_code.py"))
+    assert run.returncode == 3
+    assert run.report["exit_code"] == 3
+    assert run.finding("GD001")["severity"] == "warning"
+    assert len(list(run.out.glob("*.html"))) == 1
+
+
+def test_crash_shows_traceback_and_is_recorded(diagnose):
+    run = diagnose(str(WORKLOADS / "raises.py"))
+    assert run.returncode == 1
+    assert "ValueError: diverged at step 9" in run.stderr  # the workload's traceback, as usual
+    report = run.report
+    assert report["findings"][0]["id"] == "GD001"
+    errors = report["evidence"]["errors"]
+    assert errors and errors[0]["type"] == "ValueError"
+    assert "raises.py" in errors[0]["traceback"]
+    assert report["summary"]["crashed"] is True
+
+
+def test_module_form(diagnose):
+    run = diagnose("-m", "compute_bound", cwd=WORKLOADS)
+    assert run.returncode == 0, run.stderr
+    assert run.report["command"][1:3] == ["-m", "compute_bound"]
+
+
+def test_torchrun_form_instruments_the_worker_process(diagnose):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun not installed next to this interpreter")
+    run = diagnose("--", str(torchrun), "--nproc-per-node", "1", str(WORKLOADS / "compute_bound.py"))
+    assert run.returncode == 0, run.stderr
+    assert run.report["summary"]["steps"] >= 60  # seen in the grandchild, the training process
+
+
+def test_steps_stops_the_run_gracefully(diagnose):
+    run = diagnose("--steps", "30", str(WORKLOADS / "endless.py"))
+    assert run.returncode == 0, run.stderr  # gpudoctor asked it to stop: documented as success
+    report = run.report
+    assert report["stop_reason"] == "steps"
+    assert report["summary"]["steps"] >= 30
+    assert "stopped after" in run.stdout
+
+
+def test_duration_stops_the_run(diagnose):
+    run = diagnose("--duration", "4", str(WORKLOADS / "endless.py"))
+    assert run.returncode == 0, run.stderr
+    assert run.report["stop_reason"] == "duration"
+    assert 4 <= run.report["duration_s"] < 30
+
+
+@pytest.mark.parametrize(
+    "args, code, text",
+    [
+        (["missing_script.py"], 66, "no such file"),
+        ([str(WORKLOADS)], 69, "is a directory"),
+        ([str(WORKLOADS / "__init__.txt")], 69, "not a Python script"),
+        (["--", "no-such-command-gpudoctor"], 66, "command not found"),
+        (["--bogus", "x.py"], 64, "unrecognized"),
+        (["--duration", "-3", "x.py"], 64, "positive"),
+        ([], 64, "what should I run"),
+    ],
+)
+def test_bad_input_one_line_error(diagnose, tmp_path, args, code, text):
+    notes = WORKLOADS / "__init__.txt"
+    run = diagnose(*args)
+    assert run.returncode == code, run.stderr
+    _no_traceback(run.stderr)
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and text in lines[0], run.stderr
+    assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
+    assert notes.exists()
+
+
+def test_unwritable_output_dir_fails_before_running(tmp_path):
+    import subprocess
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "diagnose", "--out", f"{blocker}/sub/", str(WORKLOADS / "exit_code.py")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 73
+    _no_traceback(proc.stderr)
+    assert "exiting with 3" not in proc.stdout  # refused before the workload started
+    assert blocker.read_text() == "not a directory"
+
+
+def test_existing_report_is_never_overwritten(tmp_path):
+    import subprocess
+
+    target = tmp_path / "mine.html"
+    target.write_text("my precious report")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "diagnose", "--out", str(target), str(WORKLOADS / "exit_code.py")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 74
+    _no_traceback(proc.stderr)
+    assert target.read_text() == "my precious report"
