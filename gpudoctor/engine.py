@@ -44,7 +44,7 @@ def run_checks(session: Session, checks: Iterable[Check], ignore: Iterable[str] 
     outcomes: list[CheckOutcome] = []
     for check in checks:
         base = dict(id=check.id, slug=check.slug, stage=check.stage, title=check.title)
-        if check.id.upper() in ignored or check.slug in ignored:
+        if check.id.upper() in ignored or check.slug.upper() in ignored:
             outcomes.append(CheckOutcome(**base, status="skipped", reason="ignored (--ignore)"))
             continue
         missing = [(fact, session.fact(fact)) for fact in check.requires if session.fact(fact)]

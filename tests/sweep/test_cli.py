@@ -65,17 +65,16 @@ def test_explicit_sizes_write_json_and_html(tmp_path: Path, capsys: pytest.Captu
 def test_search_finds_the_memory_edge_after_a_simulated_oom(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("TINY_OOM_ABOVE", "3")  # build() raises torch.cuda.OutOfMemoryError above 3
-    code = sweep(f"{TINY}:build", "--mode", "infer", "--start", "2", "--max-batch", "64", *FAST,
-                 "--out", str(tmp_path / "edge"), "--quiet")
+    monkeypatch.setenv("TINY_OOM_ABOVE", "1")  # build() raises torch.cuda.OutOfMemoryError above 1
+    code = sweep(f"{TINY}:build", "--mode", "infer", "--max-batch", "64", *FAST, "--out", str(tmp_path / "edge"), "--quiet")
     assert code == exitcodes.OK, capsys.readouterr().err
     report = json.loads((tmp_path / "edge.json").read_text())
     ran = sorted((t["order"], t["batch_size"], t["status"]) for t in report["trials"])
-    # doubling, then bisection: batch 3 runs cleanly right after batch 4 ran out of memory
-    assert ran == [(0, 2, "ok"), (1, 4, "oom"), (2, 3, "ok")]
+    assert ran == [(0, 1, "ok"), (1, 2, "oom")]  # nothing between 1 and 2 to bisect
+    assert report["trials"][1]["message"].startswith("OutOfMemoryError: CUDA out of memory")
     edge = report["results"]["memory_edge"]
-    assert edge["found"] and (edge["largest_fit"], edge["smallest_oom"]) == (3, 4)
-    assert "memory edge bisected to between 3 and 4" in report["stop_reason"]
+    assert edge["found"] and (edge["largest_fit"], edge["smallest_oom"]) == (1, 2)
+    assert report["stop_reason"].startswith("out of memory at batch 2")
     assert "out of memory" in (tmp_path / "edge.html").read_text()
 
 
