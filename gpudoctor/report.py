@@ -71,7 +71,7 @@ def summarize(session: Session) -> dict[str, Any]:
     }
 
 
-def verdict(findings: list[Finding], summary: dict[str, Any]) -> str:
+def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, total: int = 0) -> str:
     numbers = []
     if summary.get("data_wait_share") is not None:
         numbers.append(f"the loop waited for data {summary['data_wait_share']:.0%} of each step")
@@ -82,6 +82,8 @@ def verdict(findings: list[Finding], summary: dict[str, Any]) -> str:
     primary = [f for f in findings if f.consequence_of is None and severity_rank(f.severity) >= 1]
     if not primary:
         head = "No bottleneck found"
+        if skipped:
+            head += f" by the {total - skipped} of {total} checks that could run ({skipped} skipped: see why below)"
         return head + (": " + "; ".join(numbers) if numbers else "") + "."
     top = primary[0]
     if top.stage == 1 and numbers:
@@ -172,7 +174,8 @@ def build_report(
     from the installed checks (pass {} to leave the pages out)."""
     slugs = slugs or {o.id: o.slug for o in result.outcomes}
     summary = summarize(session)
-    summary["verdict"] = verdict(result.findings, summary)
+    skipped = sum(1 for o in result.outcomes if o.status in ("skipped", "error"))
+    summary["verdict"] = verdict(result.findings, summary, skipped, len(result.outcomes))
     data = session.to_dict()
     _redact_evidence(data)
     if docs is None:
