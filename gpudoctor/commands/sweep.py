@@ -13,13 +13,16 @@ Each batch size runs in a fresh process. Details: docs/sweep.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 import tempfile
 import time
 from datetime import datetime
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +185,25 @@ def run(args: argparse.Namespace) -> int:
     return _finish(args, report, paths, html_copy, to_stdout)
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """A batch scheduler's SIGTERM (a job's time limit, `timeout`) ends the sweep like
+    Ctrl-C: the running trial is stopped and what was measured is still reported."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (an embedding program): leave its handler alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> dict[str, Any]:
     from gpudoctor.sweep.report import build_sweep_report
     from gpudoctor.sweep.runner import SubprocessRunner
@@ -190,7 +212,7 @@ def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> dict[str, Any]:
     started = time.perf_counter()
     say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     say(f"gpudoctor sweep: {args.target} --mode {args.mode} ({plan.mode}; one process per size)")
-    with tempfile.TemporaryDirectory(prefix="gpudoctor-sweep-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="gpudoctor-sweep-") as workdir, _sigterm_as_interrupt():
         runner = SubprocessRunner(base, Path(workdir), args.trial_timeout_s)
         try:
             outcome = run_search(plan, runner, progress=lambda r: say(progress_line(r)))

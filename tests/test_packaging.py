@@ -1,0 +1,51 @@
+"""`pip install .` and `pip install -e .` both work with checks/ and reports/ at the top level."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_editable_install_maps_top_level_packages():
+    import gpudoctor.checks
+    import gpudoctor.reports
+
+    assert Path(gpudoctor.checks.__file__).resolve().parent == ROOT / "checks"
+    assert Path(gpudoctor.reports.__file__).resolve().parent == ROOT / "reports"
+
+
+@pytest.mark.slow
+def test_wheel_contains_everything_and_runs(tmp_path):
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+                   check=True, capture_output=True, timeout=300)
+    (wheel,) = wheels.glob("gpudoctor-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for expected in (
+        "gpudoctor/checks/gd102_input_stall.py",
+        "gpudoctor/reports/html.py",
+        "gpudoctor/reports/templates/report.html",
+        "gpudoctor/agent/_site/sitecustomize.py",
+        "gpudoctor/demo/workload.py",
+    ):
+        assert expected in names, expected
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    env = dict(os.environ, PYTHONPATH=str(target))
+    code = (
+        "import gpudoctor, gpudoctor.checks; from gpudoctor.registry import load_checks;"
+        "checks, errors = load_checks(); assert not errors, errors;"
+        "print(gpudoctor.__file__); print(len(checks))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         cwd=tmp_path).stdout.split()
+    assert out[0].startswith(str(target))
+    assert int(out[1]) >= 15
