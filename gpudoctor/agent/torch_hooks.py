@@ -9,102 +9,11 @@ import threading
 import time
 import weakref
 
+from .datasets import dataset_root
+from .stats import FetchStats, StepTracker, runqueue_s
+
 _perf = time.perf_counter
 _cpu = time.thread_time
-
-
-def _runqueue_s():
-    """Seconds this thread has waited for a CPU (Linux schedstat), None elsewhere.
-
-    Wall time = CPU time + time waiting for a CPU + time blocked (I/O, sleep, locks).
-    Without this, a CPU-bound worker on an oversubscribed machine looks "idle".
-    """
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as fh:
-            return int(fh.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
-
-_ROOT_ATTRS = ("root", "root_dir", "data_dir", "data_root", "dataset_dir", "path", "data_path",
-               "img_dir", "image_dir", "images_dir", "directory", "folder")
-
-
-class StepTracker:
-    """Step boundaries per source (explicit, optimizer, loader), with the data wait inside each."""
-
-    SOURCES = ("explicit", "optimizer", "loader")
-
-    def __init__(self, hooks):
-        self.hooks = hooks
-        self.lock = threading.Lock()
-        self.last = {s: None for s in self.SOURCES}
-        self.pending_wait = {s: 0.0 for s in self.SOURCES}
-        self.count = {s: 0 for s in self.SOURCES}
-        self.agg = {s: [0, 0.0, 0.0] for s in self.SOURCES}  # n, duration, wait
-        self.max_events = hooks.agent.config.get("step_events_max", 2000)
-
-    def add_wait(self, seconds):
-        with self.lock:
-            for s in self.SOURCES:
-                self.pending_wait[s] += seconds
-
-    def boundary(self, source):
-        now = _perf()
-        with self.lock:
-            last = self.last[source]
-            self.last[source] = now
-            wait = self.pending_wait[source]
-            self.pending_wait[source] = 0.0
-            self.count[source] += 1
-            n = self.count[source]
-        if last is not None:
-            duration = now - last
-            if n <= self.max_events:
-                self.hooks.agent.emit("step", src=source, n=n, dur=round(duration, 6), wait=round(wait, 6))
-            else:
-                with self.lock:
-                    a = self.agg[source]
-                    a[0] += 1
-                    a[1] += duration
-                    a[2] += wait
-        self.hooks.on_step(source, n)
-
-    def flush_aggregates(self):
-        for source in self.SOURCES:
-            with self.lock:
-                n, dur, wait = self.agg[source]
-                self.agg[source] = [0, 0.0, 0.0]
-                total = self.count[source]
-            if n:
-                self.hooks.agent.emit("steps_agg", src=source, n=n, dur=round(dur, 6), wait=round(wait, 6), total=total)
-
-
-class FetchStats:
-    """What producing batches cost, in this process (a worker, or the main process)."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.by_key = {}  # key -> [batches, wall, cpu]
-        self.dirty = False
-
-    def add(self, key, wall, cpu, runqueue):
-        with self.lock:
-            entry = self.by_key.setdefault(key, [0, 0.0, 0.0, 0.0, 0])
-            entry[0] += 1
-            entry[1] += wall
-            entry[2] += cpu
-            if runqueue is not None:
-                entry[3] += runqueue
-                entry[4] += 1
-            self.dirty = True
-
-    def snapshot(self):
-        with self.lock:
-            if not self.dirty:
-                return None
-            self.dirty = False
-            return {k: [v[0], round(v[1], 6), round(v[2], 6), round(v[3], 6) if v[4] == v[0] else None]
-                    for k, v in self.by_key.items()}
 
 
 class TorchHooks:
@@ -200,13 +109,13 @@ class TorchHooks:
 
             def make(orig):
                 def fetch(self_fetcher, possibly_batched_index):
-                    r0 = _runqueue_s()
+                    r0 = runqueue_s()
                     w0 = _perf()
                     c0 = _cpu()
                     result = orig(self_fetcher, possibly_batched_index)
                     try:
                         wall, cpu = _perf() - w0, _cpu() - c0
-                        r1 = _runqueue_s() if r0 is not None else None
+                        r1 = runqueue_s() if r0 is not None else None
                         hooks._on_fetch(wall, cpu, r1 - r0 if r1 is not None else None)
                     except Exception as exc:
                         hooks.agent.error("fetch", exc)
@@ -296,7 +205,7 @@ class TorchHooks:
                 info["dataset_len"] = len(dataset)
             except Exception:
                 pass
-        info["dataset_root"] = _dataset_root(dataset)
+        info["dataset_root"] = dataset_root(dataset)
         return info
 
     def _on_batch(self, loader_id, waited):
@@ -483,37 +392,3 @@ def _uuid(props):
         return None
     text = str(raw)
     return text if text.startswith(("GPU-", "MIG-")) else "GPU-" + text
-
-
-def _dataset_root(dataset, depth=0):
-    """Where a dataset reads from, when it says so in a plain attribute (never a property)."""
-    if dataset is None or depth > 3:
-        return None
-    try:
-        attrs = vars(dataset)
-    except TypeError:
-        return None
-    for name in _ROOT_ATTRS:
-        value = attrs.get(name)
-        if isinstance(value, (str, os.PathLike)):
-            path = os.fspath(value)
-            if path and os.path.exists(path):
-                return os.path.abspath(path)
-    for name in ("files", "paths", "file_list", "samples", "imgs"):
-        value = attrs.get(name)
-        if isinstance(value, (list, tuple)) and value:
-            first = value[0]
-            if isinstance(first, (tuple, list)) and first:
-                first = first[0]
-            if isinstance(first, (str, os.PathLike)):
-                path = os.fspath(first)
-                if os.path.exists(path):
-                    return os.path.dirname(os.path.abspath(path))
-    for name in ("dataset", "datasets"):  # Subset, ConcatDataset, wrappers
-        inner = attrs.get(name)
-        if isinstance(inner, (list, tuple)):
-            inner = inner[0] if inner else None
-        root = _dataset_root(inner, depth + 1)
-        if root:
-            return root
-    return None

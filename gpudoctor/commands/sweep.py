@@ -21,8 +21,8 @@ import signal
 import sys
 import tempfile
 import time
-from datetime import datetime
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -211,8 +211,8 @@ def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> dict[str, Any]:
 
     started = time.perf_counter()
     say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
-    say(f"gpudoctor sweep: {args.target} --mode {args.mode} ({plan.mode}; one process per size)")
     with tempfile.TemporaryDirectory(prefix="gpudoctor-sweep-") as workdir, _sigterm_as_interrupt():
+        say(f"gpudoctor sweep: {args.target} --mode {args.mode} ({plan.mode}; one process per size)")
         runner = SubprocessRunner(base, Path(workdir), args.trial_timeout_s)
         try:
             outcome = run_search(plan, runner, progress=lambda r: say(progress_line(r)))

@@ -192,5 +192,5 @@ def run_search(
                 search.bisect(lo, hi)
     except KeyboardInterrupt:
         search.outcome.interrupted = True
-        search.outcome.stop_reason = "interrupted (Ctrl-C)"
+        search.outcome.stop_reason = "interrupted (Ctrl-C or SIGTERM)"
     return search.outcome

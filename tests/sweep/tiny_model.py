@@ -8,6 +8,7 @@ Environment knobs simulate what a CPU cannot produce on demand:
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 from torch import nn
@@ -49,6 +50,12 @@ def build_dict(batch_size: int | None = None):
 
 def just_a_module():
     return TinyNet()
+
+
+def slow_build(batch_size: int | None = None):
+    """Never finishes in a test's time: for interrupting a sweep mid-trial."""
+    time.sleep(120)
+    return build(batch_size)
 
 
 def wrong_return(batch_size: int | None = None):
