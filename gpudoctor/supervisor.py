@@ -87,6 +87,9 @@ class Supervisor:
         existing = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + existing if existing else "")
         env["GPUDOCTOR_SESSION_DIR"] = str(self.workdir)
+        # our profiler window must not write kineto's progress lines into the workload's
+        # stderr; a user who set the level keeps theirs
+        env.setdefault("KINETO_LOG_LEVEL", "6")
         env["GPUDOCTOR_AGENT_CONFIG"] = json.dumps(
             {
                 "profile": self.options.profile,
