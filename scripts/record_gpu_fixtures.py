@@ -57,7 +57,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             start = time.time()
             proc = subprocess.run(
-                [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", "--out", f"{tmp}/", *extra,
+                [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", "--interval", "0.2", "--out", f"{tmp}/", *extra,
                  *command_for(name)],
                 capture_output=True, text=True, timeout=300,
             )

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-STEPS = 200
+STEPS = 1000
 
 
 def main():
