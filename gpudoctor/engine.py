@@ -19,17 +19,35 @@ from gpudoctor.session import Session
 
 log = logging.getLogger(__name__)
 
-# root cause -> findings it explains (when the root is a warning or worse)
+# root cause -> findings it explains (when the root is a warning or worse). Order
+# matters: when several roots explain a finding, the first one listed is named.
 EXPLAINS: dict[str, tuple[str, ...]] = {
-    "GD102": ("GD201", "GD202", "GD203"),
+    # a starved loader makes idle SMs, a "bigger batch" and slow clocks beside the point
+    "GD102": ("GD201", "GD202", "GD203", "GD103"),
     "GD103": ("GD201", "GD202", "GD203"),
     "GD101": ("GD201", "GD202"),
     "GD104": ("GD201", "GD202"),
-    "GD301": ("GD201", "GD202"),
+    # pageable copies keep the main thread busy staging data, and the SMs idle
+    "GD105": ("GD103", "GD201"),
+    "GD303": ("GD103", "GD201"),
+    # playbook: raise the batch first; tiny kernels are what a tiny batch looks like
+    "GD202": ("GD301", "GD201"),
+    "GD301": ("GD201",),
     "GD302": ("GD201",),
-    "GD303": ("GD201",),
-    "GD401": ("GD402",),
+    # an OOM comes with allocation retries: they are its symptom, GD402 says the cause
+    "GD402": ("GD401", "GD202"),
 }
+
+
+def _explains(root: Finding, finding: Finding) -> bool:
+    if finding.id not in EXPLAINS.get(root.id, ()):
+        return False
+    if root.id == "GD102" and finding.id == "GD103":
+        # with num_workers=0 the main thread *is* the loader: its pegged core is the stall itself;
+        # saturated cores (other processes, too many workers) stay a root cause of their own
+        saturation = finding.evidence.get("saturation")
+        return saturation is not None and saturation.value == "main-thread"
+    return True
 
 
 @dataclass(frozen=True)
@@ -70,12 +88,15 @@ def run_checks(session: Session, checks: Iterable[Check], ignore: Iterable[str] 
 
 
 def order(findings: list[Finding]) -> list[Finding]:
-    roots = {f.id for f in findings if severity_rank(f.severity) >= severity_rank("warning")}
+    roots = {f.id: f for f in findings if severity_rank(f.severity) >= severity_rank("warning")}
+    preference = list(EXPLAINS)
     marked = []
     for f in findings:
-        cause = next((r for r in sorted(roots) if r != f.id and f.id in EXPLAINS.get(r, ())), None)
-        if cause and f.consequence_of is None:
-            f = dataclasses.replace(f, consequence_of=cause)
+        causes = [r for r in preference if r in roots and r != f.id and _explains(roots[r], f)]
+        # name a root cause over a root that is itself a consequence (GD105 -> GD103 -> GD201)
+        causes.sort(key=lambda r: any(_explains(roots[o], roots[r]) for o in roots if o != r))
+        if causes and f.consequence_of is None:
+            f = dataclasses.replace(f, consequence_of=causes[0])
         marked.append(f)
 
     def key(f: Finding) -> tuple:

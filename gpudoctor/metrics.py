@@ -104,11 +104,33 @@ def fetch_time_per_batch(loader: LoaderInfo) -> float | None:
 
 
 def steady_window(session: Session) -> tuple[float, float] | None:
-    """Session-time interval covered by the steady steps."""
+    """Session-time interval of steady state, for CPU and GPU samples.
+
+    It starts with the first steady step. It ends with the last step, extended while
+    the GPU keeps working right after it: CUDA is asynchronous, so the CPU can
+    record its last step long before the GPU finishes the work it queued (an H200
+    ran fp32 matmuls for 4 s after the loop's last optimizer.step() returned).
+    """
     records = session.steady_steps()
     if not records:
         return None
-    return records[0].t - records[0].duration_s, records[-1].t
+    start, end = records[0].t - records[0].duration_s, records[-1].t
+    for sample in sorted((g for g in session.gpu_samples if g.t > end), key=lambda g: g.t):
+        busy = sample.util_percent if sample.util_percent is not None else sample.sm_activity
+        if not busy:
+            break
+        end = sample.t
+    return start, end
+
+
+def _outside_profile(session: Session, samples: list) -> list:
+    """Drop samples taken while the profiler window ran: tracing slows the workload."""
+    profile = session.profile
+    if profile is None or profile.window_start_s is None or profile.window_end_s is None:
+        return samples
+    lo, hi = profile.window_start_s, profile.window_end_s + 0.5  # + the trace export
+    kept = [s for s in samples if not lo <= s.t <= hi]
+    return kept if len(kept) >= 3 else samples
 
 
 def samples_in(samples: list, window: tuple[float, float] | None) -> list:
@@ -120,11 +142,11 @@ def samples_in(samples: list, window: tuple[float, float] | None) -> list:
 
 
 def cpu_samples_steady(session: Session) -> list[CpuSample]:
-    return samples_in(session.cpu_samples, steady_window(session))
+    return _outside_profile(session, samples_in(session.cpu_samples, steady_window(session)))
 
 
 def gpu_samples_steady(session: Session) -> list[GpuSample]:
-    return samples_in(session.gpu_samples, steady_window(session))
+    return _outside_profile(session, samples_in(session.gpu_samples, steady_window(session)))
 
 
 def gpu_metric_mean(samples: list[GpuSample], attr: str) -> float | None:

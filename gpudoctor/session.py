@@ -224,6 +224,8 @@ class ProfileSummary:
     matmul_total_us: float = 0.0
     tf32_enabled: bool | None = None
     trace_file: str | None = None  # gzip Chrome trace beside the report, relative name
+    window_start_s: float | None = None  # session time the window opened / closed
+    window_end_s: float | None = None
     error: str | None = None
 
 

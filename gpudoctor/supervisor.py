@@ -308,7 +308,7 @@ class Supervisor:
         if not session.storage:
             session.unavailable.setdefault("storage", "no dataset path known (pass --data PATH to name it)")
         GpuMonitor.apply(gpu_result, session)
-        _apply_profile(self.reader.profiles, self.workdir, session)
+        _apply_profile(self.reader.profiles, self.workdir, session, self.t0)
         if session.allocator == []:
             session.unavailable.setdefault("allocator", "the workload did not use the CUDA caching allocator")
         return session
@@ -320,14 +320,17 @@ class LaunchError(Exception):
         self.code = code
 
 
-def _apply_profile(profiles: list[dict], workdir: Path, session: Session) -> None:
+def _apply_profile(profiles: list[dict], workdir: Path, session: Session, t0: float) -> None:
     usable = [p for p in profiles if p.get("path")]
     if not usable:
         errors = [str(p["error"]) for p in profiles if p.get("error")]
         if errors:
             session.unavailable["profile"] = errors[0]
+        elif session.torch_cuda_used and "steps" in session.unavailable:
+            session.unavailable["profile"] = ("no step boundaries, so no profiler window (it opens after the "
+                                              "warm-up steps; mark steps with gpudoctor.step())")
         elif session.torch_cuda_used:
-            session.unavailable["profile"] = "the profiler window did not complete (run too short?)"
+            session.unavailable["profile"] = "the profiler window did not complete (fewer steps than warm-up + window?)"
         else:
             session.unavailable["profile"] = "no profiler window: the workload used no GPU"
         return
@@ -345,6 +348,9 @@ def _apply_profile(profiles: list[dict], workdir: Path, session: Session) -> Non
         return
     summary.tf32_enabled = profile.get("tf32")
     summary.window_s = round(float(profile.get("t_end", 0)) - float(profile.get("t_start", 0)), 3)
+    if profile.get("t_start") and profile.get("t_end"):
+        summary.window_start_s = round(float(profile["t_start"]) - t0, 3)
+        summary.window_end_s = round(float(profile["t_end"]) - t0, 3)
     session.profile = summary
     session.unavailable.pop("profile", None)
 

@@ -28,8 +28,6 @@ DEFAULT_CONFIG = {
     "profile": True,  # run a torch.profiler window
     "profile_warmup_steps": 5,  # steps before the window opens
     "profile_steps": 10,  # steps in the window
-    "profile_time_start_s": 5.0,  # when there are no steps: open after this long...
-    "profile_time_window_s": 2.0,  # ...for this long
     "profile_max_window_s": 20.0,  # hard cap on a step-driven window
     "step_events_max": 2000,  # individual step events per source, then per-second aggregates
 }

@@ -3,9 +3,17 @@
 The raw trace goes to the session directory; the supervisor turns it into compact
 statistics (gpudoctor.collectors.trace) after the run, so the workload pays only
 for the window itself and one export.
+
+The window opens and closes only on the thread that runs the steps, inside a step
+boundary. Never from the agent's own thread: on an H200, starting Kineto from
+another thread aborted the process ("External init callback must run in same
+thread as registerClient"), and importing torch.profiler there raced the
+workload's own imports. Runs without step boundaries get no window (they can
+call gpudoctor.step()).
 """
 
 import os
+import threading
 import time
 
 
@@ -18,8 +26,6 @@ class ProfilerWindow:
         config = hooks.agent.config
         self.warmup = int(config.get("profile_warmup_steps", 5))
         self.steps = int(config.get("profile_steps", 10))
-        self.time_start = float(config.get("profile_time_start_s", 5.0))
-        self.time_window = float(config.get("profile_time_window_s", 2.0))
         self.max_window = float(config.get("profile_max_window_s", 20.0))
         self.state = self.IDLE
         self.prof = None
@@ -46,17 +52,6 @@ class ProfilerWindow:
             if n - self.start_n >= self.steps or time.time() - self.start_wall > self.max_window:
                 self.stop("steps")
 
-    def on_tick(self):
-        """From the agent thread: a time-bounded window when the run has no step boundaries."""
-        if self.state == self.RUNNING:
-            limit = self.time_window if self.source == "time" else self.max_window
-            if time.time() - self.start_wall > limit:
-                self.stop("time")
-            return
-        if self.state == self.IDLE and self._primary() is None and self.hooks.cuda_initialized():
-            if time.time() - self.created >= self.time_start:
-                self.start("time", 0)
-
     def start(self, source, n):
         torch = self.torch
         try:
@@ -72,6 +67,7 @@ class ProfilerWindow:
         if torch.cuda.is_initialized():
             activities.append(ProfilerActivity.CUDA)
         self.state = self.RUNNING  # set first: never retried if start fails
+        self.thread_ident = threading.get_ident()
         self.source = source
         self.start_n = n
         self.start_wall = time.time()
@@ -85,6 +81,12 @@ class ProfilerWindow:
 
     def stop(self, why):
         if self.state != self.RUNNING or self.prof is None:
+            return
+        if threading.get_ident() != self.thread_ident:
+            # e.g. interpreter exit on the main thread while steps ran on another: stopping
+            # Kineto from a foreign thread is not safe; the window is abandoned instead
+            self.state = self.DONE
+            self.hooks.agent.emit("profile", error="the profiler window could not be closed on its own thread")
             return
         self.state = self.DONE
         prof, self.prof = self.prof, None

@@ -279,12 +279,6 @@ class TorchHooks:
         if self._in_worker():
             return
         self._report_cuda()
-        if self.profiler is not None:
-            try:
-                self.profiler.on_tick()
-            except Exception as exc:
-                self.agent.error("profiler_tick", exc)
-                self.profiler = None
 
     def _in_worker(self):
         try:

@@ -144,5 +144,9 @@ def test_fragmentation_finding_explains_the_oom():
         oom_snapshot(allocated=60, reserved=75, requested=2),
     ])
     result = run_checks(session, [gd401_fragmentation.CHECK, CHECK])
+    # the OOM is the root finding (its message names fragmentation as the cause);
+    # the allocation retries that preceded it are shown as its consequence
     oom = next(f for f in result.findings if f.id == "GD402")
-    assert oom.consequence_of == "GD401"
+    frag = next(f for f in result.findings if f.id == "GD401")
+    assert oom.consequence_of is None and frag.consequence_of == "GD402"
+    assert "fragment" in oom.message.lower()

@@ -1,0 +1,2 @@
+"""Fault: an uncaught exception (no torch)."""
+raise RuntimeError("fault: the workload raised")
