@@ -12,15 +12,16 @@ gpudoctor and its dependencies never land on the workload's sys.path.
 """
 
 import atexit
-import json
 import os
 import sys
 import threading
 import time
-import traceback
 
 from .events import EventWriter
-from .redact import redact_argv, redact_text
+
+# Start-up cost matters here: every Python process of the command (launchers, shell
+# helpers, non-torch children) loads this. So json, traceback and the redaction
+# regexes are imported only when needed (config present, an exception, torch imported).
 
 _AGENT = None
 
@@ -65,17 +66,22 @@ def start():
     if not directory or not os.path.isdir(directory):
         return None
     config = dict(DEFAULT_CONFIG)
-    try:
-        config.update(json.loads(os.environ.get("GPUDOCTOR_AGENT_CONFIG") or "{}"))
-    except ValueError:
-        pass
+    raw_config = os.environ.get("GPUDOCTOR_AGENT_CONFIG")
+    if raw_config:
+        import json
+
+        try:
+            config.update(json.loads(raw_config))
+        except ValueError:
+            pass
     agent = Agent(directory, config)
     _AGENT = agent
-    agent.emit(
+    # argv (redacted) follows in "process" once torch is imported: processes that never
+    # import torch are not worth the redaction's cost, and the supervisor knows the command
+    agent.writer.emit_now(
         "hello",
         pid=os.getpid(),
         ppid=os.getppid(),
-        argv=redact_argv([sys.executable] + list(sys.argv or [])) if sys.argv else [sys.executable],
         python=sys.version.split()[0],
         rank=os.environ.get("RANK"),
         local_rank=os.environ.get("LOCAL_RANK"),
@@ -89,8 +95,15 @@ def start():
         install_import_hook(agent)
     except Exception as exc:
         agent.error("import_hook", exc)
-    agent.writer.flush()
     return agent
+
+
+def describe_process(agent):
+    """Emitted when torch is imported: the redacted command line of this process."""
+    from .redact import redact_argv
+
+    argv = [sys.executable] + list(sys.argv or [])
+    agent.emit("process", argv=redact_argv(argv))
 
 
 def step():
@@ -101,7 +114,11 @@ def step():
 
 
 def _format_exception(exc_type, exc, tb):
+    from .redact import redact_text
+
     try:
+        import traceback
+
         text = "".join(traceback.format_exception(exc_type, exc, tb))
     except Exception:
         text = None
@@ -138,6 +155,8 @@ def _install_exception_hooks(agent):
 
 
 def _record_exception(agent, exc_type, exc, tb, thread):
+    from .redact import redact_text
+
     name = getattr(exc_type, "__name__", str(exc_type))
     kind = "oom" if name == "OutOfMemoryError" else "exception"
     fields = dict(

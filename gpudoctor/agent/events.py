@@ -5,7 +5,6 @@ A crash loses at most the last flush interval. Forked children (DataLoader
 workers) get a file of their own: the writer notices the pid change.
 """
 
-import json
 import os
 import threading
 import time
@@ -39,6 +38,15 @@ class EventWriter:
             self._buffer.append(fields)
         self._ensure_thread()
 
+    def emit_now(self, kind, **fields):
+        """Write one event at once, without starting the flusher thread (start-up path)."""
+        self._ensure_process()
+        fields["k"] = kind
+        fields.setdefault("ts", time.time())
+        with self._lock:
+            self._buffer.append(fields)
+        self.flush()
+
     def ensure_running(self):
         """Start the flusher thread in this process if it is not running (e.g. in a fork)."""
         self._ensure_process()
@@ -52,6 +60,8 @@ class EventWriter:
         with self._lock:
             if not self._buffer:
                 return
+            import json
+
             lines = []
             for event in self._buffer:
                 try:

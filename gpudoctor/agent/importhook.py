@@ -46,6 +46,9 @@ class _PatchingLoader:
         try:
             from .torch_hooks import TorchHooks
 
+            from . import describe_process
+
+            describe_process(self._agent)
             hooks = TorchHooks(self._agent, module)
             hooks.install()
             self._agent.torch_hooks = hooks

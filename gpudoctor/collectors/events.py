@@ -122,6 +122,8 @@ class EventReader:
             proc.info.cuda_visible_devices = e.get("cuda_visible_devices")
             if e.get("role") == "worker":
                 proc.info.role = "worker"
+        elif kind == "process":
+            proc.info.argv = [str(a) for a in e.get("argv") or []]
         elif kind == "torch":
             proc.info.torch = e.get("version")
             self.torch_versions[pid] = (e.get("version"), e.get("cuda"))
