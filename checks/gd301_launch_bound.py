@@ -64,8 +64,9 @@ Example
 
 from __future__ import annotations
 
+from gpudoctor.checks._profile import gpu_profile
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
-from gpudoctor.session import ProfileSummary, Session
+from gpudoctor.session import Session
 
 MIN_KERNELS = 100  # below this there is no distribution to judge
 SHORT_SHARE = 0.5  # share of kernels shorter than their own launch
@@ -83,16 +84,6 @@ REMEDY = Remedy(
     "model = torch.compile(model, mode=\"reduce-overhead\")   # + CUDA graphs: one launch per step\n"
     "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)",
 )
-
-
-def gpu_profile(session: Session) -> ProfileSummary:
-    """The profile, or Skip when it holds no GPU activity ("not measured" is never a pass)."""
-    profile = session.profile
-    if profile is None:
-        raise Skip(session.fact("profile") or "no profiler window was recorded")
-    if profile.kernel_count == 0 and profile.gpu_busy_us <= 0:
-        raise Skip(profile.error or "the profiler window holds no GPU activity")
-    return profile
 
 
 def run(session: Session) -> list[Finding]:

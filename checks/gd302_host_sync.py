@@ -68,9 +68,10 @@ Example
 
 from __future__ import annotations
 
+from gpudoctor.checks._profile import gpu_profile
 from gpudoctor.metrics import format_duration
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
-from gpudoctor.session import ProfileSummary, Session
+from gpudoctor.model import Check, Evidence, Finding, Remedy
+from gpudoctor.session import Session
 
 PER_STEP = 2.0  # more than the customary one loss.item() per step
 IN_WINDOW = 10  # when the window's steps are unknown
@@ -93,16 +94,6 @@ REMEDY = Remedy(
     "        print(f\"loss {running.item() / 100:.4f}\")  # one sync per 100 steps\n"
     "        running.zero_()",
 )
-
-
-def gpu_profile(session: Session) -> ProfileSummary:
-    """The profile, or Skip when it holds no GPU activity ("not measured" is never a pass)."""
-    profile = session.profile
-    if profile is None:
-        raise Skip(session.fact("profile") or "no profiler window was recorded")
-    if profile.kernel_count == 0 and profile.gpu_busy_us <= 0:
-        raise Skip(profile.error or "the profiler window holds no GPU activity")
-    return profile
 
 
 def run(session: Session) -> list[Finding]:

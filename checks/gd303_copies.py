@@ -55,9 +55,10 @@ Example
 
 from __future__ import annotations
 
+from gpudoctor.checks._profile import gpu_profile
 from gpudoctor.metrics import format_bytes, format_duration
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
-from gpudoctor.session import ProfileSummary, Session
+from gpudoctor.model import Check, Evidence, Finding, Remedy
+from gpudoctor.session import Session
 
 SHARE_WARNING = 0.20
 SHARE_CRITICAL = 0.50
@@ -77,16 +78,6 @@ REMEDY = Remedy(
     "# many small tensors: one copy instead of one each\n"
     "extras = torch.stack(small_tensors).pin_memory().to(\"cuda\", non_blocking=True)",
 )
-
-
-def gpu_profile(session: Session) -> ProfileSummary:
-    """The profile, or Skip when it holds no GPU activity ("not measured" is never a pass)."""
-    profile = session.profile
-    if profile is None:
-        raise Skip(session.fact("profile") or "no profiler window was recorded")
-    if profile.kernel_count == 0 and profile.gpu_busy_us <= 0:
-        raise Skip(profile.error or "the profiler window holds no GPU activity")
-    return profile
 
 
 def run(session: Session) -> list[Finding]:

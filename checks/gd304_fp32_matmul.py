@@ -56,9 +56,10 @@ Example
 
 from __future__ import annotations
 
+from gpudoctor.checks._profile import gpu_profile
 from gpudoctor.collectors.trace import classify_gemm
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
-from gpudoctor.session import ProfileSummary, Session
+from gpudoctor.session import Session
 
 SHARE_INFO = 0.10  # fp32 GEMM time / kernel time: worth saying
 SPAN_WARNING = 0.25  # fp32 GEMM time / GPU span: worth doing first
@@ -74,16 +75,6 @@ REMEDY = Remedy(
     "with torch.autocast(\"cuda\", dtype=torch.bfloat16):\n"
     "    loss = criterion(model(x), y)",
 )
-
-
-def gpu_profile(session: Session) -> ProfileSummary:
-    """The profile, or Skip when it holds no GPU activity ("not measured" is never a pass)."""
-    profile = session.profile
-    if profile is None:
-        raise Skip(session.fact("profile") or "no profiler window was recorded")
-    if profile.kernel_count == 0 and profile.gpu_busy_us <= 0:
-        raise Skip(profile.error or "the profiler window holds no GPU activity")
-    return profile
 
 
 def run(session: Session) -> list[Finding]:

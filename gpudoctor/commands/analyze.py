@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor import __version__, exitcodes
+from gpudoctor.commands.argtypes import non_negative_int
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.session import Environment, GpuInfo, ProcessInfo, Session
 
@@ -47,7 +48,7 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("trace", metavar="TRACE", help="Chrome trace from torch.profiler (.json or .json.gz)")
-    p.add_argument("--steps", type=_non_negative_int, default=0, metavar="N",
+    p.add_argument("--steps", type=non_negative_int, default=0, metavar="N",
                    help="training steps the trace covers (default: its ProfilerStep#N ranges, if any)")
     p.add_argument("--out", metavar="PATH", help="report directory or file stem (default gpudoctor-reports/<trace>-<time>)")
     p.add_argument("--json", dest="json_path", metavar="PATH",
@@ -64,14 +65,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
-    return value
 
 
 def session_from_trace(path: str | Path, steps: int = 0) -> Session:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from gpudoctor import exitcodes
+from gpudoctor.commands.argtypes import non_negative_int, positive_float, positive_int
 from gpudoctor.exitcodes import GpudoctorError
 
 log = logging.getLogger(__name__)
@@ -39,17 +40,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("run control")
-    g.add_argument("--duration", type=_positive_float, metavar="SECONDS",
+    g.add_argument("--duration", type=positive_float, metavar="SECONDS",
                    help="stop the workload gracefully after this long, then report")
-    g.add_argument("--steps", type=_positive_int, metavar="N", help="stop after N training steps, then report")
-    g.add_argument("--grace", type=_positive_float, default=10.0, metavar="SECONDS",
+    g.add_argument("--steps", type=positive_int, metavar="N", help="stop after N training steps, then report")
+    g.add_argument("--grace", type=positive_float, default=10.0, metavar="SECONDS",
                    help="after the stop signal (SIGINT), wait this long before SIGTERM (default 10)")
-    g.add_argument("--interval", type=_positive_float, default=0.5, metavar="SECONDS",
+    g.add_argument("--interval", type=positive_float, default=0.5, metavar="SECONDS",
                    help="CPU and GPU sampling interval (default 0.5)")
     g.add_argument("--no-profile", action="store_true", help="do not open a torch.profiler window")
-    g.add_argument("--profile-steps", type=_positive_int, default=10, metavar="N",
+    g.add_argument("--profile-steps", type=positive_int, default=10, metavar="N",
                    help="steps in the profiler window (default 10)")
-    g.add_argument("--warmup-steps", type=_non_negative_int, default=5, metavar="N",
+    g.add_argument("--warmup-steps", type=non_negative_int, default=5, metavar="N",
                    help="steps before the profiler window opens (default 5)")
     g.add_argument("--data", action="append", default=[], metavar="PATH",
                    help="dataset location to probe (found automatically when the Dataset has a root path)")
@@ -71,34 +72,10 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quiet", action="store_true", help="no terminal summary (files are still written)")
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
-    return value
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
-    return value
 
 
 def resolve_command(args: argparse.Namespace) -> tuple[list[str], str]:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor import exitcodes
+from gpudoctor.commands.argtypes import positive_float, positive_int
 from gpudoctor.exitcodes import GpudoctorError
 
 log = logging.getLogger(__name__)
@@ -41,31 +42,15 @@ CATEGORY_CODES = {
 }
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
-    return value
 
 
 def _int_list(text: str) -> tuple[int, ...]:
     parts = [p.strip() for p in text.split(",")]
     if not parts or any(not p for p in parts):
         raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers like 8,16,32: {text!r}")
-    return tuple(_positive_int(p) for p in parts)
+    return tuple(positive_int(p) for p in parts)
 
 
 def _headroom(text: str) -> float:
@@ -89,8 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", required=True, choices=["infer", "train"], help="inference (forward only) or a training step")
     g = p.add_argument_group("batch sizes")
     g.add_argument("--batch-sizes", type=_int_list, metavar="A,B,C", help="measure exactly these sizes")
-    g.add_argument("--start", type=_positive_int, default=1, metavar="N", help="search: first size (default 1)")
-    g.add_argument("--max-batch", type=_positive_int, default=4096, metavar="N", help="search: size limit (default 4096)")
+    g.add_argument("--start", type=positive_int, default=1, metavar="N", help="search: first size (default 1)")
+    g.add_argument("--max-batch", type=positive_int, default=4096, metavar="N", help="search: size limit (default 4096)")
     g.add_argument("--no-bisect", action="store_true", help="search: do not bisect the memory edge after an OOM")
     g = p.add_argument_group("target")
     g.add_argument("--input-shape", type=_int_list, metavar="C,H,W", help="shape of one sample, for a plain nn.Module")
@@ -99,19 +84,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="float32, or autocast to bfloat16/float16 (default float32)")
     g.add_argument("--compile", action="store_true", help="torch.compile the model (compiled again at every size)")
     g = p.add_argument_group("targets and limits")
-    g.add_argument("--latency-p50-ms", type=_positive_float, metavar="MS",
+    g.add_argument("--latency-p50-ms", type=positive_float, metavar="MS",
                    help="p50 latency budget: the search stops above it; online advice respects it")
     g.add_argument("--headroom", type=_headroom, default=0.1, metavar="FRACTION",
                    help="memory to keep free when judging what fits (default 0.1)")
     g = p.add_argument_group("measurement")
-    g.add_argument("--min-time-s", type=_positive_float, metavar="S",
+    g.add_argument("--min-time-s", type=positive_float, metavar="S",
                    help="least measured time per size (default 1 on GPU, 0.5 on CPU)")
-    g.add_argument("--max-time-s", type=_positive_float, default=10.0, metavar="S",
+    g.add_argument("--max-time-s", type=positive_float, default=10.0, metavar="S",
                    help="timed-loop cap per size; the size is marked not stable (default 10)")
-    g.add_argument("--min-iters", type=_positive_int, default=20, metavar="N", help="least timed iterations (default 20)")
+    g.add_argument("--min-iters", type=positive_int, default=20, metavar="N", help="least timed iterations (default 20)")
     g.add_argument("--warmup-s", type=float, default=0.2, metavar="S",
                    help="least warm-up time per size, after at least 3 iterations (default 0.2)")
-    g.add_argument("--trial-timeout-s", type=_positive_float, default=600.0, metavar="S",
+    g.add_argument("--trial-timeout-s", type=positive_float, default=600.0, metavar="S",
                    help="end a size's process after this long (default 600)")
     g.add_argument("--no-gpu-sampling", action="store_true", help="do not read NVML (utilization, SM activity, power)")
     g = p.add_argument_group("reports")
