@@ -167,3 +167,18 @@ def test_existing_report_is_never_overwritten(tmp_path):
     assert proc.returncode == 74
     _no_traceback(proc.stderr)
     assert target.read_text() == "my precious report"
+
+
+def test_fail_on_turns_findings_into_exit_3(diagnose):
+    run = diagnose("--fail-on", "warning", "--format", "junit", str(WORKLOADS / "loader_waiting.py"))
+    assert run.returncode == 3, run.stderr
+    assert run.finding("GD102")["severity"] in ("warning", "critical")
+    junit = next(run.out.glob("*.xml")).read_text()
+    assert "GD102" in junit and "<failure" in junit
+
+
+def test_ignore_silences_a_check(diagnose):
+    run = diagnose("--ignore", "input-stall,GD101", str(WORKLOADS / "loader_waiting.py"))
+    assert run.returncode == 0, run.stderr
+    assert run.finding("GD102") is None and run.finding("GD101") is None
+    assert run.outcome("GD102")["reason"].startswith("ignored")
