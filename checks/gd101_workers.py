@@ -31,9 +31,10 @@ How it is measured
       cannot close the gap and each batch must also get cheaper.
     - Workers that mostly wait (GD102 classifies the stall ``waiting``: CPU time at
       most 30% of the wall time per batch) use only that fraction ``r`` of a core
-      each, so for them the cap is ``min(2 x cores per rank, (cores per rank - 1) / r)``:
-      their real CPU use still leaves the main process its core, and the 2x line keeps
-      clear of oversubscription (below). More in-flight reads hide latency; the
+      each, so for them the cap is ``min(8 x cores per rank, (cores per rank - 1) / r)``:
+      their real CPU use still leaves the main process its core, and 8 per core keeps
+      their prefetch memory modest. More in-flight reads hide latency (measured on 2
+      cores: 6 sleeping workers ran a loader-bound loop 6x faster than 1); the
       durable fix is still faster storage (GD104).
 
 Thresholds, and where they come from
@@ -45,7 +46,8 @@ Thresholds, and where they come from
       workers, a large stall may leave only a small gain to this change.
     - When ``F`` or ``C`` was not measured, a count below 70% of the usable cores is
       "too few" (SageMaker Debugger's 70-200% band) and the recommendation is the cap.
-    - Too many: above 200% of the usable cores (the top of SageMaker Debugger's band).
+    - Too many: above 200% of the usable cores (the top of SageMaker Debugger's band),
+      unless the workers were measured waiting and their CPU use fits the cores.
       Inside the band workers that mostly wait on I/O are harmless, so only a real
       oversubscription is flagged; it is a warning when the pipeline stalls or the CPU
       is saturated (>= 90%), a note otherwise.
@@ -86,6 +88,10 @@ from gpudoctor.session import LoaderInfo, Session
 HEADROOM = 1.2  # absorbs jitter in the per-batch cost
 TOO_FEW_CORE_SHARE = 0.7  # SageMaker Debugger: workers below 70% of cores (fallback only)
 OVERSUBSCRIBED = 2.0  # SageMaker Debugger: workers above 200% of cores
+# Workers measured waiting (sleeping on storage or network) use a fraction of a core
+# each; up to this many per core still leave CPU for the main process, and each
+# worker's own prefetch buffers (memory) stay modest.
+LIGHT_WORKERS_PER_CORE = 8
 DEEPER_PREFETCH = 4  # default is 2; more batches in flight hide bursty or I/O-bound fetches
 
 
@@ -149,7 +155,9 @@ def run(session: Session) -> list[Finding]:
     ranks = ranks_with_loaders(session)
     found = input_stall(session)
     if cores and total_workers(session) > OVERSUBSCRIBED * cores:
-        return [_too_many(session, loader, cores, ranks, found)]
+        if not _light_workers(found) or total_workers(session) > worker_cap(cores, ranks, found) * ranks:
+            return [_too_many(session, loader, cores, ranks, found)]
+        # workers that sleep on I/O can outnumber the cores: their CPU use still fits
     if found is None or not found.significant:
         return []
     finding = _too_few(session, loader, cores, ranks, found)
@@ -185,13 +193,15 @@ def worker_cap(cores: float, ranks: int, found: InputStall | None) -> int:
     if _light_workers(found) and found is not None and found.stall.fetch_cpu_ratio is not None:
         ratio = found.stall.fetch_cpu_ratio
         by_cpu = (per_rank - 1) / ratio if ratio > 0 else math.inf
-        cap = max(cap, math.floor(min(OVERSUBSCRIBED * per_rank, by_cpu)))
+        # in-flight reads hide latency: as many workers as their measured CPU use fits,
+        # bounded (LIGHT_WORKERS_PER_CORE per core) so memory and file handles stay sane
+        cap = max(cap, math.floor(min(LIGHT_WORKERS_PER_CORE * per_rank, by_cpu)))
     return cap
 
 
 def _cap_label(found: InputStall | None) -> str:
     if _light_workers(found):
-        return "min(2 x cores per rank, (cores per rank - 1) / worker CPU share)"
+        return "min(8 x cores per rank, (cores per rank - 1) / worker CPU share)"
     return "usable cores per rank - 1 (main process)"
 
 
@@ -253,7 +263,7 @@ def _too_few(session: Session, loader: LoaderInfo, cores: float | None, ranks: i
         share_text = f" per rank ({ranks} ranks)" if ranks > 1 else ""
         if _light_workers(found):
             parts.append(f"The workers mostly wait (CPU {found.stall.fetch_cpu_ratio:.0%} of each batch's wall "
-                         f"time), so {cores:g} usable cores{share_text} carry up to {cap} of them (at most 2x the "
+                         f"time), so {cores:g} usable cores{share_text} carry up to {cap} of them (at most 8x the "
                          "cores, one core left for the main process).")
         else:
             parts.append(f"{cores:g} usable cores{share_text} allow at most {_workers(cap)} (one core stays with "

@@ -87,14 +87,14 @@ def test_waiting_stall_asks_for_deeper_prefetch():
     assert "prefetch_factor=4" in (f.remedy.code or "")
 
 
-def test_workers_that_mostly_wait_may_outnumber_the_cores_up_to_twice():
+def test_workers_that_mostly_wait_may_outnumber_the_cores():
     # 2 usable cores; a batch takes 32 ms of which 2% is CPU (sleeping reads); C = 1.5 ms
-    # -> ceil(32 / 1.5 * 1.2) = 26 needed; idle workers: cap min(2 x 2, (2 - 1) / 0.02) = 4
+    # -> ceil(32 / 1.5 * 1.2) = 26 needed; idle workers: cap min(8 x 2, (2 - 1) / 0.02) = 16
     waiting = make_loader(num_workers=1, batches=60, fetch_s_per_batch=0.032, fetch_cpu_ratio=0.02)
     session = make_session(steps=make_steps(60, 0.036, 0.0345), loaders=[waiting], usable_cores=2)
     (f,) = run(session)
     assert f.evidence["needed_workers"].value == 26
-    assert f.evidence["recommended_workers"].value == 4
+    assert f.evidence["recommended_workers"].value == 16
     assert "storage" in f.message  # the cap binds: the batches themselves must get cheaper to read
     # the same numbers, CPU-bound: one worker is all two cores can carry, and it is there already
     busy = make_loader(num_workers=1, batches=60, fetch_s_per_batch=0.032, fetch_cpu_ratio=0.95)
@@ -187,3 +187,13 @@ def test_recommendation_is_positive_and_within_the_cap(workers, cores, fetch, st
         assert f"num_workers={recommended}" in (f.remedy.code or "")
         if "oversubscribed" not in f.title:
             assert recommended > workers
+
+
+def test_many_sleeping_workers_are_not_called_too_many():
+    # 6 workers on 2 cores, each measured 7% busy: their CPU fits, the stall is storage
+    waiting = make_loader(num_workers=6, batches=60, fetch_s_per_batch=0.032, fetch_cpu_ratio=0.07)
+    session = make_session(steps=make_steps(60, 0.0059, 0.004), loaders=[waiting], usable_cores=2)
+    findings = run(session)
+    assert all("too many" not in f.title.lower() for f in findings)
+    for f in findings:
+        assert f.evidence["recommended_workers"].value >= 6  # never fewer workers for a waiting loader
