@@ -17,6 +17,8 @@ def main():
     parser.add_argument("--width", type=int, default=0)
     args = parser.parse_args()
     device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # stable timings on a shared machine: one core, no thread contention
     width = args.width or (4096 if device.type == "cuda" else 256)
     batch = 4096 if device.type == "cuda" else 128
     model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width)).to(device)
