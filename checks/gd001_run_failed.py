@@ -2,8 +2,12 @@
 
 What it detects
     The command gpudoctor watched crashed with an uncaught exception, was killed by
-    a signal (the kernel's OOM killer sends SIGKILL; a segfault is SIGSEGV), or
-    exited with a non-zero code. Out-of-memory errors on the GPU are GD402's.
+    a signal (the kernel's OOM killer sends SIGKILL; a segfault is SIGSEGV), exited
+    with a non-zero code (through sys.exit, or os._exit without Python's exit
+    handlers), lost a DataLoader worker, stopped making progress before gpudoctor
+    stopped it (a hang), or ignored gpudoctor's request to stop. An uncaught
+    exception in a thread or a child process of a run that still succeeded is shown
+    as a warning. Out-of-memory errors on the GPU are GD402's.
 
 Why it matters
     Everything else in the report describes the part of the run that happened. A
@@ -12,10 +16,12 @@ Why it matters
 
 How it is measured
     The supervisor keeps the workload's exit status (128+N when signal N killed
-    it); the agent records uncaught exceptions (type, message, traceback, with
-    secrets redacted) in every Python process, DataLoader workers included.
-    A run that gpudoctor itself stopped (--duration, --steps, Ctrl-C) is not a
-    failure.
+    it) and when it asked the workload to stop; the agent records uncaught
+    exceptions (type, message, traceback, with secrets redacted) in every Python
+    process, whether Python's exit handlers ran, and when the last step ended.
+    A run that gpudoctor itself stopped (--duration, --steps, Ctrl-C, SIGTERM) is
+    not a failure; it is a hang when no step ended in the last 5 s (and 20 median
+    steps) before the stop.
 
 What to do
     Read the traceback in the report (or above, in the terminal: the workload's
@@ -26,12 +32,25 @@ What to do
 
 from __future__ import annotations
 
+import re
 import signal
+import statistics
 
 from gpudoctor.model import Check, Evidence, Finding, Remedy
-from gpudoctor.session import Session
+from gpudoctor.session import ErrorEvent, Session
 
 STOPPED_BY_REQUEST = {"duration", "steps", "interrupted", "terminated"}
+HANG_MIN_S = 5.0  # no step for this long (and HANG_STEPS median steps) before the stop: a hang
+HANG_STEPS = 20
+
+_WORKER_DIED = re.compile(r"DataLoader worker \(pids?(?:\(s\))? ([\d, ]+)\) (is killed by signal: ([^.]+)|exited unexpectedly[^.]*)")
+# a worker that dies while handing over a batch breaks the connection instead
+_BROKEN_HANDOVER = ("ConnectionResetError", "ConnectionRefusedError", "BrokenPipeError", "EOFError")
+_WORKER_RAISED = re.compile(r"^Caught (\w+) in DataLoader worker process (\d+)")
+_EXCEPTION_LINE = re.compile(r"^[\w.]+(Error|Exception|Interrupt|Exit|Warning|Failure)\b.*")
+_HOST_MEMORY = ("Check host memory (dmesg | grep -i oom): every DataLoader worker holds its own copy of what "
+                "the Dataset keeps in Python objects; lower num_workers or prefetch_factor, or keep samples in "
+                "numpy arrays / on disk.")
 
 
 def _signal_name(number: int) -> str:
@@ -41,60 +60,198 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def _first_line(text: str | None) -> str:
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    return lines[0].strip()[:300] if lines else ""
+
+
 def run(session: Session) -> list[Finding]:
-    crashes = [e for e in session.errors if e.kind == "exception"]
     code = session.exit_code
-    if session.stop_reason in STOPPED_BY_REQUEST and not crashes:
-        return []
+    crashes = sorted((e for e in session.errors if e.kind == "exception"),
+                     key=lambda e: e.t if e.t is not None else float("inf"))
+    stopped = session.stop_reason in STOPPED_BY_REQUEST
+    if stopped:
+        findings = [f for f in (_hang(session), _ignored_stop(session)) if f is not None]
+        if crashes and code not in (0, None, 130, 137, 143):
+            findings.insert(0, _crash(session, crashes))
+        return findings
+    if code == 0 or code is None:
+        return [_survived(session, crashes)] if crashes else []
     if crashes:
-        first = crashes[0]
-        message = f"The workload raised {first.type}: {first.message.splitlines()[0] if first.message else ''}"
-        if len(crashes) > 1:
-            message += f" ({len(crashes)} uncaught exceptions in all, across processes/threads)"
-        message += f"; exit code {code}." if code is not None else "."
-        return [Finding(
-            severity="critical",
-            title=f"The run crashed: {first.type}",
-            message=message,
-            evidence={
-                "exception": Evidence(first.type, label="exception type"),
-                "pid": Evidence(first.pid, label="process"),
-                "at_s": Evidence(round(first.t, 2) if first.t is not None else None, "s", label="time into the run"),
-                "exit_code": Evidence(code, label="exit code"),
-            },
-            remedy=Remedy("Fix the exception first; the traceback is in the report's evidence and in the "
-                          "workload's own stderr."),
-        )]
-    if code is None or code == 0:
-        return []
+        return [_crash(session, crashes)]
     if any(e.kind == "oom" for e in session.errors):
         return []  # GD402 tells this story with the memory numbers
     if code > 128:
-        name = _signal_name(code - 128)
-        hint = " SIGKILL with no traceback is what the kernel's out-of-memory killer sends." if code == 137 else ""
-        return [Finding(
+        return [_killed(session, code)]
+    return [_exited(session, code)]
+
+
+def _crash(session: Session, crashes: list[ErrorEvent]) -> Finding:
+    first = crashes[0]
+    code = session.exit_code
+    evidence = {
+        "exception": Evidence(first.type, label="exception type"),
+        "pid": Evidence(first.pid, label="process"),
+        "at_s": Evidence(round(first.t, 2) if first.t is not None else None, "s", label="time into the run"),
+        "exit_code": Evidence(code, label="exit code"),
+    }
+    more = f" ({len(crashes)} uncaught exceptions in all, across processes/threads)" if len(crashes) > 1 else ""
+    ending = f"; exit code {code}." if code is not None else "."
+    died = _WORKER_DIED.search(first.message or "")
+    broken = (not died and first.type in _BROKEN_HANDOVER
+              and "torch/utils/data/" in (first.traceback or "").replace("\\", "/"))
+    if died or broken:
+        pids = [int(p) for p in re.findall(r"\d+", died.group(1))] if died else []
+        signal_text = (died.group(3) or "") if died else ""
+        how = (f"killed by signal: {signal_text.strip()}" if signal_text else
+               "exited unexpectedly" if died else f"its connection to the loop broke: {first.type}")
+        evidence["worker_pids"] = Evidence(pids or None, label="worker process")
+        evidence["worker_end"] = Evidence(how, label="how the worker ended")
+        killed = "kill" in signal_text.lower()
+        segfault = "segmentation" in signal_text.lower()
+        hint = (" SIGKILL with no traceback is what the kernel's out-of-memory killer sends." if killed else
+                " A segfault points at a native extension used in the Dataset (decoder, augmentation)."
+                if segfault else " A worker that vanishes without a Python error was usually killed by the "
+                "kernel's out-of-memory killer.")
+        who = f"DataLoader worker {', '.join(map(str, pids))}" if pids else "A DataLoader worker"
+        return Finding(
             severity="critical",
-            title=f"The run was killed by {name}",
-            message=f"The workload ended by {name} (exit code {code}) after {session.duration_s:.1f}s.{hint}",
-            evidence={"exit_code": Evidence(code, label="exit code"), "signal": Evidence(name)},
-            remedy=Remedy("Check host memory (dmesg | grep -i oom) and DataLoader worker memory; a segfault "
-                          "(SIGSEGV) points at a native extension." if code in (137, 139) else
-                          "Find out who sent the signal (scheduler time limit, OOM killer, a user)."),
-        )]
-    return [Finding(
+            title=f"A DataLoader worker died ({how})",
+            message=f"{who} {how if died else f'died while handing over a batch ({first.type})'}, and the "
+                    f"training loop stopped with {first.type}{ending}{hint}{more}",
+            evidence=evidence,
+            remedy=Remedy(_HOST_MEMORY if killed or not segfault else
+                          "Run the Dataset with num_workers=0 to get the native traceback, and update or replace "
+                          "the extension that crashes."),
+        )
+    raised = _WORKER_RAISED.match(first.message or "")
+    if raised:
+        cause = next((line.strip() for line in reversed((first.message or "").splitlines())
+                      if _EXCEPTION_LINE.match(line.strip())), f"{raised.group(1)}")
+        evidence["worker"] = Evidence(int(raised.group(2)), label="DataLoader worker id")
+        return Finding(
+            severity="critical",
+            title=f"The run crashed: {raised.group(1)} in a DataLoader worker",
+            message=f"DataLoader worker {raised.group(2)} raised {cause[:300]}; the training loop re-raised it"
+                    f"{ending}{more}",
+            evidence=evidence,
+            remedy=Remedy("Fix the Dataset (__getitem__ / __iter__): the worker's own traceback is in the "
+                          "message, under 'Original Traceback'."),
+        )
+    missing_torch = first.type in ("ModuleNotFoundError", "ImportError") and "'torch" in (first.message or "")
+    return Finding(
+        severity="critical",
+        title=f"The run crashed: {first.type}",
+        message=f"The workload raised {first.type}: {_first_line(first.message)}{more}{ending}",
+        evidence=evidence,
+        remedy=Remedy("The interpreter that ran the workload has no (working) torch: run it with the Python "
+                      "of the environment where torch is installed, or install torch there."
+                      if missing_torch else
+                      "Fix the exception first; the traceback is in the report's evidence and in the "
+                      "workload's own stderr."),
+    )
+
+
+def _survived(session: Session, crashes: list[ErrorEvent]) -> Finding:
+    first = crashes[0]
+    where = "a thread or a child process"
+    roles = {p.pid: p.role for p in session.processes}
+    if roles.get(first.pid) in ("child", "worker"):
+        where = f"a {'DataLoader worker' if roles[first.pid] == 'worker' else 'child'} process (pid {first.pid})"
+    elif roles.get(first.pid) == "main":
+        where = f"a thread of process {first.pid}"
+    return Finding(
         severity="warning",
-        title=f"The run exited with code {code}",
-        message=f"The workload exited with code {code} after {session.duration_s:.1f}s without an uncaught "
-                "exception (sys.exit or a launcher's status).",
-        evidence={"exit_code": Evidence(code, label="exit code")},
-    )]
+        title=f"An uncaught {first.type} in {where.split(' (')[0]}; the run itself succeeded",
+        message=f"{first.type}: {_first_line(first.message)} was raised and not caught in {where}, but the run "
+                f"exited with code 0{' (' + str(len(crashes)) + ' such exceptions)' if len(crashes) > 1 else ''}. "
+                "Work that part was doing may be missing.",
+        evidence={"exception": Evidence(first.type, label="exception type"), "pid": Evidence(first.pid, label="process"),
+                  "count": Evidence(len(crashes), label="uncaught exceptions")},
+        remedy=Remedy("Check that the thread or subprocess was meant to fail; its traceback is in the report's "
+                      "evidence."),
+    )
+
+
+def _killed(session: Session, code: int) -> Finding:
+    name = _signal_name(code - 128)
+    hint = " SIGKILL with no traceback is what the kernel's out-of-memory killer sends." if code == 137 else ""
+    if code == 139:
+        hint = " A segmentation fault happens in native code (a C/C++/CUDA extension), not in Python."
+    return Finding(
+        severity="critical",
+        title=f"The run was killed by {name}",
+        message=f"The workload ended by {name} (exit code {code}) after {session.duration_s:.1f}s.{hint}",
+        evidence={"exit_code": Evidence(code, label="exit code"), "signal": Evidence(name)},
+        remedy=Remedy(_HOST_MEMORY if code == 137 else
+                      "Run it again with PYTHONFAULTHANDLER=1 to see the Python stack at the crash; update or "
+                      "replace the native extension that crashes." if code in (134, 135, 139) else
+                      "Find out who sent the signal (scheduler time limit, OOM killer, a user)."),
+    )
+
+
+def _exited(session: Session, code: int) -> Finding:
+    mains = [p for p in session.processes if p.role == "main"]
+    no_handlers = bool(mains) and all(p.exit_handlers_ran is False for p in mains)
+    how = ("without running Python's exit handlers (os._exit(), or a native exit()): buffered output and "
+           "atexit work of the workload were lost" if no_handlers else
+           "without an uncaught exception (sys.exit, or a launcher passing on a child's status)")
+    return Finding(
+        severity="warning",
+        title=f"The run exited with code {code}" + (" through os._exit" if no_handlers else ""),
+        message=f"The workload exited with code {code} after {session.duration_s:.1f}s {how}.",
+        evidence={"exit_code": Evidence(code, label="exit code"),
+                  "exit_handlers": Evidence(not no_handlers if mains else None, label="Python exit handlers ran")},
+    )
+
+
+def _hang(session: Session) -> Finding | None:
+    """No step ended for a long while before gpudoctor stopped the run."""
+    stop = session.stop_requested_s
+    steps = session.steps
+    last = steps.last_step_t if steps.last_step_t is not None else (steps.records[-1].t if steps.records else None)
+    if stop is None or last is None or session.stop_reason == "steps" or len(steps.records) < 3:
+        return None
+    median = statistics.median(r.duration_s for r in steps.records)
+    stall = stop - last
+    if stall < max(HANG_MIN_S, HANG_STEPS * median):
+        return None
+    return Finding(
+        severity="warning",
+        title=f"The run stopped making progress: no step in the last {stall:.0f}s",
+        message=f"No step ended in the last {stall:.1f}s before gpudoctor stopped the run ({session.stop_reason}), "
+                f"after {steps.count} steps of {median * 1000:.1f} ms (median). The run hung (a deadlock, a "
+                "DataLoader or collective waiting forever) or paused for long (evaluation, checkpointing).",
+        evidence={"stall_s": Evidence(round(stall, 1), "s", label="time since the last step"),
+                  "last_step_s": Evidence(round(last, 2), "s", label="last step ended at"),
+                  "step_median_s": Evidence(round(median, 4), "s", label="step time (median)")},
+        remedy=Remedy("Find where it waits: py-spy dump --pid PID (every thread's Python stack), or "
+                      "faulthandler.dump_traceback_later(600) in the script; for DataLoader hangs set a timeout=."),
+    )
+
+
+def _ignored_stop(session: Session) -> Finding | None:
+    """gpudoctor asked with SIGINT; the workload ended only by SIGTERM or SIGKILL."""
+    code = session.exit_code
+    if code not in (137, 143) or (session.stop_reason == "terminated" and code == 143):
+        return None
+    name = _signal_name(code - 128)
+    return Finding(
+        severity="info",
+        title=f"The workload ignored the request to stop and was ended by {name}",
+        message=f"gpudoctor asked the workload to stop ({session.stop_reason}) and it did not, so it was ended by "
+                f"{name} (exit code {code}). Its exit handlers did not run: its own clean-up (checkpoint, logs) and "
+                "the last events may be missing.",
+        evidence={"exit_code": Evidence(code, label="exit code"), "signal": Evidence(name)},
+        remedy=Remedy("Let the training loop end on KeyboardInterrupt (SIGINT): save, then exit."),
+    )
 
 
 CHECK = Check(
     id="GD001",
     slug="run-failed",
     stage=0,
-    title="The workload crashed, was killed or exited non-zero",
+    title="The workload crashed, was killed, hung or exited non-zero",
     run=run,
     doc=__doc__ or "",
 )

@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    _tolerant_streams()
     try:
         parser = build_parser()
         args = parser.parse_args(args_list)
@@ -84,3 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             traceback.print_exc()
         return exitcodes.INTERNAL
+
+
+def _tolerant_streams() -> None:
+    """Never fail on printing: a non-UTF-8 path or argument (lone surrogates after
+    os.fsdecode) is shown as an escape such as \\udcff, not a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            pass  # not a text file we own (None, StringIO, a detached stream)

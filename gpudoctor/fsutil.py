@@ -31,3 +31,23 @@ def write_atomic(path: Path, data: bytes, *, exclusive: bool = False) -> None:
         except OSError:
             pass
         raise
+
+
+# A Session of a long run stays far below this (README, "Overhead and safety"); a larger
+# "session" is something else (a device, a dump): refuse it instead of filling memory.
+MAX_JSON_INPUT_BYTES = 256 << 20
+
+
+class InputTooLarge(OSError):
+    """An input file over the limit (raised by read_limited)."""
+
+
+def read_limited(path: Path, limit: int = MAX_JSON_INPUT_BYTES) -> bytes:
+    """The bytes of `path`, refusing more than `limit`: /dev/zero or a huge file must
+    not take the machine's memory (OSError subclasses as Path.read_bytes raises them)."""
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise InputTooLarge(f"larger than {limit >> 20} MiB: not a gpudoctor file")
+    return data
+

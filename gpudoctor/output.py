@@ -273,7 +273,7 @@ def write_outputs(
         if kept_trace is not None:
             files["trace"] = kept_trace
         if final.json_copy is not None:
-            data = blobs.get("json") or renderer(written_report, "json").encode("utf-8")
+            data = blobs.get("json") or _encode(renderer(written_report, "json"))
             files["json_copy"] = _write_copy(final.json_copy, data, final.force)
         return WrittenOutputs(paths=final, report=written_report, files=files)
     raise GpudoctorError(f"no free report name in {paths.directory}", exitcodes.OUTPUT_EXISTS)
@@ -342,16 +342,23 @@ def _render_all(
     failed: list[str] = []
     for fmt in paths.formats:
         try:
-            blobs[fmt] = render(report, fmt).encode("utf-8")
+            blobs[fmt] = _encode(render(report, fmt))
         except Exception as exc:
             log.warning("could not render the %s report: %s: %s", fmt, type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
             failed.append(fmt)
     if paths.with_session and session_dict is not None:
         # compact: the session is for machines (`gpudoctor report`), and long runs are big
-        blobs["session"] = json.dumps(session_dict, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        blobs["session"] = _encode(json.dumps(session_dict, separators=(",", ":"), allow_nan=False))
     if paths.with_trace and trace_bytes is not None:
         blobs["trace"] = trace_bytes
     return blobs, failed
+
+
+def _encode(text: str) -> bytes:
+    """UTF-8, whatever the text holds: a non-UTF-8 path or argument decodes to lone
+    surrogates (os.fsdecode), which UTF-8 cannot carry; they are written as the
+    escape `\\udcff` (still valid JSON: it reads back as the same string)."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 def _share(path: Path) -> None:

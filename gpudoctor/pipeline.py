@@ -13,6 +13,7 @@ import logging
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -22,6 +23,9 @@ from gpudoctor.registry import load_checks
 from gpudoctor.report import build_report
 from gpudoctor.session import Session
 from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor
+
+if TYPE_CHECKING:
+    from gpudoctor.output import OutputPaths, WrittenOutputs
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +51,12 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str)
         profile_warmup_steps=args.warmup_steps,
         profile_steps=args.profile_steps,
         data_paths=list(args.data),
+        scratch_dirs=[str(plan.directory)],
     )
-    supervisor = Supervisor(options)
+    try:
+        supervisor = Supervisor(options)
+    except LaunchError as exc:
+        raise GpudoctorError(str(exc), exc.code) from None
     try:
         result = supervisor.run()
     except LaunchError as exc:
@@ -57,9 +65,12 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str)
     try:
         session = result.session
         if not supervisor.reader.processes:
-            print("gpudoctor: no Python process of the command was instrumented; "
-                  "the report covers CPU/GPU sampling only", file=sys.stderr)
-        _announce_end(session)
+            _say("gpudoctor: no Python process of the command was instrumented; "
+                 "the report covers CPU/GPU sampling only")
+        elif supervisor.uninstrumented:
+            _say(f"gpudoctor: {len(supervisor.uninstrumented)} Python process(es) of the command ran without the "
+                 "agent (PYTHONPATH or the environment replaced); the report says which")
+        _announce_end(session, supervisor.escalated)
         return finish(session, args, plan, trace=result.trace_path, stopped_by_us=session.stop_reason in ("duration", "steps"))
     finally:
         result.cleanup()
@@ -69,10 +80,21 @@ def supervisor_cleanup(supervisor: Supervisor) -> None:
     shutil.rmtree(supervisor.workdir, ignore_errors=True)
 
 
-def _announce_end(session: Session) -> None:
+def _say(message: str) -> None:
+    """One line on stderr; a closed or full stderr never costs the report."""
+    if sys.stderr is None:  # started with stderr closed: print() would fall back to stdout
+        return
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _announce_end(session: Session, escalated: list[str] | None = None) -> None:
     code = session.exit_code
     reason = session.stop_reason
-    crash = next((e for e in session.errors if e.kind in ("exception", "oom")), None)
+    failed = code not in (0, None)
+    crash = next((e for e in session.errors if e.kind in ("exception", "oom")), None) if failed else None
     if reason == "duration":
         what = "stopped after --duration"
     elif reason == "steps":
@@ -87,13 +109,14 @@ def _announce_end(session: Session) -> None:
         what = f"crashed: {crash.type}: {crash.message.splitlines()[0][:160] if crash.message else ''}"
     else:
         what = f"exited with code {code}"
-    print(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; writing the report", file=sys.stderr)
+    if escalated and code in (137, 143):
+        what += f" (it ignored SIGINT: ended by {'SIGKILL' if code == 137 else 'SIGTERM'})"
+    _say(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; writing the report")
 
 
 def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | None = None,
            stopped_by_us: bool = False) -> int:
     """Run the checks on a Session, write every report, print the summary, return the exit code."""
-    from gpudoctor.output import write_outputs
     from gpudoctor.reports import terminal
 
     trace_bytes = None
@@ -108,14 +131,58 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
         session.notes.append(f"check plugin {error.name} failed to load: {error.reason}")
     engine = run_checks(session, checks, ignore=split_ids(args.ignore))
     report = build_report(session, engine, files=plan.relative_names())
-    written = write_outputs(plan, report, session.to_dict(), trace_bytes=trace_bytes, fail_on=args.fail_on)
-
+    written, failure = _save(plan, report, session.to_dict(), trace_bytes, args.fail_on)
     if not args.quiet:
-        console = Console(stderr=True)
-        terminal.render(written.report, console, written={k: str(v) for k, v in written.files.items()})
+        try:
+            console = Console(stderr=True)
+            terminal.render(written.report if written else report, console,
+                            written={k: str(v) for k, v in written.files.items()} if written else {})
+        except (OSError, ValueError):
+            pass  # stderr closed or full: the files hold the diagnosis
+    if written is None:
+        assert failure is not None
+        raise failure
     workload = session.exit_code
     if stopped_by_us and workload in (130, 143, 137, -2, -15):
         workload = 0  # the workload ended because gpudoctor asked it to (documented)
     return exit_status(workload, engine.findings, args.fail_on)
 
+
+def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: bytes | None,
+          fail_on: str | None) -> tuple[WrittenOutputs | None, GpudoctorError | None]:
+    """Write the report set where planned; if that directory stopped taking files during
+    the run (full, removed, read-only), write it to ./gpudoctor-reports or the temporary
+    directory instead and say so: the diagnosis of a long run is never lost for a path."""
+    import dataclasses
+    import tempfile
+
+    from gpudoctor import exitcodes
+    from gpudoctor.output import DEFAULT_DIR, write_outputs
+
+    main = dataclasses.replace(plan, json_copy=None)
+    places = [main.directory]
+    for candidate in (Path(DEFAULT_DIR), Path(tempfile.gettempdir()) / DEFAULT_DIR):
+        if all(candidate.absolute() != p.absolute() for p in places):
+            places.append(candidate)
+    first: GpudoctorError | None = None
+    for directory in places:
+        try:
+            written = write_outputs(dataclasses.replace(main, directory=directory), report, session_dict,
+                                    trace_bytes=trace_bytes, fail_on=fail_on)
+        except GpudoctorError as exc:
+            if exc.code != exitcodes.CANNOT_WRITE:
+                raise
+            first = first or exc
+            continue
+        if first is not None:
+            _say(f"gpudoctor: warning: {first}; the reports were written to {directory} instead")
+        if plan.json_copy is not None and "json" in written.files:
+            from gpudoctor.output import _write_copy
+
+            try:
+                written.files["json_copy"] = _write_copy(plan.json_copy, written.files["json"].read_bytes(), plan.force)
+            except (GpudoctorError, OSError) as exc:
+                _say(f"gpudoctor: warning: the --json copy was not written: {exc}")
+        return written, None
+    return None, first
 

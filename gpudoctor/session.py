@@ -78,6 +78,9 @@ class ProcessInfo:
     torch: str | None = None
     cuda_visible_devices: str | None = None
     device_uuids: list[str] = field(default_factory=list)  # GPUs this process used
+    # Python's exit handlers ran (atexit): False after os._exit, a fatal signal or a
+    # native abort; None when not known (older sessions, processes still running)
+    exit_handlers_ran: bool | None = None
 
 
 @dataclass
@@ -123,6 +126,7 @@ class Steps:
     records: list[StepRecord] = field(default_factory=list)  # bounded; see `aggregated`
     aggregated: int = 0  # steps counted but not kept individually (long runs)
     warmup_steps: int = 0  # leading steps excluded from steady-state statistics
+    last_step_t: float | None = None  # end of the last step seen, kept or aggregated (s into the run)
 
 
 @dataclass
@@ -266,7 +270,8 @@ class Session:
     started_at: str | None = None  # ISO 8601
     duration_s: float = 0.0
     exit_code: int | None = None  # the workload's; 128+N when killed by signal N
-    stop_reason: str | None = None  # exited | duration | steps | interrupted | killed
+    stop_reason: str | None = None  # exited | duration | steps | interrupted | terminated
+    stop_requested_s: float | None = None  # when gpudoctor asked the workload to stop (s into the run)
     source: str = "diagnose"  # diagnose | analyze | synthetic | fixture
     environment: Environment = field(default_factory=Environment)
     processes: list[ProcessInfo] = field(default_factory=list)
@@ -311,8 +316,12 @@ class Session:
 
     @classmethod
     def load(cls, path: Path) -> Session:
+        from gpudoctor.fsutil import InputTooLarge, read_limited
+
         try:
-            raw = Path(path).read_bytes()
+            raw = read_limited(Path(path))
+        except InputTooLarge as exc:
+            raise SessionError(f"{path}: {exc}") from None
         except FileNotFoundError:
             raise SessionError(f"{path}: no such file") from None
         except IsADirectoryError:

@@ -54,6 +54,9 @@ class RunOptions:
     profile_steps: int = 10
     data_paths: list[str] = field(default_factory=list)  # dataset locations given with --data
     live_status: bool | None = None  # None: when stderr is a terminal
+    # where the session directory may go when the temporary directory cannot take it
+    # (full, read-only): the report directory, already proven writable
+    scratch_dirs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -70,7 +73,7 @@ class Supervisor:
     def __init__(self, options: RunOptions) -> None:
         self.options = options
         self.t0 = time.time()
-        self.workdir = Path(tempfile.mkdtemp(prefix="gpudoctor-session-"))
+        self.workdir = _make_workdir(options.scratch_dirs)
         self.reader = EventReader(self.workdir, self.t0)
         self.proc: subprocess.Popen[bytes] | None = None
         self.own_group = False
@@ -80,6 +83,12 @@ class Supervisor:
         self.interrupts = 0
         self.storage: dict[str, StorageProbe] = {}
         self._storage_threads: list[threading.Thread] = []
+        self.escalated: list[str] = []  # signals sent after SIGINT was not enough
+        self.stop_requested_t: float | None = None  # seconds into the run
+        # Python processes of the command that run without the agent, and why
+        self.uninstrumented: dict[int, str] = {}
+        self._env_checked: set[int] = set()
+        self._next_env_check = 0.0
 
     # -- launching --------------------------------------------------------------
     def _environment(self) -> dict[str, str]:
@@ -141,21 +150,25 @@ class Supervisor:
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
-            self.stop_requested_at = time.monotonic()
+            self._mark_stop()
             self._signal(signal.SIGINT)
+
+    def _mark_stop(self) -> None:
+        self.stop_requested_at = time.monotonic()
+        self.stop_requested_t = round(time.time() - self.t0, 3)
 
     def _on_sigint(self, signum: int, frame: object) -> None:
         self.interrupts += 1
         if self.interrupts >= 2:
-            print("\ngpudoctor: second Ctrl-C: stopping the workload now", file=sys.stderr)
+            _say("\ngpudoctor: second Ctrl-C: stopping the workload now")
             self.stop_reason = "interrupted"
+            self.escalated.append("SIGKILL")
             self._kill_tree()
             return
-        print("\ngpudoctor: Ctrl-C: stopping the workload, the report follows (Ctrl-C again to stop now)",
-              file=sys.stderr)
+        _say("\ngpudoctor: Ctrl-C: stopping the workload, the report follows (Ctrl-C again to stop now)")
         if self.stop_reason is None:
             self.stop_reason = "interrupted"
-            self.stop_requested_at = time.monotonic()
+            self._mark_stop()
         # A keyboard Ctrl-C already reached a workload in our foreground group: don't send twice.
         if self.own_group or not _foreground_tty():
             self._signal(signal.SIGINT)
@@ -163,7 +176,7 @@ class Supervisor:
     def _on_sigterm(self, signum: int, frame: object) -> None:
         if self.stop_reason is None:
             self.stop_reason = "terminated"
-            self.stop_requested_at = time.monotonic()
+            self._mark_stop()
         self._signal(signal.SIGTERM)
 
     def _escalate(self) -> None:
@@ -174,11 +187,13 @@ class Supervisor:
         grace = self.options.grace_s
         if self.escalation == 0 and waited > grace:
             self.escalation = 1
-            print(f"gpudoctor: workload still running {grace:.0f}s after SIGINT; sending SIGTERM", file=sys.stderr)
+            _say(f"gpudoctor: workload still running {grace:g}s after SIGINT; sending SIGTERM")
+            self.escalated.append("SIGTERM")
             self._signal(signal.SIGTERM)
         elif self.escalation == 1 and waited > grace * 1.5:
             self.escalation = 2
-            print("gpudoctor: workload still running; sending SIGKILL", file=sys.stderr)
+            _say("gpudoctor: workload still running; sending SIGKILL")
+            self.escalated.append("SIGKILL")
             self._kill_tree()
 
     # -- the run ---------------------------------------------------------------
@@ -244,8 +259,39 @@ class Supervisor:
         if options.max_steps is not None and steps >= options.max_steps:
             self.request_stop("steps")
         self._escalate()
+        if time.monotonic() >= self._next_env_check:
+            self._next_env_check = time.monotonic() + 1.0
+            self._find_uninstrumented()
         status.update(elapsed=elapsed, steps=steps, data_wait=self.reader.data_wait_share(),
                       gpu_util=gpu.latest_util())
+
+    def _find_uninstrumented(self) -> None:
+        """Python processes of the command whose environment lost the agent (a launcher or
+        the workload set PYTHONPATH from scratch, or ran python -I/-E/-S): said in the report,
+        since their loaders, steps and errors cannot be in it."""
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            root = psutil.Process(proc.pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for child in tree:
+            pid = child.pid
+            if pid in self._env_checked or pid in self.reader.processes:
+                continue
+            try:
+                cmdline = child.cmdline()
+                names = {child.name(), os.path.basename(cmdline[0]) if cmdline else ""}
+                if not any(n.startswith("python") for n in names):
+                    continue  # a shell or launcher, maybe about to exec python: look again later
+                self._env_checked.add(pid)
+                why = _agent_missing(child.environ(), cmdline, str(self.workdir))
+            except (psutil.Error, OSError):
+                continue
+            if why:
+                self.uninstrumented[pid] = f"pid {pid} ({' '.join(cmdline)[:120]}): {why}"
 
     def _probe_storage(self, path: str) -> None:
         if path in self.storage or len(self.storage) >= 4:
@@ -293,13 +339,23 @@ class Supervisor:
             ),
         )
         self.reader.apply(session)
+        session.stop_requested_s = self.stop_requested_t
+        if self.escalated:
+            session.notes.append(
+                f"the workload did not stop within {self.options.grace_s:g}s of SIGINT; gpudoctor sent "
+                f"{' then '.join(dict.fromkeys(self.escalated))}: its last events may be missing")
+        missed = [why for pid, why in self.uninstrumented.items() if pid not in self.reader.processes]
+        if missed:
+            session.notes.append(
+                f"{len(missed)} Python process(es) of the command ran without gpudoctor's agent, so their "
+                "DataLoaders, steps and errors are not in this report: " + "; ".join(missed[:5]))
         if not self.reader.processes:
             session.notes.append("no Python process of the command was instrumented")
             session.unavailable.setdefault("loader", "no Python process of the command was instrumented")
             session.unavailable.setdefault("steps", "no Python process of the command was instrumented")
         if cpu_sampler is not None:
             session.cpu_samples = cpu_sampler.samples
-            session.cpu_sample_interval_s = cpu_sampler.interval_s
+            session.cpu_sample_interval_s = cpu_sampler.effective_interval_s
             if cpu_sampler.error and not cpu_sampler.samples:
                 session.unavailable["cpu"] = f"CPU sampling failed: {cpu_sampler.error}"
         if not session.cpu_samples:
@@ -311,6 +367,10 @@ class Supervisor:
         _apply_profile(self.reader.profiles, self.workdir, session, self.t0)
         if session.allocator == []:
             session.unavailable.setdefault("allocator", "the workload did not use the CUDA caching allocator")
+        if self.reader.processes and not self.reader.torch_versions:
+            why = "the workload never imported torch (not installed in its interpreter, or not a PyTorch program)"
+            for fact in ("loader", "steps", "profile", "allocator"):
+                session.unavailable[fact] = why
         return session
 
 
@@ -362,3 +422,39 @@ def _foreground_tty() -> bool:
         return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def _say(message: str) -> None:
+    """A line for the user on stderr; a closed or full stderr never costs the report."""
+    if sys.stderr is None:  # started with stderr closed: print() would fall back to stdout
+        return
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _make_workdir(fallbacks: list[str]) -> Path:
+    """The session directory: in the temporary directory, else in a fallback (the report
+    directory), so a full or read-only /tmp does not stop the run."""
+    errors = []
+    for parent in [None, *fallbacks]:
+        try:
+            return Path(tempfile.mkdtemp(prefix="gpudoctor-session-" if parent is None else ".gpudoctor-session-",
+                                         dir=parent))
+        except OSError as exc:
+            errors.append(f"{parent or tempfile.gettempdir()}: {exc.strerror or exc}")
+    raise LaunchError("cannot create a session directory (" + "; ".join(errors) + ")", 73)
+
+
+def _agent_missing(environ: dict[str, str], cmdline: list[str], workdir: str) -> str | None:
+    """Why a Python process with this environment and command line cannot load the agent."""
+    flags = [a for a in cmdline[1:3] if a.startswith("-") and not a.startswith("--")]
+    if any(set(f[1:]) & {"I", "E", "S"} for f in flags if not f.startswith(("-c", "-m", "-W", "-X"))):
+        return "started with python -I, -E or -S, which skip PYTHONPATH or site"
+    if str(SITE_DIR) not in environ.get("PYTHONPATH", "").split(os.pathsep):
+        return "its PYTHONPATH was set without gpudoctor's agent (the command replaced PYTHONPATH)"
+    if environ.get("GPUDOCTOR_SESSION_DIR") != workdir:
+        return "its environment was replaced (no GPUDOCTOR_SESSION_DIR)"
+    return None
+

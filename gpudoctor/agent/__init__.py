@@ -134,7 +134,7 @@ def _install_exception_hooks(agent):
                 _record_exception(agent, exc_type, exc, tb, thread=None)
             else:
                 agent.emit("interrupt", type=exc_type.__name__)
-            agent.writer.flush()
+            agent.writer.flush(force=True)
         except Exception:
             pass
         previous(exc_type, exc, tb)

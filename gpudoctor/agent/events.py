@@ -11,6 +11,8 @@ import time
 
 FLUSH_INTERVAL_S = 0.2
 MAX_BUFFERED = 5000  # events kept in memory if the disk stops accepting them
+MAX_UNWRITTEN_BYTES = 4 << 20  # encoded events waiting for a full disk to take them
+MAX_RETRY_S = 5.0  # a failing disk is retried at most this often (encoding costs the workload CPU)
 
 
 class EventWriter:
@@ -25,6 +27,9 @@ class EventWriter:
         self._periodic = []  # callables run by the flusher thread (sampling, aggregation)
         self.dropped = 0
         self.write_errors = 0
+        self._unwritten = b""  # encoded, not yet on disk (a write failed part-way)
+        self._backoff = 0.0
+        self._retry_at = 0.0
 
     # -- public --------------------------------------------------------------
     def emit(self, kind, **fields):
@@ -55,44 +60,53 @@ class EventWriter:
     def add_periodic(self, fn):
         self._periodic.append(fn)
 
-    def flush(self):
+    def flush(self, force=False):
         self._ensure_process()
         with self._lock:
-            if not self._buffer:
+            if not self._buffer and not self._unwritten:
                 return
-            import json
+            if not force and self._retry_at and time.monotonic() < self._retry_at:
+                return  # the disk failed lately: keep buffering (bounded), retry later
+            if self._buffer:
+                import json
 
-            lines = []
-            for event in self._buffer:
-                try:
-                    lines.append(json.dumps(event, separators=(",", ":"), default=str))
-                except (TypeError, ValueError):
-                    self.dropped += 1
-            data = ("\n".join(lines) + "\n").encode("utf-8", "replace") if lines else b""
-            try:
-                if data:
-                    self._write(data)
+                lines = []
+                for event in self._buffer:
+                    try:
+                        lines.append(json.dumps(event, separators=(",", ":"), default=str))
+                    except (TypeError, ValueError):
+                        self.dropped += 1
                 self._buffer.clear()
+                data = ("\n".join(lines) + "\n").encode("utf-8", "replace") if lines else b""
+                if len(self._unwritten) + len(data) > MAX_UNWRITTEN_BYTES:
+                    self.dropped += len(lines)
+                else:
+                    self._unwritten += data
+            try:
+                self._write()
+                self._backoff = self._retry_at = 0.0
             except OSError:
-                # disk full or directory gone: keep the events (bounded), keep the workload running
+                # disk full or directory gone: keep what was not written (bounded) and the
+                # workload running; what was written stays written (no duplicate lines)
                 self.write_errors += 1
+                self._backoff = min(MAX_RETRY_S, max(FLUSH_INTERVAL_S, self._backoff * 2))
+                self._retry_at = time.monotonic() + self._backoff
 
     def close(self):
         self._stopped = True
         try:
-            self.flush()
+            self.flush(force=True)
         except Exception:
             pass
 
     # -- internals -----------------------------------------------------------
-    def _write(self, data):
+    def _write(self):
         if self._fd is None:
             path = os.path.join(self.directory, "events-%d.jsonl" % os.getpid())
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        while self._unwritten:
+            written = os.write(self._fd, self._unwritten)
+            self._unwritten = self._unwritten[written:]
 
     def _ensure_process(self):
         pid = os.getpid()
@@ -103,6 +117,8 @@ class EventWriter:
             self._thread = None
             self._lock = threading.Lock()
             self._buffer = []
+            self._unwritten = b""
+            self._backoff = self._retry_at = 0.0
 
     def _ensure_thread(self):
         if self._thread is not None or self._stopped:

@@ -254,7 +254,7 @@ class TorchHooks:
         fetch = self.fetch.snapshot()
         if fetch:
             self.agent.emit("fetch", stats=fetch)
-        self.agent.writer.flush()
+        self.agent.writer.flush(force=True)
 
     def on_step(self, source, n):
         profiler = self.profiler

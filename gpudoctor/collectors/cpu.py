@@ -100,11 +100,17 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
+MAX_SAMPLES = 7200  # one hour at the default 0.5 s; beyond, samples are merged pairwise
+
+
 class CpuSampler:
     """Samples the process tree rooted at `root_pid` every `interval_s` in a thread.
 
     `main_pid()` and `worker_pids()` come from the agents' events (which process runs
     the training loop, which ones are DataLoader workers); they may change over time.
+    Beyond `max_samples`, samples are merged pairwise and each kept sample stands for
+    twice as long (`effective_interval_s`), so a run of any length stays bounded in
+    memory and in the Session (the NVML sampler does the same).
     """
 
     def __init__(
@@ -114,8 +120,12 @@ class CpuSampler:
         interval_s: float = 0.5,
         main_pid: Callable[[], int | None] = lambda: None,
         worker_pids: Callable[[], set[int]] = set,
+        max_samples: int = MAX_SAMPLES,
     ) -> None:
         self.root_pid = root_pid
+        self.max_samples = max(2, max_samples)
+        self.stride = 1  # raw samples per kept sample
+        self._pending: list[CpuSample] = []
         self.t0 = t0
         self.interval_s = interval_s
         self.main_pid = main_pid
@@ -141,15 +151,37 @@ class CpuSampler:
 
     def stop(self) -> list[CpuSample]:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout=5)
+        if self._pending and not self._thread.is_alive():
+            tail = merge_samples(self._pending)
+            if len(self.samples) >= self.max_samples:  # at the bound: fold into the last one
+                tail = merge_samples([self.samples.pop(), tail])
+            self.samples.append(tail)
+            self._pending = []
         return self.samples
+
+    @property
+    def effective_interval_s(self) -> float:
+        """The time one kept sample stands for (grows as long runs are thinned)."""
+        return self.interval_s * self.stride
+
+    def keep(self, sample: CpuSample) -> None:
+        """Append, merging raw samples `stride` at a time once the bound was reached."""
+        self._pending.append(sample)
+        if len(self._pending) >= self.stride:
+            self.samples.append(merge_samples(self._pending))
+            self._pending = []
+        if len(self.samples) > self.max_samples:
+            self.samples = [merge_samples(self.samples[i : i + 2]) for i in range(0, len(self.samples), 2)]
+            self.stride *= 2
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             try:
                 sample = self.sample()
                 if sample is not None:
-                    self.samples.append(sample)
+                    self.keep(sample)
             except Exception as exc:  # never let sampling take the supervisor down
                 self.error = f"{type(exc).__name__}: {exc}"
                 log.debug("cpu sampling failed", exc_info=True)
@@ -232,3 +264,31 @@ class CpuSampler:
         if previous is None or previous[0] != main or not elapsed:
             return None
         return round(max(0.0, (total - previous[1]) / elapsed * 100), 1)
+
+
+def merge_samples(samples: list[CpuSample]) -> CpuSample:
+    """One sample standing for several: means of what was measured (per core too), the
+    peak of the tree's resident memory (memory pressure is about the peak)."""
+    if len(samples) == 1:
+        return samples[0]
+
+    def mean(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return round(sum(known) / len(known), 1) if known else None
+
+    cores = [s.per_core_percent for s in samples]
+    per_core = ([round(sum(c[i] for c in cores) / len(cores), 1) for i in range(len(cores[0]))]
+                if cores[0] and all(len(c) == len(cores[0]) for c in cores) else list(samples[-1].per_core_percent))
+    rss = [s.tree_rss_bytes for s in samples if s.tree_rss_bytes is not None]
+    return CpuSample(
+        t=round(sum(s.t for s in samples) / len(samples), 3),
+        system_percent=mean([s.system_percent for s in samples]) or 0.0,
+        per_core_percent=per_core,
+        tree_percent=mean([s.tree_percent for s in samples]) or 0.0,
+        main_percent=mean([s.main_percent for s in samples]),
+        main_thread_percent=mean([s.main_thread_percent for s in samples]),
+        workers_percent=mean([s.workers_percent for s in samples]),
+        tree_rss_bytes=max(rss) if rss else None,
+        iowait_percent=mean([s.iowait_percent for s in samples]),
+    )
+

@@ -27,6 +27,7 @@ from gpudoctor.session import (
 log = logging.getLogger(__name__)
 
 STEP_RECORDS_MAX = 5000  # step records kept in the Session (aggregates count the rest)
+ERRORS_MAX = 100  # uncaught exceptions kept (the first ones: causes come before consequences)
 WARMUP_STEPS = 2  # leading steps left out of steady-state numbers (imports, cudnn autotune, compile)
 
 
@@ -37,6 +38,7 @@ class _StepSource:
     aggregated_duration_s: float = 0.0
     aggregated_wait_s: float = 0.0
     count: int = 0
+    last_t: float | None = None  # end of the latest step (an aggregate: when it was flushed)
 
 
 @dataclass
@@ -64,6 +66,8 @@ class EventReader:
         self.agent_errors: list[str] = []
         self.interrupted = False
         self.malformed_lines = 0
+        self.byes: set[int] = set()  # processes whose Python exit handlers ran
+        self.errors_dropped = 0
 
     # -- reading ---------------------------------------------------------------
     def poll(self) -> None:
@@ -130,6 +134,7 @@ class EventReader:
         elif kind == "step":
             src = proc.steps.setdefault(str(e["src"]), _StepSource())
             src.count += 1
+            src.last_t = max(t, src.last_t if src.last_t is not None else t)
             if len(src.records) < STEP_RECORDS_MAX:
                 src.records.append(StepRecord(t=t, duration_s=float(e["dur"]), data_wait_s=float(e["wait"])))
             else:
@@ -139,6 +144,7 @@ class EventReader:
         elif kind == "steps_agg":
             src = proc.steps.setdefault(str(e["src"]), _StepSource())
             src.count += int(e["n"])
+            src.last_t = max(t, src.last_t if src.last_t is not None else t)
             src.aggregated += int(e["n"])
             src.aggregated_duration_s += float(e["dur"])
             src.aggregated_wait_s += float(e["wait"])
@@ -165,6 +171,8 @@ class EventReader:
             proc.loader_stats = {str(k): list(v) for k, v in (e.get("stats") or {}).items()}
         elif kind == "fetch":
             proc.fetch = {str(k): list(v) for k, v in (e.get("stats") or {}).items()}
+        elif kind in ("exception", "oom") and len(self.errors) >= ERRORS_MAX:
+            self.errors_dropped += 1
         elif kind in ("exception", "oom"):
             self.errors.append(
                 ErrorEvent(pid=pid, kind=kind, type=e.get("type"), message=str(e.get("message") or ""),
@@ -172,7 +180,7 @@ class EventReader:
             )
             if isinstance(e.get("allocator"), dict):
                 self._alloc(dict(e["allocator"], label="oom"), t)
-        elif kind == "oom_observed":
+        elif kind == "oom_observed" and len(self.errors) < ERRORS_MAX:
             self.errors.append(
                 ErrorEvent(pid=pid, kind="oom", type="torch.cuda.OutOfMemoryError",
                            message=f"allocation of {e.get('request_bytes')} bytes failed "
@@ -189,6 +197,8 @@ class EventReader:
             proc.info.device_uuids = [str(d.get("uuid")) for d in self.cuda_devices[pid] if d.get("uuid")]
         elif kind == "profile":
             self.profiles.append(dict(e, pid=pid))
+        elif kind == "bye":
+            self.byes.add(pid)
         elif kind == "agent_error":
             if len(self.agent_errors) < 50:
                 self.agent_errors.append(f"pid {pid}: {e.get('where')}: {e.get('error')}")
@@ -248,6 +258,8 @@ class EventReader:
                 proc.info.role = "worker"
             elif proc.info.role != "worker" and proc.info.ppid in self.processes:
                 proc.info.role = "child"
+            if proc.info.role != "worker":  # workers always leave through os._exit
+                proc.info.exit_handlers_ran = pid in self.byes or (None if _alive(pid) else False)
         session.processes = [p.info for p in sorted(self.processes.values(), key=lambda p: p.info.pid)]
         self._apply_loaders(session)
         self._apply_steps(session)
@@ -259,6 +271,9 @@ class EventReader:
         session.torch_cuda_used = bool(self.cuda_devices) if self.torch_versions else None
         if self.agent_errors:
             session.notes.extend(f"agent: {msg}" for msg in self.agent_errors[:10])
+        if self.errors_dropped:
+            session.notes.append(f"{self.errors_dropped} more uncaught exceptions were not kept "
+                                 f"(the first {ERRORS_MAX} are)")
         if self.malformed_lines:
             session.notes.append(f"{self.malformed_lines} unreadable event lines were skipped")
 
@@ -319,6 +334,7 @@ class EventReader:
             records=records,
             aggregated=data.aggregated,
             warmup_steps=min(WARMUP_STEPS, max(0, len(data.records) - 3)),
+            last_step_t=round(data.last_t, 3) if data.last_t is not None else None,
         )
 
 
@@ -330,3 +346,15 @@ def _pid_from_name(name: str) -> int:
         return int(name[len("events-"):-len(".jsonl")])
     except ValueError:
         return -1
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, not ours to signal
+    return True

@@ -140,10 +140,14 @@ def run(args: argparse.Namespace) -> int:
     from gpudoctor.reports import render, terminal
 
     path = Path(args.trace)
-    session = session_from_trace(path, steps=args.steps)
-    report = judge(session, split_ids(args.ignore))
     formats = list(dict.fromkeys(args.formats or []))
     to_stdout = args.json_path == "-"
+    if to_stdout and not args.out and any(f not in ("json", "terminal") for f in formats):
+        # stdout already carries the JSON: another format would be silently dropped
+        raise GpudoctorError("--json - prints the JSON report on stdout; --format "
+                             f"{next(f for f in formats if f not in ('json', 'terminal'))} needs --out", exitcodes.USAGE)
+    session = session_from_trace(path, steps=args.steps)
+    report = judge(session, split_ids(args.ignore))
     if to_stdout:
         text = render(report, "json")
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -40,23 +40,32 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from gpudoctor.commands.report import load_report
+    from gpudoctor.commands.report import load_report, render_saved
     from gpudoctor.diff import comparability, compare
     from gpudoctor.output import plan_outputs, write_outputs
     from gpudoctor.reports import diff_text, render_diff
 
     before_path, after_path = Path(args.before), Path(args.after)
-    before, _ = load_report(before_path)
-    after, _ = load_report(after_path)
-    reasons = comparability(before, after)
+    before, before_session = load_report(before_path)
+    after, after_session = load_report(after_path)
+    saved = [p for p, s in ((before_path, before_session), (after_path, after_session)) if s is None]
+
+    def guard(fn: Any, *a: Any, **k: Any) -> Any:
+        """A saved report (no session to rebuild it from) that breaks the comparison is bad data."""
+        return render_saved(saved[0], fn, *a, **k) if saved else fn(*a, **k)
+
+    reasons = guard(comparability, before, after)
     if reasons and not args.force:
         raise GpudoctorError(
             f"not comparing {before_path} with {after_path}: {'; '.join(reasons)} (use --force to compare anyway)",
             exitcodes.DIFFERENT_RUNS,
         )
-    result = compare(before, after, before_name=str(before_path), after_name=str(after_path), forced=bool(reasons))
+    result = guard(compare, before, after, before_name=str(before_path), after_name=str(after_path), forced=bool(reasons))
     formats: list[str] = list(dict.fromkeys(args.formats or []))
     file_formats = [f for f in formats if f != "terminal"] if formats else ["html", "json"]
+    if saved:  # a saved report stands in for a session: prove the comparison renders first
+        for fmt in dict.fromkeys([*(formats or ["terminal"]), *file_formats, "terminal"]):
+            guard(render_diff, result, fmt)
     if not args.out or not file_formats:
         # no --out: the comparison is the output (terminal by default, like `git diff`)
         for fmt in formats or ["terminal"]:

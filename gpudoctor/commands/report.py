@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -48,8 +49,12 @@ def split_ids(values: list[str]) -> list[str]:
 
 
 def _read_json(path: Path) -> Any:
+    from gpudoctor.fsutil import InputTooLarge, read_limited
+
     try:
-        raw = path.read_bytes()
+        raw = read_limited(path)
+    except InputTooLarge as exc:
+        raise GpudoctorError(f"{path}: {exc}", exitcodes.BAD_DATA) from None
     except FileNotFoundError:
         raise GpudoctorError(f"{path}: no such file", exitcodes.NOT_FOUND) from None
     except IsADirectoryError:
@@ -68,18 +73,25 @@ def load_session_or_report(path: Path) -> tuple[Session | None, dict[str, Any] |
     A report names its session file in report["files"]["session"] (beside it);
     when that file is gone only the saved findings can be shown.
     """
-    data = _read_json(path)
+    data = _read_json(path)  # read once: the input may be a pipe or FIFO
     schema = str(data.get("schema", "")) if isinstance(data, dict) else ""
     if schema.startswith("gpudoctor.report/"):
         if "session" in data:
-            return _load_session(path), data
+            return _session_from(data["session"], path), data
         beside = (data.get("files") or {}).get("session") if isinstance(data.get("files"), dict) else None
         if isinstance(beside, str) and beside and Path(beside).name == beside and (path.parent / beside).is_file():
             return _load_session(path.parent / beside), data
         return None, data
     if schema.startswith("gpudoctor.session/"):
-        return _load_session(path), None
+        return _session_from(data, path), None
     raise GpudoctorError(f"{path}: not a gpudoctor session or report (schema {schema or 'missing'!s})", exitcodes.BAD_DATA)
+
+
+def _session_from(data: Any, path: Path) -> Session:
+    try:
+        return Session.from_dict(data)
+    except SessionError as exc:
+        raise GpudoctorError(f"{path}: {exc}", exitcodes.BAD_DATA) from None
 
 
 def _load_session(path: Path) -> Session:
@@ -113,8 +125,74 @@ def load_report(path: Path, ignore: list[str] | None = None) -> tuple[dict[str, 
     if session is not None:
         return judge(session, ignore or []), session
     assert saved is not None
+    check_saved_report(saved, path)
     print(f"gpudoctor: warning: {path}: its session file is not beside it; showing the saved findings without re-running the checks", file=sys.stderr)
     return _apply_ignore(saved, ignore or []), None
+
+
+# the top-level shape every renderer relies on in a saved report (schema gpudoctor.report/1)
+_REPORT_OBJECTS = ("summary", "environment", "evidence", "files", "tool", "docs")
+_REPORT_LISTS = ("command", "findings", "checks")
+_SEVERITIES = ("critical", "warning", "info")
+
+
+def check_saved_report(report: dict[str, Any], path: Path) -> None:
+    """Refuse (BAD_DATA, one line) a saved report whose shape the renderers cannot read:
+    a hand-edited, truncated-and-repaired or hostile file."""
+
+    def bad(what: str) -> GpudoctorError:
+        return GpudoctorError(f"{path}: malformed gpudoctor report: {what}", exitcodes.BAD_DATA)
+
+    def is_number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    for key in _REPORT_OBJECTS:
+        if report.get(key) is not None and not isinstance(report[key], dict):
+            raise bad(f"{key!r} is not an object")
+    for key in _REPORT_LISTS:
+        if report.get(key) is not None and not isinstance(report[key], list):
+            raise bad(f"{key!r} is not a list")
+    if report.get("duration_s") is not None and not is_number(report["duration_s"]):
+        raise bad("'duration_s' is not a number")
+    if report.get("exit_code") is not None and (not isinstance(report["exit_code"], int) or isinstance(report["exit_code"], bool)):
+        raise bad("'exit_code' is not an integer")
+    for key in ("started_at", "stop_reason", "source", "schema"):
+        if report.get(key) is not None and not isinstance(report[key], str):
+            raise bad(f"{key!r} is not a string")
+    if not all(isinstance(a, str) for a in report.get("command") or []):
+        raise bad("'command' holds something other than strings")
+    for n, finding in enumerate(report.get("findings") or []):
+        where = f"finding {n + 1}"
+        if not isinstance(finding, dict):
+            raise bad(f"{where} is not an object")
+        if not isinstance(finding.get("id"), str) or finding.get("severity") not in _SEVERITIES:
+            raise bad(f"{where} has no id or no known severity")
+        for key in ("title", "message", "consequence_of", "slug"):
+            if finding.get(key) is not None and not isinstance(finding[key], str):
+                raise bad(f"{where}: {key!r} is not a string")
+        for key in ("evidence", "remedy"):
+            if finding.get(key) is not None and not isinstance(finding[key], dict):
+                raise bad(f"{where}: {key!r} is not an object")
+        if finding.get("estimated_gain") is not None and not is_number(finding["estimated_gain"]):
+            raise bad(f"{where}: 'estimated_gain' is not a number")
+    for n, check in enumerate(report.get("checks") or []):
+        if not isinstance(check, dict) or not isinstance(check.get("id"), str) or not isinstance(check.get("status"), str):
+            raise bad(f"check {n + 1} is not an object with an id and a status")
+        if check.get("reason") is not None and not isinstance(check["reason"], str):
+            raise bad(f"check {n + 1}: 'reason' is not a string")
+
+
+def render_saved(path: Path, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call a renderer on a saved report (no session to rebuild it from): a file that
+    passed check_saved_report but still breaks a renderer is bad data, not a bug."""
+    try:
+        return fn(*args, **kwargs)
+    except GpudoctorError:
+        raise
+    except Exception as exc:
+        log.debug("rendering a saved report failed", exc_info=True)
+        raise GpudoctorError(f"{path}: malformed gpudoctor report: cannot render it "
+                             f"({type(exc).__name__}: {str(exc)[:200]})", exitcodes.BAD_DATA) from None
 
 
 def _apply_ignore(report: dict[str, Any], ignore: list[str]) -> dict[str, Any]:
@@ -151,6 +229,9 @@ def run(args: argparse.Namespace) -> int:
     formats: list[str] = list(dict.fromkeys(args.formats or []))
     file_formats = [f for f in formats if f != "terminal"] if formats else ["html", "json"]
     report, session = load_report(path, split_ids(args.ignore))
+    if session is None:  # a saved report as it is: prove it renders before writing anything
+        for fmt in dict.fromkeys([*(formats or file_formats), "terminal"]):
+            render_saved(path, render, report, fmt, fail_on=args.fail_on)
     if (not args.out and len(formats) == 1) or not file_formats:
         # one format asked for, no --out: it is the output (pipe it, redirect it)
         fmt = formats[0]

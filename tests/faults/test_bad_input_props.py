@@ -16,6 +16,7 @@ import gzip
 import io
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -32,8 +33,13 @@ FIXTURE_SESSIONS = sorted(FIXTURES.glob("*.session.json"))
 DOCUMENTED = {code for code, _ in exitcodes.TABLE}
 FORMATS = ("json", "html", "markdown", "junit", "terminal")
 
-SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# GD_FUZZ_EXAMPLES=500 GD_FUZZ_RANDOM=1 pytest tests/faults/test_bad_input_props.py: a longer, fresh search
+_EXAMPLES = int(os.environ.get("GD_FUZZ_EXAMPLES", "40"))
+_FIXED = os.environ.get("GD_FUZZ_RANDOM") is None  # CI: the same examples every time
+_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
+SETTINGS = settings(max_examples=_EXAMPLES, deadline=None, derandomize=_FIXED, suppress_health_check=_HEALTH)
+HEAVY = settings(max_examples=max(1, _EXAMPLES // 2), deadline=None, derandomize=_FIXED,
+                 suppress_health_check=_HEALTH)  # each example renders every format of a real session
 
 # ---- hostile values ----------------------------------------------------------------------
 hostile_text = st.one_of(
@@ -107,6 +113,8 @@ def judge_and_render(session: Session) -> None:
     from gpudoctor.reports import render
 
     report = judge(session, [])
+    broken = [c for c in report["checks"] if c["status"] == "error"]
+    assert not broken, broken  # a check that raises is a bug (and prints a traceback)
     for fmt in FORMATS:
         text = render(report, fmt)
         assert isinstance(text, str)
@@ -209,7 +217,7 @@ def test_any_loadable_session_is_judged_and_rendered(data: dict[str, Any]) -> No
     judge_and_render(session)
 
 
-@SETTINGS
+@HEAVY
 @given(data=mutated_fixture())
 def test_mutated_real_sessions_are_judged_and_rendered(data: dict[str, Any]) -> None:
     from gpudoctor.session import SessionError

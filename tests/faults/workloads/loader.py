@@ -4,6 +4,7 @@
     loader.py worker-dies      a worker is SIGKILLed mid-epoch (as the OOM killer does)
     loader.py worker-raises    a worker's Dataset raises
     loader.py spawn            multiprocessing start method "spawn" (one worker, a fresh interpreter)
+    loader.py hang             8 batches in the main process, then hangs (sleeps forever)
 """
 
 import multiprocessing
@@ -42,12 +43,16 @@ def main():
         multiprocessing.set_start_method("spawn")  # workers are fresh interpreters, not forks
         context = "spawn"
     weight = torch.zeros(8)
-    workers = 1 if context == "spawn" else 2  # a spawned worker imports torch anew: keep it to one
+    workers = {"spawn": 1, "hang": 0}.get(MODE, 2)  # a spawned worker imports torch anew: keep it to one
     loader = DataLoader(Samples(MODE), batch_size=4, num_workers=workers, multiprocessing_context=context)
     steps = 0
     for x, y in loader:  # no torch.optim: creating an optimizer imports torch._dynamo (seconds)
         weight += 0.01 * (x.mean(0) - y.float().mean())
         steps += 1
+        if MODE == "hang" and steps == 8:
+            print("hanging after 8 steps", flush=True)
+            while True:
+                time.sleep(3600)
     print(f"trained {steps} steps", flush=True)
 
 

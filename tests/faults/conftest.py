@@ -1,0 +1,92 @@
+"""Fault injection: run the real `gpudoctor` CLI (or the Supervisor in-process) on small
+workloads that fail in the ways real training runs fail, and on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+GPUDOCTOR = [sys.executable, "-m", "gpudoctor"]
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    out: Path
+
+    def reports(self) -> list[Path]:
+        return sorted(p for p in self.out.glob("*.json") if not p.name.endswith(".session.json"))
+
+    @property
+    def report(self) -> dict[str, Any]:
+        reports = self.reports()
+        assert len(reports) == 1, f"expected one JSON report in {self.out}: {reports}\n{self.stderr}"
+        return json.loads(reports[0].read_text())
+
+    @property
+    def session(self) -> dict[str, Any]:
+        [path] = self.out.glob("*.session.json")
+        return json.loads(path.read_text())
+
+    def finding(self, check_id: str) -> dict[str, Any] | None:
+        return next((f for f in self.report["findings"] if f["id"] == check_id), None)
+
+    def status_lines(self) -> list[str]:
+        """gpudoctor's own lines (its summary is off: --quiet)."""
+        return [line for line in self.stderr.splitlines() if line.startswith("gpudoctor:")]
+
+    def ended(self) -> list[str]:
+        """The line that says how the workload ended."""
+        return [line for line in self.status_lines() if line.endswith("; writing the report")]
+
+    def assert_saved(self) -> None:
+        """The one clear line, no traceback of ours, and the whole report set on disk."""
+        ended = self.ended()
+        assert len(ended) == 1, self.stderr
+        assert "internal error" not in self.stderr, self.stderr
+        assert "gpudoctor/" not in self.stderr.replace("gpudoctor/agent/torch_hooks.py", ""), self.stderr
+        stem = self.reports()[0].name[: -len(".json")] if self.reports() else None
+        assert stem, f"no report in {self.out}: {self.stderr}"
+        for suffix in (".json", ".html", ".session.json"):
+            assert (self.out / f"{stem}{suffix}").is_file(), (suffix, list(self.out.iterdir()))
+
+
+def run_gpudoctor(args: list[str | bytes], out: Path, *, cwd: Path | None = None, env: dict | None = None,
+                  timeout: float = 120, stderr: Any = subprocess.PIPE) -> Run:
+    """`gpudoctor diagnose --quiet --out OUT/ ARGS...`; bytes arguments pass as they are
+    (non-UTF-8 paths)."""
+    command = [*GPUDOCTOR, "diagnose", "--quiet", "--out", f"{out}/", *args]
+    full_env = dict(os.environ, **(env or {}))
+    full_env.pop("PYTHONFAULTHANDLER", None)
+    proc = subprocess.run([os.fsencode(a) for a in command], stdout=subprocess.PIPE, stderr=stderr, cwd=cwd,
+                          timeout=timeout, stdin=subprocess.DEVNULL, env=full_env, check=False)
+    return Run(proc.returncode, _text(proc.stdout), _text(proc.stderr), out)
+
+
+def _text(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", "replace")
+
+
+@pytest.fixture
+def gd(tmp_path):
+    def run(*args: str | bytes, **kwargs: Any) -> Run:
+        return run_gpudoctor(list(args), tmp_path / "reports", **kwargs)
+
+    return run
+
+
+def cli(*args: str | bytes, timeout: float = 60, cwd: Path | None = None, stdin: Any = subprocess.DEVNULL,
+        env: dict | None = None) -> subprocess.CompletedProcess:
+    """Any gpudoctor command, in a subprocess, with a timeout: bad input must never hang."""
+    return subprocess.run([os.fsencode(a) for a in (*GPUDOCTOR, *args)], capture_output=True, timeout=timeout,
+                          cwd=cwd, stdin=stdin, check=False, env=dict(os.environ, **(env or {})))
