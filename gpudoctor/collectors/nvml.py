@@ -292,7 +292,7 @@ class NvmlSampler:
     def _finish(self) -> NvmlResult:
         nv = self._nv
         for dev in self._devices:
-            dev.flush()
+            dev.flush(self._max_samples)
             dev.close()
         if self._initialized:
             try:

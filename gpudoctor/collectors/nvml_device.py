@@ -245,9 +245,12 @@ class Device:
             self.samples = [merge(self.samples[i : i + 2]) for i in range(0, len(self.samples), 2)]
             self.stride *= 2
 
-    def flush(self) -> None:
+    def flush(self, max_samples: int | None = None) -> None:
         if self._pending:
-            self.samples.append(merge(self._pending))
+            tail = merge(self._pending)
+            if max_samples is not None and len(self.samples) >= max_samples:  # at the bound: fold in
+                tail = merge([self.samples.pop(), tail])
+            self.samples.append(tail)
             self._pending = []
 
     def close(self) -> None:

@@ -85,6 +85,20 @@ def gd(tmp_path):
     return run
 
 
+def main(*args: str) -> subprocess.CompletedProcess:
+    """`gpudoctor ARGS` in this process (fast); what `cli` returns. For input that cannot
+    hang: anything that might is run with `cli`, under a timeout."""
+    import contextlib
+    import io
+
+    from gpudoctor.cli import main as gpudoctor_main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = gpudoctor_main(list(args))
+    return subprocess.CompletedProcess(list(args), code, out.getvalue().encode(), err.getvalue().encode())
+
+
 def cli(*args: str | bytes, timeout: float = 60, cwd: Path | None = None, stdin: Any = subprocess.DEVNULL,
         env: dict | None = None) -> subprocess.CompletedProcess:
     """Any gpudoctor command, in a subprocess, with a timeout: bad input must never hang."""
