@@ -37,11 +37,13 @@ def loop_time(command: list[str]) -> float:
 
 def startup_ms(with_agent: bool, rounds: int) -> float:
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # measure as installed: bytecode cached
     times = []
     with tempfile.TemporaryDirectory() as session:
         if with_agent:
             env["PYTHONPATH"] = str(SITE)
             env["GPUDOCTOR_SESSION_DIR"] = session
+        subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)  # warm the caches
         for _ in range(rounds):
             start = time.perf_counter()
             subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
