@@ -11,7 +11,6 @@ import datetime
 import gzip
 import logging
 import shutil
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +22,7 @@ from gpudoctor.registry import load_checks
 from gpudoctor.report import build_report
 from gpudoctor.session import Session
 from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor
+from gpudoctor.supervisor import say as say_line
 
 if TYPE_CHECKING:
     from gpudoctor.output import OutputPaths, WrittenOutputs
@@ -65,10 +65,10 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str)
     try:
         session = result.session
         if not supervisor.reader.processes:
-            _say("gpudoctor: no Python process of the command was instrumented; "
+            say_line("gpudoctor: no Python process of the command was instrumented; "
                  "the report covers CPU/GPU sampling only")
         elif supervisor.uninstrumented:
-            _say(f"gpudoctor: {len(supervisor.uninstrumented)} Python process(es) of the command ran without the "
+            say_line(f"gpudoctor: {len(supervisor.uninstrumented)} Python process(es) of the command ran without the "
                  "agent (PYTHONPATH or the environment replaced); the report says which")
         _announce_end(session, supervisor.escalated)
         return finish(session, args, plan, trace=result.trace_path, stopped_by_us=session.stop_reason in ("duration", "steps"))
@@ -78,16 +78,6 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str)
 
 def supervisor_cleanup(supervisor: Supervisor) -> None:
     shutil.rmtree(supervisor.workdir, ignore_errors=True)
-
-
-def _say(message: str) -> None:
-    """One line on stderr; a closed or full stderr never costs the report."""
-    if sys.stderr is None:  # started with stderr closed: print() would fall back to stdout
-        return
-    try:
-        print(message, file=sys.stderr, flush=True)
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def _announce_end(session: Session, escalated: list[str] | None = None) -> None:
@@ -111,7 +101,7 @@ def _announce_end(session: Session, escalated: list[str] | None = None) -> None:
         what = f"exited with code {code}"
     if escalated and code in (137, 143):
         what += f" (it ignored SIGINT: ended by {'SIGKILL' if code == 137 else 'SIGTERM'})"
-    _say(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; writing the report")
+    say_line(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; writing the report")
 
 
 def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | None = None,
@@ -175,14 +165,14 @@ def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: byte
             first = first or exc
             continue
         if first is not None:
-            _say(f"gpudoctor: warning: {first}; the reports were written to {directory} instead")
+            say_line(f"gpudoctor: warning: {first}; the reports were written to {directory} instead")
         if plan.json_copy is not None and "json" in written.files:
             from gpudoctor.output import _write_copy
 
             try:
                 written.files["json_copy"] = _write_copy(plan.json_copy, written.files["json"].read_bytes(), plan.force)
             except (GpudoctorError, OSError) as exc:
-                _say(f"gpudoctor: warning: the --json copy was not written: {exc}")
+                say_line(f"gpudoctor: warning: the --json copy was not written: {exc}")
         return written, None
     return None, first
 

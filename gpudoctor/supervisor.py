@@ -160,12 +160,12 @@ class Supervisor:
     def _on_sigint(self, signum: int, frame: object) -> None:
         self.interrupts += 1
         if self.interrupts >= 2:
-            _say("\ngpudoctor: second Ctrl-C: stopping the workload now")
+            say("\ngpudoctor: second Ctrl-C: stopping the workload now")
             self.stop_reason = "interrupted"
             self.escalated.append("SIGKILL")
             self._kill_tree()
             return
-        _say("\ngpudoctor: Ctrl-C: stopping the workload, the report follows (Ctrl-C again to stop now)")
+        say("\ngpudoctor: Ctrl-C: stopping the workload, the report follows (Ctrl-C again to stop now)")
         if self.stop_reason is None:
             self.stop_reason = "interrupted"
             self._mark_stop()
@@ -187,12 +187,12 @@ class Supervisor:
         grace = self.options.grace_s
         if self.escalation == 0 and waited > grace:
             self.escalation = 1
-            _say(f"gpudoctor: workload still running {grace:g}s after SIGINT; sending SIGTERM")
+            say(f"gpudoctor: workload still running {grace:g}s after SIGINT; sending SIGTERM")
             self.escalated.append("SIGTERM")
             self._signal(signal.SIGTERM)
         elif self.escalation == 1 and waited > grace * 1.5:
             self.escalation = 2
-            _say("gpudoctor: workload still running; sending SIGKILL")
+            say("gpudoctor: workload still running; sending SIGKILL")
             self.escalated.append("SIGKILL")
             self._kill_tree()
 
@@ -424,7 +424,7 @@ def _foreground_tty() -> bool:
         return False
 
 
-def _say(message: str) -> None:
+def say(message: str) -> None:
     """A line for the user on stderr; a closed or full stderr never costs the report."""
     if sys.stderr is None:  # started with stderr closed: print() would fall back to stdout
         return
