@@ -112,7 +112,7 @@ def run(session: Session) -> list[Finding]:
     if total:
         parts.append(f"Device: {fmt(total)}; reserved {shown.reserved_bytes / total:.0%} of it.")
     severity = "warning" if retries or tight else "info"
-    title = (f"Allocator retried {retries} allocation(s) (fragmentation)" if retries
+    title = (f"Allocator retried {retries} allocation(s), flushing its cache each time" if retries
              else f"Allocator fragmentation: {frag:.0%} of reserved memory is split and unused")
     evidence = {
         "num_alloc_retries": Evidence(retries, "retries", "whole run", "allocation retries"),

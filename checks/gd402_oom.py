@@ -26,7 +26,8 @@ How it is measured
     moment of the failure; ``num_ooms`` in every snapshot.
 
 Thresholds, and where they come from
-    - reserved-but-unallocated memory plus the device's free memory >= the failed
+    - reserved-but-unallocated memory plus the free memory the process could still
+      take (the device's, within a per-process cap when one is set) >= the failed
       request: fragmentation decided it. Before failing, the allocator frees its
       cached whole segments and retries; only split segments stay, so the memory
       existed but not in one piece (PyTorch's own message says "if reserved but
@@ -65,6 +66,7 @@ _PATTERNS = {  # PyTorch >= 2.1 wording first, then the older one
     "allocated": [rf"{_SIZE} is allocated by PyTorch", rf"{_SIZE} already allocated"],
     "unallocated": [rf"{_SIZE} is reserved by PyTorch but unallocated"],
     "reserved": [rf"{_SIZE} reserved in total by PyTorch"],
+    "allowed": [rf"{_SIZE} allowed"],  # a per-process cap (set_per_process_memory_fraction)
 }
 
 
@@ -80,6 +82,7 @@ class OomFacts:
     reserved: int | None = None
     free: int | None = None
     total: int | None = None
+    allowed: int | None = None  # the process's cap, when one was set
     inactive_split: int | None = None
     expandable: bool | None = None
     message: str | None = None
@@ -89,6 +92,14 @@ class OomFacts:
         if self.reserved is None or self.allocated is None:
             return None
         return max(0, self.reserved - self.allocated)
+
+    @property
+    def obtainable(self) -> int | None:
+        """What the process could still have taken from CUDA: the device's free memory, within its cap."""
+        if self.allowed is None or self.reserved is None:
+            return self.free
+        headroom = max(0, self.allowed - self.reserved)
+        return headroom if self.free is None else min(self.free, headroom)
 
 
 def parse_oom_message(text: str) -> dict[str, int]:
@@ -121,7 +132,7 @@ def oom_facts(session: Session) -> OomFacts | None:
         return None
     facts = OomFacts(uncaught=bool(uncaught), count=max(counted, len(observed), 1))
     if at_oom:
-        snap = at_oom[-1]
+        snap = _snapshot_at_failure(at_oom, observed)
         facts.requested = snap.requested_bytes
         facts.allocated, facts.reserved = snap.allocated_bytes, snap.reserved_bytes
         facts.inactive_split = snap.inactive_split_bytes
@@ -139,6 +150,7 @@ def oom_facts(session: Session) -> OomFacts | None:
         facts.requested = facts.requested or parsed.get("requested")
         facts.total = facts.total or parsed.get("total")
         facts.free = facts.free if facts.free is not None else parsed.get("free")
+        facts.allowed = parsed.get("allowed")
         if facts.allocated is None and "allocated" in parsed:
             facts.allocated = parsed["allocated"]
             reserved = parsed.get("reserved")
@@ -154,18 +166,29 @@ def oom_facts(session: Session) -> OomFacts | None:
     return facts
 
 
+def _snapshot_at_failure(at_oom: list[AllocatorSnapshot], observed: list[ErrorEvent]) -> AllocatorSnapshot:
+    """The snapshot of the failure itself, not one taken after the exception unwound and freed tensors."""
+    if observed:
+        t = observed[-1].t
+        after = [s for s in at_oom if t is not None and s.t >= t - 0.05]
+        if after:
+            return min(after, key=lambda s: s.t)
+    return at_oom[-1]
+
+
 def cause(facts: OomFacts) -> str:
     """fragmentation | both | capacity | unknown
 
     Before failing, the allocator releases its cached whole segments and retries; what
     it cannot release are split segments. So when the cached-but-unused memory plus
     the device's free memory covered the request, the memory existed but not in one
-    piece: fragmentation decided the OOM.
+    piece: fragmentation decided the OOM. Under a per-process cap, the free memory
+    that counts is what the cap still allows.
     """
     unused = facts.cached_unused
     if unused is None or not facts.reserved:
         return "unknown"
-    if facts.requested is not None and unused + (facts.free or 0) >= facts.requested:
+    if facts.requested is not None and unused + (facts.obtainable or 0) >= facts.requested:
         return "fragmentation"
     if unused >= FRAGMENTATION_CONTRIBUTED * facts.reserved:
         return "both"
@@ -198,12 +221,15 @@ def run(session: Session) -> list[Finding]:
         numbers.append(f"{fmt(facts.reserved)} reserved by PyTorch")
     if facts.total is not None:
         free = f", {fmt(facts.free)} free" if facts.free is not None else ""
-        numbers.append(f"on a device of {fmt(facts.total)}{free}")
+        cap = f" (this process capped at {fmt(facts.allowed)})" if facts.allowed is not None else ""
+        numbers.append(f"on a device of {fmt(facts.total)}{cap}{free}")
     batch = f" at batch size {session.batch_size}" if session.batch_size else ""
     parts = [f"The run ran out of GPU memory{batch} ({how})" + (": " + ", ".join(numbers) if numbers else "") + "."]
     unused = facts.cached_unused
     if kind == "fragmentation":
-        free = f" (plus {fmt(facts.free)} free on the device)" if facts.free else ""
+        more = facts.obtainable
+        where = "within the process's cap" if facts.allowed is not None else "free on the device"
+        free = f" (plus {fmt(more)} {where})" if more else ""
         parts.append(f"{fmt(unused)} was reserved but unallocated{free}, enough for the request: the memory "
                      "existed but not in one piece. Fragmentation decided this OOM.")
     elif kind == "both":
@@ -222,6 +248,7 @@ def run(session: Session) -> list[Finding]:
                               ("reserved_unallocated", unused, "reserved but unallocated at the OOM"),
                               ("inactive_split", facts.inactive_split, "inactive split blocks at the OOM"),
                               ("device_free", facts.free, "free on the device at the OOM"),
+                              ("allowed", facts.allowed, "the process's memory cap"),
                               ("device_total", facts.total, "device memory")):
         if value is not None:
             evidence[key] = Evidence(round(value / 2**30, 3), "GiB", "at the out-of-memory error", label)
@@ -232,6 +259,7 @@ def run(session: Session) -> list[Finding]:
         message=" ".join(parts),
         evidence=evidence,
         remedy=_remedy(kind, facts.expandable),
+        ended_run=facts.uncaught,
     )]
 
 

@@ -103,7 +103,7 @@ def order(findings: list[Finding]) -> list[Finding]:
         return (
             f.consequence_of is not None,
             f.severity == "info",
-            f.stage,
+            0 if f.ended_run else f.stage,  # a crash comes first, whatever stage its check has
             -(f.estimated_gain or 1.0),
             -severity_rank(f.severity),
             f.id,

@@ -133,20 +133,30 @@ def _outside_profile(session: Session, samples: list) -> list:
     return kept if len(kept) >= 3 else samples
 
 
-def samples_in(samples: list, window: tuple[float, float] | None) -> list:
+def samples_in(samples: list, window: tuple[float, float] | None, interval_s: float | None = None) -> list:
+    """The samples that measured some of `window` (all of them when there is no window).
+
+    A sample taken at t reports the interval (t - interval_s, t]: utilization and CPU
+    percentages are averages since the previous sample. A window shorter than the
+    interval may hold no sample at all; then only the one sample that straddles it
+    counts, never the whole run (start-up and teardown are idle, and would pass for
+    a measurement of the steady state).
+    """
     if window is None:
         return list(samples)
     lo, hi = window
-    inside = [s for s in samples if lo <= s.t <= hi]
-    return inside or list(samples)
+    reach = interval_s or 0.0
+    return [s for s in samples if s.t >= lo and (s.t <= hi or s.t - reach < hi)]
 
 
 def cpu_samples_steady(session: Session) -> list[CpuSample]:
-    return _outside_profile(session, samples_in(session.cpu_samples, steady_window(session)))
+    window = steady_window(session)
+    return _outside_profile(session, samples_in(session.cpu_samples, window, session.cpu_sample_interval_s))
 
 
 def gpu_samples_steady(session: Session) -> list[GpuSample]:
-    return _outside_profile(session, samples_in(session.gpu_samples, steady_window(session)))
+    window = steady_window(session)
+    return _outside_profile(session, samples_in(session.gpu_samples, window, session.gpu_sample_interval_s))
 
 
 def gpu_metric_mean(samples: list[GpuSample], attr: str) -> float | None:

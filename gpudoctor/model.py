@@ -59,6 +59,8 @@ class Finding:
     evidence: dict[str, Evidence] = field(default_factory=dict)
     remedy: Remedy | None = None
     estimated_gain: float | None = None  # upper bound on speedup (x), None when unknown
+    # this is why the run stopped (an uncaught OOM, say): ranked first, with GD001's stage
+    ended_run: bool = False
     id: str = ""
     stage: int = 0
     # set by the engine when another finding explains this one

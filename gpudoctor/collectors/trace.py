@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 MAX_TRACE_BYTES = 1 << 30  # uncompressed; parsed JSON costs several times that in memory
 KERNEL_TO_KERNEL_GAP_US = 30.0  # HTA: shorter gaps are the cost of launching back to back
 SHORT_LAUNCH_MAX_US = 50.0  # HTA: longer launch calls are outliers, not short-kernel evidence
+AGENT_FRAME = "gpudoctor/agent/"  # Python frames of gpudoctor's agent inside the workload
 SMALL_COPY_BYTES = 64 * 1024  # Nsight Systems ignores synchronous H2D copies below this size
 SYNC_SLACK_US = 10.0  # host and GPU clocks agree to a few us only
 TOP_N = 10
@@ -360,14 +361,20 @@ class _TraceStats:
         for thread, ts, dur, api in self.syncs:
             by_thread[thread].append((ts, dur, api))
         sites: dict[tuple[str, str | None], list[float]] = {}
+        kept: list[tuple[Any, float, float, str]] = []
         for thread, syncs in by_thread.items():
             syncs.sort()
             around = _enclosing(self.around.get(thread, []), [ts for ts, _, _ in syncs])
-            for (_, dur, api), enclosing in zip(syncs, around):
+            for (ts, dur, api), enclosing in zip(syncs, around):
+                frames = [i[3] for i in enclosing if i[2]]
+                if any(AGENT_FRAME in frame.replace("\\", "/") for frame in frames):
+                    continue  # gpudoctor's own (closing the profiler window), not the workload's
+                kept.append((thread, ts, dur, api))
                 label = next((i[3] for i in enclosing if not i[2] and i[3].startswith("aten::")), api)
-                stat = sites.setdefault((label, _site([i[3] for i in enclosing if i[2]])), [0, 0.0])
+                stat = sites.setdefault((label, _site(frames)), [0, 0.0])
                 stat[0] += 1
                 stat[1] += dur
+        self.syncs = kept
         out.sync_count = len(self.syncs)
         out.sync_total_us = round(float(sum(s[2] for s in self.syncs)), 3)
         ranked = sorted(sites.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:TOP_N]

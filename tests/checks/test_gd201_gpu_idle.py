@@ -92,3 +92,18 @@ def test_skipped_with_too_few_samples():
 def test_skipped_in_mig_mode_without_any_activity_value():
     outcome, _ = run_check(CHECK, session_with(make_gpu_samples(10, memory_used_bytes=GIB)))
     assert outcome.status == "skipped" and "MIG" in (outcome.reason or "")
+
+
+def test_steps_shorter_than_the_sample_interval_are_not_judged_on_start_up_samples():
+    # seen on the H200 (oom workload): 9.5 s of CUDA start-up at 0%, then all steps within 0.1 s
+    idle_start = make_gpu_samples(38, interval_s=0.25, util_percent=0.0, sm_activity=0.0)  # t = 0.25 .. 9.5
+    busy = make_gpu_samples(1, interval_s=0.25, start_t=9.5, util_percent=90.0, sm_activity=80.0)  # 9.75
+    idle_end = make_gpu_samples(2, interval_s=0.25, start_t=9.75, util_percent=0.0, sm_activity=0.0)
+    steps = make_steps(15, 0.007, start_t=9.52)  # 9.527 .. 9.625
+    session = session_with(idle_start + busy + idle_end, steps=steps, warmup_steps=2, gpu_sample_interval_s=0.25)
+    from gpudoctor import metrics
+
+    # only the sample that straddles the steps measured them; never the whole run
+    assert [s.t for s in metrics.gpu_samples_steady(session)] == [9.75]
+    outcome, _ = run_check(CHECK, session)
+    assert outcome.status == "skipped" and "too few" in (outcome.reason or "")

@@ -30,7 +30,7 @@ def test_allocation_retries_are_a_warning_with_expandable_segments():
     assert outcome.status == "finding"
     (f,) = findings
     assert f.severity == "warning"
-    assert f.title == "Allocator retried 3 allocation(s) (fragmentation)"
+    assert f.title == "Allocator retried 3 allocation(s), flushing its cache each time"
     assert "synchronisation" in f.message
     assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in (f.remedy.code or "")
     assert f.evidence["num_alloc_retries"].value == 3

@@ -150,3 +150,47 @@ def test_fragmentation_finding_explains_the_oom():
     frag = next(f for f in result.findings if f.id == "GD401")
     assert oom.consequence_of is None and frag.consequence_of == "GD402"
     assert "fragment" in oom.message.lower()
+
+
+CAPPED_MESSAGE = (  # torch 2.11 on an H200 with set_per_process_memory_fraction(0.10)
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which "
+    "126.87 GiB is free. Including non-PyTorch memory, this process has 12.93 GiB memory in use. 13.98 GiB "
+    "allowed; Of the allocated memory 12.19 GiB is allocated by PyTorch, and 991.00 KiB is reserved by "
+    "PyTorch but unallocated."
+)
+
+
+def test_a_per_process_cap_puts_the_device_free_memory_out_of_reach():
+    (f,) = run(oom_session([oom_error(CAPPED_MESSAGE)], exit_code=1))
+    assert f.evidence["allowed"].value == 13.98
+    assert f.evidence["cause"].value == "capacity"  # 127 GiB free on the device, but 1.8 GiB within the cap
+    assert "capped at 14.0 GiB" in f.message
+
+
+def test_under_a_cap_cached_memory_plus_the_caps_headroom_is_fragmentation():
+    message = CAPPED_MESSAGE.replace("12.19 GiB is allocated", "9.00 GiB is allocated").replace(
+        "991.00 KiB is reserved", "1.50 GiB is reserved")
+    (f,) = run(oom_session([oom_error(message)], exit_code=1))
+    # 1.5 GiB cached unused + (13.98 - 10.5) GiB the cap still allows >= 2 GiB
+    assert f.evidence["cause"].value == "fragmentation"
+    assert "within the process's cap" in f.message
+
+
+def test_the_snapshot_of_the_failure_wins_over_the_one_after_unwinding():
+    at_failure = oom_snapshot(allocated=12, reserved=12.2, requested=None)
+    unwound = oom_snapshot(allocated=8, reserved=12.2, requested=None)
+    unwound.t = 12.02
+    (f,) = run(oom_session([observed(2 * GIB, 0), oom_error()], allocator=[at_failure, unwound], exit_code=1))
+    assert f.evidence["allocated"].value == 12.0
+
+
+def test_an_oom_that_ended_the_run_comes_before_earlier_stages():
+    from gpudoctor.checks import gd304_fp32_matmul as gd304  # stage 3, ranked before stage 4 otherwise
+    from gpudoctor.session import ProfileSummary
+
+    profile = ProfileSummary(steps=5, window_s=1.0, kernel_count=100, kernel_total_us=900_000.0,
+                             gpu_busy_us=950_000.0, gpu_idle_us=50_000.0, matmul_fp32_us=800_000.0,
+                             matmul_total_us=800_000.0, matmul_tensor_core_us=0.0, tf32_enabled=False)
+    session = oom_session([oom_error()], exit_code=1, profile=profile)
+    result = run_checks(session, [gd304.CHECK, CHECK])
+    assert [f.id for f in result.findings][:2] == ["GD402", "GD304"], [(f.id, f.severity) for f in result.findings]

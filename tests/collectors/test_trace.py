@@ -274,6 +274,17 @@ def test_syncs_are_counted_named_after_their_operator_and_placed_in_user_code():
     assert s.idle_gap_host_wait_us == pytest.approx(2 * 90.0 + 610.0)  # each launched after the GPU ran dry
 
 
+def test_the_agents_own_sync_closing_the_window_is_not_the_workloads():
+    # seen on the H200: the profiler's stop() synchronises once, called from gpudoctor's agent
+    t = _sync_trace()
+    t.frame("train.py(3): <module>", 2100.0, 100.0)
+    t.frame("/venv/site-packages/gpudoctor/agent/profiler.py(82): stop", 2101.0, 90.0)
+    t.api("cudaDeviceSynchronize", 2105.0, 30.0)
+    s = summarize_trace(t.data(), steps=2)
+    assert s.sync_count == 3 and s.sync_total_us == pytest.approx(165 * 2 + 20)
+    assert all("agent" not in (site.site or "") for site in s.sync_sites)
+
+
 def test_gaps_while_a_sync_waits_for_queued_work_are_not_blamed_on_the_sync():
     t = TraceBuilder()
     c1, c2 = t.launch(0.0, 5.0), t.launch(6.0, 5.0)

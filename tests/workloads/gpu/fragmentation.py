@@ -1,8 +1,11 @@
 """GPU workload: allocations of varying sizes with interleaved lifetimes, under a memory cap.
 
-Known answer: GD401 (inactive split memory / allocation retries). The cap
-(set_per_process_memory_fraction) makes a 141 GB GPU behave like a ~7 GB one, so the
-allocator must retry (free cached blocks) to satisfy requests.
+Known answer: GD401 (allocation retries, fragmentation). The cap
+(set_per_process_memory_fraction(0.05)) makes a 141 GB GPU behave like a ~7 GB one.
+Each step keeps a few tensors of random size (64 MiB to 1.5 GiB) alive and frees a
+random one, the way variable-length batches without bucketing do; the cached
+segments split into pieces that later, larger requests do not fit, so the allocator
+must free its cache and retry. TF32 is on so that the matmuls are not a second problem.
 """
 
 import random
@@ -10,28 +13,29 @@ import random
 import torch
 
 STEPS = 150
+LIVE = 6
 
 
 def main():
+    torch.backends.cuda.matmul.allow_tf32 = True
     torch.cuda.set_per_process_memory_fraction(0.05)
     device = torch.device("cuda")
     rng = random.Random(0)
     model = torch.nn.Linear(1024, 1024).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     kept = []
-    for step in range(STEPS):
-        # activations of varying sequence length, as in NLP batches without bucketing
-        rows = rng.choice([1, 3, 7, 13, 29, 61, 127]) * 1024
+    for _ in range(STEPS):
+        rows = rng.choice([1, 3, 7, 13, 29, 61]) * 1024  # activations of varying sequence length
         x = torch.randn(rows, 1024, device=device)
         loss = model(x).square().mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        kept.append(torch.empty(rng.randint(1, 400) * 2**20, dtype=torch.uint8, device=device))
-        if len(kept) > 8:
+        kept.append(torch.empty(rng.randint(64, 1536) * 2**20, dtype=torch.uint8, device=device))
+        if len(kept) > LIVE:
             kept.pop(rng.randrange(len(kept)))
     torch.cuda.synchronize()
-    print("done")
+    print("done", torch.cuda.memory_stats().get("num_alloc_retries"))
 
 
 if __name__ == "__main__":

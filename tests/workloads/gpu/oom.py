@@ -9,6 +9,7 @@ import torch
 
 def main():
     torch.cuda.set_per_process_memory_fraction(0.10)
+    torch.backends.cuda.matmul.allow_tf32 = True  # one known problem only: no fp32 matmul finding
     device = torch.device("cuda")
     model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 4096)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
