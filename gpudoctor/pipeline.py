@@ -50,6 +50,8 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str)
         profile=not args.no_profile,
         profile_warmup_steps=args.warmup_steps,
         profile_steps=args.profile_steps,
+        profile_no_step_after_s=args.stepless_after,
+        profile_time_window_s=args.stepless_window,
         data_paths=list(args.data),
         scratch_dirs=[str(plan.directory)],
     )

@@ -52,6 +52,8 @@ class RunOptions:
     profile: bool = True
     profile_warmup_steps: int = 5
     profile_steps: int = 10
+    profile_no_step_after_s: float = 10.0
+    profile_time_window_s: float = 3.0
     data_paths: list[str] = field(default_factory=list)  # dataset locations given with --data
     live_status: bool | None = None  # None: when stderr is a terminal
     # where the session directory may go when the temporary directory cannot take it
@@ -104,6 +106,8 @@ class Supervisor:
                 "profile": self.options.profile,
                 "profile_warmup_steps": self.options.profile_warmup_steps,
                 "profile_steps": self.options.profile_steps,
+                "profile_no_step_after_s": self.options.profile_no_step_after_s,
+                "profile_time_window_s": self.options.profile_time_window_s,
             }
         )
         return env
@@ -387,8 +391,9 @@ def _apply_profile(profiles: list[dict], workdir: Path, session: Session, t0: fl
         if errors:
             session.unavailable["profile"] = errors[0]
         elif session.torch_cuda_used and "steps" in session.unavailable:
-            session.unavailable["profile"] = ("no step boundaries, so no profiler window (it opens after the "
-                                              "warm-up steps; mark steps with gpudoctor.step())")
+            session.unavailable["profile"] = ("no step boundaries, and the run ended before the time-bounded "
+                                              "window (--stepless-after after CUDA started); mark steps with "
+                                              "gpudoctor.step()")
         elif session.torch_cuda_used:
             session.unavailable["profile"] = "the profiler window did not complete (fewer steps than warm-up + window?)"
         else:

@@ -30,6 +30,8 @@ DEFAULT_CONFIG = {
     "profile_warmup_steps": 5,  # steps before the window opens
     "profile_steps": 10,  # steps in the window
     "profile_max_window_s": 20.0,  # hard cap on a step-driven window
+    "profile_no_step_after_s": 10.0,  # no step this long after CUDA started: a time-bounded window
+    "profile_time_window_s": 3.0,  # length of that window
     "step_events_max": 2000,  # individual step events per source, then per-second aggregates
 }
 

@@ -8,8 +8,17 @@ The window opens and closes only on the thread that runs the steps, inside a ste
 boundary. Never from the agent's own thread: on an H200, starting Kineto from
 another thread aborted the process ("External init callback must run in same
 thread as registerClient"), and importing torch.profiler there raced the
-workload's own imports. Runs without step boundaries get no window (they can
-call gpudoctor.step()).
+workload's own imports.
+
+Runs without step boundaries (an inference loop with no DataLoader and no
+optimizer) get a time-bounded window instead: when no step has shown up
+`profile_no_step_after_s` after CUDA started, the agent's thread adds a global
+module forward pre-hook, and the window opens at the workload's next module
+forward, on the workload's thread, and closes at the first forward after
+`profile_time_window_s`. The hook then removes itself. A step that shows up while
+that window runs discards it (the step-driven window takes over). Programs that
+use torch.compile get no time-bounded window: a global module hook would change
+what dynamo traces.
 """
 
 import os
@@ -34,6 +43,10 @@ class ProfilerWindow:
         self.start_wall = 0.0
         self.created = time.time()
         self.thread_ident = None
+        self.no_step_after = float(config.get("profile_no_step_after_s", 10.0))
+        self.time_window = float(config.get("profile_time_window_s", 3.0))
+        self.cuda_seen = None  # when the agent's thread first saw CUDA initialized
+        self.watch = None  # the forward pre-hook's handle, while installed
 
     def _primary(self):
         count = self.hooks.steps.count
@@ -43,6 +56,8 @@ class ProfilerWindow:
         return None
 
     def on_step(self, source, n):
+        if self.state == self.RUNNING and self.source == "time":
+            self.stop("superseded", keep=False)  # the run has steps after all: profile those
         if self.state == self.DONE or source != self._primary():
             return
         if self.state == self.IDLE:
@@ -75,11 +90,52 @@ class ProfilerWindow:
             prof = profile(activities=activities, record_shapes=False, with_stack=True)
             prof.start()
             self.prof = prof
+            self.start_wall = time.time()  # the window begins once tracing runs (starting it takes a while)
         except Exception as exc:
             self.state = self.DONE
             self.hooks.agent.emit("profile", error="profiler failed to start: %s: %s" % (type(exc).__name__, exc))
 
-    def stop(self, why):
+    # -- runs without step boundaries ---------------------------------------------
+    def poll(self):
+        """On the agent's thread: add the forward hook once a stepless run is due a window."""
+        if self.state != self.IDLE or self.watch is not None or self._primary() is not None:
+            return
+        if not self.hooks.cuda_initialized():
+            return
+        now = time.time()
+        if self.cuda_seen is None:
+            self.cuda_seen = now
+        if now - self.cuda_seen < self.no_step_after:
+            return
+        if getattr(self.hooks, "compile_used", False):
+            self.state = self.DONE
+            self.hooks.agent.emit("profile", error="no step boundaries, and the workload uses torch.compile: no "
+                                  "time-bounded window (mark steps with gpudoctor.step())")
+            return
+        from torch.nn.modules import module
+
+        # one dict insert under the GIL: the workload's thread copies the hooks before calling them
+        self.watch = module.register_module_forward_pre_hook(self._on_forward)
+
+    def _on_forward(self, module, args):
+        if self.state == self.IDLE:
+            if self._primary() is not None:
+                self._unwatch()
+            else:
+                self.start("time", 0)
+        elif self.state == self.RUNNING:
+            if self.source == "time" and time.time() - self.start_wall >= self.time_window:
+                self.stop("time")
+        else:
+            self._unwatch()
+        return None
+
+    def _unwatch(self):
+        watch, self.watch = self.watch, None
+        if watch is not None:
+            watch.remove()
+
+    def stop(self, why, keep=True):
         if self.state != self.RUNNING or self.prof is None:
             return
         if threading.get_ident() != self.thread_ident:
@@ -88,8 +144,15 @@ class ProfilerWindow:
             self.state = self.DONE
             self.hooks.agent.emit("profile", error="the profiler window could not be closed on its own thread")
             return
-        self.state = self.DONE
+        self.state = self.DONE if keep else self.IDLE
+        self._unwatch()
         prof, self.prof = self.prof, None
+        if not keep:
+            try:
+                prof.stop()
+            except Exception:
+                self.state = self.DONE
+            return
         end_wall = time.time()
         steps = 0
         if self.source in ("explicit", "optimizer", "loader"):

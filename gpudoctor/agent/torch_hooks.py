@@ -33,12 +33,14 @@ class TorchHooks:
         self.profiler = None
         self.finished = False
         self.worker_pid = None
+        self.compile_used = False  # torch.compile was called (the profiler window keeps out of its way)
 
     # -- installation ----------------------------------------------------------
     def install(self):
         agent = self.agent
         for name, fn in (("dataloader", self._patch_dataloader), ("fetchers", self._patch_fetchers),
-                         ("optimizer", self._patch_optimizer), ("oom_observer", self._attach_oom_observer)):
+                         ("optimizer", self._patch_optimizer), ("oom_observer", self._attach_oom_observer),
+                         ("compile", self._watch_compile)):
             try:
                 fn()
             except Exception as exc:
@@ -127,6 +129,21 @@ class TorchHooks:
                 return fetch
 
             cls.fetch = make(orig)
+
+    def _watch_compile(self):
+        """Note that torch.compile was called (Module.compile calls it too); it behaves as before."""
+        import functools
+
+        torch = self.torch
+        original = torch.compile
+        hooks = self
+
+        @functools.wraps(original)
+        def compile(*args, **kwargs):
+            hooks.compile_used = True
+            return original(*args, **kwargs)
+
+        torch.compile = compile
 
     def _patch_optimizer(self):
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -279,6 +296,12 @@ class TorchHooks:
         if self._in_worker():
             return
         self._report_cuda()
+        profiler = self.profiler
+        if profiler is not None:
+            try:
+                profiler.poll()
+            except Exception as exc:
+                self.agent.error("profiler_poll", exc)
 
     def _in_worker(self):
         try:

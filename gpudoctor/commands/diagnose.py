@@ -52,6 +52,11 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="steps in the profiler window (default 10)")
     g.add_argument("--warmup-steps", type=non_negative_int, default=5, metavar="N",
                    help="steps before the profiler window opens (default 5)")
+    g.add_argument("--stepless-after", type=positive_float, default=10.0, metavar="SECONDS",
+                   help="a run with no step boundary gets a time-bounded profiler window this long after "
+                        "CUDA starts (default 10)")
+    g.add_argument("--stepless-window", type=positive_float, default=3.0, metavar="SECONDS",
+                   help="length of that time-bounded window (default 3)")
     g.add_argument("--data", action="append", default=[], metavar="PATH",
                    help="dataset location to probe (found automatically when the Dataset has a root path)")
 

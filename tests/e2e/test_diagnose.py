@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -182,3 +183,31 @@ def test_ignore_silences_a_check(diagnose):
     assert run.returncode == 0, run.stderr
     assert run.finding("GD102") is None and run.finding("GD101") is None
     assert run.outcome("GD102")["reason"].startswith("ignored")
+
+
+def test_a_run_without_step_boundaries_gets_a_time_bounded_profiler_window(diagnose):
+    run = diagnose("--interval", "0.2", "--stepless-after", "1", "--stepless-window", "1",
+                   str(WORKLOADS / "stepless_infer.py"), "10", "--fake-cuda")
+    assert run.returncode == 0, run.stderr
+    assert "inferences" in run.stdout
+    [session_path] = run.out.glob("*.session.json")
+    session = json.loads(session_path.read_text())
+    profile = session["profile"]
+    assert profile is not None, session["unavailable"]
+    length = profile["window_end_s"] - profile["window_start_s"]
+    # opened at a forward >= 1 s after "CUDA" started (starting Kineto takes seconds on a small CPU
+    # box), closed at the first forward 1 s later, long before the loop ends
+    assert 0.9 <= length <= 3.0, profile
+    assert profile["window_start_s"] >= 1.0
+    assert (run.out / profile["trace_file"]).is_file()
+
+
+def test_no_time_bounded_window_under_torch_compile(diagnose):
+    run = diagnose("--interval", "0.2", "--stepless-after", "1", "--stepless-window", "1",
+                   str(WORKLOADS / "stepless_infer.py"), "4", "--fake-cuda", "--compile")
+    assert run.returncode == 0, run.stderr
+    assert "inferences" in run.stdout  # torch.compile, wrapped by the agent, still compiled and ran
+    [session_path] = run.out.glob("*.session.json")
+    session = json.loads(session_path.read_text())
+    assert session["profile"] is None
+    assert "torch.compile" in session["unavailable"]["profile"]
