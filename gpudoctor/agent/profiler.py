@@ -14,7 +14,7 @@ Runs without step boundaries (an inference loop with no DataLoader and no
 optimizer) get a time-bounded window instead: when no step has shown up
 `profile_no_step_after_s` after CUDA started, the agent's thread adds a global
 module forward pre-hook, and the window opens at the workload's next module
-forward, on the workload's thread, and closes at the first forward after
+forward on the main thread, and closes at the first forward there after
 `profile_time_window_s`. The hook then removes itself. A step that shows up while
 that window runs discards it (the step-driven window takes over). Programs that
 use torch.compile get no time-bounded window: a global module hook would change
@@ -24,6 +24,8 @@ what dynamo traces.
 import os
 import threading
 import time
+
+MAIN_THREAD = threading.main_thread().ident
 
 
 class ProfilerWindow:
@@ -118,6 +120,10 @@ class ProfilerWindow:
         self.watch = module.register_module_forward_pre_hook(self._on_forward)
 
     def _on_forward(self, module, args):
+        # only the main thread's forwards open and close it: replicas of DataParallel run
+        # forwards on helper threads, where a window could not be closed again
+        if threading.get_ident() != MAIN_THREAD:
+            return None
         if self.state == self.IDLE:
             if self._primary() is not None:
                 self._unwatch()

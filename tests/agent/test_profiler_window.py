@@ -93,3 +93,18 @@ def test_a_run_with_steps_never_installs_the_hook(hooks):
     window = ProfilerWindow(hooks)
     window.poll()
     assert window.watch is None and window.state == window.IDLE
+
+
+def test_forwards_on_other_threads_neither_open_nor_close_the_window(hooks):
+    import threading
+
+    window = ProfilerWindow(hooks)
+    window.poll()
+    helper = threading.Thread(target=forward_for, args=(0.1,))  # as DataParallel's replicas run
+    helper.start()
+    helper.join()
+    assert window.state == window.IDLE
+    MODEL(torch.ones(2, 8))  # the main thread's next forward opens it
+    assert window.state == window.RUNNING
+    window.stop("exit")
+    assert window.state == window.DONE and window.watch is None
