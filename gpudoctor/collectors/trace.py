@@ -34,12 +34,9 @@ Python frames and operators around synchronisations) and dropped.
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import logging
 import math
 import statistics
-import zlib
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -57,11 +54,16 @@ from gpudoctor.collectors.kineto_names import (  # noqa: F401  (public names re-
     copy_kind,
     frame_kind,
 )
+from gpudoctor.collectors.trace_file import (  # noqa: F401  (public names re-exported)
+    MAX_TRACE_BYTES,
+    TraceError,
+    load_trace,
+    trace_events,
+)
 from gpudoctor.session import KernelStat, ProfileSummary, SyncSite
 
 log = logging.getLogger(__name__)
 
-MAX_TRACE_BYTES = 1 << 30  # uncompressed; parsed JSON costs several times that in memory
 KERNEL_TO_KERNEL_GAP_US = 30.0  # HTA: shorter gaps are the cost of launching back to back
 SHORT_LAUNCH_MAX_US = 50.0  # HTA: longer launch calls are outliers, not short-kernel evidence
 AGENT_FRAME = "gpudoctor/agent/"  # Python frames of gpudoctor's agent inside the workload
@@ -76,58 +78,6 @@ HIST_BUCKETS: tuple[tuple[float, str], ...] = (
 _GPU_CATEGORIES = {"kernel": "k", "gpu_memcpy": "c", "memcpy": "c", "gpu_memset": "s", "memset": "s"}
 _API_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "runtime", "driver"})
 _OP_CATEGORIES = frozenset({"cpu_op", "operator", "user_annotation"})
-
-
-
-class TraceError(Exception):
-    """A trace that cannot be read; `not_found` tells a missing file from a bad one."""
-
-    def __init__(self, message: str, *, not_found: bool = False) -> None:
-        super().__init__(message)
-        self.not_found = not_found
-
-
-def load_trace(path: str | Path, max_bytes: int | None = None) -> Any:
-    """Read a Chrome trace (.json, or gzip told apart by its content) into plain JSON data."""
-    path = Path(path)
-    limit = MAX_TRACE_BYTES if max_bytes is None else max_bytes
-    if not path.exists():
-        raise TraceError(f"{path}: no such file", not_found=True)
-    if path.is_dir():
-        found = sorted(p.name for p in path.glob("*.json*"))[:3]
-        hint = f" (it holds {', '.join(found)})" if found else ""
-        raise TraceError(f"{path}: is a directory, expected a trace file (.json or .json.gz){hint}", not_found=True)
-    try:
-        with open(path, "rb") as fh:
-            compressed = fh.read(2) == b"\x1f\x8b"
-        with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
-            raw = fh.read(limit + 1)
-    except (EOFError, zlib.error, gzip.BadGzipFile):
-        raise TraceError(f"{path}: corrupt or truncated gzip file") from None
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})", not_found=True) from None
-    if len(raw) > limit:
-        raise TraceError(f"{path}: trace larger than {limit / 2**20:,.0f} MiB uncompressed; "
-                         "profile fewer steps and try again")
-    if not raw.strip():
-        raise TraceError(f"{path}: empty file")
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
-        kind = "gzip-compressed " if compressed else ""
-        raise TraceError(f"{path}: {kind}file is not valid JSON (corrupt or truncated trace?)") from None
-
-
-def trace_events(data: Any) -> list:
-    """The event list of Chrome-trace data; TraceError when the data is something else."""
-    events = data.get("traceEvents") if isinstance(data, Mapping) else data
-    if isinstance(events, list):
-        return events
-    schema = str(data.get("schema", "")) if isinstance(data, Mapping) else ""
-    if schema.startswith("gpudoctor."):
-        raise TraceError(f"this is a gpudoctor file ({schema}), not a profiler trace "
-                         "(use `gpudoctor report` to re-render it)")
-    raise TraceError("not a Chrome/kineto trace: no traceEvents list (expected torch.profiler's export_chrome_trace)")
 
 
 def summarize_trace(source: str | Path | Mapping[str, Any] | list, steps: int = 0) -> ProfileSummary:

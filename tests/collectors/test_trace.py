@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudoctor.collectors import trace as trace_mod
+from gpudoctor.collectors import trace_file
 from gpudoctor.collectors.trace import (
     TraceError,
     callee_name,
@@ -414,7 +414,7 @@ def test_truncated_gzip_missing_file_directory_and_size_limit(tmp_path, monkeypa
         load_trace(tmp_path / "run")
     assert err.value.not_found
     big = _write(tmp_path / "big.json", t.data())
-    monkeypatch.setattr(trace_mod, "MAX_TRACE_BYTES", 100)
+    monkeypatch.setattr(trace_file, "MAX_TRACE_BYTES", 100)
     with pytest.raises(TraceError, match="larger than"):
         load_trace(big)
 

@@ -11,7 +11,7 @@ import pytest
 
 from gpudoctor import exitcodes
 from gpudoctor.cli import main
-from gpudoctor.collectors import trace as trace_mod
+from gpudoctor.collectors import trace_file
 from gpudoctor.commands.analyze import session_from_trace
 
 
@@ -161,7 +161,7 @@ def test_missing_directory_truncated_gzip_and_huge(tmp_path, capsys, monkeypatch
     cut.write_bytes(whole[: len(whole) // 3])
     assert main(["analyze", str(cut)]) == exitcodes.BAD_DATA
     assert "truncated gzip" in capsys.readouterr().err
-    monkeypatch.setattr(trace_mod, "MAX_TRACE_BYTES", 1000)
+    monkeypatch.setattr(trace_file, "MAX_TRACE_BYTES", 1000)
     big = tmp_path / "big.json"
     big.write_text(json.dumps(launch_bound_trace()))
     assert main(["analyze", str(big)]) == exitcodes.BAD_DATA

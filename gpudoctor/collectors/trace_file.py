@@ -1,0 +1,63 @@
+"""Reading a Chrome/Kineto trace file safely: gzip told apart by content, a size limit, one-line errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+MAX_TRACE_BYTES = 1 << 30  # uncompressed; parsed JSON costs several times that in memory
+
+
+class TraceError(Exception):
+    """A trace that cannot be read; `not_found` tells a missing file from a bad one."""
+
+    def __init__(self, message: str, *, not_found: bool = False) -> None:
+        super().__init__(message)
+        self.not_found = not_found
+
+
+def load_trace(path: str | Path, max_bytes: int | None = None) -> Any:
+    """Read a Chrome trace (.json, or gzip told apart by its content) into plain JSON data."""
+    path = Path(path)
+    limit = MAX_TRACE_BYTES if max_bytes is None else max_bytes
+    if not path.exists():
+        raise TraceError(f"{path}: no such file", not_found=True)
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob("*.json*"))[:3]
+        hint = f" (it holds {', '.join(found)})" if found else ""
+        raise TraceError(f"{path}: is a directory, expected a trace file (.json or .json.gz){hint}", not_found=True)
+    try:
+        with open(path, "rb") as fh:
+            compressed = fh.read(2) == b"\x1f\x8b"
+        with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
+            raw = fh.read(limit + 1)
+    except (EOFError, zlib.error, gzip.BadGzipFile):
+        raise TraceError(f"{path}: corrupt or truncated gzip file") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})", not_found=True) from None
+    if len(raw) > limit:
+        raise TraceError(f"{path}: trace larger than {limit / 2**20:,.0f} MiB uncompressed; "
+                         "profile fewer steps and try again")
+    if not raw.strip():
+        raise TraceError(f"{path}: empty file")
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        kind = "gzip-compressed " if compressed else ""
+        raise TraceError(f"{path}: {kind}file is not valid JSON (corrupt or truncated trace?)") from None
+
+
+def trace_events(data: Any) -> list:
+    """The event list of Chrome-trace data; TraceError when the data is something else."""
+    events = data.get("traceEvents") if isinstance(data, Mapping) else data
+    if isinstance(events, list):
+        return events
+    schema = str(data.get("schema", "")) if isinstance(data, Mapping) else ""
+    if schema.startswith("gpudoctor."):
+        raise TraceError(f"this is a gpudoctor file ({schema}), not a profiler trace "
+                         "(use `gpudoctor report` to re-render it)")
+    raise TraceError("not a Chrome/kineto trace: no traceEvents list (expected torch.profiler's export_chrome_trace)")
