@@ -149,14 +149,16 @@ def samples_in(samples: list, window: tuple[float, float] | None, interval_s: fl
     return [s for s in samples if s.t >= lo and (s.t <= hi or s.t - reach < hi)]
 
 
+def _steady(session: Session, samples: list, interval_s: float | None) -> list:
+    return _outside_profile(session, samples_in(samples, steady_window(session), interval_s))
+
+
 def cpu_samples_steady(session: Session) -> list[CpuSample]:
-    window = steady_window(session)
-    return _outside_profile(session, samples_in(session.cpu_samples, window, session.cpu_sample_interval_s))
+    return _steady(session, session.cpu_samples, session.cpu_sample_interval_s)
 
 
 def gpu_samples_steady(session: Session) -> list[GpuSample]:
-    window = steady_window(session)
-    return _outside_profile(session, samples_in(session.gpu_samples, window, session.gpu_sample_interval_s))
+    return _steady(session, session.gpu_samples, session.gpu_sample_interval_s)
 
 
 def gpu_metric_mean(samples: list[GpuSample], attr: str) -> float | None:

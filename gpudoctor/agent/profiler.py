@@ -43,7 +43,6 @@ class ProfilerWindow:
         self.source = None
         self.start_n = 0
         self.start_wall = 0.0
-        self.created = time.time()
         self.thread_ident = None
         self.no_step_after = float(config.get("profile_no_step_after_s", 10.0))
         self.time_window = float(config.get("profile_time_window_s", 3.0))
