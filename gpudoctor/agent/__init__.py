@@ -118,12 +118,20 @@ def step():
 def _format_exception(exc_type, exc, tb):
     from .redact import redact_text
 
-    try:
-        import traceback
+    text, interrupted = None, []
+    # A signal handler can raise into the formatting: torch's SIGCHLD handler raises
+    # "DataLoader worker ... is killed by signal" while the loop's own error is recorded.
+    # Each signal raises once, so try again, and keep what interrupted it.
+    for _ in range(3):
+        try:
+            import traceback
 
-        text = "".join(traceback.format_exception(exc_type, exc, tb))
-    except Exception:
-        text = None
+            text = "".join(traceback.format_exception(exc_type, exc, tb))
+            break
+        except Exception as extra:
+            interrupted.append("%s: %s" % (type(extra).__name__, extra))
+    if text and interrupted:
+        text += "\n(while this was recorded: %s)\n" % "; ".join(interrupted)
     return redact_text(text[-8000:]) if text else None
 
 
