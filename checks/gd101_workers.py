@@ -71,62 +71,29 @@ Example
 
 from __future__ import annotations
 
-import math
-
 from gpudoctor import metrics
-from gpudoctor.checks.gd102_input_stall import (
-    WAIT_SHARE_CRITICAL,
-    WAIT_SHARE_WARNING,
+from gpudoctor.analysis.input_pipeline import (
+    CORES_SATURATED_PERCENT,
+    HEADROOM,
+    OVERSUBSCRIBED,
     InputStall,
-    batches_per_step,
+    WorkerPlan,
+    cores_busy_percent,
     input_stall,
+    light_workers,
+    loader_line,
+    ranks_with_loaders,
+    total_workers,
+    worker_cap,
+    worker_plan,
 )
-from gpudoctor.checks.gd103_cpu_saturation import CORES_SATURATED_PERCENT, cores_busy_percent
+from gpudoctor.analysis.prediction import severity_for
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
 from gpudoctor.session import LoaderInfo, Session
-
-HEADROOM = 1.2  # absorbs jitter in the per-batch cost
-TOO_FEW_CORE_SHARE = 0.7  # SageMaker Debugger: workers below 70% of cores (fallback only)
-OVERSUBSCRIBED = 2.0  # SageMaker Debugger: workers above 200% of cores
-# Workers measured waiting (sleeping on storage or network) use a fraction of a core
-# each; up to this many per core still leave CPU for the main process, and each
-# worker's own prefetch buffers (memory) stay modest.
-LIGHT_WORKERS_PER_CORE = 8
-DEEPER_PREFETCH = 4  # default is 2; more batches in flight hide bursty or I/O-bound fetches
 
 
 def _ms(seconds: float) -> float:
     return round(seconds * 1e3, 3)
-
-
-def ranks_with_loaders(session: Session) -> int:
-    """Processes iterating a loader at once (torchrun ranks on one host share its cores)."""
-    return max(1, len({lo.pid for lo in session.loaders if lo.batches > 0}))
-
-
-def total_workers(session: Session) -> int:
-    """Worker processes alive together: per process, its largest loader's workers."""
-    per_pid: dict[int, int] = {}
-    for lo in session.loaders:
-        if lo.batches > 0:
-            per_pid[lo.pid] = max(per_pid.get(lo.pid, 0), lo.num_workers)
-    return sum(per_pid.values())
-
-
-def dataloader_line(session: Session, loader: LoaderInfo, workers: int, deeper_prefetch: bool) -> str:
-    args = ["dataset"]
-    if loader.batch_size:
-        args.append(f"batch_size={loader.batch_size}")
-    args.append(f"num_workers={workers}")
-    if session.torch_cuda_used:
-        args.append("pin_memory=True")  # lets the H2D copy run asynchronously (GD105)
-    if workers > 0:
-        args.append("persistent_workers=True")  # no worker restart (and dataset re-pickle) each epoch
-        if deeper_prefetch:
-            args.append(f"prefetch_factor={max(DEEPER_PREFETCH, loader.prefetch_factor or 0)}")
-        elif loader.prefetch_factor and loader.prefetch_factor != 2:
-            args.append(f"prefetch_factor={loader.prefetch_factor}")
-    return "loader = DataLoader(" + ", ".join(args) + ")"
 
 
 def _cores_evidence(session: Session, cores: float, ranks: int) -> dict[str, Evidence]:
@@ -142,7 +109,16 @@ def _cores_evidence(session: Session, cores: float, ranks: int) -> dict[str, Evi
                                     "usable cores (" + ", ".join(detail) + ")" if detail else "usable cores")}
     if ranks > 1:
         out["ranks_on_host"] = Evidence(ranks, "processes", "whole run", "processes iterating a DataLoader")
+        out["cores_per_rank"] = Evidence(round(cores / ranks, 2), "cores", "whole run", "usable cores per rank")
     return out
+
+
+def _cores_text(cores: float, ranks: int) -> str:
+    """'2 usable cores' or '1 usable core per rank (2 usable cores, 2 ranks)'."""
+    if ranks <= 1:
+        return f"{cores:g} usable core{'s' if cores != 1 else ''}"
+    per_rank = cores / ranks
+    return f"{per_rank:.3g} usable core{'s' if per_rank != 1 else ''} per rank ({cores:g} usable, {ranks} ranks)"
 
 
 def run(session: Session) -> list[Finding]:
@@ -155,7 +131,7 @@ def run(session: Session) -> list[Finding]:
     ranks = ranks_with_loaders(session)
     found = input_stall(session)
     if cores and total_workers(session) > OVERSUBSCRIBED * cores:
-        if not _light_workers(found) or total_workers(session) > worker_cap(cores, ranks, found) * ranks:
+        if not light_workers(found) or total_workers(session) > worker_cap(cores, ranks, found) * ranks:
             return [_too_many(session, loader, cores, ranks, found)]
         # workers that sleep on I/O can outnumber the cores: their CPU use still fits
     if found is None or not found.significant:
@@ -164,71 +140,22 @@ def run(session: Session) -> list[Finding]:
     return [finding] if finding else []
 
 
-def _plan(session: Session, loader: LoaderInfo,
-          found: InputStall | None) -> tuple[float | None, float | None, int | None]:
-    """(F per batch, C per batch, needed workers); None where not measured.
-
-    needed is None also when C is ~0 (the loop does nothing but wait): then no finite
-    number of workers is "enough" and the core cap decides.
-    """
-    fetch = metrics.fetch_time_per_batch(loader)
-    compute_step = found.compute_per_step_s if found else None
-    compute = compute_step / batches_per_step(session, loader) if compute_step is not None else None
-    if fetch is None or compute is None or compute <= 1e-6:
-        return fetch, compute, None
-    # rounded first so float noise (59.9999999 vs 60) cannot add a worker
-    return fetch, compute, max(1, math.ceil(round(fetch / compute * HEADROOM, 6)))
-
-
-def _light_workers(found: InputStall | None) -> bool:
-    """Workers that mostly wait: each uses only a fraction of a core."""
-    return (found is not None and found.stall.kind == "waiting"
-            and found.stall.fetch_cpu_ratio is not None)
-
-
-def worker_cap(cores: float, ranks: int, found: InputStall | None) -> int:
-    """The most workers per rank the usable cores carry, one core left to the main process."""
-    per_rank = cores / ranks
-    cap = max(1, math.floor(per_rank) - 1)
-    if _light_workers(found) and found is not None and found.stall.fetch_cpu_ratio is not None:
-        ratio = found.stall.fetch_cpu_ratio
-        by_cpu = (per_rank - 1) / ratio if ratio > 0 else math.inf
-        # in-flight reads hide latency: as many workers as their measured CPU use fits,
-        # bounded (LIGHT_WORKERS_PER_CORE per core) so memory and file handles stay sane
-        cap = max(cap, math.floor(min(LIGHT_WORKERS_PER_CORE * per_rank, by_cpu)))
-    return cap
-
-
 def _cap_label(found: InputStall | None) -> str:
-    if _light_workers(found):
+    if light_workers(found):
         return "min(8 x cores per rank, (cores per rank - 1) / worker CPU share)"
     return "usable cores per rank - 1 (main process)"
 
 
 def _too_few(session: Session, loader: LoaderInfo, cores: float | None, ranks: int,
              found: InputStall) -> Finding | None:
-    fetch, compute, needed = _plan(session, loader, found)
-    cap = worker_cap(cores, ranks, found) if cores else None
-    measured_plan = fetch is not None and compute is not None
-    if measured_plan and needed is not None and needed <= loader.num_workers:
-        return None  # enough workers on paper: the wait is elsewhere (GD102 says where)
-    # per-batch cost unknown: fall back on SageMaker Debugger's lower bound
-    if not measured_plan and (cores is None or loader.num_workers >= TOO_FEW_CORE_SHARE * cores / ranks):
-        return None
-    if needed is not None and cap is not None:
-        recommended = min(needed, cap)
-    elif needed is not None:
-        recommended = needed
-    elif cap is not None:
-        recommended = cap
-    else:
-        return None  # neither a measured need nor a core budget to size from
-    if recommended <= loader.num_workers:
-        return None  # the cores are already used: only cheaper batches help (GD102/GD103)
-    cap_binds = cap is not None and (needed is None or needed > cap) and measured_plan
-
+    plan = worker_plan(session, loader, found)
+    recommended = plan.recommended
+    if recommended is None or plan.prediction is None:
+        return None  # enough workers, the cores already used, or workers would not help (GD102 says why)
+    fetch, compute, needed, cap = plan.fetch_s, plan.compute_s, plan.needed, plan.cap
     stall_kind = found.stall.kind
     where = "in the main process" if loader.num_workers == 0 else "in a worker"
+    gain = plan.prediction.gain
     evidence: dict[str, Evidence] = {
         "num_workers": Evidence(loader.num_workers, "workers", None, f"DataLoader {loader.loader_id}"),
         "data_wait_share": Evidence(round(found.share * 100, 1), "%", found.window, "data wait / step time"),
@@ -244,12 +171,15 @@ def _too_few(session: Session, loader: LoaderInfo, cores: float | None, ranks: i
         evidence["compute_per_batch"] = Evidence(_ms(compute), "ms", found.window,
                                                  "step time - data wait, per batch (C)")
     if needed is not None:
-        evidence["needed_workers"] = Evidence(needed, "workers", None, "ceil(F / C x 1.2)")
+        evidence["needed_workers"] = Evidence(needed, "workers", None, f"ceil(F / C x {HEADROOM})")
+    evidence["handoff_per_batch"] = Evidence(
+        _ms(plan.handoff_s), "ms", found.window if plan.handoff_measured else None,
+        "the loop's cost to receive a batch from a worker" + ("" if plan.handoff_measured else " (not measured)"))
 
     parts = []
     if fetch is None or compute is None:
         parts.append(f"The per-batch cost was not measured; {loader.num_workers} workers is below 70% of the "
-                     f"{cores:g} usable cores.")
+                     f"{_cores_text(cores or 0, ranks)}.")
     elif needed is not None:
         parts.append(f"Producing a batch takes {metrics.format_duration(fetch)} {where} while the loop computes for "
                      f"{metrics.format_duration(compute)} per batch, so keeping up needs ceil(F / C x {HEADROOM}) = "
@@ -257,79 +187,53 @@ def _too_few(session: Session, loader: LoaderInfo, cores: float | None, ranks: i
     else:
         parts.append(f"Producing a batch takes {metrics.format_duration(fetch)} {where} and the loop does almost "
                      "nothing but wait, so no worker count is too many for this load.")
-    if cap is None:
+    if cap is None or not cores:
         parts.append("Usable cores were not measured, so the number is not capped by them.")
+    elif light_workers(found):
+        parts.append(f"The workers mostly wait (CPU {found.stall.fetch_cpu_ratio:.0%} of each batch's wall "
+                     f"time), so {_cores_text(cores, ranks)} carry up to {cap} of them (at most 8x the cores, one "
+                     "core left for the main process).")
     else:
-        share_text = f" per rank ({ranks} ranks)" if ranks > 1 else ""
-        if _light_workers(found):
-            parts.append(f"The workers mostly wait (CPU {found.stall.fetch_cpu_ratio:.0%} of each batch's wall "
-                         f"time), so {cores:g} usable cores{share_text} carry up to {cap} of them (at most 8x the "
-                         "cores, one core left for the main process).")
-        else:
-            parts.append(f"{cores:g} usable cores{share_text} allow at most {_workers(cap)} (one core stays with "
-                         "the main process).")
-    if cap_binds and cap is not None:
+        parts.append(f"{_cores_text(cores, ranks)} allow at most {_workers(cap)} (one core stays with the main "
+                     "process).")
+    if plan.cap_binds and cap is not None:
         how = "faster or local storage, see GD104" if stall_kind == "waiting" else "cheaper preprocessing, see GD102"
         parts.append(f"Even {_workers(cap)} cannot keep up: each batch must also get cheaper ({how}).")
+    parts.append(f"Predicted: {plan.prediction.sentence()}; {plan.prediction.detail}.")
     head = (f"DataLoader {loader.loader_id} has num_workers={loader.num_workers} and the loop waited for data "
             f"{found.share:.0%} of each step over {found.window}. ")
-    gain = _gain(found, fetch, compute, recommended, loader, session)
     if loader.num_workers == 0:
         title = "DataLoader produces batches in the main process (num_workers=0)"
     elif needed is not None:
         title = f"Too few DataLoader workers: {loader.num_workers}, about {recommended} needed"
     else:
-        title = f"Too few DataLoader workers: {loader.num_workers} on {cores:g} usable cores"
+        title = f"Too few DataLoader workers: {loader.num_workers} on {_cores_text(cores or 0, ranks)}"
     remedy_text = f"Set num_workers={recommended}"
-    remedy_text += " (the most the usable cores allow) and make each batch cheaper." if cap_binds else "."
+    remedy_text += " (the most the usable cores allow) and make each batch cheaper." if plan.cap_binds else "."
     deeper = stall_kind in ("waiting", "mixed")
     return Finding(
-        severity=_severity(gain),
+        severity=severity_for(gain),
         title=title,
         message=head + " ".join(parts),
         evidence=evidence,
         remedy=Remedy(text=remedy_text + " Keep workers alive across epochs (persistent_workers=True)"
                       + (" and prefetch deeper, since batches mostly wait on I/O." if deeper else "."),
-                      code=dataloader_line(session, loader, recommended, deeper)),
-        estimated_gain=gain,
+                      code=loader_line(loader, recommended, gpu=bool(session.torch_cuda_used),
+                                       deeper_prefetch=deeper)),
+        prediction=plan.prediction,
     )
-
-
-def _severity(gain: float) -> str:
-    """GD102's data-wait lines (5%, 30%) turned into the speed-up they stand for.
-
-    Graded by what the recommendation gains, not by the stall: when the cores cap the
-    workers, a stall of 90% may leave only a few percent to this change.
-    """
-    if gain >= 1.0 / (1.0 - WAIT_SHARE_CRITICAL):
-        return "critical"
-    if gain >= 1.0 / (1.0 - WAIT_SHARE_WARNING):
-        return "warning"
-    return "info"
 
 
 def _workers(n: int) -> str:
     return f"{n} worker" if n == 1 else f"{n} workers"
 
 
-def _gain(found: InputStall, fetch: float | None, compute: float | None, workers: int,
-          loader: LoaderInfo, session: Session) -> float:
-    """Speed-up if `workers` produce at F each: step paced by max(C, F / workers).
-
-    Never above GD102's bound 1 / (1 - share), the gain if the wait vanished.
-    """
-    if fetch is None or compute is None or compute <= 0 or found.steps is None:
-        return found.gain
-    per_batch_now = 1.0 / (found.steps.steps_per_s * batches_per_step(session, loader))
-    per_batch_after = max(compute, fetch / workers)
-    return max(1.0, min(found.gain, per_batch_now / per_batch_after))
-
-
 def _too_many(session: Session, loader: LoaderInfo, cores: float, ranks: int,
               found: InputStall | None) -> Finding:
     workers = total_workers(session)
-    fetch, compute, needed = _plan(session, loader, found)
+    plan: WorkerPlan | None = worker_plan(session, loader, found) if found is not None else None
     cap = worker_cap(cores, ranks, found)
+    needed = plan.needed if plan is not None else None
     recommended = min(needed, cap) if needed is not None else cap
     cpu = cores_busy_percent(session, metrics.cpu_samples_steady(session))
     stalled = found is not None and found.significant
@@ -350,6 +254,8 @@ def _too_many(session: Session, loader: LoaderInfo, cores: float, ranks: int,
         symptoms.append(f"the usable cores were {cpu:.0f}% busy")
     if stalled and found is not None:
         symptoms.append(f"the loop still waited for data {found.share:.0%} of each step")
+    fetch = plan.fetch_s if plan is not None else None
+    compute = plan.compute_s if plan is not None else None
     message = (f"{workers} DataLoader worker processes run on {cores:g} usable cores "
                f"({workers / cores:.1f}x, above the 2x line). "
                + (f"They thrash: {' and '.join(symptoms)}. " if symptoms else
@@ -367,7 +273,8 @@ def _too_many(session: Session, loader: LoaderInfo, cores: float, ranks: int,
         evidence=evidence,
         remedy=Remedy(text=f"Set num_workers={recommended}: the usable cores (CPU affinity and cgroup quota, not "
                       "os.cpu_count()) bound the useful worker count.",
-                      code=dataloader_line(session, loader, recommended, deeper_prefetch=False)),
+                      code=loader_line(loader, recommended, gpu=bool(session.torch_cuda_used),
+                                       deeper_prefetch=False)),
         estimated_gain=None,
     )
 
@@ -380,4 +287,5 @@ CHECK = Check(
     run=run,
     requires=("loader",),
     doc=__doc__ or "",
+    explains=("GD201", "GD202"),
 )

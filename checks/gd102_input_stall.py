@@ -74,112 +74,24 @@ Example
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gpudoctor import metrics
+from gpudoctor.analysis.input_pipeline import (
+    WAIT_SHARE_CRITICAL,
+    WAIT_SHARE_WARNING,
+    InputStall,
+    WorkerPlan,
+    batches_per_step,
+    data_prediction,
+    input_stall,
+    loader_line,
+    worker_plan,
+)
+from gpudoctor.analysis.prediction import Prediction, severity_for
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
 from gpudoctor.session import LoaderInfo, Session
 
-WAIT_SHARE_WARNING = 0.05  # TensorBoard profiler plugin: input-bound above 5%
-WAIT_SHARE_CRITICAL = 0.30  # upper-bound gain > 1.4x: fix the input pipeline first
-CPU_BOUND_RATIO = 0.7  # fetch CPU time / wall time at or above: CPU-bound
-WAITING_RATIO = 0.3  # at or below: waiting on I/O, network or sleep
-MAX_SHARE_FOR_GAIN = 0.99  # keeps 1 / (1 - share) finite when the loop only waits
 BURST_MEDIAN_SHARE = 0.5  # median wait below half the mean wait: a few long waits dominate
-
-
-@dataclass(frozen=True)
-class StallClass:
-    """Why batches are late, from where they are produced."""
-
-    kind: str  # cpu-bound | waiting | mixed | unknown
-    fetch_cpu_ratio: float | None  # CPU time / wall time producing a batch
-    workers_busy: float | None  # worker processes' CPU / min(workers, cores), 0-1
-    reason: str  # one sentence with the numbers
-
-
-@dataclass(frozen=True)
-class InputStall:
-    """The data-wait numbers every stage-1 check reads."""
-
-    share: float  # data wait / step time
-    window: str
-    steps: metrics.StepSummary | None  # None when only loader totals were available
-    loader: LoaderInfo | None  # the loader the loop waited on most
-    stall: StallClass
-
-    @property
-    def significant(self) -> bool:
-        return self.share >= WAIT_SHARE_WARNING
-
-    @property
-    def gain(self) -> float:
-        return 1.0 / (1.0 - min(self.share, MAX_SHARE_FOR_GAIN))
-
-    @property
-    def compute_per_step_s(self) -> float | None:
-        """Mean step time minus mean data wait: what the loop does besides waiting."""
-        if self.steps is None:
-            return None
-        return (1.0 - self.share) / self.steps.steps_per_s
-
-
-def batches_per_step(session: Session, loader: LoaderInfo) -> int:
-    """Batches the loop consumes per step (>1 with gradient accumulation)."""
-    if session.steps.source == "loader" or session.steps.count <= 0 or loader.batches <= 0:
-        return 1
-    return max(1, round(loader.batches / session.steps.count))
-
-
-def workers_busy(session: Session, loader: LoaderInfo) -> float | None:
-    """Share of the workers' CPU capacity they used in steady state (psutil), 0-1."""
-    if loader.num_workers <= 0:
-        return None
-    values = [s.workers_percent for s in metrics.cpu_samples_steady(session) if s.workers_percent is not None]
-    busy = metrics.mean(values)
-    if busy is None:
-        return None
-    # oversubscribed workers cannot each get a core: measure against what they could get
-    cores = metrics.usable_cores(session)
-    capacity = min(loader.num_workers, cores) if cores else loader.num_workers
-    return max(0.0, min(1.0, busy / (100.0 * capacity)))
-
-
-def classify_stall(session: Session, loader: LoaderInfo | None) -> StallClass:
-    if loader is None:
-        return StallClass("unknown", None, None, "no loader produced batches")
-    ratio = metrics.fetch_cpu_ratio(loader)
-    busy = workers_busy(session, loader)
-    where = "in the main process" if loader.num_workers == 0 else f"in {loader.num_workers} worker(s)"
-    busy_text = f", worker processes {busy:.0%} busy" if busy is not None else ""
-    if ratio is None:
-        if busy is None:
-            return StallClass("unknown", None, None, "the cost of producing a batch was not measured")
-        kind = "cpu-bound" if busy >= CPU_BOUND_RATIO else "waiting" if busy <= WAITING_RATIO else "mixed"
-        return StallClass(kind, None, busy, f"worker processes were {busy:.0%} busy (per-batch cost not measured)")
-    text = f"producing a batch {where} used CPU {ratio:.0%} of its wall time{busy_text}"
-    if ratio >= CPU_BOUND_RATIO:
-        if busy is not None and busy <= WAITING_RATIO:
-            return StallClass("mixed", ratio, busy, text + ": CPU-bound per batch, yet the workers are mostly idle")
-        return StallClass("cpu-bound", ratio, busy, text)
-    if ratio <= WAITING_RATIO:
-        if busy is not None and busy >= CPU_BOUND_RATIO:
-            # thread CPU time misses work done in the workers' other threads (decoder pools)
-            return StallClass("mixed", ratio, busy,
-                              text + ": the fetching thread waits, other worker threads burn CPU")
-        return StallClass("waiting", ratio, busy, text)
-    return StallClass("mixed", ratio, busy, text)
-
-
-def input_stall(session: Session) -> InputStall | None:
-    """The measured data wait of the run, or None when nothing measured it."""
-    summary = metrics.step_summary(session)
-    share = metrics.loader_wait_share(session)
-    if share is None:
-        return None
-    loader = metrics.main_loader(session)
-    window = summary.window if summary else "whole run (loader totals)"
-    return InputStall(share, window, summary, loader, classify_stall(session, loader))
+__all__ = ["WAIT_SHARE_CRITICAL", "WAIT_SHARE_WARNING", "run", "CHECK"]
 
 
 TITLES = {
@@ -189,45 +101,51 @@ TITLES = {
     "unknown": "Input pipeline stall: the loop waits for data",
 }
 
-# B is the batch size, W the worker count GD101 computes from the same measurements
-REMEDIES = {
-    "cpu-bound": Remedy(
-        text="Batch production is CPU work: add workers up to the usable cores (GD101 gives the number) "
-        "and make each sample cheaper: decode/resize once offline, use smaller inputs or a faster "
-        "decoder, and run random augmentation on the GPU on whole batches.",
-        code="loader = DataLoader(dataset, batch_size=B, num_workers=W, pin_memory=True, persistent_workers=True)\n"
-        "for x, y in loader:\n"
-        "    x = gpu_augment(x.to(\"cuda\", non_blocking=True))  # e.g. torchvision.transforms.v2 on CUDA tensors",
-    ),
-    "waiting": Remedy(
-        text="Batch production mostly waits: stage the dataset on local NVMe or in RAM (/dev/shm), pack "
-        "small files into shards read sequentially (WebDataset/tar, LMDB, Parquet), and keep more reads in "
-        "flight with more workers and a deeper prefetch (see GD104).",
-        code="loader = DataLoader(dataset, batch_size=B, num_workers=W, prefetch_factor=4,\n"
-        "                    persistent_workers=True, pin_memory=True)",
-    ),
-    "mixed": Remedy(
-        text="Batches cost both CPU and waiting: first add workers (GD101) and a deeper prefetch to overlap "
-        "the waits, then profile one worker's __getitem__ to see which part dominates.",
-        code="loader = DataLoader(dataset, batch_size=B, num_workers=W, prefetch_factor=4, persistent_workers=True)",
-    ),
-    "unknown": Remedy(
-        text="Add DataLoader workers so batches are produced while the GPU computes (GD101), and check "
-        "where __getitem__ spends its time (decode, augmentation, reads).",
-        code="loader = DataLoader(dataset, batch_size=B, num_workers=W, pin_memory=True, persistent_workers=True)",
-    ),
+# What to change, by why batches are late; the DataLoader line is built from the run's own
+# loader and the worker count the measurements support (gpudoctor.analysis.input_pipeline).
+REMEDY_TEXT = {
+    "cpu-bound": "Batch production is CPU work: {workers} and make each sample cheaper: decode/resize once "
+    "offline, use smaller inputs or a faster decoder{gpu_aug}.",
+    "waiting": "Batch production mostly waits: stage the dataset on local NVMe or in RAM (/dev/shm), pack small "
+    "files into shards read sequentially (WebDataset/tar, LMDB, Parquet), and keep more reads in flight: "
+    "{workers} with a deeper prefetch (see GD104).",
+    "mixed": "Batches cost both CPU and waiting: {workers} with a deeper prefetch to overlap the waits, then "
+    "profile one worker's __getitem__ to see which part dominates.",
+    "unknown": "Produce batches while the loop computes: {workers}, and check where __getitem__ spends its time "
+    "(decode, augmentation, reads).",
 }
+NO_WORKERS_TEXT = ("Workers would not help here: {why}. Make each batch cheaper instead: index whole batches at "
+                   "once (a BatchSampler with batch_size=None, so __getitem__ receives all indices of a batch and "
+                   "slices tensors once) rather than per-item __getitem__ and collate.")
+BATCHED_INDEXING = ("from torch.utils.data import BatchSampler, DataLoader, RandomSampler\n"
+                    "# __getitem__(indices) returns a whole batch: one slice per tensor, no per-item collate\n"
+                    "sampler = BatchSampler(RandomSampler(dataset), batch_size={batch}, drop_last=False)\n"
+                    "loader = DataLoader(dataset, sampler=sampler, batch_size=None)")
 
 
-def _remedy(kind: str, loader: LoaderInfo | None) -> Remedy:
-    """The kind's remedy, with the loader's own batch size filled in when known."""
-    remedy = REMEDIES[kind]
-    code = remedy.code or ""
-    if loader is not None and loader.batch_size:
-        code = code.replace("batch_size=B", f"batch_size={loader.batch_size}")
-    if "num_workers=W" in code:
-        code = "# W: the num_workers GD101 computes from this run's measurements\n" + code
-    return Remedy(text=remedy.text, code=code or None)
+def _remedy(session: Session, kind: str, loader: LoaderInfo | None, plan: WorkerPlan | None) -> Remedy:
+    gpu = bool(session.torch_cuda_used)
+    batch = loader.batch_size if loader is not None and loader.batch_size else "B"
+    if plan is not None and plan.handoff_bound and plan.why_not:
+        return Remedy(text=NO_WORKERS_TEXT.format(why=plan.why_not), code=BATCHED_INDEXING.format(batch=batch))
+    deeper = kind in ("waiting", "mixed")
+    if plan is not None and plan.recommended is None and plan.why_not:
+        text = REMEDY_TEXT[kind].format(workers=f"more workers would not help ({plan.why_not})",
+                                        gpu_aug=", and run random augmentation on the GPU on whole batches" if gpu
+                                        else "")
+        return Remedy(text=text, code=None)
+    if plan is not None and plan.recommended is not None and loader is not None:
+        workers = f"set num_workers={plan.recommended} (sized from this run's measurements)"
+        code = loader_line(loader, plan.recommended, gpu=gpu, deeper_prefetch=deeper)
+    else:
+        workers = "add DataLoader workers up to the usable cores"
+        code = (f"loader = DataLoader(dataset, batch_size={batch}, num_workers=W,  # W: up to the usable cores - 1\n"
+                f"                    persistent_workers=True{', pin_memory=True' if gpu else ''})")
+    if kind == "cpu-bound" and gpu:
+        code += ("\nfor x, y in loader:\n"
+                 "    x = gpu_augment(x.to(\"cuda\", non_blocking=True))  # e.g. torchvision.transforms.v2 on CUDA")
+    gpu_aug = ", and run random augmentation on the GPU on whole batches" if gpu else ""
+    return Remedy(text=REMEDY_TEXT[kind].format(workers=workers, gpu_aug=gpu_aug), code=code)
 
 
 def _ms(seconds: float) -> float:
@@ -243,6 +161,8 @@ def run(session: Session) -> list[Finding]:
     if not found.significant:
         return []
     share, stall, loader = found.share, found.stall, found.loader
+    prediction = data_prediction(session, found)
+    gain = prediction.gain if prediction is not None else found.gain
     evidence: dict[str, Evidence] = {
         "data_wait_share": Evidence(round(share * 100, 1), "%", found.window, "data wait / step time"),
         "stall_kind": Evidence(stall.kind, None, "whole run", "why batches are late"),
@@ -264,6 +184,7 @@ def run(session: Session) -> list[Finding]:
             per_step += (f"; the median step waits only {metrics.format_duration(steps.data_wait_median_s)}, "
                          "so the waits come in bursts: the prefetch queue runs dry every few steps")
         per_step += ")"
+    plan = worker_plan(session, loader, found) if loader is not None else None
     if loader is not None:
         evidence["num_workers"] = Evidence(loader.num_workers, "workers", None, f"DataLoader {loader.loader_id}")
         fetch = metrics.fetch_time_per_batch(loader)
@@ -280,12 +201,27 @@ def run(session: Session) -> list[Finding]:
     gpu_util = metrics.gpu_metric_mean(metrics.gpu_samples_steady(session), "util_percent")
     if gpu_util is not None:
         evidence["gpu_util"] = Evidence(round(gpu_util, 1), "%", found.window, "GPU utilization (mean)")
-    severity = "critical" if share >= WAIT_SHARE_CRITICAL else "warning"
+    severity = severity_for(gain)
+    if severity == "info":
+        return [_hidden(found, per_step, prediction, evidence)]
     message = (f"The loop waited for data {share:.0%} of each step over {found.window}{per_step}. "
                f"Stall: {stall.kind} ({stall.reason}).{_capacity_note(session, found)} "
-               f"If batches arrived for free, steps would be up to {found.gain:.2f}x faster.")
+               + (f"Predicted: {prediction.sentence()}." if prediction is not None else ""))
     return [Finding(severity=severity, title=TITLES[stall.kind], message=message, evidence=evidence,
-                    remedy=_remedy(stall.kind, loader), estimated_gain=found.gain)]
+                    remedy=_remedy(session, stall.kind, loader, plan), prediction=prediction,
+                    estimated_gain=gain)]
+
+
+def _hidden(found: InputStall, per_step: str, prediction: Prediction | None,
+            evidence: dict[str, Evidence]) -> Finding:
+    """A wait the GPU did not feel: queued work kept it busy while the loop blocked."""
+    how = prediction.sentence() if prediction is not None else "under 1.05x"
+    message = (f"The loop waited for data {found.share:.0%} of each step over {found.window}{per_step}, but the "
+               f"GPU did not wait with it: work queued before the wait kept it busy. Without the wait: {how}. "
+               "Nothing to fix in the loader for now; it becomes the limit once the GPU's work gets cheaper.")
+    return Finding(severity="info", title="Data wait hidden by queued GPU work", message=message,
+                   evidence=evidence, prediction=prediction,
+                   estimated_gain=prediction.gain if prediction is not None else None)
 
 
 def _capacity_note(session: Session, found: InputStall) -> str:
@@ -314,4 +250,5 @@ CHECK = Check(
     run=run,
     requires=("loader",),
     doc=__doc__ or "",
+    explains=("GD201", "GD202", "GD203", "GD103"),
 )

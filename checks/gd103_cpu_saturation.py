@@ -67,38 +67,23 @@ Example
 from __future__ import annotations
 
 from gpudoctor import metrics
-from gpudoctor.checks.gd102_input_stall import WAIT_SHARE_CRITICAL, InputStall, input_stall
+from gpudoctor.analysis.input_pipeline import (
+    CORES_SATURATED_PERCENT,
+    InputStall,
+    cores_busy_percent,
+    data_prediction,
+    input_stall,
+    loader_line,
+    worker_plan,
+    workload_cores,
+)
+from gpudoctor.analysis.prediction import Prediction, severity_for
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
-from gpudoctor.session import CpuSample, Session
+from gpudoctor.session import Session
 
-CORES_SATURATED_PERCENT = 90.0
 MAIN_THREAD_PEGGED_PERCENT = 90.0  # of one core
 GPU_IDLE_UTIL_PERCENT = 50.0  # duty cycle below this: the GPU idles (TensorBoard plugin)
 OTHER_PROCESSES_SHARE = 0.5  # the workload uses less than half of the busy CPU
-
-
-def workload_cores(samples: list[CpuSample]) -> float | None:
-    """Cores the workload's process tree used on average, None when the tree was not sampled."""
-    values = [s.tree_percent for s in samples]
-    # tree_percent defaults to 0.0: all zeros means the tree was not sampled
-    if not any(v > 0 for v in values):
-        return None
-    return (metrics.mean(values) or 0.0) / 100.0
-
-
-def cores_busy_percent(session: Session, samples: list[CpuSample]) -> float | None:
-    """How busy the usable cores were, 0-100.
-
-    The higher of the machine's view (busy share over the affinity cores) and the
-    workload's own use of its usable cores: under a cgroup quota smaller than the
-    affinity, the machine looks idle while the job is throttled at its quota.
-    """
-    system = metrics.mean([s.system_percent for s in samples])
-    used = workload_cores(samples)
-    cores = metrics.usable_cores(session)
-    quota_view = min(100.0, used / cores * 100.0) if used is not None and cores else None
-    views = [v for v in (system, quota_view) if v is not None]
-    return max(views) if views else None
 
 
 def run(session: Session) -> list[Finding]:
@@ -117,7 +102,9 @@ def run(session: Session) -> list[Finding]:
     if found is None and gpu_util is None:
         # a CPU-only loop with no DataLoader: the CPU *is* the compute engine, nothing waits on it
         raise Skip("no DataLoader and no GPU utilization measured: nothing that a busy CPU could starve")
-    stalled = found is not None and found.significant
+    prediction = data_prediction(session, found) if found is not None and found.significant else None
+    # a wait only counts when it costs the step time (queued GPU work can hide it, GD102)
+    stalled = found is not None and prediction is not None and severity_for(prediction.gain) != "info"
     gpu_idle = gpu_util is not None and gpu_util < GPU_IDLE_UTIL_PERCENT
     impact_measured = found is not None or gpu_util is not None
     if impact_measured and not (stalled or gpu_idle):
@@ -151,14 +138,14 @@ def run(session: Session) -> list[Finding]:
     impact = _impact_text(found, gpu_util, stalled, gpu_idle)
     if not impact_measured:
         severity = "info"
-    elif stalled and found is not None and found.share >= WAIT_SHARE_CRITICAL:
-        severity = "critical"
+    elif stalled and prediction is not None:
+        severity = severity_for(prediction.gain)
     else:
         severity = "warning"
-    gain = found.gain if stalled and found is not None else None
+    shown = prediction if stalled else None
     if cores_saturated:
-        return [_cores_finding(session, severity, busy, cores, tree, impact, window, evidence, gain)]
-    return [_main_thread_finding(session, severity, main_thread or 0.0, busy, impact, window, evidence, gain)]
+        return [_cores_finding(session, severity, busy, cores, tree, impact, window, evidence, shown)]
+    return [_main_thread_finding(session, severity, main_thread or 0.0, busy, impact, window, evidence, shown)]
 
 
 def _window(session: Session) -> str:
@@ -178,7 +165,7 @@ def _impact_text(found: InputStall | None, gpu_util: float | None, stalled: bool
 
 
 def _cores_finding(session: Session, severity: str, system: float, cores: float | None, tree: float | None,
-                   impact: str, window: str, evidence: dict[str, Evidence], gain: float | None) -> Finding:
+                   impact: str, window: str, evidence: dict[str, Evidence], prediction: Prediction | None) -> Finding:
     cores_text = f" ({cores:g})" if cores else ""
     tree_text = f"; the workload's own processes used {tree:.1f} cores" if tree is not None else ""
     message = f"The usable cores{cores_text} were {system:.0f}% busy on average over {window}{tree_text}. {impact}"
@@ -191,33 +178,44 @@ def _cores_finding(session: Session, severity: str, system: float, cores: float 
     else:
         text = ("Preprocessing needs more CPU than the job has. Do not add workers (the cores are full): make "
                 "each sample cheaper (decode/resize once offline and store ready tensors, smaller inputs, a "
-                "faster decoder) and run random augmentation on the GPU on whole batches.")
+                "faster decoder)" + (" and run random augmentation on the GPU on whole batches." if
+                                     session.torch_cuda_used else "."))
     loader = metrics.main_loader(session)
     workers = loader.num_workers if loader else None
-    code = ("# workers only decode; augmentation runs on whole batches on the GPU\n"
-            "for images, labels in loader:\n"
-            "    images = gpu_augment(images.to(\"cuda\", non_blocking=True))  # torchvision.transforms.v2 on CUDA")
+    if session.torch_cuda_used:
+        code = ("# workers only decode; augmentation runs on whole batches on the GPU\n"
+                "for images, labels in loader:\n"
+                "    images = gpu_augment(images.to(\"cuda\", non_blocking=True))  # torchvision.transforms.v2 on CUDA")
+    else:
+        code = ("# decode and resize once, offline; store ready tensors and load those\n"
+                "torch.save(preprocessed_tensors, \"train-ready.pt\")")
     if workers and cores and workers > cores:
         text += f" Also bring num_workers={workers} down to at most {max(1, int(cores) - 1)} (see GD101)."
     title = f"CPU saturated: usable cores {system:.0f}% busy" + (" while the GPU waits" if severity != "info" else "")
     return Finding(severity=severity, title=title,
-                   message=message, evidence=evidence, remedy=Remedy(text=text, code=code), estimated_gain=gain)
+                   message=message, evidence=evidence, remedy=Remedy(text=text, code=code), prediction=prediction)
 
 
 def _main_thread_finding(session: Session, severity: str, main_thread: float, system: float, impact: str,
-                         window: str, evidence: dict[str, Evidence], gain: float | None) -> Finding:
+                         window: str, evidence: dict[str, Evidence], prediction: Prediction | None) -> Finding:
     head = (f"The main Python thread used {main_thread:.0f}% of one core over {window} while the usable "
             f"cores were only {system:.0f}% busy")
     loader = metrics.main_loader(session)
+    found = input_stall(session) if loader is not None else None
+    plan = worker_plan(session, loader, found) if loader is not None and found is not None else None
     if loader is not None and loader.num_workers == 0:
         title = f"Main Python thread pegged at {main_thread:.0f}% of a core, producing batches itself"
         message = (f"{head}: with num_workers=0 it produces every batch itself, in series with the training "
                    f"step. {impact}")
-        text = ("Move batch production off the main thread (num_workers > 0, GD101 gives the number), then "
-                "cut per-step Python work.")
-        batch = f"batch_size={loader.batch_size}" if loader.batch_size else "batch_size=B"
-        code = ("# W: the num_workers GD101 computes from this run's measurements\n"
-                f"loader = DataLoader(dataset, {batch}, num_workers=W, pin_memory=True, persistent_workers=True)")
+        if plan is not None and plan.recommended is not None:
+            text = (f"Move batch production off the main thread (num_workers={plan.recommended}, sized from this "
+                    "run's measurements), then cut per-step Python work.")
+            code = loader_line(loader, plan.recommended, gpu=bool(session.torch_cuda_used), deeper_prefetch=False)
+        else:
+            why = f" ({plan.why_not})" if plan is not None and plan.why_not else ""
+            text = (f"Make each batch cheaper: workers would not pay for their hand-off here{why}. Index whole "
+                    "batches at once instead of per item, and cut per-step Python work.")
+            code = None
     else:
         title = f"Main Python thread pegged at {main_thread:.0f}% of a core: the loop is Python-bound"
         message = f"{head}: the training loop itself is the bottleneck. {impact}"
@@ -226,7 +224,7 @@ def _main_thread_finding(session: Session, severity: str, main_thread: float, sy
                 ".item()/printing of tensors.")
         code = "model = torch.compile(model)  # fewer, fused kernel launches per step"
     return Finding(severity=severity, title=title, message=message, evidence=evidence,
-                   remedy=Remedy(text=text, code=code), estimated_gain=gain)
+                   remedy=Remedy(text=text, code=code), prediction=prediction)
 
 
 CHECK = Check(
@@ -237,4 +235,5 @@ CHECK = Check(
     run=run,
     requires=("cpu",),
     doc=__doc__ or "",
+    explains=("GD201", "GD202", "GD203"),
 )

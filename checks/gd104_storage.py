@@ -54,7 +54,8 @@ Example
 from __future__ import annotations
 
 from gpudoctor import metrics
-from gpudoctor.checks.gd102_input_stall import InputStall, input_stall
+from gpudoctor.analysis.input_pipeline import InputStall, data_prediction, input_stall
+from gpudoctor.analysis.prediction import GAIN_WARNING
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
 from gpudoctor.session import Session, StorageProbe
 
@@ -118,7 +119,10 @@ def run(session: Session) -> list[Finding]:
 
 def _finding(session: Session, probe: StorageProbe, network: bool, reasons: list[str],
              found: InputStall | None) -> Finding:
-    waiting = found is not None and found.significant and found.stall.kind == "waiting"
+    prediction = data_prediction(session, found) if found is not None and found.significant else None
+    # storage matters when the loader waits on it and that wait costs the GPU time
+    waiting = (found is not None and found.significant and found.stall.kind == "waiting"
+               and prediction is not None and prediction.gain >= GAIN_WARNING)
     where = probe.mount_point or probe.path
     fs = probe.fs_type or "unknown filesystem"
     evidence: dict[str, Evidence] = {
@@ -156,9 +160,13 @@ def _finding(session: Session, probe: StorageProbe, network: bool, reasons: list
     kind = "a network filesystem" if network else "a filesystem"
     message = f"The dataset at {probe.path} sits on {kind} ({fs} mounted at {where})"
     message += (": " + "; ".join(reasons) + ". ") if reasons else ". "
-    if waiting and found is not None:
+    if waiting and found is not None and prediction is not None:
         message += (f"The loop waited for data {found.share:.0%} of each step and the loader mostly waits "
-                    f"({found.stall.reason}): storage is the likely bottleneck.")
+                    f"({found.stall.reason}): storage is the likely bottleneck. Without the wait: "
+                    f"{prediction.sentence()}.")
+    elif found is not None and found.significant and found.stall.kind == "waiting":
+        message += (f"The loop waited for data {found.share:.0%} of each step, but queued GPU work hid the wait "
+                    "(see GD102), so storage costs no GPU time for now.")
     elif found is not None and found.significant:
         message += (f"The loop waited for data {found.share:.0%} of each step, but the stall is {found.stall.kind}, "
                     "so storage is not its main cause.")
@@ -181,7 +189,7 @@ def _finding(session: Session, probe: StorageProbe, network: bool, reasons: list
         remedy=Remedy(text="Stage the dataset on local NVMe or in RAM before training, or pack small files into "
                       "large shards read sequentially (WebDataset, LMDB, Parquet); keep more reads in flight "
                       "with more workers and a larger prefetch_factor.", code=code),
-        estimated_gain=found.gain if waiting and found is not None else None,
+        prediction=prediction if waiting else None,
     )
 
 

@@ -58,6 +58,7 @@ import re
 from dataclasses import dataclass
 
 from gpudoctor import metrics
+from gpudoctor.analysis.prediction import predict, severity_for
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
 from gpudoctor.session import LoaderInfo, ProfileSummary, Session
 
@@ -121,7 +122,7 @@ def run(session: Session) -> list[Finding]:
         if all(lo.pin_memory is None for lo in session.loaders):
             raise Skip("pin_memory of the DataLoaders not recorded and no profile of the copies")
         return [_loader_note(unpinned)] if unpinned else []
-    finding = _profile_finding(profile, unpinned)
+    finding = _profile_finding(session, profile, unpinned)
     return [finding] if finding else []
 
 
@@ -157,7 +158,7 @@ def _loader_note(unpinned: list[LoaderInfo]) -> Finding:
     )
 
 
-def _profile_finding(profile: ProfileSummary, unpinned: list[LoaderInfo]) -> Finding | None:
+def _profile_finding(session: Session, profile: ProfileSummary, unpinned: list[LoaderInfo]) -> Finding | None:
     pageable = htod_copies(profile, "pageable")
     if pageable.count == 0:
         return None  # no pageable H2D copies: pin_memory=False, if any, costs nothing here
@@ -193,15 +194,21 @@ def _profile_finding(profile: ProfileSummary, unpinned: list[LoaderInfo]) -> Fin
     message += " Pageable copies are staged through a driver buffer and block the host, so they never overlap compute."
     if unpinned:
         message += f" Likely source: DataLoader(s) with pin_memory=False: {_loader_line(unpinned)}."
-    severity = "warning" if share is not None and share >= PAGEABLE_SHARE_WARNING else "info"
-    gain = 1.0 / (1.0 - min(share, MAX_SHARE_FOR_GAIN)) if share is not None else None
+    rule = 1.0 / (1.0 - min(share, MAX_SHARE_FOR_GAIN)) if share is not None else None
+    prediction = predict(session, "pinned", host_side=False, rule_gain=rule,
+                         rule_detail="1 / (1 - pageable copy share of the window): the copies fully overlapped")
+    if prediction is not None:
+        message += f" Predicted: {prediction.sentence()}."
+        severity = severity_for(prediction.gain)
+    else:
+        severity = "warning" if share is not None and share >= PAGEABLE_SHARE_WARNING else "info"
     return Finding(
         severity=severity,
         title=f"Host-to-device copies from pageable memory ({metrics.format_bytes(pageable.bytes)} in the profile)",
         message=message,
         evidence=evidence,
         remedy=_remedy(unpinned),
-        estimated_gain=gain,
+        prediction=prediction,
     )
 
 
@@ -213,4 +220,5 @@ CHECK = Check(
     run=run,
     requires=(),
     doc=__doc__ or "",
+    explains=("GD103", "GD201"),
 )

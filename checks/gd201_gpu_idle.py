@@ -58,11 +58,10 @@ Example
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from gpudoctor import metrics
+from gpudoctor.analysis.gpu_state import GpuActivity, gpu_activity, in_words
+from gpudoctor.analysis.prediction import bound_prediction
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
-from gpudoctor.session import GpuSample, Session
+from gpudoctor.session import Session
 
 BUSY_WARNING = 50.0  # % busy: TensorBoard profiler plugin, "more work per step" below it
 BUSY_CRITICAL = 10.0  # %: the GPU idles nine tenths of the time
@@ -70,56 +69,6 @@ GAP_POINTS = 10.0  # duty cycle this far above SM activity: explain the differen
 MEMORY_FULL = 0.80  # share of device memory in use
 MAX_GAIN = 10.0
 MIN_SAMPLES = 3
-
-
-@dataclass(frozen=True)
-class GpuActivity:
-    samples: int
-    gpus: list[int]
-    duty_cycle: float | None  # NVML utilization, %
-    sm_activity: float | None  # GPM, %
-    tensor_activity: float | None
-    sm_occupancy: float | None
-    dram_bw_util: float | None
-    memory_used_peak: int | None
-    memory_total: int | None
-    window: str
-
-    @property
-    def busy(self) -> float | None:
-        return self.sm_activity if self.sm_activity is not None else self.duty_cycle
-
-    @property
-    def memory_share(self) -> float | None:
-        if self.memory_used_peak is None or not self.memory_total:
-            return None
-        return self.memory_used_peak / self.memory_total
-
-
-def gpu_activity(session: Session) -> GpuActivity | None:
-    """Steady-state GPU activity of the GPUs the workload used, or None without samples."""
-    samples: list[GpuSample] = metrics.gpu_samples_steady(session)
-    if not samples:
-        return None
-    summary = metrics.step_summary(session)
-    window = summary.window if summary else "whole run"
-    indexes = sorted({s.gpu_index for s in samples})
-    totals = {g.index: g.memory_total_bytes for g in session.environment.gpus if g.memory_total_bytes}
-    peaks = [s.memory_used_bytes for s in samples if s.memory_used_bytes is not None]
-    peak_gpu = max((s for s in samples if s.memory_used_bytes is not None),
-                   key=lambda s: s.memory_used_bytes or 0, default=None)
-    return GpuActivity(
-        samples=len(samples),
-        gpus=indexes,
-        duty_cycle=metrics.gpu_metric_mean(samples, "util_percent"),
-        sm_activity=metrics.gpu_metric_mean(samples, "sm_activity"),
-        tensor_activity=metrics.gpu_metric_mean(samples, "tensor_activity"),
-        sm_occupancy=metrics.gpu_metric_mean(samples, "sm_occupancy"),
-        dram_bw_util=metrics.gpu_metric_mean(samples, "dram_bw_util"),
-        memory_used_peak=max(peaks) if peaks else None,
-        memory_total=totals.get(peak_gpu.gpu_index) if peak_gpu is not None else None,
-        window=window,
-    )
 
 
 def run(session: Session) -> list[Finding]:
@@ -153,12 +102,15 @@ def run(session: Session) -> list[Finding]:
                      "works (PyTorch's caching allocator keeps what it once needed).")
     parts.append("A busy share below 50% suggests the GPU needs more work per step, once the input "
                  "pipeline keeps up.")
-    gain = None
+    prediction = None
     if act.duty_cycle is not None and act.duty_cycle < BUSY_WARNING:
-        gain = round(min(MAX_GAIN, 100.0 / max(act.duty_cycle, 100.0 / MAX_GAIN)), 2)
+        gain = min(MAX_GAIN, 100.0 / max(act.duty_cycle, 100.0 / MAX_GAIN))
+        prediction = bound_prediction(session, gain, "if the GPU never idled",
+                                      f"1 / duty cycle ({act.duty_cycle:.0f}%), at most {MAX_GAIN:.0f}x: the GPU "
+                                      "busy all the time with the same work")
     severity = "critical" if busy < BUSY_CRITICAL else "warning"
     return [Finding(severity=severity, title=_title(act, gap), message=" ".join(parts),
-                    evidence=_evidence(act), remedy=REMEDY, estimated_gain=gain)]
+                    evidence=_evidence(act), remedy=REMEDY, prediction=prediction)]
 
 
 def _gap(act: GpuActivity) -> bool:
@@ -185,11 +137,6 @@ def _measured(act: GpuActivity, session: Session) -> str:
     if act.tensor_activity is not None:
         values.append(f"tensor-core activity {act.tensor_activity:.2g}%")
     return f"Over {in_words(act.window)} ({act.samples} samples, {gpus}), " + ", ".join(values) + "."
-
-
-def in_words(window: str) -> str:
-    """'whole run' -> 'the whole run' inside a sentence."""
-    return "the " + window if window.startswith("whole") else window
 
 
 def _evidence(act: GpuActivity) -> dict[str, Evidence]:

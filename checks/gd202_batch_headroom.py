@@ -58,7 +58,7 @@ import math
 import os
 import shlex
 
-from gpudoctor.checks.gd201_gpu_idle import BUSY_WARNING, GpuActivity, gpu_activity, in_words
+from gpudoctor.analysis.gpu_state import GpuActivity, gpu_activity, in_words
 
 from gpudoctor import metrics
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
@@ -68,6 +68,7 @@ PEAK_SHARE_MAX = 0.50  # peak at or above half the device: little headroom
 USABLE_SHARE = 0.90  # peak above 90% of the device is close to OOM
 BUSY_SM_ACTIVITY = 80.0  # %, GPM: the GPU is already busy
 BUSY_DUTY_CYCLE = 90.0  # %, NVML utilization when GPM is missing
+BUSY_WARNING = 50.0  # % busy: below it the GPU needs more work per step (as GD201)
 MIN_SCALING_SHARE = 0.02  # peak - baseline below 2% of peak: no measurable batch-dependent part
 GIB = 2**30
 
@@ -213,4 +214,6 @@ CHECK = Check(
     run=run,
     requires=("allocator",),
     doc=__doc__ or "",
+    # playbook: raise the batch first; tiny kernels are what a tiny batch looks like
+    explains=("GD301", "GD201"),
 )

@@ -64,6 +64,7 @@ Example
 
 from __future__ import annotations
 
+from gpudoctor.analysis.prediction import predict, severity_for
 from gpudoctor.checks._profile import gpu_profile
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
 from gpudoctor.session import Session
@@ -72,7 +73,6 @@ MIN_KERNELS = 100  # below this there is no distribution to judge
 SHORT_SHARE = 0.5  # share of kernels shorter than their own launch
 TINY_MEDIAN_US = 10.0  # HTA: a launch costs 5-20 us
 IDLE_WARNING = 0.20
-IDLE_CRITICAL = 0.50
 MAX_GAIN = 10.0
 
 REMEDY = Remedy(
@@ -104,8 +104,11 @@ def run(session: Session) -> list[Finding]:
     # gaps after a sync belong to GD302: counting them here too would promise the same gain twice
     host_wait = max(0.0, profile.idle_gap_host_wait_us - profile.idle_after_sync_us)
     attributable = min(profile.idle_gap_kernel_to_kernel_us + host_wait, span * 0.999)
-    gain = min(MAX_GAIN, span / (span - attributable)) if attributable > 0 else None
-    severity = "critical" if idle_share >= IDLE_CRITICAL and short_share >= SHORT_SHARE else "warning"
+    rule = min(MAX_GAIN, span / (span - attributable)) if 0 < attributable < span else 1.0
+    prediction = predict(session, "launch", host_side=True, rule_gain=rule,
+                         rule_detail="span / (span - launch-attributable idle) of the profiled window")
+    gain = prediction.gain if prediction is not None else rule
+    severity = severity_for(gain)
     window = f"profiled window ({profile.steps} steps)" if profile.steps else "profiled window"
     evidence = {
         "kernel_count": Evidence(profile.kernel_count, "kernels", window, "kernels"),
@@ -137,10 +140,13 @@ def run(session: Session) -> list[Finding]:
         f"The GPU was idle {idle_share:.0%} of the time between its first and last kernel in the {window}, "
         f"and {short_share:.0%} of its {profile.kernel_count:,} kernels ran shorter than their own launch "
         f"call{detail}.{per_step} The host cannot queue work as fast as the GPU finishes it."
-        + (f" Removing the launch-bound gaps would make the window up to {gain:.2f}x faster." if gain else "")
+        + (f" Predicted: {prediction.sentence()}." if prediction is not None else "")
     )
-    return [Finding(severity=severity, title="Launch-bound: many tiny kernels, the GPU waits for the CPU",
-                    message=message, evidence=evidence, remedy=REMEDY, estimated_gain=gain)]
+    title = "Launch-bound: many tiny kernels, the GPU waits for the CPU"
+    if severity == "info":
+        title = "Many tiny kernels, but launching them costs the step little"
+    return [Finding(severity=severity, title=title, message=message, evidence=evidence, remedy=REMEDY,
+                    prediction=prediction, estimated_gain=gain)]
 
 
 CHECK = Check(
@@ -151,4 +157,5 @@ CHECK = Check(
     run=run,
     requires=("profile",),
     doc=__doc__ or "",
+    explains=("GD201",),
 )

@@ -68,6 +68,7 @@ Example
 
 from __future__ import annotations
 
+from gpudoctor.analysis.prediction import predict, severity_for
 from gpudoctor.checks._profile import gpu_profile
 from gpudoctor.metrics import format_duration
 from gpudoctor.model import Check, Evidence, Finding, Remedy
@@ -75,8 +76,6 @@ from gpudoctor.session import Session
 
 PER_STEP = 2.0  # more than the customary one loss.item() per step
 IN_WINDOW = 10  # when the window's steps are unknown
-IDLE_WARNING = 0.10  # GPU idle after syncs / GPU span
-IDLE_CRITICAL = 0.30
 MAX_GAIN = 10.0
 MAX_SITES = 3
 
@@ -104,13 +103,13 @@ def run(session: Session) -> list[Finding]:
     idle_share = min(1.0, profile.idle_after_sync_us / span) if span > 0 else 0.0
     per_step = profile.sync_count / profile.steps if profile.steps else None
     frequent = per_step >= PER_STEP if per_step is not None else profile.sync_count >= IN_WINDOW
-    if idle_share >= IDLE_CRITICAL:
-        severity = "critical"
-    elif idle_share >= IDLE_WARNING:
-        severity = "warning"
-    elif frequent:
-        severity = "info"
-    else:
+    attributable = min(profile.idle_after_sync_us, span * 0.999)
+    rule = span / (span - attributable) if 0 < attributable < span else 1.0
+    prediction = predict(session, "sync", host_side=True, rule_gain=min(MAX_GAIN, rule),
+                         rule_detail="span / (span - GPU idle after syncs) of the profiled window")
+    gain = prediction.gain if prediction is not None else 1.0
+    severity = severity_for(gain)
+    if severity == "info" and not frequent:
         return []
     window = f"profiled window ({profile.steps} steps)" if profile.steps else "profiled window"
     evidence = {
@@ -130,18 +129,18 @@ def run(session: Session) -> list[Finding]:
     rate = f", {per_step:.1f} per step," if per_step is not None else ""
     sites = "; ".join(f"{s.api} in {s.site or 'an unknown call site'} ({s.count}x)"
                       for s in profile.sync_sites[:MAX_SITES])
-    attributable = min(profile.idle_after_sync_us, span * 0.999)
-    gain = min(MAX_GAIN, span / (span - attributable)) if attributable > 0 else None
     message = (
         f"The host synchronised with the GPU {profile.sync_count:,} times in the {window}{rate}, blocked "
         f"{format_duration(profile.sync_total_us / 1e6)} in all. Each sync empties the GPU's queue; after "
         f"them the GPU idled {format_duration(profile.idle_after_sync_us / 1e6)} waiting for new work, "
         f"{idle_share:.0%} of its span."
         + (f" Where: {sites}." if sites else "")
-        + (f" Without those gaps the window would be up to {gain:.2f}x faster." if gain and gain >= 1.01 else "")
+        + (f" Predicted: {prediction.sentence()}." if prediction is not None else "")
     )
-    return [Finding(severity=severity, title="Host synchronisations stall the GPU queue",
-                    message=message, evidence=evidence, remedy=REMEDY, estimated_gain=gain)]
+    title = "Host synchronisations stall the GPU queue" if severity != "info" else \
+        "Host synchronisations in the loop, at little cost to the GPU"
+    return [Finding(severity=severity, title=title, message=message, evidence=evidence, remedy=REMEDY,
+                    prediction=prediction)]
 
 
 CHECK = Check(
@@ -152,4 +151,5 @@ CHECK = Check(
     run=run,
     requires=("profile",),
     doc=__doc__ or "",
+    explains=("GD201",),
 )

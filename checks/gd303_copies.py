@@ -55,6 +55,7 @@ Example
 
 from __future__ import annotations
 
+from gpudoctor.analysis.prediction import predict, severity_for
 from gpudoctor.checks._profile import gpu_profile
 from gpudoctor.metrics import format_bytes, format_duration
 from gpudoctor.model import Check, Evidence, Finding, Remedy
@@ -121,21 +122,32 @@ def run(session: Session) -> list[Finding]:
         parts.append(f"{kind} {int(float(v.get('count', 0)))}x {format_bytes(moved)} in "
                      f"{format_duration(us / 1e6)}" + (f" ({rate:.1f} GB/s)" if rate is not None else ""))
     span = profile.gpu_busy_us + profile.gpu_idle_us
-    hidden = min(copy_us, span * 0.999) if span > 0 else 0.0
-    gain = min(MAX_GAIN, span / (span - hidden)) if hidden > 0 else None
+    hidden = min(copy_us, span * 0.999)
+    rule = min(MAX_GAIN, span / (span - hidden)) if 0 < hidden < span else 1.0
+    # the what-if that fits: pageable copies pinned, or small ones stacked (the larger of the two)
+    options = [predict(session, name, host_side=False, rule_gain=rule,
+                       rule_detail="GPU span / (span - copy time): the copies fully overlapped with compute")
+               for name in (("pinned",) if any(k.endswith("_pageable") for k in kinds) else ())
+               + (("small_copies",) if many_small else ())]
+    options = [p for p in options if p is not None] or [
+        predict(session, "copies", host_side=False, rule_gain=rule, label="if the copies overlapped with compute",
+                rule_detail="GPU span / (span - copy time): the copies fully overlapped with compute")]
+    prediction = max((p for p in options if p is not None), key=lambda p: p.gain, default=None)
+    gain = prediction.gain if prediction is not None else None
+    if gain is not None:
+        severity = severity_for(gain)
     pageable = [k for k in kinds if k.endswith("_pageable")]
     message = (
         f"Copies took {share:.0%} of the GPU's working time in the {window}: {count:,} copies, "
         f"{format_bytes(nbytes)} in {format_duration(copy_us / 1e6)}; {small:,} of them under 64 KiB. "
         f"By kind: {'; '.join(parts)}."
         + (f" {' and '.join(pageable)} copies use pageable host memory: pin it." if pageable else "")
-        + (f" Fully overlapped with compute, the window would be up to {gain:.2f}x faster." if gain and gain >= 1.01
-           else "")
+        + (f" Predicted: {prediction.sentence()}." if prediction is not None else "")
     )
     title = ("Copies dominate the GPU's time" if share >= SHARE_WARNING
              else "Many small host-device copies every step")
     return [Finding(severity=severity, title=title, message=message, evidence=evidence, remedy=REMEDY,
-                    estimated_gain=gain)]
+                    prediction=prediction, estimated_gain=gain)]
 
 
 CHECK = Check(
@@ -146,4 +158,5 @@ CHECK = Check(
     run=run,
     requires=("profile",),
     doc=__doc__ or "",
+    explains=("GD103", "GD201"),
 )

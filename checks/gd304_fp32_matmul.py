@@ -56,6 +56,7 @@ Example
 
 from __future__ import annotations
 
+from gpudoctor.analysis.prediction import predict, severity_for
 from gpudoctor.checks._profile import gpu_profile
 from gpudoctor.collectors.trace import classify_gemm
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
@@ -63,7 +64,6 @@ from gpudoctor.session import Session
 
 SHARE_INFO = 0.10  # fp32 GEMM time / kernel time: worth saying
 SPAN_WARNING = 0.25  # fp32 GEMM time / GPU span: worth doing first
-SPAN_CRITICAL = 0.50
 TENSOR_CORE_SPEEDUP = 8.0  # TF32 vs fp32 peak on A100/H100; 7.9x measured on an H200 at 4096^3
 
 REMEDY = Remedy(
@@ -88,9 +88,15 @@ def run(session: Session) -> list[Finding]:
         return []
     span = profile.gpu_busy_us + profile.gpu_idle_us
     span_share = min(1.0, profile.matmul_fp32_us / span) if span > 0 else share
-    severity = "critical" if span_share >= SPAN_CRITICAL else "warning" if span_share >= SPAN_WARNING else "info"
     fp32_of_matmul = profile.matmul_fp32_us / profile.matmul_total_us
-    gain = 1.0 / ((1.0 - span_share) + span_share / TENSOR_CORE_SPEEDUP)
+    rule = 1.0 / ((1.0 - span_share) + span_share / TENSOR_CORE_SPEEDUP)
+    prediction = predict(session, "tf32", host_side=False, rule_gain=rule,
+                         rule_detail=f"Amdahl: the fp32 GEMMs ({span_share:.0%} of the GPU span) "
+                                     f"{TENSOR_CORE_SPEEDUP:.0f}x faster")
+    gain = prediction.gain if prediction is not None else rule
+    severity = severity_for(gain)
+    if severity != "info" and span_share < SPAN_WARNING:
+        severity = "info"  # the matmuls would speed up, the step barely
     window = f"profiled window ({profile.steps} steps)" if profile.steps else "profiled window"
     evidence = {
         "fp32_matmul_share": Evidence(round(share * 100, 1), "%", window, "fp32 GEMM time / kernel time"),
@@ -117,11 +123,11 @@ def run(session: Session) -> list[Finding]:
         f"({profile.matmul_fp32_us / 1e3:,.1f} ms; {fp32_of_matmul:.0%} of all matmul time), on CUDA cores "
         f"rather than tensor cores. {why}"
         + (f" Largest: {top.name[:80]} ({top.count}x)." if top is not None else "")
-        + f" They fill {span_share:.0%} of the GPU's span; on tensor cores (up to {TENSOR_CORE_SPEEDUP:.0f}x "
-        f"faster) the window would be up to {gain:.2f}x faster."
+        + f" They fill {span_share:.0%} of the GPU's span."
+        + (f" Predicted: {prediction.sentence()}." if prediction is not None else "")
     )
     return [Finding(severity=severity, title="Matmuls run in full fp32, not on tensor cores",
-                    message=message, evidence=evidence, remedy=REMEDY, estimated_gain=gain)]
+                    message=message, evidence=evidence, remedy=REMEDY, prediction=prediction, estimated_gain=gain)]
 
 
 CHECK = Check(

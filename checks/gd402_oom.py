@@ -299,4 +299,6 @@ CHECK = Check(
     run=run,
     requires=(),
     doc=__doc__ or "",
+    # an OOM comes with allocation retries: they are its symptom, GD402 says the cause
+    explains=("GD401", "GD202"),
 )

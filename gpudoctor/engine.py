@@ -1,53 +1,39 @@
 """The engine: run the checks on a Session, order findings the way an expert triages.
 
-Ordering follows the playbook: root causes before their consequences, problems
-before notes, then playbook stage (input pipeline, GPU/batch, kernels, memory),
-then estimated gain. When an upstream finding explains a downstream one (a starved
-loader explains idle SMs and makes "use a bigger batch" premature), the downstream
-finding is kept but marked as a consequence, never shouted as a second root cause.
+Ordering: what ended the run first, then root causes before their consequences,
+problems before notes, then the predicted gain (the step time now over the step
+time without the cause, gpudoctor.analysis.prediction), then playbook stage.
+
+A finding is a consequence of another when removing that other cause removes
+it. Where the profiled window was replayed, the replay decides: a cause whose
+extra gain, once the other is fixed, is under 1.05x is explained by it (the one
+with the larger gain of the two is the root); the idle GPU (GD201) is explained
+by a cause whose removal takes away at least half of the window's idle time.
+Where no replay can tell (memory, batch size, clocks, runs without a window),
+each check declares what its findings explain (``Check.explains``). A
+consequence is kept, marked, never shouted as a second root cause.
+
+When the GPU was fully used (gpudoctor.analysis.gpu_state), no finding is
+critical: the GPU works, and what remains is making the work itself cheaper.
+Nor from fewer than 10 steady steps (metrics.MIN_STEADY_STEPS): the verdict says
+how few, and the gains stand as estimates.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable
 
 from gpudoctor.model import Check, CheckOutcome, Finding, Skip, severity_rank
 from gpudoctor.session import Session
 
 log = logging.getLogger(__name__)
 
-# root cause -> findings it explains (when the root is a warning or worse). Order
-# matters: when several roots explain a finding, the first one listed is named.
-EXPLAINS: dict[str, tuple[str, ...]] = {
-    # a starved loader makes idle SMs, a "bigger batch" and slow clocks beside the point
-    "GD102": ("GD201", "GD202", "GD203", "GD103"),
-    "GD103": ("GD201", "GD202", "GD203"),
-    "GD101": ("GD201", "GD202"),
-    "GD104": ("GD201", "GD202"),
-    # pageable copies keep the main thread busy staging data, and the SMs idle
-    "GD105": ("GD103", "GD201"),
-    "GD303": ("GD103", "GD201"),
-    # playbook: raise the batch first; tiny kernels are what a tiny batch looks like
-    "GD202": ("GD301", "GD201"),
-    "GD301": ("GD201",),
-    "GD302": ("GD201",),
-    # an OOM comes with allocation retries: they are its symptom, GD402 says the cause
-    "GD402": ("GD401", "GD202"),
-}
-
-
-def _explains(root: Finding, finding: Finding) -> bool:
-    if finding.id not in EXPLAINS.get(root.id, ()):
-        return False
-    if root.id == "GD102" and finding.id == "GD103":
-        # with num_workers=0 the main thread *is* the loader: its pegged core is the stall itself;
-        # saturated cores (other processes, too many workers) stay a root cause of their own
-        saturation = finding.evidence.get("saturation")
-        return saturation is not None and saturation.value == "main-thread"
-    return True
+MARGINAL_GAIN = 1.05  # what a second fix must still buy, once the first is made, to stand on its own
+IDLE_EXPLAINED = 0.5  # share of the GPU's idle time a cause must remove to explain GD201
+IDLE_SYMPTOM = "GD201"
 
 
 @dataclass(frozen=True)
@@ -58,6 +44,7 @@ class EngineResult:
 
 def run_checks(session: Session, checks: Iterable[Check], ignore: Iterable[str] = ()) -> EngineResult:
     ignored = {i.strip().upper() for i in ignore}
+    checks = list(checks)
     findings: list[Finding] = []
     outcomes: list[CheckOutcome] = []
     for check in checks:
@@ -84,41 +71,126 @@ def run_checks(session: Session, checks: Iterable[Check], ignore: Iterable[str] 
         stamped = [dataclasses.replace(f, id=check.id, stage=check.stage) for f in produced]
         findings.extend(stamped)
         outcomes.append(CheckOutcome(**base, status="finding" if stamped else "pass"))
-    return EngineResult(findings=order(findings), outcomes=outcomes)
+    findings = _cap_severity(session, findings)
+    explains = {c.id: c.explains for c in checks}
+    return EngineResult(findings=order(findings, session, explains), outcomes=outcomes)
 
 
-def order(findings: list[Finding]) -> list[Finding]:
-    roots = {f.id: f for f in findings if severity_rank(f.severity) >= severity_rank("warning")}
-    preference = list(EXPLAINS)
+def _cap_severity(session: Session, findings: list[Finding]) -> list[Finding]:
+    """No critical finding while the GPU is fully used, or from too few steady steps to be sure."""
+    from gpudoctor import metrics
+    from gpudoctor.analysis.gpu_state import fully_used
+
+    steady = metrics.steady_step_count(session)
+    few = session.steps.source is not None and 0 < steady < metrics.MIN_STEADY_STEPS
+    if fully_used(session) is None and not few:
+        return findings
+    return [dataclasses.replace(f, severity="warning")
+            if f.severity == "critical" and not f.ended_run and f.stage > 0 else f for f in findings]
+
+
+def _gain(f: Finding) -> float:
+    return f.estimated_gain if f.estimated_gain is not None else 1.0
+
+
+def order(findings: list[Finding], session: Session | None = None,
+          explains: Mapping[str, tuple[str, ...]] | None = None) -> list[Finding]:
+    if explains is None:
+        explains = _declared()
+    roots = sorted((f for f in findings if severity_rank(f.severity) >= severity_rank("warning")),
+                   key=lambda f: -_gain(f))
+    relation = _Relation(session, explains)
     marked = []
     for f in findings:
-        causes = [r for r in preference if r in roots and r != f.id and _explains(roots[r], f)]
+        causes = [r for r in roots if r.id != f.id and relation.explains(r, f)]
         # name a root cause over a root that is itself a consequence (GD105 -> GD103 -> GD201)
-        causes.sort(key=lambda r: any(_explains(roots[o], roots[r]) for o in roots if o != r))
+        causes.sort(key=lambda r: any(relation.explains(o, r) for o in roots if o.id != r.id))
         if causes and f.consequence_of is None:
-            f = dataclasses.replace(f, consequence_of=causes[0])
+            f = dataclasses.replace(f, consequence_of=causes[0].id)
         marked.append(f)
 
     def key(f: Finding) -> tuple:
         return (
             f.consequence_of is not None,
             f.severity == "info",
-            0 if f.ended_run else f.stage,  # a crash comes first, whatever stage its check has
-            -(f.estimated_gain or 1.0),
+            not f.ended_run,  # a crash or the OOM that ended the run comes first
             -severity_rank(f.severity),
+            -_gain(f),
+            f.stage,
             f.id,
         )
 
     return sorted(marked, key=key)
 
 
-def exit_status(workload_exit: int | None, findings: list[Finding], fail_on: str | None) -> int:
-    """gpudoctor's exit code: the workload's, unless --fail-on trips on a clean run."""
+class _Relation:
+    """Does root finding A explain finding B? The replay where it can tell, else the declarations."""
+
+    def __init__(self, session: Session | None, explains: Mapping[str, tuple[str, ...]]) -> None:
+        from gpudoctor.analysis.prediction import replay_of
+
+        self.replay = replay_of(session) if session is not None else None
+        self.explains_table = explains
+
+    def explains(self, root: Finding, finding: Finding) -> bool:
+        told = self._replayed(root, finding)
+        if told is not None:
+            return told
+        if finding.id not in self.explains_table.get(root.id, ()):
+            return False
+        if root.id == "GD102" and finding.id == "GD103":
+            # with num_workers=0 the main thread *is* the loader: its pegged core is the stall itself;
+            # saturated cores (other processes, too many workers) stay a root cause of their own
+            saturation = finding.evidence.get("saturation")
+            return saturation is not None and saturation.value == "main-thread"
+        return True
+
+    def _replayed(self, root: Finding, finding: Finding) -> bool | None:
+        replay = self.replay
+        cause = _scenario(root)
+        if replay is None or cause is None:
+            return None
+        spans = {s.name: s for s in replay.scenarios}
+        if cause not in spans:
+            return None
+        if finding.id == IDLE_SYMPTOM:
+            idle_now = (replay.baseline_span_us or 0.0) - (replay.baseline_gpu_busy_us or 0.0)
+            after = spans[cause].span_us - spans[cause].gpu_busy_us
+            return idle_now > 0 and after <= IDLE_EXPLAINED * idle_now
+        other = _scenario(finding)
+        if other is None or other not in spans or other == cause:
+            return None
+        both = replay.combined.get(f"{cause}+{other}") or replay.combined.get(f"{other}+{cause}")
+        if both is None or both <= 0:
+            return None
+        return spans[cause].span_us / both < MARGINAL_GAIN and _gain(root) >= _gain(finding)
+
+
+def _scenario(f: Finding) -> str | None:
+    prediction = f.prediction
+    return prediction.scenario if prediction is not None and prediction.method != "rule" else None
+
+
+def _declared() -> dict[str, tuple[str, ...]]:
+    """What each installed check declares it explains."""
+    try:
+        from gpudoctor.registry import load_checks
+
+        checks, _ = load_checks()
+    except Exception:  # noqa: BLE001  (ordering must never fail on a broken plugin)
+        return {}
+    return {c.id: c.explains for c in checks}
+
+
+def exit_status(workload_exit: int | None, findings: list[Finding], fail_on: str | None,
+                measured: bool = True) -> int:
+    """gpudoctor's exit code: the workload's, unless --fail-on trips on a clean run. A run
+    that measured nothing steady trips --fail-on too: a gate must not pass on no evidence."""
     from gpudoctor import exitcodes
 
     code = workload_exit if workload_exit is not None else exitcodes.WORKLOAD_UNKNOWN
     if code == 0 and fail_on:
         threshold = severity_rank(fail_on)
-        if any(severity_rank(f.severity) >= threshold for f in findings):
+        if not measured or any(severity_rank(f.severity) >= threshold for f in findings):
             return exitcodes.FAIL_ON
     return code

@@ -68,7 +68,10 @@ def step_summary(session: Session) -> StepSummary | None:
 
 
 def loader_wait_share(session: Session) -> float | None:
-    """Data-wait share from loader totals, for runs without usable step records."""
+    """Data-wait share of the steady steps (loader totals without step records); None
+    without a DataLoader: a loop that reads no loader did not wait 0%, it was not measured."""
+    if not any(lo.batches > 0 for lo in session.loaders):
+        return None
     summary = step_summary(session)
     if summary is not None:
         return summary.data_wait_share
@@ -101,6 +104,14 @@ def fetch_time_per_batch(loader: LoaderInfo) -> float | None:
     if loader.fetch_batches == 0:
         return None
     return loader.fetch_wall_s / loader.fetch_batches
+
+
+MIN_STEADY_STEPS = 10  # below this a mean step time is known to +-6% at best (CV 10%): caveat it
+
+
+def steady_step_count(session: Session) -> int:
+    summary = step_summary(session)
+    return summary.count if summary is not None else 0
 
 
 def steady_window(session: Session) -> tuple[float, float] | None:

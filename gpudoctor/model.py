@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gpudoctor.session import Session
+
+if TYPE_CHECKING:
+    from gpudoctor.analysis.prediction import Prediction
 
 SEVERITIES = ("info", "warning", "critical")
 
@@ -58,7 +61,9 @@ class Finding:
     message: str  # with the measured numbers
     evidence: dict[str, Evidence] = field(default_factory=dict)
     remedy: Remedy | None = None
-    estimated_gain: float | None = None  # upper bound on speedup (x), None when unknown
+    estimated_gain: float | None = None  # predicted speed-up (x) without the cause, None when unknown
+    # the step time now and predicted without the cause, and how that was obtained
+    prediction: Prediction | None = None
     # this is why the run stopped (an uncaught OOM, say): ranked first, with GD001's stage
     ended_run: bool = False
     id: str = ""
@@ -69,6 +74,8 @@ class Finding:
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"unknown severity {self.severity!r}")
+        if self.prediction is not None and self.estimated_gain is None:
+            object.__setattr__(self, "estimated_gain", self.prediction.gain)
 
 
 class Skip(Exception):
@@ -86,6 +93,9 @@ class Check:
     run: Callable[[Session], Sequence[Finding]]
     requires: tuple[str, ...] = ()  # Session facts (keys of Session.unavailable)
     doc: str = ""  # the module docstring: what `gpudoctor explain` prints
+    # checks whose findings this one's explains, where no replay of the window can tell
+    # (a starved loader explains an idle GPU; an OOM explains allocation retries)
+    explains: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

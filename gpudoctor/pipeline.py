@@ -137,7 +137,7 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
     workload = session.exit_code
     if stopped_by_us and workload in (130, 143, 137, -2, -15):
         workload = 0  # the workload ended because gpudoctor asked it to (documented)
-    return exit_status(workload, engine.findings, args.fail_on)
+    return exit_status(workload, engine.findings, args.fail_on, measured=report["summary"].get("measured", True))
 
 
 def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: bytes | None,

@@ -42,16 +42,24 @@ def finding_to_dict(f: Finding, slug: str | None = None) -> dict[str, Any]:
         "evidence": {k: v.to_dict() for k, v in f.evidence.items()},
         "remedy": {"text": f.remedy.text, "code": f.remedy.code} if f.remedy else None,
         "estimated_gain": round(f.estimated_gain, 2) if f.estimated_gain is not None else None,
+        "prediction": f.prediction.to_dict() if f.prediction is not None else None,
         "consequence_of": f.consequence_of,
     }
 
 
 def summarize(session: Session) -> dict[str, Any]:
+    from gpudoctor.analysis.gpu_state import gpu_load
+
     steps = metrics.step_summary(session)
     gpu_steady = metrics.gpu_samples_steady(session)
     cpu_steady = metrics.cpu_samples_steady(session)
     peak = max((a.max_allocated_bytes for a in session.allocator), default=None)
+    load = gpu_load(session)
     return {
+        "measured": measured_anything(session),
+        "stop_reason": session.stop_reason,
+        "gpu_fully_used": load.fully_used if load is not None else None,
+        "gpu_load": load.describe() if load is not None else None,
         "steps": session.steps.count,
         "step_source": session.steps.source,
         "steady_steps": steps.count if steps else 0,
@@ -71,7 +79,30 @@ def summarize(session: Session) -> dict[str, Any]:
     }
 
 
+def measured_anything(session: Session) -> bool:
+    """Did the run reach anything a diagnosis can stand on: steady steps, a profiled window
+    with activity, or (a GPU run without step boundaries) steady GPU samples?"""
+    if metrics.step_summary(session) is not None:
+        return True
+    profile = session.profile
+    if profile is not None and (profile.kernel_count > 0 or profile.gpu_busy_us > 0 or profile.top_ops):
+        return True
+    if session.steps.count > 0:
+        return False  # it had steps, but too few to be steady
+    return bool(session.torch_cuda_used) and len(session.gpu_samples) >= 3
+
+
 def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, total: int = 0) -> str:
+    if summary.get("measured") is False and not any(f.ended_run or f.stage == 0 for f in findings):
+        steps = summary.get("steps") or 0
+        if steps:
+            why = f"the run ended after {steps} step(s), before enough steady ones (run longer)"
+        elif summary.get("step_source") is None and summary.get("stop_reason") == "exited":
+            why = ("the run showed no step boundaries and no profiled window (mark steps with gpudoctor.step(), "
+                   "or run longer)")
+        else:
+            why = "the run ended before its first step (run longer)"
+        return f"Nothing steady was measured: {why}; no verdict on no evidence."
     numbers = []
     if summary.get("data_wait_share") is not None:
         numbers.append(f"the loop waited for data {summary['data_wait_share']:.0%} of each step")
@@ -79,17 +110,41 @@ def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, 
         numbers.append(f"GPU SMs were active {summary['sm_activity_mean']:.0f}% of the time")
     elif summary.get("gpu_util_mean") is not None:
         numbers.append(f"GPU utilization averaged {summary['gpu_util_mean']:.0f}%")
+    caveat = _sample_caveat(summary)
     primary = [f for f in findings if f.consequence_of is None and severity_rank(f.severity) >= 1]
+    failed = [f for f in primary if f.ended_run or f.stage == 0]
+    if summary.get("gpu_fully_used") and not failed:
+        head = f"GPU-bound: the GPU is fully used ({summary.get('gpu_load')})"
+        if primary:
+            top = primary[0]
+            gain = f", {top.estimated_gain:.2f}x predicted" if top.estimated_gain else ""
+            head += f"; the work itself can get cheaper: {_lower(top.title)} ({top.id}{gain})"
+        return head + caveat + "."
     if not primary:
         head = "No bottleneck found"
         if skipped:
             head += f" by the {total - skipped} of {total} checks that could run ({skipped} skipped: see why below)"
-        return head + (": " + "; ".join(numbers) if numbers else "") + "."
+        return head + (": " + "; ".join(numbers) if numbers else "") + caveat + "."
     top = primary[0]
-    if top.stage == 1 and numbers:
-        return f"{STAGE_VERDICT[1]}: " + "; ".join(numbers) + "."
-    head = f"{STAGE_VERDICT.get(top.stage, 'Problem')}: {top.title[:1].lower()}{top.title[1:]}"
-    return head + ("; " + "; ".join(numbers) if numbers else "") + "."
+    if top.id in INPUT_STALL_IDS and summary.get("data_wait_share") is not None:
+        return f"{STAGE_VERDICT[1]}: " + "; ".join(numbers) + caveat + "."
+    head = f"{STAGE_VERDICT.get(top.stage, 'Problem')}: {_lower(top.title)}"
+    return head + ("; " + "; ".join(numbers) if numbers else "") + caveat + "."
+
+
+INPUT_STALL_IDS = ("GD101", "GD102", "GD103", "GD104")
+
+
+def _lower(title: str) -> str:
+    return title[:1].lower() + title[1:]
+
+
+def _sample_caveat(summary: dict[str, Any]) -> str:
+    steady = summary.get("steady_steps") or 0
+    if summary.get("step_source") and 0 < steady < metrics.MIN_STEADY_STEPS:
+        return (f" (from only {steady} steady steps: too few for a firm verdict, measure at least "
+                f"{metrics.MIN_STEADY_STEPS})")
+    return ""
 
 
 def _downsample(values: list, limit: int) -> list:

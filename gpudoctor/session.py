@@ -197,6 +197,36 @@ class SyncSite:
 
 
 @dataclass
+class ReplayScenario:
+    """The profiled window replayed with one cause removed (gpudoctor.replay)."""
+
+    name: str  # data | sync | launch | pinned | small_copies | tf32
+    label: str  # "if batches arrived instantly"
+    span_us: float  # the window's predicted duration
+    gpu_busy_us: float = 0.0  # union of GPU activity in the replay
+    changed: int = 0  # host items or GPU operations the edit changed
+    detail: str = ""  # what was assumed (rates and where they come from)
+
+
+@dataclass
+class ReplaySummary:
+    """What the replay of the profiled window predicts (see gpudoctor/replay)."""
+
+    steps: int = 0  # steps the window covers (0: unknown)
+    measured_span_us: float = 0.0  # the trace's window as recorded
+    baseline_span_us: float | None = None  # the model replayed as measured (after calibration)
+    baseline_gpu_busy_us: float | None = None
+    host_scale: float = 1.0  # host costs scaled by this to undo the tracing's own overhead
+    calibration: str = ""  # how host_scale was chosen, in words
+    launch_latency_us: float | None = None  # median launch-to-start latency
+    queued_gap_us: float | None = None  # median gap between back-to-back queued operations
+    scenarios: list[ReplayScenario] = field(default_factory=list)
+    combined: dict[str, float] = field(default_factory=dict)  # "data+sync" -> predicted span, us
+    seconds: float | None = None  # time the replay took
+    error: str | None = None  # why there is no prediction
+
+
+@dataclass
 class ProfileSummary:
     """Compact statistics of the torch.profiler window (never the raw trace)."""
 
@@ -231,6 +261,7 @@ class ProfileSummary:
     window_start_s: float | None = None  # session time the window opened / closed
     window_end_s: float | None = None
     error: str | None = None
+    replay: ReplaySummary | None = None  # predicted gains, from replaying the window
 
 
 @dataclass

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from gpudoctor import __version__
+from gpudoctor import __version__, metrics
 from gpudoctor.agent.redact import redact_argv
 from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.events import EventReader
@@ -401,12 +401,18 @@ def _apply_profile(profiles: list[dict], workdir: Path, session: Session, t0: fl
         return
     profile = usable[0]
     try:
-        from gpudoctor.collectors.trace import summarize_trace
+        from gpudoctor.collectors.trace import load_trace, summarize_trace, trace_events
+        from gpudoctor.replay import replay_or_error
     except ImportError:
         session.unavailable["profile"] = "trace analysis is not available in this build"
         return
+    steps = int(profile.get("steps") or 0)
     try:
-        summary = summarize_trace(workdir / str(profile["path"]), steps=int(profile.get("steps") or 0))
+        data = load_trace(workdir / str(profile["path"]))
+        summary = summarize_trace(data, steps=steps)
+        steady = metrics.step_summary(session)
+        step_us = 1e6 / steady.steps_per_s if steady is not None and steady.steps_per_s > 0 else None
+        summary.replay = replay_or_error(trace_events(data), summary.steps, step_us)
     except Exception as exc:  # a trace we cannot read must not cost the rest of the report
         log.debug("trace analysis failed", exc_info=True)
         session.unavailable["profile"] = f"the profiler trace could not be analysed: {type(exc).__name__}: {exc}"

@@ -72,12 +72,14 @@ def session_from_trace(path: str | Path, steps: int = 0) -> Session:
 
     Raises GpudoctorError (NOT_FOUND or BAD_DATA) for input that is not a readable trace.
     """
-    from gpudoctor.collectors.trace import TraceError, load_trace, summarize_trace
+    from gpudoctor.collectors.trace import TraceError, load_trace, summarize_trace, trace_events
+    from gpudoctor.replay import replay_or_error
 
     path = Path(path)
     try:
         data = load_trace(path)
         profile = summarize_trace(data, steps=steps)
+        profile.replay = replay_or_error(trace_events(data), profile.steps)
     except TraceError as exc:
         message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
         raise GpudoctorError(message, exitcodes.NOT_FOUND if exc.not_found else exitcodes.BAD_DATA) from None

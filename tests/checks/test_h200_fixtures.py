@@ -13,6 +13,7 @@ import pytest
 from gpudoctor import metrics
 from gpudoctor.commands.analyze import session_from_trace
 from gpudoctor.engine import run_checks
+from gpudoctor.report import build_report
 from gpudoctor.registry import load_checks
 from gpudoctor.session import Session
 
@@ -139,7 +140,12 @@ def test_fp32_matmul_loop_is_gpu_bound_on_cuda_cores(checks):
     assert metrics.gpu_metric_mean(samples, "sm_activity") > 80
     assert not {"GD201", "GD103"} & set(ids(result))
     top = result.findings[0]
-    assert (top.id, top.severity) == ("GD304", "critical")
+    # the GPU is fully used (SM activity 85%): no finding is critical, the verdict says GPU-bound and
+    # names what makes the work itself cheaper
+    assert (top.id, top.severity) == ("GD304", "warning")
+    report = build_report(session, result, docs={})
+    assert report["summary"]["verdict"].startswith("GPU-bound: the GPU is fully used (SM activity 8")
+    assert "GD304" in report["summary"]["verdict"]
     assert top.evidence["tf32_enabled"].value is False
     assert top.evidence["fp32_matmul_share"].value > 90
     assert top.estimated_gain is not None and top.estimated_gain > 2

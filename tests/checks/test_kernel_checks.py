@@ -104,10 +104,13 @@ def test_gd301_gaps_after_syncs_are_left_to_gd302():
     assert f.estimated_gain == pytest.approx(10_000 / (10_000 - 2_000))
 
 
-def test_gd301_warning_when_the_gpu_is_idle_less_than_half_the_time():
-    p = launch_bound(gpu_busy_us=7000.0, gpu_idle_us=3000.0, idle_gap_host_wait_us=2000.0)
+def test_gd301_graded_by_its_predicted_gain():
+    # 2.5 of 10 ms idle from launches: 10 / 7.5 = 1.33x, under the 1.43x (30% of the step) critical line
+    p = launch_bound(gpu_busy_us=7500.0, gpu_idle_us=2500.0, idle_gap_host_wait_us=1500.0)
     _, (f,) = run_check(gd301_launch_bound.CHECK, make_session(profile=p))
+    assert f.estimated_gain == pytest.approx(10_000 / 7_500)
     assert f.severity == "warning"
+    assert f.prediction is not None and f.prediction.method == "rule"  # no replay, no GPU samples
 
 
 def test_gd301_passes_when_the_queue_stays_full_or_kernels_are_long():

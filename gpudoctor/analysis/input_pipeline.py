@@ -1,0 +1,321 @@
+"""The input pipeline's numbers: data wait, why batches are late, and what workers would buy.
+
+Shared by GD101 (workers), GD102 (input stall), GD103 (CPU saturation) and GD104
+(storage). Constants and where they come from:
+
+- data wait >= 5% of the step is worth a look (TensorBoard profiler plugin's
+  "input-bound" line); 30% is critical (the upper-bound gain is then above 1.4x);
+- fetch CPU time / wall time >= 0.7: CPU-bound; <= 0.3: waiting (I/O, network,
+  sleeps); a margin either side of one half, since page faults and GIL hand-offs
+  always cost some wall time without CPU;
+- a worker hands each batch over through shared memory and a queue: the consuming
+  loop pays that hand-off (unpickling the batch, rebuilding its tensors) instead
+  of producing the batch itself. Measured: see HANDOFF_S. A worker only helps when
+  producing a batch in the loop costs more than receiving one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpudoctor import metrics
+from gpudoctor.analysis.prediction import GAIN_WARNING, Prediction, predict
+from gpudoctor.session import CpuSample, LoaderInfo, Session
+
+WAIT_SHARE_WARNING = 0.05  # TensorBoard profiler plugin: input-bound above 5%
+WAIT_SHARE_CRITICAL = 0.30  # upper-bound gain > 1.4x: fix the input pipeline first
+CPU_BOUND_RATIO = 0.7  # fetch CPU time / wall time at or above: CPU-bound
+WAITING_RATIO = 0.3  # at or below: waiting on I/O, network or sleep
+MAX_SHARE_FOR_GAIN = 0.99  # keeps 1 / (1 - share) finite when the loop only waits
+CORES_SATURATED_PERCENT = 90.0  # psutil rarely reads above 90-95% even when every core is runnable
+
+HEADROOM = 1.2  # absorbs jitter in the per-batch cost
+TOO_FEW_CORE_SHARE = 0.7  # SageMaker Debugger: workers below 70% of cores (fallback only)
+OVERSUBSCRIBED = 2.0  # SageMaker Debugger: workers above 200% of cores
+LIGHT_WORKERS_PER_CORE = 8  # workers measured waiting use a fraction of a core each
+DEEPER_PREFETCH = 4  # default is 2; more batches in flight hide bursty or I/O-bound fetches
+# What the consuming loop pays per batch received from a worker (queue, unpickling, tensors
+# rebuilt from shared memory), when the run had no worker to measure it on. Measured with
+# torch 2.13 on a 2-core machine: a TensorDataset batch of 64 cost the loop 0.16 ms produced
+# in-process and 0.9-1.1 ms received from 1-2 workers.
+HANDOFF_S = 0.9e-3
+HANDOFF_SOURCE = "a batch received from a worker cost the loop 0.9-1.1 ms (TensorDataset, batch 64, measured)"
+HANDOFF_PERCENTILE = 10  # of per-step waits, when the run had workers: the batches that were ready
+HANDOFF_READY_SHARE = 0.5  # ... and only when those waits are well below the median wait
+
+
+@dataclass(frozen=True)
+class StallClass:
+    """Why batches are late, from where they are produced."""
+
+    kind: str  # cpu-bound | waiting | mixed | unknown
+    fetch_cpu_ratio: float | None  # CPU time / wall time producing a batch
+    workers_busy: float | None  # worker processes' CPU / min(workers, cores), 0-1
+    reason: str  # one sentence with the numbers
+
+
+@dataclass(frozen=True)
+class InputStall:
+    """The data-wait numbers every stage-1 check reads."""
+
+    share: float  # data wait / step time
+    window: str
+    steps: metrics.StepSummary | None  # None when only loader totals were available
+    loader: LoaderInfo | None  # the loader the loop waited on most
+    stall: StallClass
+
+    @property
+    def significant(self) -> bool:
+        return self.share >= WAIT_SHARE_WARNING
+
+    @property
+    def gain(self) -> float:
+        """1 / (1 - share): the wait removed and nothing else changed (the rule)."""
+        return 1.0 / (1.0 - min(self.share, MAX_SHARE_FOR_GAIN))
+
+    @property
+    def compute_per_step_s(self) -> float | None:
+        """Mean step time minus mean data wait: what the loop does besides waiting."""
+        if self.steps is None:
+            return None
+        return (1.0 - self.share) / self.steps.steps_per_s
+
+
+def batches_per_step(session: Session, loader: LoaderInfo) -> int:
+    """Batches the loop consumes per step (>1 with gradient accumulation)."""
+    if session.steps.source == "loader" or session.steps.count <= 0 or loader.batches <= 0:
+        return 1
+    return max(1, round(loader.batches / session.steps.count))
+
+
+def workers_busy(session: Session, loader: LoaderInfo) -> float | None:
+    """Share of the workers' CPU capacity they used in steady state (psutil), 0-1."""
+    if loader.num_workers <= 0:
+        return None
+    values = [s.workers_percent for s in metrics.cpu_samples_steady(session) if s.workers_percent is not None]
+    busy = metrics.mean(values)
+    if busy is None:
+        return None
+    cores = metrics.usable_cores(session)
+    capacity = min(loader.num_workers, cores) if cores else loader.num_workers
+    return max(0.0, min(1.0, busy / (100.0 * capacity)))
+
+
+def classify_stall(session: Session, loader: LoaderInfo | None) -> StallClass:
+    if loader is None:
+        return StallClass("unknown", None, None, "no loader produced batches")
+    ratio = metrics.fetch_cpu_ratio(loader)
+    busy = workers_busy(session, loader)
+    where = "in the main process" if loader.num_workers == 0 else f"in {loader.num_workers} worker(s)"
+    busy_text = f", worker processes {busy:.0%} busy" if busy is not None else ""
+    if ratio is None:
+        if busy is None:
+            return StallClass("unknown", None, None, "the cost of producing a batch was not measured")
+        kind = "cpu-bound" if busy >= CPU_BOUND_RATIO else "waiting" if busy <= WAITING_RATIO else "mixed"
+        return StallClass(kind, None, busy, f"worker processes were {busy:.0%} busy (per-batch cost not measured)")
+    text = f"producing a batch {where} used CPU {ratio:.0%} of its wall time{busy_text}"
+    if ratio >= CPU_BOUND_RATIO:
+        if busy is not None and busy <= WAITING_RATIO:
+            return StallClass("mixed", ratio, busy, text + ": CPU-bound per batch, yet the workers are mostly idle")
+        return StallClass("cpu-bound", ratio, busy, text)
+    if ratio <= WAITING_RATIO:
+        if busy is not None and busy >= CPU_BOUND_RATIO:
+            # thread CPU time misses work done in the workers' other threads (decoder pools)
+            return StallClass("mixed", ratio, busy,
+                              text + ": the fetching thread waits, other worker threads burn CPU")
+        return StallClass("waiting", ratio, busy, text)
+    return StallClass("mixed", ratio, busy, text)
+
+
+def input_stall(session: Session) -> InputStall | None:
+    """The measured data wait of the run, or None when nothing measured it."""
+    if not session.loaders:
+        return None
+    summary = metrics.step_summary(session)
+    share = metrics.loader_wait_share(session)
+    if share is None:
+        return None
+    loader = metrics.main_loader(session)
+    window = summary.window if summary else "whole run (loader totals)"
+    return InputStall(share, window, summary, loader, classify_stall(session, loader))
+
+
+def data_prediction(session: Session, found: InputStall) -> Prediction | None:
+    """The step without any data wait: replayed, bounded by the GPU, or 1 / (1 - share)."""
+    return predict(session, "data", host_side=True, rule_gain=found.gain,
+                   rule_detail=f"1 / (1 - {found.share:.0%} data wait): the wait removed, nothing else changed")
+
+
+# ---- CPU load -------------------------------------------------------------------------------
+
+def workload_cores(samples: list[CpuSample]) -> float | None:
+    """Cores the workload's process tree used on average, None when the tree was not sampled."""
+    values = [s.tree_percent for s in samples]
+    if not any(v > 0 for v in values):  # tree_percent defaults to 0.0: all zeros = not sampled
+        return None
+    return (metrics.mean(values) or 0.0) / 100.0
+
+
+def cores_busy_percent(session: Session, samples: list[CpuSample]) -> float | None:
+    """How busy the usable cores were, 0-100: the higher of the machine's view and the
+    workload's own use of its usable cores (under a cgroup quota smaller than the
+    affinity, the machine looks idle while the job is throttled at its quota)."""
+    system = metrics.mean([s.system_percent for s in samples])
+    used = workload_cores(samples)
+    cores = metrics.usable_cores(session)
+    quota_view = min(100.0, used / cores * 100.0) if used is not None and cores else None
+    views = [v for v in (system, quota_view) if v is not None]
+    return max(views) if views else None
+
+
+# ---- workers --------------------------------------------------------------------------------
+
+def ranks_with_loaders(session: Session) -> int:
+    """Processes iterating a loader at once (torchrun ranks on one host share its cores)."""
+    return max(1, len({lo.pid for lo in session.loaders if lo.batches > 0}))
+
+
+def total_workers(session: Session) -> int:
+    """Worker processes alive together: per process, its largest loader's workers."""
+    per_pid: dict[int, int] = {}
+    for lo in session.loaders:
+        if lo.batches > 0:
+            per_pid[lo.pid] = max(per_pid.get(lo.pid, 0), lo.num_workers)
+    return sum(per_pid.values())
+
+
+def light_workers(found: InputStall | None) -> bool:
+    """Workers that mostly wait: each uses only a fraction of a core."""
+    return found is not None and found.stall.kind == "waiting" and found.stall.fetch_cpu_ratio is not None
+
+
+def worker_cap(cores: float, ranks: int, found: InputStall | None) -> int:
+    """The most workers per rank the usable cores carry, one core left to the main process."""
+    per_rank = cores / ranks
+    cap = max(1, math.floor(per_rank) - 1)
+    if light_workers(found) and found is not None and found.stall.fetch_cpu_ratio is not None:
+        ratio = found.stall.fetch_cpu_ratio
+        by_cpu = (per_rank - 1) / ratio if ratio > 0 else math.inf
+        cap = max(cap, math.floor(min(LIGHT_WORKERS_PER_CORE * per_rank, by_cpu)))
+    return cap
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """How many workers the measured load needs, and what they would buy."""
+
+    fetch_s: float | None  # F: producing one batch (in a worker, or in the loop when num_workers=0)
+    compute_s: float | None  # C: the loop's time per batch besides waiting for data
+    needed: int | None  # ceil(F / C x headroom); None when not measured or C ~ 0
+    cap: int | None  # the usable cores' limit per rank
+    recommended: int | None  # num_workers to set; None when no worker count helps
+    cap_binds: bool
+    handoff_s: float  # what the loop pays per batch received from a worker
+    handoff_measured: bool
+    prediction: Prediction | None  # the step with `recommended` workers
+    why_not: str | None = None  # why no worker count helps, with the numbers
+    handoff_bound: bool = False  # a batch costs the loop less to produce than to receive from a worker
+
+
+def handoff_cost(session: Session, loader: LoaderInfo, found: InputStall) -> tuple[float, bool]:
+    """(seconds per batch the loop pays to receive a batch from a worker, measured?)."""
+    records = session.steady_steps()
+    if loader.num_workers > 0 and len(records) >= 10:
+        per_batch = batches_per_step(session, loader)
+        waits = sorted(min(r.data_wait_s, r.duration_s) / per_batch for r in records)
+        ready = metrics.percentile(waits, HANDOFF_PERCENTILE)
+        typical = metrics.percentile(waits, 50)
+        # only when some batches were clearly ready: otherwise the low waits are waits too
+        if ready is not None and typical is not None and 0 < ready < HANDOFF_READY_SHARE * typical:
+            return ready, True
+    return HANDOFF_S, False
+
+
+def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> WorkerPlan:
+    cores = metrics.usable_cores(session)
+    ranks = ranks_with_loaders(session)
+    per_batch = batches_per_step(session, loader)
+    fetch = metrics.fetch_time_per_batch(loader)
+    compute_step = found.compute_per_step_s
+    compute = compute_step / per_batch if compute_step is not None else None
+    needed = None
+    if fetch is not None and compute is not None and compute > 1e-6:
+        needed = max(1, math.ceil(round(fetch / compute * HEADROOM, 6)))
+    cap = worker_cap(cores, ranks, found) if cores else None
+    handoff, measured = handoff_cost(session, loader, found)
+    base = dict(fetch_s=fetch, compute_s=compute, needed=needed, cap=cap, handoff_s=handoff,
+                handoff_measured=measured)
+    if needed is not None and cap is not None:
+        recommended: int | None = min(needed, cap)
+    elif needed is not None:
+        recommended = needed
+    elif cap is not None and cores and (fetch is None or compute is None):
+        # per-batch cost unknown: SageMaker Debugger's lower bound decides
+        recommended = cap if loader.num_workers < TOO_FEW_CORE_SHARE * cores / ranks else None
+    elif cap is not None:
+        recommended = cap  # the loop does nothing but wait: as many as the cores carry
+    else:
+        recommended = None
+    cap_binds = cap is not None and fetch is not None and compute is not None and (needed is None or needed > cap)
+    if recommended is None or recommended <= loader.num_workers:
+        return WorkerPlan(**base, recommended=None, cap_binds=cap_binds, prediction=None)
+    if loader.num_workers == 0 and fetch is not None and fetch <= handoff:
+        why = (f"producing a batch in the loop costs {metrics.format_duration(fetch)}, no more than receiving one "
+               f"from a worker (about {metrics.format_duration(handoff)}"
+               + ("" if measured else f": {HANDOFF_SOURCE}") + ")")
+        return WorkerPlan(**base, recommended=None, cap_binds=False, prediction=None, why_not=why,
+                          handoff_bound=True)
+    prediction = _workers_prediction(session, found, fetch, compute, recommended, handoff, loader.num_workers)
+    if prediction is not None and prediction.gain < GAIN_WARNING:
+        why = (f"with {recommended} workers the step would gain only {prediction.gain:.2f}x "
+               f"({prediction.detail})")
+        return WorkerPlan(**base, recommended=None, cap_binds=cap_binds, prediction=prediction, why_not=why)
+    return WorkerPlan(**base, recommended=recommended, cap_binds=cap_binds, prediction=prediction)
+
+
+def _workers_prediction(session: Session, found: InputStall, fetch: float | None, compute: float | None,
+                        workers: int, handoff: float, current: int) -> Prediction | None:
+    """The step with `workers` workers, against the same model of the current setting.
+
+    Per batch the loop computes (C) and then either produces the batch itself (F, no
+    workers) or receives it (H) and waits for what the workers could not produce
+    meanwhile: C + H + max(0, F / w - (C + H)). Never faster than with no wait at all.
+    """
+    instant = data_prediction(session, found)
+    if fetch is None or compute is None or instant is None:
+        return instant
+
+    def per_batch(w: int) -> float:
+        if w == 0:
+            return compute + fetch
+        return compute + handoff + max(0.0, fetch / w - (compute + handoff))
+
+    now, after = per_batch(current), per_batch(workers)
+    gain = max(1.0, min(instant.gain, now / after)) if after > 0 else instant.gain
+    detail = (f"per batch: loop {metrics.format_duration(compute)} + hand-off {metrics.format_duration(handoff)} + "
+              f"wait {metrics.format_duration(after - compute - handoff)} (F = {metrics.format_duration(fetch)} "
+              f"over {workers} workers), against {metrics.format_duration(now)} with {current}")
+    if after > 0 and gain < now / after:
+        detail += f"; capped by the prediction without any wait ({instant.method}: {instant.detail})"
+    step = instant.step_time_s
+    return Prediction(gain=gain, method=instant.method if gain == instant.gain else "rule",
+                      label=f"with num_workers={workers}", detail=detail, scenario=instant.scenario,
+                      step_time_s=step, predicted_step_time_s=step / gain if step else None)
+
+
+def loader_line(loader: LoaderInfo, workers: int, *, gpu: bool, deeper_prefetch: bool) -> str:
+    """The DataLoader call with `workers` workers and the options that go with them."""
+    args = ["dataset"]
+    if loader.batch_size:
+        args.append(f"batch_size={loader.batch_size}")
+    args.append(f"num_workers={workers}")
+    if gpu:
+        args.append("pin_memory=True")  # lets the H2D copy run asynchronously (GD105)
+    if workers > 0:
+        args.append("persistent_workers=True")  # no worker restart (and dataset re-pickle) each epoch
+        if deeper_prefetch:
+            args.append(f"prefetch_factor={max(DEEPER_PREFETCH, loader.prefetch_factor or 0)}")
+        elif loader.prefetch_factor and loader.prefetch_factor != 2:
+            args.append(f"prefetch_factor={loader.prefetch_factor}")
+    return "loader = DataLoader(" + ", ".join(args) + ")"

@@ -1,0 +1,142 @@
+"""One currency for every finding: the step time now, and the step time without its cause.
+
+A finding's gain is ``step now / step predicted without the cause``, obtained by
+the best method the Session allows, and said so:
+
+- ``replay``: the profiled window replayed with the cause removed
+  (gpudoctor.replay), calibrated to the unprofiled step time when it is known;
+- ``bound``: what the GPU allows. A host-side fix (data, syncs, launches, CPU)
+  cannot make a step shorter than the time the GPU was busy in it, so its gain is
+  at most ``1 / busy share`` of the steady steps (duty cycle, or SM activity where
+  higher). When this bound is below the other estimate, it decides;
+- ``rule``: the check's own arithmetic (``1 / (1 - data-wait share)``) when
+  neither a replay nor GPU samples exist (CPU-only runs, analyze without steps).
+
+Severity follows the gain: 1.053x or more is worth a finding (below it the change
+is within run-to-run noise: the TensorBoard profiler plugin's 5% data-wait line
+expressed as a gain), 1.43x or more (30% of the step) is critical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpudoctor import metrics
+from gpudoctor.analysis.gpu_state import gpu_load
+from gpudoctor.replay.scenarios import SCENARIOS
+from gpudoctor.replay.scenarios import gain as replay_gain
+from gpudoctor.session import ReplaySummary, Session
+
+GAIN_WARNING = 1.0 / (1.0 - 0.05)  # 1.053x: a 5% data wait removed
+GAIN_CRITICAL = 1.0 / (1.0 - 0.30)  # 1.43x: a 30% data wait removed
+MAX_GAIN = 100.0
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the step would cost without one cause, and how that was obtained."""
+
+    gain: float  # step now / predicted step, >= 1
+    method: str  # replay | bound | rule
+    label: str  # "if batches arrived instantly"
+    detail: str  # how, in words (window, calibration, rates, the bound that applied)
+    scenario: str | None = None  # the replay scenario, when one was used
+    step_time_s: float | None = None  # steady step time now (unprofiled), when known
+    predicted_step_time_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_time_s": _round(self.step_time_s),
+            "predicted_step_time_s": _round(self.predicted_step_time_s),
+            "gain": round(self.gain, 3),
+            "method": self.method,
+            "scenario": self.scenario,
+            "label": self.label,
+            "detail": self.detail,
+        }
+
+    def sentence(self) -> str:
+        """'step 15.2 ms now, 15.0 ms predicted if batches arrived instantly (replay)'."""
+        if self.step_time_s is not None and self.predicted_step_time_s is not None:
+            return (f"step {metrics.format_duration(self.step_time_s)} now, "
+                    f"{metrics.format_duration(self.predicted_step_time_s)} predicted {self.label} "
+                    f"({self.gain:.2f}x, {self.method})")
+        return f"{self.gain:.2f}x predicted {self.label} ({self.method})"
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 6) if value is not None else None
+
+
+def severity_for(gain: float) -> str:
+    if gain >= GAIN_CRITICAL:
+        return "critical"
+    return "warning" if gain >= GAIN_WARNING else "info"
+
+
+def replay_of(session: Session) -> ReplaySummary | None:
+    profile = session.profile
+    replay = profile.replay if profile is not None else None
+    return replay if replay is not None and replay.error is None and replay.baseline_span_us else None
+
+
+def step_time_now(session: Session) -> float | None:
+    """Mean steady step time outside the profiler window, else the replayed window's per-step time."""
+    summary = metrics.step_summary(session)
+    if summary is not None and summary.steps_per_s > 0:
+        return 1.0 / summary.steps_per_s
+    replay = replay_of(session)
+    if replay is not None and replay.steps and replay.baseline_span_us:
+        return replay.baseline_span_us / replay.steps / 1e6
+    return None
+
+
+def host_side_bound(session: Session) -> tuple[float, str] | None:
+    """(the most a host-side fix can gain, why), from the steady GPU samples."""
+    load = gpu_load(session)
+    if load is None or load.samples < 3:
+        return None
+    busy = load.busy_share
+    if busy is None:
+        return None
+    cap = min(MAX_GAIN, 1.0 / max(busy, 1.0 / MAX_GAIN))
+    what = "duty cycle" if load.duty_cycle is not None and busy * 100 == load.duty_cycle else "SM activity"
+    return cap, (f"the GPU was busy {busy:.0%} of the steady steps ({what}): a host-side fix cannot shorten a "
+                 f"step below that, so at most {cap:.2f}x")
+
+
+def predict(session: Session, scenario: str, *, host_side: bool, rule_gain: float | None = None,
+            rule_detail: str = "", label: str | None = None) -> Prediction | None:
+    """The prediction for one cause; None when nothing can estimate it."""
+    label = label or SCENARIOS.get(scenario, scenario)
+    replay = replay_of(session)
+    gain = replay_gain(replay, scenario) if replay is not None else None
+    if gain is not None and replay is not None:
+        method = "replay"
+        steps = f"{replay.steps} steps" if replay.steps else "the window"
+        detail = f"replay of the profiled window ({steps}; {replay.calibration})"
+        scenario_row = next(s for s in replay.scenarios if s.name == scenario)
+        if scenario_row.detail:
+            detail += f"; {scenario_row.detail}"
+    elif rule_gain is not None:
+        method, gain, detail = "rule", rule_gain, rule_detail
+    else:
+        return None
+    if host_side:
+        bound = host_side_bound(session)
+        if bound is not None and bound[0] < gain:
+            gain, method, detail = bound[0], "bound", f"{bound[1]} (the {method} alone said {gain:.2f}x)"
+    gain = max(1.0, min(MAX_GAIN, gain))
+    now = step_time_now(session)
+    return Prediction(gain=gain, method=method, label=label, detail=detail,
+                      scenario=scenario if replay is not None and method != "rule" else None,
+                      step_time_s=now, predicted_step_time_s=now / gain if now else None)
+
+
+def bound_prediction(session: Session, gain: float, label: str, detail: str) -> Prediction:
+    """A prediction from a bound the check computed itself (e.g. 1 / duty cycle)."""
+    gain = max(1.0, min(MAX_GAIN, gain))
+    now = step_time_now(session)
+    return Prediction(gain=gain, method="bound", label=label, detail=detail, step_time_s=now,
+                      predicted_step_time_s=now / gain if now else None)

@@ -1,0 +1,313 @@
+"""The what-ifs: one edit of the measured timeline per cause, re-simulated.
+
+- ``data``: every DataLoader wait gone (batches arrive instantly).
+- ``sync``: the workload's synchronisations and blocking device-to-host copies no
+  longer block the host (values read rarely, kept on the GPU).
+- ``launch``: each chain of launches (operators that launched GPU work and the
+  short Python between them, up to the next blocking call, data wait or long
+  host work) issued as one captured graph: one launch call's host cost, the
+  kernels back to back at the GPU's measured queued gap. Launch cost only: what
+  fusion saves on the GPU is not counted.
+- ``pinned``: host-to-device copies of 64 KiB or more from pageable memory made
+  pinned and asynchronous (at the pinned rate measured in the trace, else the
+  rate in `rates`).
+- ``small_copies``: runs of host-to-device copies under 64 KiB stacked on the host
+  and copied once.
+- ``tf32``: fp32 GEMM kernels at the TF32 rate (`rates.tf32_speedup`).
+
+Calibration: tracing (with Python stacks) slows the host. When the run's steady
+steps outside the window are known, host costs (CPU items except data waits, and
+launch calls) are scaled so that the replay as measured takes the unprofiled
+step time; the scale is reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable
+
+from gpudoctor.replay import rates
+from gpudoctor.replay.simulate import Plan, run
+from gpudoctor.replay.timeline import (
+    BLOCKING_COPY,
+    CPU,
+    DATA,
+    DISPATCH,
+    LAUNCH,
+    PYTHON,
+    SYNC,
+    HostItem,
+    Timeline,
+    build,
+)
+from gpudoctor.session import ReplayScenario, ReplaySummary
+
+log = logging.getLogger(__name__)
+
+SMALL_COPY_BYTES = 64 * 1024  # Nsight Systems' line for small synchronous copies
+GLUE_MAX_US = 100.0  # Python between launching operators shorter than this is glue a compiler removes
+MIN_HOST_SCALE = 0.2  # tracing with stacks slowed the host at most 5x in the H200 fixtures
+MIN_GAIN_FOR_PAIRS = 1.02  # scenarios that change less are not combined with others
+MAX_ITEMS = 2_000_000  # beyond this the replay is skipped (reported), the statistics still come
+
+SCENARIOS: dict[str, str] = {
+    "data": "if batches arrived instantly",
+    "sync": "if the host never waited for the GPU",
+    "launch": "if each launch chain were one captured graph",
+    "pinned": "if pageable copies were pinned and asynchronous",
+    "small_copies": "if small copies were stacked into one",
+    "tf32": "if fp32 matmuls ran on TF32 tensor cores",
+}
+
+
+def replay_trace(events: list, steps: int = 0, unprofiled_step_us: float | None = None) -> ReplaySummary | None:
+    """Replay one trace's events: the measured window and each applicable what-if."""
+    began = time.perf_counter()
+    timeline = build(events)
+    if timeline is None:
+        return None
+    if len(timeline.items) + len(timeline.ops) > MAX_ITEMS:
+        return ReplaySummary(steps=steps, measured_span_us=round(timeline.measured_span_us, 3),
+                             error=f"the window holds {len(timeline.items) + len(timeline.ops):,} host items and "
+                                   "GPU operations: too many to replay")
+    scale, calibration = _calibrate(timeline, steps, unprofiled_step_us)
+    measured = Plan.measured(timeline, scale)
+    base = run(timeline, measured)
+    summary = ReplaySummary(
+        steps=steps,
+        measured_span_us=round(timeline.measured_span_us, 3),
+        baseline_span_us=round(base.span_us, 3),
+        baseline_gpu_busy_us=round(base.gpu_busy_us, 3),
+        host_scale=round(scale, 4),
+        calibration=calibration,
+        launch_latency_us=round(timeline.launch_latency_us, 3),
+        queued_gap_us=round(timeline.queued_gap_us, 3),
+    )
+    plans: dict[str, Plan] = {}
+    for name, edit in EDITS.items():
+        plan = measured.copy()
+        changed, detail = edit(timeline, plan)
+        if not changed:
+            continue
+        result = run(timeline, plan)
+        plans[name] = plan
+        summary.scenarios.append(ReplayScenario(name=name, label=SCENARIOS[name], span_us=round(result.span_us, 3),
+                                                gpu_busy_us=round(result.gpu_busy_us, 3), changed=changed,
+                                                detail=detail))
+    useful = [s.name for s in summary.scenarios if base.span_us / max(s.span_us, 1e-9) >= MIN_GAIN_FOR_PAIRS]
+    for i, first in enumerate(useful):
+        for second in useful[i + 1:]:
+            plan = measured.copy()
+            EDITS[first](timeline, plan)
+            EDITS[second](timeline, plan)
+            summary.combined[f"{first}+{second}"] = round(run(timeline, plan).span_us, 3)
+    summary.seconds = round(time.perf_counter() - began, 3)
+    return summary
+
+
+def replay_or_error(events: list, steps: int = 0, unprofiled_step_us: float | None = None) -> ReplaySummary | None:
+    """replay_trace that never raises: a model that cannot be built is reported, not fatal."""
+    try:
+        return replay_trace(events, steps, unprofiled_step_us)
+    except Exception as exc:  # noqa: BLE001  (the statistics and every other check still stand)
+        log.debug("replay failed", exc_info=True)
+        return ReplaySummary(steps=steps, error=f"the window could not be replayed: {type(exc).__name__}: {exc}")
+
+
+def _calibrate(timeline: Timeline, steps: int, step_us: float | None) -> tuple[float, str]:
+    """(host scale, how it was chosen): the scale at which the replay takes the unprofiled step time."""
+    if not steps or not step_us or step_us <= 0:
+        return 1.0, "not calibrated (no steady step time outside the window): host costs as traced"
+    target = steps * step_us
+
+    def span(scale: float) -> float:
+        return run(timeline, Plan.measured(timeline, scale)).span_us
+
+    full = span(1.0)
+    if full <= target * 1.02:
+        return 1.0, (f"host costs as traced: the replay takes {full / steps / 1e3:.3g} ms per step, the run "
+                     f"{step_us / 1e3:.3g} ms outside the window")
+    low = span(MIN_HOST_SCALE)
+    if low > target and (full - low) < 0.5 * (full - target):
+        return 1.0, (f"host costs as traced: the window's {full / steps / 1e3:.3g} ms per step against "
+                     f"{step_us / 1e3:.3g} ms outside it is not host overhead of the tracing")
+    lo, hi = MIN_HOST_SCALE, 1.0
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        if span(mid) > target:
+            hi = mid
+        else:
+            lo = mid
+    scale = hi if low <= target else MIN_HOST_SCALE
+    return scale, (f"host costs scaled by {scale:.2f} so the replay takes the unprofiled step time "
+                   f"({step_us / 1e3:.3g} ms; {full / steps / 1e3:.3g} ms as traced): tracing slowed the host")
+
+
+# ---- the edits: each changes a copy of the measured plan; returns (items/ops changed, detail) ----
+
+def _data(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    changed = 0
+    for i, item in enumerate(timeline.items):
+        if item.kind == CPU and item.tag == DATA and plan.cost[i] > 0:
+            plan.cost[i] = 0.0
+            changed += 1
+    return changed, "DataLoader waits (time in __next__ on the host) removed"
+
+
+def _sync(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    changed = 0
+    for i, item in enumerate(timeline.items):
+        if item.agent:
+            continue
+        if item.kind == SYNC or (item.kind == BLOCKING_COPY and _copies(timeline, item, "DtoH")):
+            if plan.blocks[i]:
+                plan.blocks[i] = False
+                plan.cost[i] = min(item.dur, item.post) if item.waited else item.dur
+                changed += 1
+    return changed, "synchronisations and blocking device-to-host copies no longer block the host"
+
+
+def _launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    changed, chains = 0, 0
+    gap = max(timeline.queued_gap_us, 0.5)
+    for chain in _chains(timeline):
+        head = next((i for i in chain if timeline.items[i].kind == LAUNCH), None)
+        if head is None:
+            continue
+        chains += 1
+        for i in chain:
+            item = timeline.items[i]
+            if i != head and plan.cost[i] > 0:
+                plan.cost[i] = 0.0
+                changed += 1
+            for j in item.ops:
+                plan.launch_at[j] = head
+                plan.ready[j] = timeline.launch_latency_us
+                plan.gap[j] = min(plan.gap[j], gap) if plan.gap[j] > 0 else gap
+    return changed, (f"{chains:,} launch chains issued as one graph each (host cost of one launch call; "
+                     f"kernels {gap:.1f} us apart, the GPU's measured queued gap)")
+
+
+def _chains(timeline: Timeline) -> list[list[int]]:
+    """Per thread, maximal runs of items a captured graph would replace."""
+    chains: list[list[int]] = []
+    current: dict[int, list[int]] = {}
+    for i, item in enumerate(timeline.items):
+        joins = (item.kind == LAUNCH and not _copies(timeline, item, "HtoD_pageable")) or (
+            item.kind == CPU and (item.tag == DISPATCH or (item.tag == PYTHON and item.dur < GLUE_MAX_US)))
+        if joins:
+            current.setdefault(item.thread, []).append(i)
+        elif item.thread in current:
+            chains.append(current.pop(item.thread))
+    chains.extend(current.values())
+    return chains
+
+
+def _pinned(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    pinned_rate, source = _pinned_rate(timeline)
+    changed = 0
+    cost = _launch_cost(timeline, plan)
+    for i, item in enumerate(timeline.items):
+        big = [j for j in item.ops if timeline.ops[j].copy == "HtoD_pageable"
+               and timeline.ops[j].nbytes >= SMALL_COPY_BYTES]
+        if not big:
+            continue
+        for j in big:
+            op = timeline.ops[j]
+            plan.dur[j] = op.nbytes / pinned_rate if pinned_rate else op.dur / rates.PAGEABLE_TO_PINNED
+        plan.blocks[i] = False
+        plan.cost[i] = min(plan.cost[i], cost) if item.kind == LAUNCH else cost
+        changed += 1
+    return changed, f"pageable host-to-device copies of 64 KiB or more pinned and asynchronous ({source})"
+
+
+def _pinned_rate(timeline: Timeline) -> tuple[float | None, str]:
+    """Bytes per us of this trace's own pinned host-to-device copies, when it has some."""
+    nbytes = us = 0.0
+    for op in timeline.ops:
+        if op.copy == "HtoD_pinned" and op.nbytes >= SMALL_COPY_BYTES:
+            nbytes, us = nbytes + op.nbytes, us + op.dur
+    if us > 0 and nbytes > 0:
+        return nbytes / us, f"at the pinned rate measured in this trace, {nbytes / us / 1e3:.1f} GB/s"
+    return None, f"{rates.PAGEABLE_TO_PINNED:.1f}x faster: {rates.PAGEABLE_TO_PINNED_SOURCE}"
+
+
+def _small_copies(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    pinned_rate, _ = _pinned_rate(timeline)
+    rate = pinned_rate or 55.3e3  # bytes/us; see rates.PAGEABLE_TO_PINNED_SOURCE
+    cost = _launch_cost(timeline, plan)
+    changed = runs = 0
+    head: dict[int, int] = {}  # thread -> the first small copy of its current run
+    folded: dict[int, int] = {}  # thread -> copies folded into that one so far
+    between: dict[int, list[int]] = {}  # dispatch items since the last small copy
+    for i, item in enumerate(timeline.items):
+        thread = item.thread
+        if _small_copy(timeline, item):
+            if thread not in head:
+                head[thread], folded[thread], between[thread] = i, 0, []
+                continue
+            first = head[thread]
+            for j in item.ops:  # carried by the run's first copy
+                plan.dur[timeline.items[first].ops[0]] += timeline.ops[j].nbytes / rate
+                plan.dur[j], plan.gap[j], plan.launch_at[j] = 0.0, 0.0, first
+            plan.cost[i], plan.blocks[i] = 0.0, False
+            for k in between[thread]:  # the per-tensor .to() dispatch and its stream sync go with the copy
+                plan.cost[k], plan.blocks[k] = 0.0, False
+            between[thread] = []
+            changed += 1
+            folded[thread] += 1
+            if folded[thread] == 1:
+                runs += 1
+                plan.blocks[first] = False
+                plan.cost[first] = min(plan.cost[first], cost)
+        elif thread in head and ((item.kind == CPU and item.tag == DISPATCH) or (item.kind == SYNC and not item.agent)):
+            between[thread].append(i)
+        elif thread in head and not (item.kind == CPU and item.tag == PYTHON):
+            del head[thread]
+    return changed, f"{changed:,} small host-to-device copies folded into {runs:,} stacked copies"
+
+
+def _small_copy(timeline: Timeline, item: HostItem) -> bool:
+    return item.kind in (LAUNCH, BLOCKING_COPY) and bool(item.ops) and all(
+        timeline.ops[j].kind == "c" and (timeline.ops[j].copy or "").startswith("HtoD")
+        and timeline.ops[j].nbytes < SMALL_COPY_BYTES for j in item.ops)
+
+
+def _tf32(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    changed = 0
+    for j, op in enumerate(timeline.ops):
+        if op.gemm == "fp32":
+            plan.dur[j] = op.dur / rates.tf32_speedup(op.dur)
+            changed += 1
+    return changed, f"fp32 GEMM kernels at the TF32 rate ({rates.TF32_SOURCE})"
+
+
+def _copies(timeline: Timeline, item: HostItem, prefix: str) -> bool:
+    return any((timeline.ops[j].copy or "").startswith(prefix) for j in item.ops)
+
+
+def _launch_cost(timeline: Timeline, plan: Plan) -> float:
+    costs = [plan.cost[i] for i, item in enumerate(timeline.items) if item.kind == LAUNCH and item.ops
+             and all(timeline.ops[j].kind == "k" for j in item.ops)]
+    return statistics.median(costs) if costs else 5.0
+
+
+EDITS: dict[str, Callable[[Timeline, Plan], tuple[int, str]]] = {
+    "data": _data,
+    "sync": _sync,
+    "launch": _launch,
+    "pinned": _pinned,
+    "small_copies": _small_copies,
+    "tf32": _tf32,
+}
+
+
+def gain(summary: ReplaySummary, name: str) -> float | None:
+    """Baseline span / span without the cause, when the replay has that scenario."""
+    scenario = next((s for s in summary.scenarios if s.name == name), None)
+    if scenario is None or not summary.baseline_span_us or scenario.span_us <= 0:
+        return None
+    return summary.baseline_span_us / scenario.span_us
+
