@@ -23,41 +23,53 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = ROOT / "tests" / "workloads" / "gpu"
 
-# workload -> extra diagnose options
-RUNS: dict[str, list[str]] = {
-    "tiny_kernels": [],
-    "item_sync": [],
-    "pageable_copies": [],
-    "fp32_matmul": [],
-    "fragmentation": [],
-    "oom": [],
-    "small_batch": [],
-    "healthy": [],
-    "starved_loader": [],
+# fixture name -> (workload file in tests/workloads/gpu, its arguments)
+RUNS: dict[str, tuple[str, list[str]]] = {
+    "tiny_kernels": ("tiny_kernels", []),
+    "item_sync": ("item_sync", []),
+    "pageable_copies": ("pageable_copies", []),
+    "fp32_matmul": ("fp32_matmul", []),
+    "fragmentation": ("fragmentation", []),
+    "oom": ("oom", []),
+    "small_batch": ("small_batch", []),
+    "healthy": ("healthy", []),
+    "starved_loader": ("starved_loader", []),
+    "loader_overlap": ("loader_overlap", ["--model", "big"]),
+    "loader_starved_gpu": ("loader_overlap", ["--model", "tiny"]),
+    "item_per_layer": ("item_per_layer", []),
+}
+# the same workloads with the remedy applied by hand: what the prediction is checked against
+REMEDIED: dict[str, tuple[str, list[str]]] = {
+    "loader_overlap+workers8": ("loader_overlap", ["--model", "big", "--workers", "8"]),
+    "loader_starved_gpu+workers15": ("loader_overlap", ["--model", "tiny", "--workers", "15"]),
+    "item_per_layer+no_item": ("item_per_layer", ["--no-item"]),
 }
 
 
 def command_for(name: str) -> list[str]:
     if name == "starved_loader":  # the demo workload: a CPU-starved loader feeding a GPU
         return ["--", sys.executable, "-m", "gpudoctor.demo.workload", "--steps", "80"]
-    return [str(WORKLOADS / f"{name}.py")]
+    script, arguments = {**RUNS, **REMEDIED}[name]
+    return [str(WORKLOADS / f"{script}.py"), *arguments]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--only", nargs="*")
+    parser.add_argument("--remedied", action="store_true", help="also run the remedied variants (realized gains)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = {}
-    for name, extra in RUNS.items():
-        if args.only and name not in args.only:
+    names = list(RUNS) + (list(REMEDIED) if args.remedied else [])
+    for name in names:
+        if args.only and name not in args.only and name.split("+")[0] not in args.only:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             start = time.time()
             proc = subprocess.run(
-                [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", "--interval", "0.2", "--out", f"{tmp}/", *extra,
+                [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", "--interval", "0.2", "--out", f"{tmp}/",
                  *command_for(name)],
                 capture_output=True, text=True, timeout=300,
             )
@@ -75,7 +87,8 @@ def main() -> None:
                 shutil.copy(html, out / f"{name}.html")
             for trace in Path(tmp).glob("*.trace.json.gz"):
                 shutil.copy(trace, out / f"{name}.trace.json.gz")
-        findings = [(f["id"], f["severity"], f.get("consequence_of")) for f in report["findings"]]
+        findings = [(f["id"], f["severity"], f.get("estimated_gain"), (f.get("prediction") or {}).get("method"),
+                     f.get("consequence_of")) for f in report["findings"]]
         entry = {
             "exit": proc.returncode,
             "seconds": round(elapsed, 1),
@@ -93,6 +106,13 @@ def main() -> None:
             print(f"  top: {top['id']} {top['title']} | {top['message'][:400]}", flush=True)
         if proc.returncode not in (0, 1):
             print(proc.stderr[-2000:], flush=True)
+    for name in REMEDIED:
+        base = name.split("+")[0]
+        if name in summary and base in summary and "summary" in summary[name] and "summary" in summary[base]:
+            before, after = summary[base]["summary"].get("steps_per_s"), summary[name]["summary"].get("steps_per_s")
+            if before and after:
+                print(f"realized {name}: {before:.2f} -> {after:.2f} steps/s = {after / before:.2f}x", flush=True)
+                summary[name]["realized_gain"] = after / before
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
 
 

@@ -268,8 +268,8 @@ def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> Work
                           handoff_bound=True)
     prediction = _workers_prediction(session, found, fetch, compute, recommended, handoff, loader.num_workers)
     if prediction is not None and prediction.gain < GAIN_WARNING:
-        why = (f"with {recommended} workers the step would gain only {prediction.gain:.2f}x "
-               f"({prediction.detail})")
+        why = (f"{recommended} worker{'s' if recommended != 1 else ''} would make a step only "
+               f"{prediction.gain:.2f}x faster: the loop would still wait for them, or pay the hand-off")
         return WorkerPlan(**base, recommended=None, cap_binds=cap_binds, prediction=prediction, why_not=why)
     return WorkerPlan(**base, recommended=recommended, cap_binds=cap_binds, prediction=prediction)
 

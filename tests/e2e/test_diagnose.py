@@ -31,9 +31,16 @@ def test_starved_loader_ranks_input_stall_first(diagnose):
     assert stall["evidence"]["stall_kind"]["value"] == "cpu-bound"
     assert report["summary"]["data_wait_share"] > 0.5
     workers = run.finding("GD101")
-    assert workers is not None
-    match = re.search(r"num_workers=(\d+)", workers["remedy"]["code"])
-    assert match and int(match.group(1)) >= 1
+    if report["summary"]["usable_cores"] >= 3:
+        # a worker per spare core produces batches in parallel with the loop: GD101 names how many
+        assert workers is not None
+        match = re.search(r"num_workers=(\d+)", workers["remedy"]["code"])
+        assert match and int(match.group(1)) >= 2
+    else:
+        # one spare core carries one worker, which only moves the same work out of the loop and adds
+        # its hand-off: no advice to add it; the remedy is cheaper batches
+        assert workers is None
+        assert "more workers would not help" in stall["remedy"]["text"]
     html = next(run.out.glob("*.html")).read_text()
     assert "GD102" in html and "<svg" in html
 

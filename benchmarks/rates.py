@@ -1,0 +1,123 @@
+"""Measure the rates the replay assumes where a trace cannot say (gpudoctor/replay/rates.py).
+
+On a CUDA machine: fp32 vs TF32 vs bf16 GEMM time by size (the TF32 speed-up by the fp32
+kernel's duration), host-to-device bandwidth from pageable and pinned memory, and the
+GPU's gap between the nodes of a captured CUDA graph of tiny kernels against the same
+kernels launched one by one. On any machine: what a DataLoader batch costs the consuming
+loop when produced in-process vs received from workers (the hand-off).
+
+    python benchmarks/rates.py [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def cuda_time(fn, repeat: int = 10, warmup: int = 3) -> float:
+    """Median milliseconds of fn() on the GPU, timed with CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def gemm_rates() -> list[dict]:
+    rows = []
+    for n in (256, 512, 1024, 2048, 4096, 8192):
+        a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        fp32 = cuda_time(lambda: a @ b)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        tf32 = cuda_time(lambda: a @ b)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        ab, bb = a.bfloat16(), b.bfloat16()
+        bf16 = cuda_time(lambda: ab @ bb)
+        rows.append({"n": n, "fp32_us": round(fp32 * 1e3, 2), "tf32_us": round(tf32 * 1e3, 2),
+                     "bf16_us": round(bf16 * 1e3, 2), "tf32_speedup": round(fp32 / tf32, 2),
+                     "bf16_speedup": round(fp32 / bf16, 2)})
+    return rows
+
+
+def copy_rates(nbytes: int = 37 * 2**20) -> dict:
+    pageable = torch.empty(nbytes, dtype=torch.uint8)
+    pinned = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    device = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    page_ms = cuda_time(lambda: device.copy_(pageable))
+    pin_ms = cuda_time(lambda: device.copy_(pinned, non_blocking=True))
+    return {"bytes": nbytes, "pageable_gb_s": round(nbytes / page_ms / 1e6, 2),
+            "pinned_gb_s": round(nbytes / pin_ms / 1e6, 2), "ratio": round(page_ms / pin_ms, 2)}
+
+
+def graph_gap(kernels: int = 1000) -> dict:
+    x = torch.zeros(256, device="cuda")
+
+    def chain():
+        y = x
+        for _ in range(kernels):
+            y = y * 1.0001
+        return y
+
+    eager_ms = cuda_time(chain, repeat=5)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        chain()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        chain()
+    graph_ms = cuda_time(graph.replay, repeat=20)
+    return {"kernels": kernels, "eager_us_per_kernel": round(eager_ms * 1e3 / kernels, 3),
+            "graph_us_per_kernel": round(graph_ms * 1e3 / kernels, 3)}
+
+
+def handoff(batches: int = 300) -> list[dict]:
+    data = TensorDataset(torch.randn(200_000, 32), torch.randint(0, 10, (200_000,)))
+    rows = []
+    for workers in (0, 1, 2, 4, 8):
+        loader = DataLoader(data, batch_size=64, num_workers=workers, persistent_workers=workers > 0)
+        it = iter(loader)
+        for _ in range(20):
+            next(it)
+        start = time.perf_counter()
+        for _ in range(batches):
+            next(it)
+        rows.append({"num_workers": workers, "ms_per_batch": round((time.perf_counter() - start) / batches * 1e3, 3)})
+        del it
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    out: dict = {"torch": torch.__version__, "handoff_tensordataset_batch64": handoff()}
+    if torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name()
+        out["gemm"] = gemm_rates()
+        out["copy"] = copy_rates()
+        out["graph"] = graph_gap()
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as fh:
+            fh.write(text)
+
+
+if __name__ == "__main__":
+    main()
