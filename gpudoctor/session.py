@@ -217,6 +217,7 @@ class ReplaySummary:
     baseline_span_us: float | None = None  # the model replayed as measured (after calibration)
     baseline_gpu_busy_us: float | None = None
     host_scale: float = 1.0  # host costs scaled by this to undo the tracing's own overhead
+    data_scale: float = 1.0  # data waits scaled by this to the unprofiled wait per step
     calibration: str = ""  # how host_scale was chosen, in words
     launch_latency_us: float | None = None  # median launch-to-start latency
     queued_gap_us: float | None = None  # median gap between back-to-back queued operations

@@ -29,6 +29,7 @@ from ._common import (
     evidence_items,
     format_number,
     gain_text,
+    prediction_text,
     gpu_names,
     skipped_checks,
     stage_name,
@@ -157,6 +158,9 @@ def _finding_view(f: Mapping[str, Any], docs: Mapping[str, Any]) -> dict[str, An
         "remedy_text": remedy.get("text"),
         "remedy_code": remedy.get("code"),
         "gain": gain_text(f.get("estimated_gain")) if f.get("estimated_gain") is not None else None,
+        "prediction": prediction_text(f),
+        "prediction_detail": (f.get("prediction") or {}).get("detail") if isinstance(f.get("prediction"), Mapping)
+        else None,
         "consequence_of": f.get("consequence_of"),
         "doc": _doc(docs, str(f.get("id") or "")),
     }

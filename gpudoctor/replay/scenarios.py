@@ -38,6 +38,7 @@ from gpudoctor.replay.timeline import (
     LAUNCH,
     PYTHON,
     SYNC,
+    USER,
     HostItem,
     Timeline,
     build,
@@ -47,7 +48,7 @@ from gpudoctor.session import ReplayScenario, ReplaySummary
 log = logging.getLogger(__name__)
 
 SMALL_COPY_BYTES = 64 * 1024  # Nsight Systems' line for small synchronous copies
-GLUE_MAX_US = 100.0  # Python between launching operators shorter than this is glue a compiler removes
+GLUE_MAX_US = 100.0  # without Python stacks: shorter Python between launches is glue a compiler removes
 MIN_HOST_SCALE = 0.2  # tracing with stacks slowed the host at most 5x in the H200 fixtures
 MIN_GAIN_FOR_PAIRS = 1.02  # scenarios that change less are not combined with others
 MAX_ITEMS = 2_000_000  # beyond this the replay is skipped (reported), the statistics still come
@@ -62,8 +63,13 @@ SCENARIOS: dict[str, str] = {
 }
 
 
-def replay_trace(events: list, steps: int = 0, unprofiled_step_us: float | None = None) -> ReplaySummary | None:
-    """Replay one trace's events: the measured window and each applicable what-if."""
+def replay_trace(events: list, steps: int = 0, unprofiled_step_us: float | None = None,
+                 unprofiled_wait_us: float | None = None) -> ReplaySummary | None:
+    """Replay one trace's events: the measured window and each applicable what-if.
+
+    `unprofiled_step_us` and `unprofiled_wait_us` (mean step time and data wait per step
+    outside the window) calibrate the replay when the run measured them.
+    """
     began = time.perf_counter()
     timeline = build(events)
     if timeline is None:
@@ -72,8 +78,8 @@ def replay_trace(events: list, steps: int = 0, unprofiled_step_us: float | None 
         return ReplaySummary(steps=steps, measured_span_us=round(timeline.measured_span_us, 3),
                              error=f"the window holds {len(timeline.items) + len(timeline.ops):,} host items and "
                                    "GPU operations: too many to replay")
-    scale, calibration = _calibrate(timeline, steps, unprofiled_step_us)
-    measured = Plan.measured(timeline, scale)
+    scale, data_scale, calibration = _calibrate(timeline, steps, unprofiled_step_us, unprofiled_wait_us)
+    measured = Plan.measured(timeline, scale, data_scale)
     base = run(timeline, measured)
     summary = ReplaySummary(
         steps=steps,
@@ -81,6 +87,7 @@ def replay_trace(events: list, steps: int = 0, unprofiled_step_us: float | None 
         baseline_span_us=round(base.span_us, 3),
         baseline_gpu_busy_us=round(base.gpu_busy_us, 3),
         host_scale=round(scale, 4),
+        data_scale=round(data_scale, 4),
         calibration=calibration,
         launch_latency_us=round(timeline.launch_latency_us, 3),
         queued_gap_us=round(timeline.queued_gap_us, 3),
@@ -107,42 +114,63 @@ def replay_trace(events: list, steps: int = 0, unprofiled_step_us: float | None 
     return summary
 
 
-def replay_or_error(events: list, steps: int = 0, unprofiled_step_us: float | None = None) -> ReplaySummary | None:
+def replay_or_error(events: list, steps: int = 0, unprofiled_step_us: float | None = None,
+                    unprofiled_wait_us: float | None = None) -> ReplaySummary | None:
     """replay_trace that never raises: a model that cannot be built is reported, not fatal."""
     try:
-        return replay_trace(events, steps, unprofiled_step_us)
+        return replay_trace(events, steps, unprofiled_step_us, unprofiled_wait_us)
     except Exception as exc:  # noqa: BLE001  (the statistics and every other check still stand)
         log.debug("replay failed", exc_info=True)
         return ReplaySummary(steps=steps, error=f"the window could not be replayed: {type(exc).__name__}: {exc}")
 
 
-def _calibrate(timeline: Timeline, steps: int, step_us: float | None) -> tuple[float, str]:
-    """(host scale, how it was chosen): the scale at which the replay takes the unprofiled step time."""
+def _calibrate(timeline: Timeline, steps: int, step_us: float | None,
+               wait_us: float | None) -> tuple[float, float, str]:
+    """(host scale, data-wait scale, how they were chosen).
+
+    Data waits are scaled to the unprofiled wait per step. Host costs are scaled so that
+    the replay without data waits takes the unprofiled step time less its data wait:
+    with data waits in the target, a loop paced by its loader would hide how much the
+    tracing slowed its host.
+    """
     if not steps or not step_us or step_us <= 0:
-        return 1.0, "not calibrated (no steady step time outside the window): host costs as traced"
-    target = steps * step_us
+        return 1.0, 1.0, "not calibrated (no steady step time outside the window): host costs as traced"
+    data_items = [i for i, item in enumerate(timeline.items) if item.kind == CPU and item.tag == DATA]
+    window_wait = sum(timeline.items[i].dur for i in data_items)
+    data_scale = 1.0
+    if data_items and wait_us is not None and window_wait > 0:
+        data_scale = max(0.0, wait_us * steps / window_wait)
+    without_data = bool(data_items) and wait_us is not None
+    target = steps * (step_us - (wait_us or 0.0) if without_data else step_us)
+    what = "the unprofiled step time less its data wait" if without_data else "the unprofiled step time"
 
     def span(scale: float) -> float:
-        return run(timeline, Plan.measured(timeline, scale)).span_us
+        plan = Plan.measured(timeline, scale, data_scale)
+        if without_data:
+            for i in data_items:
+                plan.cost[i] = 0.0
+        return run(timeline, plan).span_us
 
+    waits = f"; data waits scaled by {data_scale:.2f} to the unprofiled wait" if data_items and data_scale != 1.0 else ""
     full = span(1.0)
-    if full <= target * 1.02:
-        return 1.0, (f"host costs as traced: the replay takes {full / steps / 1e3:.3g} ms per step, the run "
-                     f"{step_us / 1e3:.3g} ms outside the window")
+    if target <= 0 or full <= target * 1.02:
+        return 1.0, data_scale, (f"host costs as traced: the replay takes {full / steps / 1e3:.3g} ms per step against "
+                                 f"{target / steps / 1e3:.3g} ms, {what}{waits}")
     low = span(MIN_HOST_SCALE)
     if low > target and (full - low) < 0.5 * (full - target):
-        return 1.0, (f"host costs as traced: the window's {full / steps / 1e3:.3g} ms per step against "
-                     f"{step_us / 1e3:.3g} ms outside it is not host overhead of the tracing")
+        return 1.0, data_scale, (f"host costs as traced: {full / steps / 1e3:.3g} ms per step against "
+                                 f"{target / steps / 1e3:.3g} ms ({what}) is not the tracing's host overhead{waits}")
     lo, hi = MIN_HOST_SCALE, 1.0
-    for _ in range(12):
+    for _ in range(10):
         mid = (lo + hi) / 2
         if span(mid) > target:
             hi = mid
         else:
             lo = mid
     scale = hi if low <= target else MIN_HOST_SCALE
-    return scale, (f"host costs scaled by {scale:.2f} so the replay takes the unprofiled step time "
-                   f"({step_us / 1e3:.3g} ms; {full / steps / 1e3:.3g} ms as traced): tracing slowed the host")
+    return scale, data_scale, (f"host costs scaled by {scale:.2f} so the replay takes {what} "
+                               f"({target / steps / 1e3:.3g} ms per step; {full / steps / 1e3:.3g} ms as traced): "
+                               f"tracing slowed the host{waits}")
 
 
 # ---- the edits: each changes a copy of the measured plan; returns (items/ops changed, detail) ----
@@ -157,7 +185,10 @@ def _data(timeline: Timeline, plan: Plan) -> tuple[int, str]:
 
 
 def _sync(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    """The workload's syncs stop blocking; an operator that only read a value back (``.item()``,
+    ``.cpu()`` of a result) goes altogether: the remedy keeps the value on the GPU."""
     changed = 0
+    reads: dict[int, list[tuple[float, float]]] = {}
     for i, item in enumerate(timeline.items):
         if item.agent:
             continue
@@ -166,13 +197,19 @@ def _sync(timeline: Timeline, plan: Plan) -> tuple[int, str]:
                 plan.blocks[i] = False
                 plan.cost[i] = min(item.dur, item.post) if item.waited else item.dur
                 changed += 1
-    return changed, "synchronisations and blocking device-to-host copies no longer block the host"
+            if item.read is not None:
+                reads.setdefault(item.thread, []).append(item.read)
+    for i, item in enumerate(timeline.items):
+        spans = reads.get(item.thread)
+        if spans and item.tag in (DISPATCH, PYTHON) and any(a <= item.ts < b for a, b in spans):
+            plan.cost[i], plan.blocks[i] = 0.0, False
+    return changed, ("synchronisations no longer block the host; operators that only read a value back "
+                     "(.item(), .cpu()) dropped: the values stay on the GPU")
 
 
 def _launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     changed, chains = 0, 0
-    gap = max(timeline.queued_gap_us, 0.5)
-    for chain in _chains(timeline):
+    for chain in _chains(timeline, plan):
         head = next((i for i in chain if timeline.items[i].kind == LAUNCH), None)
         if head is None:
             continue
@@ -185,18 +222,31 @@ def _launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:
             for j in item.ops:
                 plan.launch_at[j] = head
                 plan.ready[j] = timeline.launch_latency_us
-                plan.gap[j] = min(plan.gap[j], gap) if plan.gap[j] > 0 else gap
-    return changed, (f"{chains:,} launch chains issued as one graph each (host cost of one launch call; "
-                     f"kernels {gap:.1f} us apart, the GPU's measured queued gap)")
+                plan.gap[j] = max(0.0, rates.GRAPH_KERNEL_US - plan.dur[j])
+    glue = ("framework Python removed, the user's own Python kept" if timeline.stacks
+            else f"Python stretches under {GLUE_MAX_US:.0f} us removed")
+    return changed, (f"{chains:,} launch chains issued as one graph each: the host cost of one launch call, "
+                     f"{glue}; {rates.GRAPH_SOURCE}")
 
 
-def _chains(timeline: Timeline) -> list[list[int]]:
-    """Per thread, maximal runs of items a captured graph would replace."""
+def _chains(timeline: Timeline, plan: Plan) -> list[list[int]]:
+    """Per thread, maximal runs of items a captured graph would replace: launches, their
+    dispatch, and the Python between them (framework Python whatever its length when the
+    trace tells it from the user's, else short stretches only); the user's own long Python,
+    data waits and blocking calls end a chain."""
     chains: list[list[int]] = []
     current: dict[int, list[int]] = {}
     for i, item in enumerate(timeline.items):
-        joins = (item.kind == LAUNCH and not _copies(timeline, item, "HtoD_pageable")) or (
-            item.kind == CPU and (item.tag == DISPATCH or (item.tag == PYTHON and item.dur < GLUE_MAX_US)))
+        if item.kind == LAUNCH:
+            joins = not _copies(timeline, item, "HtoD_pageable")
+        elif item.kind != CPU:
+            joins = False
+        elif item.tag == DISPATCH:
+            joins = True
+        elif item.tag == PYTHON:
+            joins = timeline.stacks or plan.cost[i] < GLUE_MAX_US
+        else:
+            joins = item.tag == USER and plan.cost[i] < GLUE_MAX_US
         if joins:
             current.setdefault(item.thread, []).append(i)
         elif item.thread in current:

@@ -29,12 +29,17 @@ class Plan:
     launch_at: list[int]  # per operation: the item whose clock launches it (chains share one)
 
     @classmethod
-    def measured(cls, timeline: Timeline, host_scale: float = 1.0) -> Plan:
+    def measured(cls, timeline: Timeline, host_scale: float = 1.0, data_scale: float = 1.0) -> Plan:
+        """The measured costs; host work (CPU outside data waits, launch calls) times `host_scale`,
+        data waits times `data_scale` (both 1 unless calibrated to the unprofiled steps)."""
         cost = []
         for item in timeline.items:
-            scalable = item.kind == LAUNCH or (item.kind == CPU and item.tag != "data")
             own = item.post if item.kind != CPU and item.kind != LAUNCH and item.waited else item.dur
-            cost.append(own * host_scale if scalable else own)
+            if item.kind == CPU and item.tag == "data":
+                own *= data_scale
+            elif item.kind in (CPU, LAUNCH):
+                own *= host_scale
+            cost.append(own)
         return cls(
             cost=cost,
             blocks=[item.kind in (SYNC,) or item.waited for item in timeline.items],

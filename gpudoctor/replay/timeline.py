@@ -29,16 +29,27 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor.collectors.kineto_names import KERNEL_LAUNCH_APIS, GRAPH_LAUNCH_APIS, SYNC_APIS, classify_gemm, copy_kind
+from gpudoctor.collectors.kineto_names import (
+    _FRAME_NAME,
+    GRAPH_LAUNCH_APIS,
+    KERNEL_LAUNCH_APIS,
+    SYNC_APIS,
+    classify_gemm,
+    copy_kind,
+    frame_kind,
+)
 
 CPU, LAUNCH, SYNC, BLOCKING_COPY = 0, 1, 2, 3
-PYTHON, DISPATCH, DATA = "python", "dispatch", "data"
+# CPU item tags: Python in torch or another library (framework glue), operator dispatch of
+# GPU work, a DataLoader wait, and Python in the user's own frames (with_stack traces only)
+PYTHON, DISPATCH, DATA, USER = "python", "dispatch", "data", "user"
 
 SLACK_US = 3.0  # host and GPU clocks agree to a few microseconds
 QUEUED_GAP_MAX_US = 30.0  # HTA: a shorter gap after the previous operation is the GPU's own front end
 DEVICE_WIDE = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize",
                          "cudaFree", "cudaFreeHost"})
 AGENT_WINDOW_FRAME = "gpudoctor/agent/profiler"  # gpudoctor closing its own window
+HELPER_IDLE_US = 50.0  # a helper thread's time outside any operator longer than this is idle, not work
 DATA_ANNOTATION = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 _VERSION = re.compile(r"_v\d+$")
 _GPU = {"kernel": "k", "gpu_memcpy": "c", "memcpy": "c", "gpu_memset": "s", "memset": "s"}
@@ -59,6 +70,7 @@ class HostItem:
     post: float = 0.0  # from the end of the awaited GPU work to the call's return, us
     agent: bool = False  # gpudoctor's own (closing the profiler window): never edited
     api: str = ""
+    read: tuple[float, float] | None = None  # SYNC: the operator that only read a value back (.item(), .cpu())
 
 
 @dataclass(slots=True)
@@ -87,6 +99,7 @@ class Timeline:
     launch_latency_us: float  # median launch-to-start latency of operations not held by their stream
     queued_gap_us: float  # median gap between back-to-back queued operations
     threads: int = 1
+    stacks: bool = False  # Python frames were traced (with_stack): framework and user Python told apart
 
     @property
     def measured_span_us(self) -> float:
@@ -102,6 +115,7 @@ class _Thread:
         self.ops: list[tuple[float, float]] = []
         self.data: list[tuple[float, float]] = []
         self.agent: list[tuple[float, float]] = []
+        self.frames: list[tuple[float, float, bool]] = []  # Python frames: start, end, the user's own?
 
     def see(self, ts: float, end: float) -> None:
         self.first, self.last = min(self.first, ts), max(self.last, end)
@@ -150,8 +164,11 @@ def build(events: list) -> Timeline | None:
         elif category == "user_annotation":
             if DATA_ANNOTATION.match(name):
                 thread.data.append((ts, ts + dur))
-        elif AGENT_WINDOW_FRAME in name.replace("\\", "/"):
-            thread.agent.append((ts, ts + dur))
+        else:
+            if AGENT_WINDOW_FRAME in name.replace("\\", "/"):
+                thread.agent.append((ts, ts + dur))
+            match = _FRAME_NAME.match(name)
+            thread.frames.append((ts, ts + dur, bool(match) and frame_kind(match["file"]) in ("user", "stdlib")))
     active = {key: t for key, t in threads.items() if t.calls or t.data}
     if not active:
         return None
@@ -159,22 +176,27 @@ def build(events: list) -> Timeline | None:
     remap = {old: new for new, old in enumerate(order)}
     ops = [ops[i] for i in order]
     corr_ops = {c: sorted(remap[i] for i in idx) for c, idx in corr_ops.items()}
-    items: list[HostItem] = []
+    per_thread: dict[int, list[HostItem]] = {}
     launches_by_thread: dict[int, int] = {}
     for number, thread in enumerate(active.values()):
-        launches_by_thread[number] = _thread_items(number, thread, corr_ops, ops, items)
-    items.sort(key=lambda it: (it.ts, it.thread))
+        per_thread[number] = []
+        launches_by_thread[number] = _thread_items(number, thread, corr_ops, ops, per_thread[number])
+    main = max(launches_by_thread, key=lambda n: (launches_by_thread[n], -n))
+    for number in list(per_thread):
+        if number != main and launches_by_thread[number]:
+            per_thread[number] = _merge_helper(per_thread[main], per_thread[number], main)
+    items = sorted((it for thread_items in per_thread.values() for it in thread_items), key=lambda it: (it.ts, it.thread))
     for index, item in enumerate(items):
         for op in item.ops:
             ops[op].launch = index
     _link_blocking(items, ops)
     latency, gap = _gpu_order(items, ops)
-    main = max(launches_by_thread, key=lambda n: (launches_by_thread[n], -n))
     main_items = [it for it in items if it.thread == main]
     start = min([main_items[0].ts] + [op.start for op in ops[:1]])
     end = max([main_items[-1].ts + main_items[-1].dur] + [op.start + op.dur for op in ops])
     return Timeline(items=items, ops=ops, main_thread=main, start=start, end=end,
-                    launch_latency_us=latency, queued_gap_us=gap, threads=len(active))
+                    launch_latency_us=latency, queued_gap_us=gap, threads=len(active),
+                    stacks=any(t.frames for t in active.values()))
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -199,6 +221,30 @@ def _overlap(spans: list[tuple[float, float]], starts: list[float], a: float, b:
     return total
 
 
+def _user_spans(frames: list[tuple[float, float, bool]]) -> list[tuple[float, float]]:
+    """Where the innermost Python frame is the user's own code (not torch, a library or a builtin)."""
+    spans: list[tuple[float, float]] = []
+    stack: list[tuple[float, float, bool]] = []
+    cursor = float("-inf")
+
+    def emit(until: float) -> None:
+        nonlocal cursor
+        if stack and stack[-1][2] and until > cursor:
+            spans.append((cursor, until))
+        cursor = max(cursor, until)
+
+    for frame in sorted(frames, key=lambda f: (f[0], -f[1])):
+        while stack and stack[-1][1] <= frame[0]:
+            emit(stack[-1][1])
+            stack.pop()
+        emit(frame[0])
+        stack.append(frame)
+    while stack:
+        emit(stack[-1][1])
+        stack.pop()
+    return _union(spans)
+
+
 def _inside(spans: list[tuple[float, float]], starts: list[float], t: float) -> bool:
     i = bisect.bisect_right(starts, t) - 1
     return i >= 0 and spans[i][0] <= t <= spans[i][1]
@@ -210,22 +256,46 @@ def _thread_items(number: int, thread: _Thread, corr_ops: dict[Any, list[int]], 
     data = _union(thread.data)
     data_starts = [s for s, _ in data]
     launch_ts = sorted(ts for ts, _, api, corr in thread.calls if corr in corr_ops)
+    kernel_ts = sorted(ts for ts, _, api, corr in thread.calls
+                       if corr in corr_ops and any(ops[j].kind == "k" for j in corr_ops[corr]))
+    read_ts = sorted(ts for ts, _, api, corr in thread.calls
+                     if corr in corr_ops and any((ops[j].copy or "").startswith("DtoH") for j in corr_ops[corr]))
+    outermost = _union(thread.ops)
+    outer_starts = [s for s, _ in outermost]
     # outermost operator spans that launched GPU work: their CPU time is dispatch overhead
-    dispatch = [(a, b) for a, b in _union(thread.ops)
+    dispatch = [(a, b) for a, b in outermost
                 if bisect.bisect_right(launch_ts, b) > bisect.bisect_left(launch_ts, a)]
     dispatch_starts = [s for s, _ in dispatch]
+
+    def read_back(t: float) -> tuple[float, float] | None:
+        """The operator around a sync when all it does is read a value back: a device-to-host
+        copy and no kernel (``.item()``, ``.cpu()`` of a result)."""
+        i = bisect.bisect_right(outer_starts, t) - 1
+        if i < 0 or not outermost[i][0] <= t <= outermost[i][1]:
+            return None
+        a, b = outermost[i]
+        reads = bisect.bisect_right(read_ts, b) > bisect.bisect_left(read_ts, a)
+        kernels = bisect.bisect_right(kernel_ts, b) > bisect.bisect_left(kernel_ts, a)
+        return (a, b) if reads and not kernels else None
+
     agent = _union(thread.agent)
     agent_starts = [s for s, _ in agent]
+    user = _user_spans(thread.frames)
+    user_starts = [s for s, _ in user]
 
     def cpu(a: float, b: float) -> None:
         if b <= a:
             return
         in_data = _overlap(data, data_starts, a, b)
         in_dispatch = _overlap(dispatch, dispatch_starts, a, b)
+        in_dispatch = min(in_dispatch, (b - a) - in_data)  # an operator inside a DataLoader wait is data
         rest = max(0.0, (b - a) - in_data - in_dispatch)
-        for tag, length in ((DATA, in_data), (DISPATCH, in_dispatch), (PYTHON, rest)):
+        in_user = min(rest, _overlap(user, user_starts, a, b)) if user else 0.0
+        at = a  # the pieces of one gap, back to back (their order inside it is not recorded)
+        for tag, length in ((DATA, in_data), (DISPATCH, in_dispatch), (USER, in_user), (PYTHON, rest - in_user)):
             if length > 0:
-                items.append(HostItem(CPU, number, a, length, tag=tag))
+                items.append(HostItem(CPU, number, at, length, tag=tag))
+                at += length
 
     cursor, launches = thread.first, 0
     last: HostItem | None = None
@@ -242,7 +312,7 @@ def _thread_items(number: int, thread: _Thread, corr_ops: dict[Any, list[int]], 
             launches += api in KERNEL_LAUNCH_APIS or api in GRAPH_LAUNCH_APIS
         elif api in SYNC_APIS:
             item = HostItem(SYNC, number, ts, dur, tag=tag, api=api,
-                            agent=_inside(agent, agent_starts, ts))
+                            agent=_inside(agent, agent_starts, ts), read=read_back(ts))
         else:
             item = HostItem(CPU, number, ts, dur, tag=tag, api=api)
         items.append(item)
@@ -250,6 +320,55 @@ def _thread_items(number: int, thread: _Thread, corr_ops: dict[Any, list[int]], 
         cursor = max(cursor, ts + dur)
     cpu(cursor, thread.last)
     return launches
+
+
+def _merge_helper(main_items: list[HostItem], helper: list[HostItem], main: int) -> list[HostItem]:
+    """Fold a helper thread's bursts into the main thread where the main thread waited for them.
+
+    PyTorch runs CUDA backward passes on an autograd worker thread while the thread that
+    called ``backward()`` blocks. That is one thread of control: the worker's burst of
+    operators and launches stands in for the caller's wait, and the worker's long idle
+    stretches between bursts are not work. A burst during which the main thread itself
+    launched or blocked on the GPU is real concurrency and stays on its own thread.
+    Returns what is left of the helper (its concurrent bursts); `main_items` is edited.
+    """
+    bursts: list[list[HostItem]] = [[]]
+    for item in helper:
+        idle = item.kind == CPU and item.tag == PYTHON and not item.api and item.dur >= HELPER_IDLE_US
+        if idle:
+            if bursts[-1]:
+                bursts.append([])
+        else:
+            bursts[-1].append(item)
+    kept: list[HostItem] = []
+    main_items.sort(key=lambda it: it.ts)
+    starts = [it.ts for it in main_items]
+    longest = max((it.dur for it in main_items), default=0.0)
+    cuts: dict[int, list[tuple[float, float]]] = defaultdict(list)  # main item -> burst spans inside it
+    added: list[HostItem] = []
+    for burst in (b for b in bursts if b):
+        start, end = burst[0].ts, burst[-1].ts + burst[-1].dur
+        lo = bisect.bisect_left(starts, start - longest)
+        hi = bisect.bisect_left(starts, end)
+        overlapping = [k for k in range(lo, hi) if main_items[k].ts + main_items[k].dur > start]
+        if any(main_items[k].kind != CPU or main_items[k].tag == DISPATCH for k in overlapping):
+            kept.extend(burst)  # the main thread was busy meanwhile: truly concurrent
+            continue
+        for k in overlapping:  # the main thread waited: cut its wait out
+            cuts[k].append((start, end))
+        for it in burst:
+            it.thread = main
+            added.append(it)
+    for k, spans in cuts.items():
+        it, at = main_items[k], main_items[k].ts
+        for start, end in sorted(spans) + [(it.ts + it.dur, it.ts + it.dur)]:
+            if start > at:
+                added.append(HostItem(CPU, main, at, start - at, tag=it.tag))
+            at = max(at, end)
+    if cuts or added:
+        main_items[:] = sorted([it for k, it in enumerate(main_items) if k not in cuts] + added,
+                               key=lambda it: it.ts)
+    return kept
 
 
 def _link_blocking(items: list[HostItem], ops: list[GpuOp]) -> None:
@@ -260,9 +379,13 @@ def _link_blocking(items: list[HostItem], ops: list[GpuOp]) -> None:
     for item in items:
         te = item.ts + item.dur
         if item.kind == LAUNCH:
-            copies = [ops[i] for i in item.ops if ops[i].kind != "k"]
+            # a copy from or to pageable memory, or a synchronous copy call, returns only once the
+            # copy is done (CUDA's rules); a memset or pinned copy that merely finished during its
+            # own launch call on an idle GPU did not block anything
+            copies = [ops[i] for i in item.ops if ops[i].kind == "c" and (
+                (ops[i].copy or "").endswith("_pageable") or item.api in SYNC_APIS)]
             done = max((op.start + op.dur for op in copies), default=None)
-            if done is not None and done > item.ts + SLACK_US and done <= te + SLACK_US:
+            if done is not None and done <= te + SLACK_US:
                 item.kind, item.waited, item.post = BLOCKING_COPY, True, max(0.0, te - done)
             if item.ops:
                 last_stream[item.thread] = ops[item.ops[-1]].stream
