@@ -116,6 +116,7 @@ class _Thread:
         self.data: list[tuple[float, float]] = []
         self.agent: list[tuple[float, float]] = []
         self.frames: list[tuple[float, float, bool]] = []  # Python frames: start, end, the user's own?
+        self.annotations = 0  # record_function ranges (DataLoader, optimizer, ProfilerStep)
 
     def see(self, ts: float, end: float) -> None:
         self.first, self.last = min(self.first, ts), max(self.last, end)
@@ -162,6 +163,7 @@ def build(events: list) -> Timeline | None:
         elif category in _OPS:
             thread.ops.append((ts, ts + dur))
         elif category == "user_annotation":
+            thread.annotations += 1
             if DATA_ANNOTATION.match(name):
                 thread.data.append((ts, ts + dur))
         else:
@@ -181,7 +183,11 @@ def build(events: list) -> Timeline | None:
     for number, thread in enumerate(active.values()):
         per_thread[number] = []
         launches_by_thread[number] = _thread_items(number, thread, corr_ops, ops, per_thread[number])
-    main = max(launches_by_thread, key=lambda n: (launches_by_thread[n], -n))
+    # the stepping thread: the one running Python (traced frames) and the loop's own ranges
+    # (DataLoader waits, optimizer steps); the autograd worker often launches more kernels
+    threads_list = list(active.values())
+    main = max(launches_by_thread, key=lambda n: (bool(threads_list[n].frames), threads_list[n].annotations,
+                                                  launches_by_thread[n], -n))
     for number in list(per_thread):
         if number != main and launches_by_thread[number]:
             per_thread[number] = _merge_helper(per_thread[main], per_thread[number], main)
@@ -191,7 +197,7 @@ def build(events: list) -> Timeline | None:
             ops[op].launch = index
     _link_blocking(items, ops)
     latency, gap = _gpu_order(items, ops)
-    main_items = [it for it in items if it.thread == main]
+    main_items = [it for it in items if it.thread == main] or items
     start = min([main_items[0].ts] + [op.start for op in ops[:1]])
     end = max([main_items[-1].ts + main_items[-1].dur] + [op.start + op.dur for op in ops])
     return Timeline(items=items, ops=ops, main_thread=main, start=start, end=end,
@@ -351,7 +357,10 @@ def _merge_helper(main_items: list[HostItem], helper: list[HostItem], main: int)
         lo = bisect.bisect_left(starts, start - longest)
         hi = bisect.bisect_left(starts, end)
         overlapping = [k for k in range(lo, hi) if main_items[k].ts + main_items[k].dur > start]
-        if any(main_items[k].kind != CPU or main_items[k].tag == DISPATCH for k in overlapping):
+        # the main thread's own work within the burst (beyond the clocks' few us of disagreement)
+        busy = [k for k in overlapping if (main_items[k].kind != CPU or main_items[k].tag == DISPATCH)
+                and min(end, main_items[k].ts + main_items[k].dur) - max(start, main_items[k].ts) > SLACK_US]
+        if busy:
             kept.extend(burst)  # the main thread was busy meanwhile: truly concurrent
             continue
         for k in overlapping:  # the main thread waited: cut its wait out
