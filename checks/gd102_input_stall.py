@@ -19,10 +19,16 @@ What it detects
     - ``unknown``: the per-batch production cost was not measured.
 
 Why it matters
-    A step is ``compute + data wait``. If the wait vanished, the same run would go
-    ``1 / (1 - share)`` times faster: that is the estimated gain reported (an upper
-    bound, reached only if the data arrives for free). Until the wait is gone, a
-    bigger batch, faster kernels or a faster GPU mostly lengthen the wait.
+    While the loop blocks in ``__next__``, it queues nothing new on the GPU. Whether
+    that costs anything depends on the GPU: if work queued before the wait keeps it
+    busy, the wait is hidden and fixing the loader buys nothing; if the GPU runs dry,
+    every millisecond of waiting is a millisecond of the step. So the gain is not
+    read off the wait share: it is the step time now over the step time predicted
+    with batches arriving instantly, by the profiled window replayed without its
+    DataLoader waits (gpudoctor.replay), never more than a host-side fix can buy
+    while the GPU was busy (``1 / busy share`` of the steady steps), and
+    ``1 / (1 - share)`` only when neither exists (a CPU-only run). A wait the GPU
+    did not feel is reported as hidden (info), never as a stall.
 
 How it is measured
     The agent times every ``__next__`` call of every DataLoader iterator (the wait)
@@ -35,14 +41,12 @@ How it is measured
     psutil's CPU share of the worker processes (when sampled) confirms it.
 
 Thresholds, and where they come from
-    - share >= 5%: a finding (warning). This is the TensorBoard profiler plugin's
-      line for "your program is input-bound"; below it, the gain (< 1.05x) is within
+    - share >= 5%: worth a look. This is the TensorBoard profiler plugin's line for
+      "your program is input-bound"; below it, the gain (< 1.05x) is within
       run-to-run noise.
-    - share >= 30%: critical. The upper-bound gain is then above 1.4x, more than
-      most GPU-side changes buy on a GPU that is already fed (TF32/bf16, fused
-      kernels), so the input pipeline must be fixed first; it is also the point where
-      GPU-side findings stop being trustworthy, because the GPU is idle for reasons
-      of its own less than a third of the time.
+    - severity by the predicted gain: 1.053x (a 5% wait removed) or more is a
+      warning, 1.43x (a 30% wait removed) or more critical; under 1.053x the wait is
+      hidden by queued GPU work (info).
     - CPU time / wall time per batch >= 0.7: cpu-bound; <= 0.3: waiting; in between:
       mixed. The bands leave a margin on each side of "half the time on CPU", since
       page faults, GIL hand-offs and short I/O always cost some wall time without CPU.
@@ -51,8 +55,8 @@ Thresholds, and where they come from
       the classification ``mixed``.
 
 What to do
-    - cpu-bound: raise ``num_workers`` toward the usable cores (GD101 computes the
-      number), make each sample cheaper (decode/resize once offline, smaller
+    - cpu-bound: raise ``num_workers`` to the number the measurements support (given
+      in the remedy, as in GD101), make each sample cheaper (decode/resize once offline, smaller
       images, faster decoders), or move random augmentation to the GPU on whole
       batches.
     - waiting: put the data on local NVMe or in RAM, pack small files into shards
