@@ -59,7 +59,7 @@ def pcie_generation(ctx: Context) -> ItemResult:
         text = f"Gen{cur} of Gen{top}" + slot
         if cur < top and idle(g):
             reason = (f"Gen{cur} of Gen{top} while the GPU idles: links downshift at idle, so the generation "
-                      "under load is unknown (a job run, -- COMMAND, loads it)")
+                      "under load is unknown (read it while a job runs: nvidia-smi -q -d PCIE)")
             return NOT_CHECKED if not slot else WARN, reason + slot, values
         if cur < top:
             return FAIL, text + " under load", values
