@@ -122,9 +122,13 @@ def run(args: argparse.Namespace) -> int:
     from gpudoctor.preflight.audit import machine_items
 
     machine = machine_items(ctx)
-    job_run = _run_job(args, resolved, ignore_checks) if resolved else None
     from gpudoctor.preflight import audit, job
 
+    if resolved:
+        job_run = _run_job(args, resolved, ignore_checks, ctx)
+        machine = audit.rejudge(machine, ctx, ("PF301", "PF302"))  # with the links seen under load
+    else:
+        job_run = None
     results, ignored = audit.apply_policy([*machine, *job.items(policy, job_run)], policy, ignore_items)
     report = audit.build_report(results, ctx, ignored=ignored, run=job_run, started=started,
                                 duration_s=time.perf_counter() - clock)
@@ -149,9 +153,10 @@ def _context(args: argparse.Namespace, policy: Any) -> Any:
     return Context(nvml=nvml, torch=read_torch(), policy=policy, checkpoint_dir=Path(args.checkpoint_dir))
 
 
-def _run_job(args: argparse.Namespace, resolved: tuple[list[str], str], ignore_checks: list[str]) -> Any:
+def _run_job(args: argparse.Namespace, resolved: tuple[list[str], str], ignore_checks: list[str], ctx: Any) -> Any:
     from gpudoctor.pipeline import diagnose_and_report
     from gpudoctor.preflight.job import JobRun
+    from gpudoctor.preflight.link_watch import LinkWatcher
     from gpudoctor.supervisor import say
 
     command, stem = resolved
@@ -159,7 +164,11 @@ def _run_job(args: argparse.Namespace, resolved: tuple[list[str], str], ignore_c
     inner = argparse.Namespace(**vars(args))
     inner.formats, inner.json_path, inner.fail_on, inner.quiet, inner.ignore = [], None, None, True, ignore_checks
     got: dict[str, Any] = {}
-    code = diagnose_and_report(inner, command, stem, on_report=lambda report, files: got.update(report=report, files=files))
+    watcher = LinkWatcher([g.index for g in ctx.visible]).start()
+    try:
+        code = diagnose_and_report(inner, command, stem, on_report=lambda report, files: got.update(report=report, files=files))
+    finally:
+        ctx.links_under_load = watcher.stop()
     if "report" not in got:
         raise GpudoctorError("the job's diagnosis produced no report", exitcodes.INTERNAL)
     return JobRun(report=got["report"], exit_code=code, files=got["files"])

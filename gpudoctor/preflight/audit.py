@@ -33,12 +33,14 @@ SCHEMA = "gpudoctor.preflight/1"
 PROBES = (gpu, links, host, env)
 
 
-def machine_items(ctx: Context) -> list[ItemResult]:
-    """Every machine item, in catalog order. A probe that raises (a bug of ours) costs
-    its own item only, which is not-checked with the error."""
+def machine_items(ctx: Context, only: set[str] | None = None) -> list[ItemResult]:
+    """Every machine item (or `only` these), in catalog order. A probe that raises (a bug
+    of ours) costs its own item only, which is not-checked with the error."""
     results = []
     for module in PROBES:
         for item_id, judge in module.ITEMS:  # type: ignore[attr-defined]
+            if only is not None and item_id not in only:
+                continue
             try:
                 results.append(judge(ctx))
             except Exception as exc:
@@ -46,6 +48,13 @@ def machine_items(ctx: Context) -> list[ItemResult]:
                 results.append(not_checked(item_id, f"gpudoctor could not check it: {type(exc).__name__}: {exc} "
                                                     "(please report it)"))
     return results
+
+
+def rejudge(results: list[ItemResult], ctx: Context, ids: Iterable[str]) -> list[ItemResult]:
+    """The same results with these items judged again (after the job showed more)."""
+    wanted = set(ids)
+    fresh = {r.id: r for r in machine_items(ctx, only=wanted)}
+    return [fresh.get(r.id, r) for r in results]
 
 
 def apply_policy(results: Iterable[ItemResult], policy: Policy, ignore: Iterable[str]) -> tuple[list[ItemResult], list[str]]:

@@ -64,6 +64,7 @@ class Context:
     pid: int = field(default_factory=os.getpid)
     visible: list[GpuFacts] = field(default_factory=list)  # the GPUs CUDA_VISIBLE_DEVICES leaves
     visibility_problem: str | None = None  # an entry CUDA cannot resolve, or all hidden
+    links_under_load: dict[int, Any] = field(default_factory=dict)  # NVML index -> LinkUnderLoad (job runs)
 
     def __post_init__(self) -> None:
         self.visible, self.visibility_problem = visible_gpus(self.nvml.gpus, self.environ.get("CUDA_VISIBLE_DEVICES"))

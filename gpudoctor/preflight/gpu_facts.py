@@ -122,7 +122,10 @@ def _device_facts(nv: Any, h: Any) -> dict[str, Any]:
     mig = _call(nv, "nvmlDeviceGetMigMode", h)
     f["mig"] = mig if isinstance(mig, Unread) else int(mig[0])
     f["processes"] = _processes(nv, h)
-    memory = _call(nv, "nvmlDeviceGetMemoryInfo", h)
+    # v2 leaves the driver's own reservation out of "used" (what nvidia-smi shows)
+    memory = _call(nv, "nvmlDeviceGetMemoryInfo", h, getattr(nv, "nvmlMemory_v2", None))
+    if isinstance(memory, Unread):
+        memory = _call(nv, "nvmlDeviceGetMemoryInfo", h)
     f["memory_total"] = memory if isinstance(memory, Unread) else int(memory.total)
     f["memory_used"] = memory if isinstance(memory, Unread) else int(memory.used)
     util = _call(nv, "nvmlDeviceGetUtilizationRates", h)

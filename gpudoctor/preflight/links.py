@@ -32,6 +32,17 @@ def idle(g: GpuFacts) -> bool:
             or (isinstance(pstate, int) and pstate >= IDLE_PSTATE))
 
 
+def _under_load(ctx: Context, g: GpuFacts, attribute: str, top: int, unit: str, values: dict[str, Any]) -> Verdict | None:
+    """The verdict from the link seen while the job kept this GPU busy, None when not seen."""
+    seen = ctx.links_under_load.get(g.index)
+    if seen is None:
+        return None
+    best = getattr(seen, attribute)
+    values["under_load"] = best
+    text = f"{unit.format(best)} of {unit.format(top)} under load (the job's run, {seen.busy_samples} busy samples)"
+    return (PASS if best >= top else FAIL), text, values
+
+
 def pcie_width(ctx: Context) -> ItemResult:
     def judge(g: GpuFacts) -> Verdict:
         cur, top = g.get("pcie_width"), g.get("pcie_width_max")
@@ -41,6 +52,9 @@ def pcie_width(ctx: Context) -> ItemResult:
         text = f"x{cur} of x{top}"
         if cur >= top:
             return PASS, text, values
+        loaded = _under_load(ctx, g, "max_width", top, "x{}", values) if idle(g) else None
+        if loaded is not None:
+            return loaded[0], f"{text} at idle; {loaded[1]}", loaded[2]
         if idle(g):
             return WARN, text + " while idle (some platforms narrow idle links: check under load)", values
         return FAIL, text, values
@@ -57,9 +71,13 @@ def pcie_generation(ctx: Context) -> ItemResult:
                                   "card_generation_max": card if isinstance(card, int) else None, "idle": idle(g)}
         slot = f"; the slot limits the Gen{card} card to Gen{top}" if isinstance(card, int) and card > top else ""
         text = f"Gen{cur} of Gen{top}" + slot
+        loaded = _under_load(ctx, g, "max_generation", top, "Gen{}", values) if cur < top and idle(g) else None
+        if loaded is not None:
+            status = WARN if loaded[0] == PASS and slot else loaded[0]
+            return status, f"Gen{cur} at idle; {loaded[1]}{slot}", loaded[2]
         if cur < top and idle(g):
             reason = (f"Gen{cur} of Gen{top} while the GPU idles: links downshift at idle, so the generation "
-                      "under load is unknown (read it while a job runs: nvidia-smi -q -d PCIE)")
+                      "under load is unknown (`gpudoctor preflight -- COMMAND` reads it while the job runs)")
             return NOT_CHECKED if not slot else WARN, reason + slot, values
         if cur < top:
             return FAIL, text + " under load", values

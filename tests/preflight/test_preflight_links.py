@@ -82,3 +82,30 @@ def test_topology_nvlink_up_down_and_pcie_across_sockets(make_ctx) -> None:
 @pytest.mark.parametrize("text, cpus", [("0-3,8-11", {0, 1, 2, 3, 8, 9, 10, 11}), ("5", {5}), ("", set())])
 def test_cpulist(text: str, cpus: set[int]) -> None:
     assert links._cpulist(text) == cpus
+
+
+def test_the_link_seen_under_load_during_the_job_decides(make_ctx) -> None:
+    from gpudoctor.preflight.link_watch import LinkUnderLoad
+
+    ctx = make_ctx([idle_gpu(pcie_gen=1, pcie_width=16)])
+    ctx.links_under_load = {0: LinkUnderLoad(busy_samples=12, max_generation=5, max_width=16, max_utilization=99)}
+    result = links.pcie_generation(ctx)
+    assert result.status == "pass" and result.found.startswith("GPU 0: Gen1 at idle; Gen5 of Gen5 under load")
+    ctx.links_under_load = {0: LinkUnderLoad(busy_samples=12, max_generation=3, max_width=16, max_utilization=99)}
+    assert links.pcie_generation(ctx).status == "fail"
+
+
+def test_link_watcher_keeps_the_best_link_while_busy() -> None:
+    import time
+
+    from conftest import FakeNvml
+
+    from gpudoctor.preflight.link_watch import LinkWatcher
+
+    busy, idle = idle_gpu(0, util_gpu=90, pcie_gen=5), idle_gpu(1, util_gpu=0, pcie_gen=1)
+    nv = FakeNvml([busy, idle])
+    watcher = LinkWatcher([0, 1], nv=nv, interval_s=0.02).start()
+    time.sleep(0.2)
+    seen = watcher.stop()
+    assert list(seen) == [0] and seen[0].max_generation == 5 and seen[0].busy_samples >= 2
+    assert nv.initialized == 0  # NVML released
