@@ -24,7 +24,15 @@ from gpudoctor.agent.redact import redact_argv
 from gpudoctor.preflight import env, gpu, host, job, links
 from gpudoctor.preflight.context import Context
 from gpudoctor.preflight.items import SPECS, find
-from gpudoctor.preflight.model import FAIL, NOT_CHECKED, STATUSES, WARN, ItemResult, Unread, not_checked
+from gpudoctor.preflight.model import (
+    FAIL,
+    NOT_CHECKED,
+    STATUSES,
+    WARN,
+    ItemResult,
+    Unread,
+    not_checked,
+)
 from gpudoctor.preflight.policy import Policy
 
 log = logging.getLogger(__name__)

@@ -55,8 +55,8 @@ def alloc_conf(ctx: Context) -> ItemResult:
         if name in env:
             seen[name] = env[name]
     if env.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "").strip() not in ("", "0"):
-        problems.append((FAIL, "PYTORCH_NO_CUDA_MEMORY_CACHING disables the caching allocator: every tensor is a "
-                               "cudaMalloc/cudaFree, which synchronise the GPU"))
+        problems.append((FAIL, ("PYTORCH_NO_CUDA_MEMORY_CACHING disables the caching allocator: every tensor is a "
+                                "cudaMalloc/cudaFree, which synchronise the GPU")))
     for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
         if env.get(name, "").strip():
             problems.extend(alloc_problems(name, env[name]))

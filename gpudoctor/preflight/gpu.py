@@ -15,7 +15,16 @@ from gpudoctor.collectors.nvml_device import CLOCK_EVENT_REASONS
 from gpudoctor.metrics import format_bytes
 from gpudoctor.preflight.context import Context
 from gpudoctor.preflight.gpu_facts import GpuFacts
-from gpudoctor.preflight.model import FAIL, NOT_CHECKED, PASS, WARN, ItemResult, Unread, not_checked, worst
+from gpudoctor.preflight.model import (
+    FAIL,
+    NOT_CHECKED,
+    PASS,
+    WARN,
+    ItemResult,
+    Unread,
+    not_checked,
+    worst,
+)
 
 GIB = 2**30
 NVIDIA_VENDOR = "0x10de"
@@ -129,8 +138,8 @@ def gpus_visible(ctx: Context) -> ItemResult:
     if nv.open_errors:
         problems.append((FAIL, "NVML cannot open " + "; ".join(nv.open_errors)))
     if pci is not None and pci > len(nv.gpus) + len(nv.open_errors):
-        problems.append((WARN, f"{pci - len(nv.gpus)} GPU(s) on the bus are not in NVML (lost by the driver, "
-                               "or a container given only some GPUs)"))
+        problems.append((WARN, (f"{pci - len(nv.gpus)} GPU(s) on the bus are not in NVML (lost by the driver, "
+                                "or a container given only some GPUs)")))
     if "CUDA_VISIBLE_DEVICES" in ctx.environ:
         parts.append(f"CUDA_VISIBLE_DEVICES leaves {len(ctx.visible)}")
     if isinstance(t.device_count, int):

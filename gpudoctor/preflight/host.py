@@ -198,7 +198,7 @@ def checkpoint_disk(ctx: Context) -> ItemResult:
                 f"at least {format_bytes(DISK_WARN_BELOW)} and {DISK_WARN_SHARE:.0%} free (below "
                 f"{format_bytes(DISK_FAIL_BELOW)} fails)")
     sizes = _statvfs(existing) if existing is not None else None
-    if sizes is None:
+    if sizes is None or existing is None:
         return not_checked("PF407", f"the filesystem of {target} could not be read", expected)
     size, free = sizes
     name = str(target) if existing == target else f"{target} (not created yet; its filesystem)"

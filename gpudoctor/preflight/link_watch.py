@@ -65,8 +65,8 @@ class LinkWatcher:
         finally:
             try:
                 nv.nvmlShutdown()
-            except Exception:
-                pass
+            except Exception as exc:
+                log.debug("link watcher: nvmlShutdown: %s", exc)
 
     def _sample(self, nv: Any, index: int, handle: Any) -> None:
         try:

@@ -26,9 +26,9 @@ FakeGpu, FakeNvml, GIB = fake_pynvml.FakeGpu, fake_pynvml.FakeNvml, fake_pynvml.
 
 def idle_gpu(index: int = 0, **changes: Any) -> Any:
     """A healthy, idle H200: no process, Idle clock-event reason, links at full speed."""
-    fields: dict[str, Any] = dict(uuid=f"GPU-{index}{index}{index}{index}0000-aaaa-bbbb-cccc-00000000000{index}",
-                                  memory_used=512 * 2**20, util_gpu=0, power_mw=70_000, reasons=0x1,
-                                  bus_id=f"00000000:{0x18 + index:02X}:00.0", numa_node=0)
+    fields: dict[str, Any] = {"uuid": f"GPU-{index}{index}{index}{index}0000-aaaa-bbbb-cccc-00000000000{index}",
+                              "memory_used": 512 * 2**20, "util_gpu": 0, "power_mw": 70_000, "reasons": 0x1,
+                              "bus_id": f"00000000:{0x18 + index:02X}:00.0", "numa_node": 0}
     fields.update(changes)
     return FakeGpu(**fields)
 

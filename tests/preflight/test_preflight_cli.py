@@ -19,7 +19,7 @@ needs_toml = pytest.mark.skipif(sys.version_info < (3, 11), reason="policy files
 def preflight(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in ("CUDA_LAUNCH_BLOCKING", "PYTORCH_CUDA_ALLOC_CONF")}
     return subprocess.run([sys.executable, "-m", "gpudoctor", "preflight", *args], capture_output=True, text=True,
-                          cwd=cwd, env={**environ, **(env or {})}, timeout=timeout, stdin=subprocess.DEVNULL)
+                          check=False, cwd=cwd, env={**environ, **(env or {})}, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def test_machine_audit_writes_json_html_junit(tmp_path: Path) -> None:
