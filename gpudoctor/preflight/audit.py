@@ -21,7 +21,7 @@ from typing import Any
 
 from gpudoctor import __version__, exitcodes
 from gpudoctor.agent.redact import redact_argv
-from gpudoctor.preflight import env, gpu, host, job, links
+from gpudoctor.preflight import env, gpu, health, host, job, links
 from gpudoctor.preflight.context import Context
 from gpudoctor.preflight.items import SPECS, find
 from gpudoctor.preflight.model import (
@@ -38,7 +38,7 @@ from gpudoctor.preflight.policy import Policy
 log = logging.getLogger(__name__)
 
 SCHEMA = "gpudoctor.preflight/1"
-PROBES = (gpu, links, host, env)
+PROBES = (gpu, health, links, host, env)
 
 
 def machine_items(ctx: Context, only: set[str] | None = None) -> list[ItemResult]:

@@ -6,7 +6,7 @@ import pynvml
 import pytest
 from conftest import CUDA_TORCH, FakeNvml, idle_gpu, sysfs
 
-from gpudoctor.preflight import gpu, gpu_facts
+from gpudoctor.preflight import gpu, gpu_facts, health
 from gpudoctor.preflight.context import TorchFacts
 from gpudoctor.preflight.model import Unread
 from gpudoctor.preflight.policy import Policy
@@ -19,7 +19,7 @@ def by_id(results):
 
 
 def test_a_healthy_idle_h200_passes_every_gpu_item(make_ctx) -> None:
-    results = by_id(gpu.probe(make_ctx()))
+    results = by_id([*gpu.probe(make_ctx()), *health.probe(make_ctx())])
     assert {i: r.status for i, r in results.items()} == {i: "pass" for i in results}
     assert results["PF101"].found == "driver 580.159.04 supports CUDA 13.0; torch 2.11.0+cu130 built for CUDA 13.0"
     assert results["PF103"].found == "GPU 0: enabled"
@@ -31,7 +31,7 @@ def test_no_nvml_makes_every_gpu_item_not_checked_with_the_reason() -> None:
 
     facts = gpu_facts.read(FakeNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
     ctx = Context(nvml=facts, torch=CUDA_TORCH, environ={})
-    for result in gpu.probe(ctx):
+    for result in [*gpu.probe(ctx), *health.probe(ctx)]:
         assert result.status == "not-checked", result
         assert "libnvidia-ml.so.1" in (result.reason or ""), result
 
@@ -108,7 +108,7 @@ def test_process_listing_not_permitted_is_not_checked(make_ctx) -> None:
     ({"ecc_mode": None}, "not-checked", "ECC not supported on NVIDIA H200"),
 ])
 def test_ecc(make_ctx, changes, status, text) -> None:
-    result = gpu.ecc(make_ctx([idle_gpu(**changes)]))
+    result = health.ecc(make_ctx([idle_gpu(**changes)]))
     assert result.status == status
     assert text in (result.reason if status == "not-checked" else result.found)
 
@@ -120,27 +120,27 @@ def test_ecc(make_ctx, changes, status, text) -> None:
     ({"remapped_rows": None, "retired_pending": None}, "not-checked"),
 ])
 def test_memory_remap(make_ctx, changes, status) -> None:
-    assert gpu.remap(make_ctx([idle_gpu(**changes)])).status == status
+    assert health.remap(make_ctx([idle_gpu(**changes)])).status == status
 
 
 @pytest.mark.parametrize("reasons, util, status", [
     (0x1, 0, "pass"), (0x8 | 0x1, 0, "fail"), (0x40, 0, "fail"), (0x80, 0, "fail"), (0x4, 0, "warn"), (0x4, 90, "pass"),
 ])
 def test_clock_events_at_idle(make_ctx, reasons: int, util: int, status: str) -> None:
-    assert gpu.clock_events(make_ctx([idle_gpu(reasons=reasons, util_gpu=util)])).status == status
+    assert health.clock_events(make_ctx([idle_gpu(reasons=reasons, util_gpu=util)])).status == status
 
 
 def test_power_limit(make_ctx) -> None:
     capped = [idle_gpu(power_limit_mw=500_000)]
-    result = gpu.power_limit(make_ctx(capped))
+    result = health.power_limit(make_ctx(capped))
     assert result.status == "warn" and result.found == "GPU 0: 500 W of the default 700 W (capped)"
-    assert gpu.power_limit(make_ctx(capped, policy=Policy(min_power_limit_share=0.9))).status == "fail"
-    assert gpu.power_limit(make_ctx(capped, policy=Policy(min_power_limit_share=0.7))).status == "pass"
+    assert health.power_limit(make_ctx(capped, policy=Policy(min_power_limit_share=0.9))).status == "fail"
+    assert health.power_limit(make_ctx(capped, policy=Policy(min_power_limit_share=0.7))).status == "pass"
 
 
 def test_application_clocks(make_ctx) -> None:
-    assert gpu.app_clocks(make_ctx([idle_gpu(app_clocks={1: 1400, 2: 3201})])).status == "warn"
-    unsupported = gpu.app_clocks(make_ctx([idle_gpu(app_clocks=None)]))
+    assert health.app_clocks(make_ctx([idle_gpu(app_clocks={1: 1400, 2: 3201})])).status == "warn"
+    unsupported = health.app_clocks(make_ctx([idle_gpu(app_clocks=None)]))
     assert unsupported.status == "not-checked" and "not supported" in (unsupported.reason or "")
 
 
