@@ -68,3 +68,17 @@ def test_a_probe_that_raises_costs_only_its_item(make_ctx, monkeypatch) -> None:
     items = {i["id"]: i for i in run(make_ctx())["items"]}
     assert items["PF401"]["status"] == "not-checked" and "RuntimeError: boom" in items["PF401"]["reason"]
     assert items["PF403"]["status"] != "not-checked"
+
+
+def test_docs_name_every_item_and_policy_key() -> None:
+    from pathlib import Path
+
+    from gpudoctor.preflight.policy import CONVERTERS
+
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "preflight.md").read_text()
+    for spec in SPECS.values():
+        assert f"| {spec.id} | `{spec.slug}` |" in doc, spec.id
+    for key in CONVERTERS:
+        assert f"`{key}`" in doc, key
+    assert "| 78 | `preflight` policy" in (root / "README.md").read_text()
