@@ -118,7 +118,8 @@ def visible_devices(ctx: Context) -> ItemResult:
     expected = "unset, or GPUs that exist"
     total = len(ctx.nvml.gpus)
     if raw is None:
-        found = "CUDA_VISIBLE_DEVICES is not set" + (f": all {total} GPUs visible" if total else "")
+        found = "CUDA_VISIBLE_DEVICES is not set" + (f": all {total} GPUs visible" if total > 1 else
+                                                      ": the GPU is visible" if total else "")
         return ItemResult("PF503", PASS, found, expected)
     found = f"CUDA_VISIBLE_DEVICES={raw!r}"
     values = {"CUDA_VISIBLE_DEVICES": raw}

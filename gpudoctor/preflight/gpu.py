@@ -121,7 +121,7 @@ def pci_gpu_count(sys_root: Path) -> int | None:
 
 
 def gpus_visible(ctx: Context) -> ItemResult:
-    expected = "NVML sees every NVIDIA GPU on the PCI bus; torch sees every GPU CUDA_VISIBLE_DEVICES leaves"
+    expected = "NVML sees every GPU on the PCI bus, torch every one CUDA_VISIBLE_DEVICES leaves"
     pci = pci_gpu_count(ctx.sys_root)
     nv, t = ctx.nvml, ctx.torch
     values: dict[str, Any] = {"pci": pci, "nvml": None if nv.error else len(nv.gpus), "visible": len(ctx.visible)}

@@ -114,3 +114,12 @@ def test_job_policy_path_with_a_tiny_cpu_workload(tmp_path: Path) -> None:
     assert "<h2>Job</h2>" in (tmp_path / "pf.html").read_text()
     names = [c.get("name") for c in ET.parse(tmp_path / "pf.xml").getroot().iter("testcase")]
     assert "PF904 max-data-wait-share: The loop waits for data at most the policy's share" in names
+
+
+def test_strict_fails_on_warnings_and_unchecked_items(tmp_path: Path) -> None:
+    proc = preflight("--strict", "--json", "-", "--quiet", cwd=tmp_path)
+    report = json.loads(proc.stdout)
+    assert report["counts"]["not-checked"] == report["counts"]["warn"] == 0
+    assert proc.returncode == (3 if report["counts"]["fail"] else 0)
+    noted = [i for i in report["items"] if i.get("note")]
+    assert all(i["status"] == "fail" for i in noted)
