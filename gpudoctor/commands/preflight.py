@@ -99,8 +99,11 @@ def list_items() -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Check every input first (policy, outputs, --ignore, the command), then audit the
+    machine, run the job, judge, write, show."""
     import dataclasses
 
+    from gpudoctor.preflight import audit, job
     from gpudoctor.preflight import policy as policy_mod
 
     if args.list:
@@ -118,17 +121,13 @@ def run(args: argparse.Namespace) -> int:
     outputs = {kind: _output(getattr(args, f"pf_{kind}"), args.force) for kind in ("json", "html", "junit")}
     ignore_items, ignore_checks = _split(args.ignore)
     resolved = _resolve(command) if command else None
+
     ctx = _context(args, policy)
-    from gpudoctor.preflight.audit import machine_items
-
-    machine = machine_items(ctx)
-    from gpudoctor.preflight import audit, job
-
+    machine = audit.machine_items(ctx)
+    job_run = None
     if resolved:
         job_run = _run_job(args, resolved, ignore_checks, ctx)
         machine = audit.rejudge(machine, ctx, ("PF301", "PF302"))  # with the links seen under load
-    else:
-        job_run = None
     results, ignored = audit.apply_policy([*machine, *job.items(policy, job_run)], policy, ignore_items)
     report = audit.build_report(results, ctx, ignored=ignored, run=job_run, started=started,
                                 duration_s=time.perf_counter() - clock)
