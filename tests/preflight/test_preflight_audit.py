@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 
-from conftest import idle_gpu
+from preflight_helpers import idle_gpu
 
 from gpudoctor.preflight import audit, host
 from gpudoctor.preflight.items import SPECS, find

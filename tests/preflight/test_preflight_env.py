@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import idle_gpu
+from preflight_helpers import idle_gpu
 
 from gpudoctor.preflight import env
 from gpudoctor.preflight.context import TorchFacts
@@ -50,7 +50,7 @@ def test_cuda_visible_devices(make_ctx, value, status, text) -> None:
 
 def test_cuda_visible_devices_without_nvml(tmp_path) -> None:
     import pynvml
-    from conftest import CUDA_TORCH, FakeNvml
+    from preflight_helpers import CUDA_TORCH, FakeNvml
 
     from gpudoctor.preflight import gpu_facts
     from gpudoctor.preflight.context import Context

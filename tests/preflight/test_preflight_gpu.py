@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pynvml
 import pytest
-from conftest import CUDA_TORCH, FakeNvml, idle_gpu, sysfs
+from preflight_helpers import CUDA_TORCH, FakeNvml, idle_gpu, sysfs
 
 from gpudoctor.preflight import gpu, gpu_facts, health
 from gpudoctor.preflight.context import TorchFacts

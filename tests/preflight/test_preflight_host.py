@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from conftest import idle_gpu, sysfs
+from preflight_helpers import idle_gpu, sysfs
 
 from gpudoctor.preflight import host
 from gpudoctor.preflight.policy import UNLIMITED, Policy

@@ -6,7 +6,7 @@ import os
 
 import pynvml
 import pytest
-from conftest import idle_gpu, sysfs
+from preflight_helpers import idle_gpu, sysfs
 
 from gpudoctor.preflight import links
 
@@ -98,7 +98,7 @@ def test_the_link_seen_under_load_during_the_job_decides(make_ctx) -> None:
 def test_link_watcher_keeps_the_best_link_while_busy() -> None:
     import time
 
-    from conftest import FakeNvml
+    from preflight_helpers import FakeNvml
 
     from gpudoctor.preflight.link_watch import LinkWatcher
 

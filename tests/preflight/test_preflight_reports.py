@@ -7,7 +7,7 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-from conftest import idle_gpu
+from preflight_helpers import idle_gpu
 
 from gpudoctor.preflight import audit
 from gpudoctor.preflight.context import TorchFacts
@@ -76,7 +76,7 @@ def test_html_is_self_contained_under_the_shared_csp(report) -> None:
 
 def test_json_ready_report_renders_with_no_job_and_no_gpu(make_ctx) -> None:
     import pynvml
-    from conftest import CUDA_TORCH, FakeNvml
+    from preflight_helpers import CUDA_TORCH, FakeNvml
 
     from gpudoctor.preflight import gpu_facts
     from gpudoctor.preflight.context import Context
