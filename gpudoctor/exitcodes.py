@@ -7,6 +7,7 @@ rarely collide with a training script's.
 
 OK = 0
 FAIL_ON = 3  # the workload succeeded but --fail-on found findings at that level
+ITEM_FAILED = 3  # preflight: a checklist item failed (the same code: "the gate says no")
 USAGE = 64  # unknown or conflicting options
 BAD_DATA = 65  # corrupt, truncated or foreign session/report/trace file
 NOT_FOUND = 66  # script, module or file does not exist
@@ -15,11 +16,12 @@ INTERNAL = 70  # a gpudoctor bug (please report it)
 CANNOT_WRITE = 73  # output directory missing or not writable
 OUTPUT_EXISTS = 74  # a report already exists at the requested path (use --force)
 DIFFERENT_RUNS = 75  # diff refused: reports from different GPUs or workloads (use --force)
+BAD_POLICY = 78  # preflight policy file unreadable, not TOML, or an unknown key/bad value (EX_CONFIG)
 WORKLOAD_UNKNOWN = 1  # the workload's exit status could not be determined
 
 TABLE = [
     (0, "success (the workload's exit code otherwise: diagnose passes it through)"),
-    (FAIL_ON, "--fail-on: the workload succeeded but findings reached the level given"),
+    (FAIL_ON, "--fail-on: the workload succeeded but findings reached the level given; preflight: an item failed"),
     (USAGE, "usage error: unknown or conflicting options"),
     (BAD_DATA, "input file is corrupt, truncated, empty or not a gpudoctor file"),
     (NOT_FOUND, "script, module or input file not found"),
@@ -28,6 +30,7 @@ TABLE = [
     (CANNOT_WRITE, "output directory cannot be created or written"),
     (OUTPUT_EXISTS, "a report already exists at the output path (nothing was overwritten)"),
     (DIFFERENT_RUNS, "diff refused: the reports come from different GPUs or workloads"),
+    (BAD_POLICY, "preflight policy unreadable, not TOML, or with an unknown key or a bad value"),
 ]
 
 

@@ -11,8 +11,9 @@ import datetime
 import gzip
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -34,7 +35,12 @@ def split_ids(values: list[str]) -> list[str]:
     return [item.strip() for value in values for item in value.split(",") if item.strip()]
 
 
-def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str) -> int:
+# receives the finished report and the files written (kind -> path), e.g. preflight's policy
+ReportSink = Callable[[dict[str, Any], dict[str, str]], None]
+
+
+def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str, *,
+                        on_report: ReportSink | None = None) -> int:
     from gpudoctor.output import plan_outputs
 
     formats = ["html", "json", *[f for f in args.formats if f not in ("html", "json")]]
@@ -73,7 +79,8 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str)
             say_line(f"gpudoctor: {len(supervisor.uninstrumented)} Python process(es) of the command ran without the "
                  "agent (PYTHONPATH or the environment replaced); the report says which")
         _announce_end(session, supervisor.escalated)
-        return finish(session, args, plan, trace=result.trace_path, stopped_by_us=session.stop_reason in ("duration", "steps"))
+        return finish(session, args, plan, trace=result.trace_path, stopped_by_us=session.stop_reason in ("duration", "steps"),
+                      on_report=on_report)
     finally:
         result.cleanup()
 
@@ -107,7 +114,7 @@ def _announce_end(session: Session, escalated: list[str] | None = None) -> None:
 
 
 def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | None = None,
-           stopped_by_us: bool = False) -> int:
+           stopped_by_us: bool = False, on_report: ReportSink | None = None) -> int:
     """Run the checks on a Session, write every report, print the summary, return the exit code."""
     from gpudoctor.reports import terminal
 
@@ -124,6 +131,9 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
     engine = run_checks(session, checks, ignore=split_ids(args.ignore))
     report = build_report(session, engine, files=plan.relative_names())
     written, failure = _save(plan, report, session.to_dict(), trace_bytes, args.fail_on)
+    if on_report is not None:
+        on_report(written.report if written else report,
+                  {k: str(v) for k, v in written.files.items()} if written else {})
     if not args.quiet:
         try:
             console = Console(stderr=True)

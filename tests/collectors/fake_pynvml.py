@@ -1,4 +1,4 @@
-"""A fake pynvml (nvidia-ml-py) module for the NVML sampler's tests.
+"""A fake pynvml (nvidia-ml-py) module for the NVML sampler's and preflight's tests.
 
 The functions the sampler calls are emulated with the real signatures; constants,
 NVMLError (with its per-code subclasses) and the ctypes structure
@@ -55,6 +55,27 @@ class FakeGpu:
     gpm_errors: dict[int, int] = field(default_factory=dict)  # metric id -> its nvmlReturn
     fail: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code raised
     lost: bool = False
+    # ---- what preflight reads (defaults: a healthy H200 SXM; None -> NOT_SUPPORTED) ----
+    persistence: int = 1
+    processes: list[tuple[int, int | None]] = field(default_factory=list)  # compute (pid, used bytes)
+    graphics_processes: list[tuple[int, int | None]] = field(default_factory=list)
+    pstate: int = 0
+    ecc_mode: tuple[int, int] | None = (1, 1)  # (current, pending)
+    ecc_volatile_uncorrected: int = 0
+    ecc_aggregate_uncorrected: int = 0
+    remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # corrected, uncorrected, pending, failure
+    retired_pending: int | None = 0
+    power_default_mw: int = 700_000
+    app_clocks: dict[int, int] | None = field(default_factory=lambda: {1: 1980, 2: 3201})  # clock type -> MHz
+    default_app_clocks: dict[int, int] | None = field(default_factory=lambda: {1: 1980, 2: 3201})
+    pcie_gen: int = 5
+    pcie_gen_max: int = 5  # card and system
+    pcie_gen_gpu_max: int = 5  # card alone
+    pcie_width: int = 16
+    pcie_width_max: int = 16
+    bus_id: str = "00000000:18:00.0"
+    numa_node: int | None = 0
+    nvlinks: list[int] | None = None  # per-link state (1 active); None: no NVLink
 
 
 @dataclass(frozen=True)
@@ -67,8 +88,11 @@ class FakeNvml:
     """Module-like object: `FakeNvml(gpus=[...])` is passed as NvmlSampler(nvml=...)."""
 
     def __init__(self, gpus: list[FakeGpu], clock: Callable[[], float] | None = None,
-                 driver: str = "580.159.04", init_error: int | None = None) -> None:
+                 driver: str = "580.159.04", init_error: int | None = None, cuda_driver_version: int = 13000,
+                 topology: dict[tuple[int, int], int] | None = None) -> None:
         self.gpus = gpus
+        self.cuda_driver_version = cuda_driver_version
+        self.topology = topology or {}  # (i, j) -> NVML_TOPOLOGY_* level; default SINGLE (one switch)
         self.clock = clock or (lambda: 0.0)
         self.driver = driver
         self.init_error = init_error
@@ -240,6 +264,89 @@ class FakeNvml:
             metric.nvmlReturn = code
             metric.value = gpu.gpm_values.get(metric.metricId, 0.0) if code == pynvml.NVML_SUCCESS else 0.0
         return metricsGet
+
+
+    # ---- what preflight reads ----------------------------------------------------------
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._enter("nvmlSystemGetCudaDriverVersion")
+        return self.cuda_driver_version
+
+    def nvmlDeviceGetPersistenceMode(self, handle: Handle) -> int:
+        return self._enter("nvmlDeviceGetPersistenceMode", handle).persistence
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Handle) -> list[Any]:
+        gpu = self._enter("nvmlDeviceGetComputeRunningProcesses", handle)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.processes]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Handle) -> list[Any]:
+        gpu = self._enter("nvmlDeviceGetGraphicsRunningProcesses", handle)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.graphics_processes]
+
+    def nvmlDeviceGetPerformanceState(self, handle: Handle) -> int:
+        return self._enter("nvmlDeviceGetPerformanceState", handle).pstate
+
+    def nvmlDeviceGetEccMode(self, handle: Handle) -> list[int]:
+        gpu = self._enter("nvmlDeviceGetEccMode", handle)
+        return list(_supported(gpu.ecc_mode))
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Handle, errorType: int, counterType: int) -> int:
+        gpu = self._enter("nvmlDeviceGetTotalEccErrors", handle)
+        _supported(gpu.ecc_mode)
+        assert errorType == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        return gpu.ecc_volatile_uncorrected if counterType == pynvml.NVML_VOLATILE_ECC else gpu.ecc_aggregate_uncorrected
+
+    def nvmlDeviceGetRemappedRows(self, handle: Handle) -> tuple[int, int, int, int]:
+        return _supported(self._enter("nvmlDeviceGetRemappedRows", handle).remapped_rows)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Handle) -> int:
+        return _supported(self._enter("nvmlDeviceGetRetiredPagesPendingStatus", handle).retired_pending)
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Handle) -> int:
+        return self._enter("nvmlDeviceGetPowerManagementDefaultLimit", handle).power_default_mw
+
+    def nvmlDeviceGetApplicationsClock(self, handle: Handle, clockType: int) -> int:
+        return _supported(self._enter("nvmlDeviceGetApplicationsClock", handle).app_clocks)[clockType]
+
+    def nvmlDeviceGetDefaultApplicationsClock(self, handle: Handle, clockType: int) -> int:
+        return _supported(self._enter("nvmlDeviceGetDefaultApplicationsClock", handle).default_app_clocks)[clockType]
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Handle) -> int:
+        return self._enter("nvmlDeviceGetCurrPcieLinkGeneration", handle).pcie_gen
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Handle) -> int:
+        return self._enter("nvmlDeviceGetMaxPcieLinkGeneration", handle).pcie_gen_max
+
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, handle: Handle) -> int:
+        return self._enter("nvmlDeviceGetGpuMaxPcieLinkGeneration", handle).pcie_gen_gpu_max
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Handle) -> int:
+        return self._enter("nvmlDeviceGetCurrPcieLinkWidth", handle).pcie_width
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Handle) -> int:
+        return self._enter("nvmlDeviceGetMaxPcieLinkWidth", handle).pcie_width_max
+
+    def nvmlDeviceGetPciInfo(self, handle: Handle) -> Any:
+        return SimpleNamespace(busId=self._enter("nvmlDeviceGetPciInfo", handle).bus_id.encode())  # bytes, as the binding
+
+    def nvmlDeviceGetNumaNodeId(self, handle: Handle) -> int:
+        return _supported(self._enter("nvmlDeviceGetNumaNodeId", handle).numa_node)
+
+    def nvmlDeviceGetNvLinkState(self, handle: Handle, link: int) -> int:
+        links = _supported(self._enter("nvmlDeviceGetNvLinkState", handle).nvlinks)
+        if link >= len(links):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return links[link]
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, device1: Handle, device2: Handle) -> int:
+        self._enter("nvmlDeviceGetTopologyCommonAncestor", device1)
+        i, j = sorted((self.gpus.index(device1.gpu), self.gpus.index(device2.gpu)))
+        return self.topology.get((i, j), pynvml.NVML_TOPOLOGY_SINGLE)
+
+
+def _supported(value: Any) -> Any:
+    if value is None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    return value
 
 
 def _address(sample: Any) -> int:
