@@ -29,8 +29,10 @@ Thresholds, and where they come from
       (many small copies are GD303's business).
     - Pageable copy time >= 5% of the profiled window is a warning (the same "worth a
       finding" line as the data wait, GD102); below that, a note.
-    - Estimated gain ``1 / (1 - share)`` of the window: the bound reached if the copies
-      overlapped completely with compute.
+    - The gain: the profiled window replayed with those copies pinned and
+      asynchronous (the trace's own pinned rate, else 55.3 vs 13.8 GB/s measured on an
+      H200 host); severity follows it when there is a replay. Without one,
+      ``1 / (1 - share)`` of the window: the copies overlapped completely.
 
 What to do
     ``DataLoader(..., pin_memory=True)`` and ``.to("cuda", non_blocking=True)`` on the

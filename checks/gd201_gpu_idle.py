@@ -33,9 +33,11 @@ Thresholds, and where they come from
     - duty cycle 10 points or more above the SM activity: the message explains the
       gap (kernels too small to fill the GPU, see GD301).
     - memory used >= 80% of the device while busy share < 50%: "memory full but idle".
-    - estimated gain: 100 / duty cycle (capped at 10x) when the duty cycle is below
-      50%: the speed-up if the idle time vanished. Unknown (none) when only SM
-      activity is low: filling the SMs depends on the kernels.
+    - predicted gain (a bound): 100 / duty cycle (capped at 10x) when the duty cycle
+      is below 50%: the speed-up if the idle time vanished. Unknown (none) when only
+      SM activity is low: filling the SMs depends on the kernels. The idle GPU is a
+      symptom: a cause whose replay removes at least half of the window's idle time
+      (GD102, GD301, GD302, ...) explains it and is shown first.
 
 What to do
     Check the input pipeline first (stage 1, GD101-GD105): a starved loop idles the

@@ -36,9 +36,11 @@ Thresholds, and where they come from
       or more mean the loop synchronises *inside* the step. Nsight Systems' expert
       rules flag every synchronising API call; gpudoctor reports them when they
       repeat or cost GPU time.
-    These are gpudoctor's starting points; tune them with measurements. The estimated
-    gain is the upper bound if the idle after syncs vanished: span / (span - idle
-    after syncs), at most 10x. Measured on an H200: a small MLP step with ``.item()``,
+    Severity by the predicted gain (1.053x warning, 1.43x critical): the profiled
+    window replayed with the workload's syncs no longer blocking and operators that
+    only read a value back (``.item()``, ``.cpu()`` of a result) gone, so the host runs
+    ahead and the GPU's queue stays full; never more than a host-side fix can buy
+    while the GPU was busy. Without a replay: span / (span - idle after syncs). Measured on an H200: a small MLP step with ``.item()``,
     ``.cpu()`` and ``torch.cuda.synchronize()`` left the GPU idle 22% of its span after
     those syncs; 50 blocking ``.to("cuda")`` copies of small pageable tensors per step,
     20%.

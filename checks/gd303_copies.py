@@ -30,8 +30,10 @@ Thresholds, and where they come from
       a finding (info; warning when copies also take >= 10% of the GPU's time).
       Nsight Systems ignores synchronous host-to-device copies under 64 KiB one at a
       time; in numbers they add up.
-    The estimated gain is the upper bound if the copies overlapped fully with
-    compute: GPU window / (window - copy time), at most 10x.
+    Severity then follows the predicted gain: the profiled window replayed with
+    pageable copies pinned and asynchronous (at the pinned rate the trace shows, else
+    the one measured on an H200 host) or with runs of small copies stacked into one,
+    whichever buys more. Without a replay: GPU window / (window - copy time).
 
 What to do
     Pin host memory and copy asynchronously (``pin_memory=True`` in the DataLoader,

@@ -27,12 +27,14 @@ How it is measured
 Thresholds, and where they come from
     - fp32 GEMM time >= 10% of all kernel time: a finding (info): the matmuls
       themselves would speed up.
-    - fp32 GEMM time >= 25% of the GPU span (first to last activity, idle included):
-      warning; >= 50%: critical. The span share is what the step time can gain; a GPU
-      that mostly waits for the host gains little from faster matmuls.
-    gpudoctor's starting points. The estimated gain is Amdahl's upper bound with the
-    fp32 GEMMs 8x faster (the TF32:fp32 peak ratio of the A100 and H100) and nothing
-    else changed: 1 / ((1 - f) + f / 8), f = fp32 GEMM time / GPU span. Measured on an
+    - fp32 GEMM time >= 25% of the GPU span (first to last activity, idle included)
+      for a warning; a GPU that mostly waits for the host gains little from faster
+      matmuls. Severity above that follows the predicted gain (1.43x critical).
+    The gain: the profiled window replayed with each fp32 GEMM kernel at the TF32
+    rate measured on an H200 for a kernel of its duration (1.5x for a 20 us kernel,
+    3x at 100 us, 6x at 1 ms, 7.9x from 2.5 ms: short GEMMs are bound by memory, not
+    by the math). Without a replay, Amdahl with the GEMMs 8x faster (the TF32:fp32
+    peak ratio of the A100 and H100): 1 / ((1 - f) + f / 8), f = fp32 GEMM time / span. Measured on an
     H200, one 4096x4096x4096 matmul: 2.68 ms in fp32 (sm80_xmma_gemm_f32f32_..._ffma),
     0.34 ms in TF32 (sm90_xmma_gemm_f32f32_tf32f32), 0.17 ms in bf16 (nvjet_sm90_tst).
 

@@ -109,6 +109,16 @@ def fetch_time_per_batch(loader: LoaderInfo) -> float | None:
 MIN_STEADY_STEPS = 10  # below this a mean step time is known to +-6% at best (CV 10%): caveat it
 
 
+def unprofiled_step_us(session: Session) -> tuple[float | None, float | None]:
+    """(mean steady step, mean data wait per step) in us, outside the profiler window; the
+    wait is None without a DataLoader. What the replay of the window is calibrated to."""
+    steady = step_summary(session)
+    if steady is None or steady.steps_per_s <= 0:
+        return None, None
+    step_us = 1e6 / steady.steps_per_s
+    return step_us, step_us * steady.data_wait_share if session.loaders else None
+
+
 def steady_step_count(session: Session) -> int:
     summary = step_summary(session)
     return summary.count if summary is not None else 0

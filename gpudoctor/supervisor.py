@@ -410,12 +410,7 @@ def _apply_profile(profiles: list[dict], workdir: Path, session: Session, t0: fl
     try:
         data = load_trace(workdir / str(profile["path"]))
         summary = summarize_trace(data, steps=steps)
-        steady = metrics.step_summary(session)
-        step_us = wait_us = None
-        if steady is not None and steady.steps_per_s > 0:
-            step_us = 1e6 / steady.steps_per_s
-            wait_us = step_us * steady.data_wait_share if session.loaders else None
-        summary.replay = replay_or_error(trace_events(data), summary.steps, step_us, wait_us)
+        summary.replay = replay_or_error(trace_events(data), summary.steps, *metrics.unprofiled_step_us(session))
     except Exception as exc:  # a trace we cannot read must not cost the rest of the report
         log.debug("trace analysis failed", exc_info=True)
         session.unavailable["profile"] = f"the profiler trace could not be analysed: {type(exc).__name__}: {exc}"

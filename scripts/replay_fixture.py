@@ -1,0 +1,55 @@
+"""Replay a recorded session's profiler window again, with this checkout's replay.
+
+The replay runs when a Session is assembled (gpudoctor.supervisor). Sessions recorded
+on the GPU machine are test fixtures; when the replay model changes, their stored
+`profile.replay` is recomputed from the trace recorded with them:
+
+    python scripts/replay_fixture.py SESSION.json TRACE.json.gz [--write]
+
+Prints the scenarios and predicted gains; with --write, stores the new replay in SESSION.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from gpudoctor import metrics
+from gpudoctor.collectors.trace import load_trace, trace_events
+from gpudoctor.replay import replay_or_error
+from gpudoctor.session import Session
+
+
+def replay_session(session: Session, trace: Path):
+    assert session.profile is not None, "the session has no profiler window"
+    return replay_or_error(trace_events(load_trace(trace)), session.profile.steps,
+                           *metrics.unprofiled_step_us(session))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("session")
+    parser.add_argument("trace")
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    path = Path(args.session)
+    session = Session.load(path)
+    replay = replay_session(session, Path(args.trace))
+    if replay is None:
+        print("no host thread to replay")
+        return
+    base = replay.baseline_span_us or 0.0
+    print(f"{path.name}: {replay.calibration}")
+    for scenario in replay.scenarios:
+        print(f"  {scenario.name:13s} {base / scenario.span_us:6.2f}x  {scenario.detail}")
+    if args.write:
+        data = json.loads(path.read_text())
+        assert session.profile is not None
+        session.profile.replay = replay
+        data["profile"] = session.to_dict()["profile"]
+        path.write_text(json.dumps(data, indent=1))
+
+
+if __name__ == "__main__":
+    main()
