@@ -77,7 +77,7 @@ from gpudoctor.analysis.input_pipeline import (
     worker_plan,
     workload_cores,
 )
-from gpudoctor.analysis.prediction import Prediction, severity_for
+from gpudoctor.analysis.prediction import Prediction, predict, severity_for
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
 from gpudoctor.session import Session
 
@@ -143,6 +143,12 @@ def run(session: Session) -> list[Finding]:
     else:
         severity = "warning"
     shown = prediction if stalled else None
+    if not cores_saturated and not stalled and gpu_idle:
+        # a Python-bound loop starving the GPU: what cutting its Python and launch work would buy
+        shown = predict(session, "launch", host_side=True, label="if the loop's framework Python and launches "
+                        "were one captured graph per chain")
+        if shown is not None:
+            severity = severity_for(shown.gain)
     if cores_saturated:
         return [_cores_finding(session, severity, busy, cores, tree, impact, window, evidence, shown)]
     return [_main_thread_finding(session, severity, main_thread or 0.0, busy, impact, window, evidence, shown)]

@@ -154,8 +154,13 @@ class _Relation:
         if cause not in spans:
             return None
         if finding.id == IDLE_SYMPTOM:
-            idle_now = (replay.baseline_span_us or 0.0) - (replay.baseline_gpu_busy_us or 0.0)
-            after = spans[cause].span_us - spans[cause].gpu_busy_us
+            # GD201 is about the SMs: time without a kernel (copies keep the copy engines busy, not the SMs)
+            scenario = spans[cause]
+            busy_now, busy_after = replay.baseline_kernel_busy_us, scenario.kernel_busy_us
+            if busy_now is None or busy_after is None:  # replays recorded before kernels were told apart
+                busy_now, busy_after = replay.baseline_gpu_busy_us, scenario.gpu_busy_us
+            idle_now = (replay.baseline_span_us or 0.0) - (busy_now or 0.0)
+            after = scenario.span_us - (busy_after or 0.0)
             return idle_now > 0 and after <= IDLE_EXPLAINED * idle_now
         other = _scenario(finding)
         if other is None or other not in spans or other == cause:

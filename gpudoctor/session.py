@@ -204,6 +204,7 @@ class ReplayScenario:
     label: str  # "if batches arrived instantly"
     span_us: float  # the window's predicted duration
     gpu_busy_us: float = 0.0  # union of GPU activity in the replay
+    kernel_busy_us: float | None = None  # union of kernels only: when the SMs had work
     changed: int = 0  # host items or GPU operations the edit changed
     detail: str = ""  # what was assumed (rates and where they come from)
 
@@ -216,6 +217,7 @@ class ReplaySummary:
     measured_span_us: float = 0.0  # the trace's window as recorded
     baseline_span_us: float | None = None  # the model replayed as measured (after calibration)
     baseline_gpu_busy_us: float | None = None
+    baseline_kernel_busy_us: float | None = None
     host_scale: float = 1.0  # host costs scaled by this to undo the tracing's own overhead
     data_scale: float = 1.0  # data waits scaled by this to the unprofiled wait per step
     calibration: str = ""  # how host_scale was chosen, in words

@@ -48,7 +48,7 @@ def main() -> None:
         assert session.profile is not None
         session.profile.replay = replay
         data["profile"] = session.to_dict()["profile"]
-        path.write_text(json.dumps(data, indent=1))
+        path.write_text(json.dumps(data, separators=(",", ":"), allow_nan=False))  # compact, as written by diagnose
 
 
 if __name__ == "__main__":

@@ -86,6 +86,7 @@ def replay_trace(events: list, steps: int = 0, unprofiled_step_us: float | None 
         measured_span_us=round(timeline.measured_span_us, 3),
         baseline_span_us=round(base.span_us, 3),
         baseline_gpu_busy_us=round(base.gpu_busy_us, 3),
+        baseline_kernel_busy_us=round(base.kernel_busy_us, 3),
         host_scale=round(scale, 4),
         data_scale=round(data_scale, 4),
         calibration=calibration,
@@ -101,7 +102,8 @@ def replay_trace(events: list, steps: int = 0, unprofiled_step_us: float | None 
         result = run(timeline, plan)
         plans[name] = plan
         summary.scenarios.append(ReplayScenario(name=name, label=SCENARIOS[name], span_us=round(result.span_us, 3),
-                                                gpu_busy_us=round(result.gpu_busy_us, 3), changed=changed,
+                                                gpu_busy_us=round(result.gpu_busy_us, 3),
+                                                kernel_busy_us=round(result.kernel_busy_us, 3), changed=changed,
                                                 detail=detail))
     useful = [s.name for s in summary.scenarios if base.span_us / max(s.span_us, 1e-9) >= MIN_GAIN_FOR_PAIRS]
     for i, first in enumerate(useful):
@@ -210,9 +212,10 @@ def _sync(timeline: Timeline, plan: Plan) -> tuple[int, str]:
 def _launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     changed, chains = 0, 0
     for chain in _chains(timeline, plan):
-        head = next((i for i in chain if timeline.items[i].kind == LAUNCH), None)
-        if head is None:
-            continue
+        launches = [i for i in chain if timeline.items[i].kind == LAUNCH]
+        if len(launches) < 2:
+            continue  # one launch: nothing to capture, a compiled call costs what the launch did
+        head = launches[0]
         chains += 1
         for i in chain:
             item = timeline.items[i]

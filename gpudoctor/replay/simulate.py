@@ -58,6 +58,7 @@ class Plan:
 class Result:
     span_us: float  # window start to the later of the main thread's end and the GPU's last end
     gpu_busy_us: float  # union of every GPU operation's interval
+    kernel_busy_us: float = 0.0  # union of the kernels' intervals: when the SMs had work
 
 
 def run(timeline: Timeline, plan: Plan) -> Result:
@@ -66,6 +67,7 @@ def run(timeline: Timeline, plan: Plan) -> Result:
     tail: dict[object, float] = {}
     ends: list[float | None] = [None] * len(ops)
     intervals: list[tuple[float, float]] = []
+    kernels: list[tuple[float, float]] = []
     prequeued = sorted((op.start, i) for i, op in enumerate(ops) if plan.launch_at[i] < 0)
     next_pre = 0
     # operations queued by an item (chains may move an operation to an earlier item)
@@ -82,6 +84,8 @@ def run(timeline: Timeline, plan: Plan) -> Result:
         end = start + plan.dur[j]
         ends[j], tail[op.stream] = end, end
         intervals.append((start, end))
+        if op.kind == "k":
+            kernels.append((start, end))
         return end
 
     for index, item in enumerate(items):
@@ -108,7 +112,8 @@ def run(timeline: Timeline, plan: Plan) -> Result:
         place(j, start)
     main_end = clock.get(timeline.main_thread, timeline.start)
     last_op = max((e for e in ends if e is not None), default=timeline.start)
-    return Result(span_us=max(main_end, last_op) - timeline.start, gpu_busy_us=_union_length(intervals))
+    return Result(span_us=max(main_end, last_op) - timeline.start, gpu_busy_us=_union_length(intervals),
+                  kernel_busy_us=_union_length(kernels))
 
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:
