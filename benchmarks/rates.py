@@ -82,8 +82,22 @@ def graph_gap(kernels: int = 1000) -> dict:
     with torch.cuda.graph(graph):
         chain()
     graph_ms = cuda_time(graph.replay, repeat=20)
+    # what one replay call costs the host (Python + cudaGraphLaunch), for a small graph
+    small = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(small):
+        y = x
+        for _ in range(10):
+            y = y * 1.0001
+    torch.cuda.synchronize()
+    calls = []
+    for _ in range(200):
+        start = time.perf_counter()
+        small.replay()
+        calls.append((time.perf_counter() - start) * 1e6)
+        torch.cuda.synchronize()
     return {"kernels": kernels, "eager_us_per_kernel": round(eager_ms * 1e3 / kernels, 3),
-            "graph_us_per_kernel": round(graph_ms * 1e3 / kernels, 3)}
+            "graph_us_per_kernel": round(graph_ms * 1e3 / kernels, 3),
+            "replay_call_host_us_median": round(statistics.median(calls), 2)}
 
 
 def handoff(batches: int = 300) -> list[dict]:
