@@ -17,7 +17,7 @@ Shared by GD101 (workers), GD102 (input stall), GD103 (CPU saturation) and GD104
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpudoctor import metrics
 from gpudoctor.analysis.prediction import GAIN_WARNING, Prediction, predict
@@ -244,8 +244,6 @@ def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> Work
         needed = max(1, math.ceil(round(fetch / compute * HEADROOM, 6)))
     cap = worker_cap(cores, ranks, found) if cores else None
     handoff, measured = handoff_cost(session, loader, found)
-    base = dict(fetch_s=fetch, compute_s=compute, needed=needed, cap=cap, handoff_s=handoff,
-                handoff_measured=measured)
     if needed is not None and cap is not None:
         recommended: int | None = min(needed, cap)
     elif needed is not None:
@@ -258,20 +256,21 @@ def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> Work
     else:
         recommended = None
     cap_binds = cap is not None and fetch is not None and compute is not None and (needed is None or needed > cap)
+    plan = WorkerPlan(fetch_s=fetch, compute_s=compute, needed=needed, cap=cap, recommended=None,
+                      cap_binds=cap_binds, handoff_s=handoff, handoff_measured=measured, prediction=None)
     if recommended is None or recommended <= loader.num_workers:
-        return WorkerPlan(**base, recommended=None, cap_binds=cap_binds, prediction=None)
+        return plan
     if loader.num_workers == 0 and fetch is not None and fetch <= handoff:
         why = (f"producing a batch in the loop costs {metrics.format_duration(fetch)}, no more than receiving one "
                f"from a worker (about {metrics.format_duration(handoff)}"
                + ("" if measured else f": {HANDOFF_SOURCE}") + ")")
-        return WorkerPlan(**base, recommended=None, cap_binds=False, prediction=None, why_not=why,
-                          handoff_bound=True)
+        return replace(plan, cap_binds=False, why_not=why, handoff_bound=True)
     prediction = _workers_prediction(session, found, fetch, compute, recommended, handoff, loader.num_workers)
     if prediction is not None and prediction.gain < GAIN_WARNING:
         why = (f"{recommended} worker{'s' if recommended != 1 else ''} would make a step only "
                f"{prediction.gain:.2f}x faster: the loop would still wait for them, or pay the hand-off")
-        return WorkerPlan(**base, recommended=None, cap_binds=cap_binds, prediction=prediction, why_not=why)
-    return WorkerPlan(**base, recommended=recommended, cap_binds=cap_binds, prediction=prediction)
+        return replace(plan, prediction=prediction, why_not=why)
+    return replace(plan, recommended=recommended, prediction=prediction)
 
 
 def _workers_prediction(session: Session, found: InputStall, fetch: float | None, compute: float | None,

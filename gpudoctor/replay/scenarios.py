@@ -121,7 +121,7 @@ def replay_or_error(events: list, steps: int = 0, unprofiled_step_us: float | No
     """replay_trace that never raises: a model that cannot be built is reported, not fatal."""
     try:
         return replay_trace(events, steps, unprofiled_step_us, unprofiled_wait_us)
-    except Exception as exc:  # noqa: BLE001  (the statistics and every other check still stand)
+    except Exception as exc:  # the statistics and every other check still stand
         log.debug("replay failed", exc_info=True)
         return ReplaySummary(steps=steps, error=f"the window could not be replayed: {type(exc).__name__}: {exc}")
 

@@ -79,8 +79,9 @@ def run(timeline: Timeline, plan: Plan) -> Result:
     def place(j: int, ready: float) -> float:
         op = ops[j]
         start = max(ready, tail.get(op.stream, float("-inf")) + plan.gap[j])
-        if op.dep >= 0 and ends[op.dep] is not None:
-            start = max(start, ends[op.dep])  # type: ignore[type-var]
+        dep_end = ends[op.dep] if op.dep >= 0 else None
+        if dep_end is not None:
+            start = max(start, dep_end)
         end = start + plan.dur[j]
         ends[j], tail[op.stream] = end, end
         intervals.append((start, end))

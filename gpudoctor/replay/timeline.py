@@ -23,6 +23,7 @@ beyond which calls can block.
 from __future__ import annotations
 
 import bisect
+import math
 import re
 import statistics
 from collections import defaultdict
@@ -123,7 +124,7 @@ class _Thread:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return None
     return float(value)
 
@@ -140,7 +141,8 @@ def build(events: list) -> Timeline | None:
         if ts is None or dur is None or dur < 0 or not isinstance(name, str):
             continue
         category = str(event.get("cat", "")).lower()
-        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        raw_args = event.get("args")
+        args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
         kind = _GPU.get(category)
         if kind is not None:
             op = GpuOp(stream=(args.get("device", event.get("pid")), args.get("stream", event.get("tid"))),
@@ -170,7 +172,8 @@ def build(events: list) -> Timeline | None:
             if AGENT_WINDOW_FRAME in name.replace("\\", "/"):
                 thread.agent.append((ts, ts + dur))
             match = _FRAME_NAME.match(name)
-            thread.frames.append((ts, ts + dur, bool(match) and frame_kind(match["file"]) in ("user", "stdlib")))
+            own = match is not None and frame_kind(match["file"]) in ("user", "stdlib")
+            thread.frames.append((ts, ts + dur, own))
     active = {key: t for key, t in threads.items() if t.calls or t.data}
     if not active:
         return None
@@ -193,8 +196,8 @@ def build(events: list) -> Timeline | None:
             per_thread[number] = _merge_helper(per_thread[main], per_thread[number], main)
     items = sorted((it for thread_items in per_thread.values() for it in thread_items), key=lambda it: (it.ts, it.thread))
     for index, item in enumerate(items):
-        for op in item.ops:
-            ops[op].launch = index
+        for queued in item.ops:
+            ops[queued].launch = index
     _link_blocking(items, ops)
     latency, gap = _gpu_order(items, ops)
     main_items = [it for it in items if it.thread == main] or items
