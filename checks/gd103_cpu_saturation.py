@@ -197,7 +197,8 @@ def _cores_finding(session: Session, severity: str, system: float, cores: float 
                 "torch.save(preprocessed_tensors, \"train-ready.pt\")")
     if workers and cores and workers > cores:
         text += f" Also bring num_workers={workers} down to at most {max(1, int(cores) - 1)} (see GD101)."
-    title = f"CPU saturated: usable cores {system:.0f}% busy" + (" while the GPU waits" if severity != "info" else "")
+    waiting = " while the GPU waits" if session.torch_cuda_used else " while the loop waits for data"
+    title = f"CPU saturated: usable cores {system:.0f}% busy" + (waiting if severity != "info" else "")
     return Finding(severity=severity, title=title,
                    message=message, evidence=evidence, remedy=Remedy(text=text, code=code), prediction=prediction)
 

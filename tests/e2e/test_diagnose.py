@@ -218,3 +218,16 @@ def test_no_time_bounded_window_under_torch_compile(diagnose):
     session = json.loads(session_path.read_text())
     assert session["profile"] is None
     assert "torch.compile" in session["unavailable"]["profile"]
+
+
+def test_in_memory_tensor_dataset_is_not_told_to_add_workers(diagnose):
+    # items that are already tensors cost the loop less to produce than to receive from a worker
+    run = diagnose(str(WORKLOADS / "tensor_dataset.py"), "--steps", "300")
+    assert run.returncode == 0, run.stderr
+    assert run.finding("GD101") is None
+    stall = run.finding("GD102")
+    if stall is not None:  # the loop does wait for its batches; the remedy is cheaper batches
+        assert "Workers would not help" in stall["remedy"]["text"]
+        assert "BatchSampler" in stall["remedy"]["code"] and "num_workers=" not in stall["remedy"]["code"]
+    saturated = run.finding("GD103")
+    assert saturated is None or "GPU" not in saturated["title"]  # a CPU-only run gets no GPU wording
