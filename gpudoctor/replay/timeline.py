@@ -351,13 +351,12 @@ def _merge_helper(main_items: list[HostItem], helper: list[HostItem], main: int)
             bursts[-1].append(item)
     kept: list[HostItem] = []
     main_items.sort(key=lambda it: it.ts)
-    starts = [it.ts for it in main_items]
-    longest = max((it.dur for it in main_items), default=0.0)
+    starts = [it.ts for it in main_items]  # one thread's items follow each other: no two overlap
     cuts: dict[int, list[tuple[float, float]]] = defaultdict(list)  # main item -> burst spans inside it
     added: list[HostItem] = []
     for burst in (b for b in bursts if b):
         start, end = burst[0].ts, burst[-1].ts + burst[-1].dur
-        lo = bisect.bisect_left(starts, start - longest)
+        lo = max(0, bisect.bisect_right(starts, start) - 1)
         hi = bisect.bisect_left(starts, end)
         overlapping = [k for k in range(lo, hi) if main_items[k].ts + main_items[k].dur > start]
         # the main thread's own work within the burst (beyond the clocks' few us of disagreement)
