@@ -221,3 +221,37 @@ def _samples(value: Any) -> str:
 
 def join_lines(lines: Iterable[str]) -> str:
     return "\n".join(lines) + "\n"
+
+
+def trial_rows(report: Mapping[str, Any]) -> list[dict[str, str]]:
+    """`diagnose --try`: one row per trial run, then one per finding not tried (with why).
+
+    Each row: ``subject`` (finding IDs, or "asked for"), ``text`` (predicted vs measured,
+    with what was applied), ``steps`` (steady steps without / with), ``report`` (the
+    trial's own report, relative), ``numerics`` ("yes" when the remedy changes numerics)."""
+    rows: list[dict[str, str]] = []
+    for trial in report.get("trials") or []:
+        if not isinstance(trial, Mapping):
+            continue
+        steady = trial.get("steady_steps") or []
+        rows.append({
+            "subject": ", ".join(str(f) for f in trial.get("findings") or []) or "asked for",
+            "text": str(trial.get("text") or ""),
+            "steps": " / ".join(str(n) for n in steady) if len(steady) == 2 else "",
+            "report": str(trial.get("report") or ""),
+            "numerics": "yes" if trial.get("numerics_change") else "no",
+        })
+    for item in report.get("untried") or []:
+        if isinstance(item, Mapping):
+            rows.append({"subject": str(item.get("subject") or "?"), "text": f"not tried: {item.get('why') or ''}",
+                         "steps": "", "report": "", "numerics": ""})
+    return rows
+
+
+def try_heading(report: Mapping[str, Any]) -> str | None:
+    """'Remedies tried (--try auto; every run --steps 200)', or None without --try."""
+    asked = report.get("try")
+    if not isinstance(asked, Mapping):
+        return None
+    requested = ",".join(str(r) for r in asked.get("requested") or []) or "auto"
+    return f"Remedies tried (--try {requested}; every run {asked.get('bound') or 'unbounded'})"
