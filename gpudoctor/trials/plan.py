@@ -22,6 +22,7 @@ from gpudoctor.trials.remedies import DEFAULT_PREFETCH, KINDS, TryRequest, alloc
 # predicts batches arriving instantly): a trial shared by several findings is checked against it
 SIZED_BY = {"workers": "GD101", "pin_memory": "GD105", "tf32": "GD304", "expandable_segments": "GD401",
             "compile": "GD301"}
+MEMORY_FINDINGS = ("GD401", "GD402")  # what a crashed (out-of-memory) run may still try
 CONV_KERNEL = re.compile(r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|cudnn", re.IGNORECASE)
 
 # why a finding's remedy cannot be applied from outside the code
@@ -60,6 +61,7 @@ class _Planner:
         self.request = request
         self.plans: list[TrialPlan] = []
         self.untried: list[Untried] = []
+        self.crashed = session.exit_code not in (0, None) and session.stop_reason not in ("duration", "steps")
 
     def add(self, name: str, override: dict[str, Any], finding: Finding | None) -> None:
         for plan in self.plans:
@@ -89,6 +91,24 @@ class _Planner:
 
     # -- per finding ------------------------------------------------------------------
     def finding(self, f: Finding) -> None:
+        if self.crashed and f.id not in MEMORY_FINDINGS:
+            return self.skip(f.id, f"the run crashed (exit code {self.session.exit_code}): a trial would measure "
+                                   "the crash again; fix it first")
+        if f.severity != "info":
+            return self._remedy_for(f)
+        # a note is tried only with a remedy named in --try-only (without auto): a run is not
+        # worth a prediction under 1.05x
+        named = {} if self.request.auto else self.request.named
+        request, self.request = self.request, TryRequest(auto=False, named=named)
+        try:
+            self._remedy_for(f)
+        finally:
+            self.request = request
+        if not any(f.id in plan.findings for plan in self.plans):
+            self.untried = [u for u in self.untried if u.subject != f.id]
+            self.skip(f.id, "a note, not a problem: not worth a run (name its remedy in --try-only to try it)")
+
+    def _remedy_for(self, f: Finding) -> None:
         handler = getattr(self, "_" + f.id.lower(), None)
         if handler is not None:
             handler(f)
@@ -151,6 +171,9 @@ class _Planner:
             self.add("tf32", {"tf32": True}, f)
 
     def _gd401(self, f: Finding) -> None:
+        cause = next((g for g in self.findings if g.id == f.consequence_of), None)
+        if cause is not None and cause.id == "GD402" and _evidence(cause, "cause") == "capacity":
+            return self.skip(f.id, "consequence of GD402: the working set does not fit, whatever the allocator does")
         on = f.evidence.get("expandable_segments")
         if on is not None and on.value is True:
             return self.skip(f.id, "expandable_segments is already on: the remaining fix is in the code")
@@ -158,14 +181,17 @@ class _Planner:
             self.add("expandable_segments", {"env": alloc_conf_env()}, f)
 
     def _gd402(self, f: Finding) -> None:
-        cause = f.evidence.get("cause")
-        if cause is not None and cause.value == "capacity":
+        if _evidence(f, "cause") == "capacity":
             return self.skip(f.id, "the working set does not fit: shrink it in the code (batch, autocast, "
                                    "activation checkpointing)")
         self._gd401(f)
 
     # -- remedies asked for by name, whatever the findings -----------------------------
     def named(self) -> None:
+        """Remedies named without `auto` run even when no finding asked for them; with `auto`
+        (--try-only auto,compile) a name only widens what the findings may use."""
+        if self.request.auto:
+            return
         named = self.request.named
         if "workers" in named and not any(p.name == "workers" for p in self.plans):
             loader = metrics.main_loader(self.session)
@@ -196,6 +222,11 @@ class _Planner:
     def _compile_spec(self) -> dict[str, Any]:
         backend = self.request.named.get("compile")
         return {"compile": {"backend": backend} if backend else {"backend": None}}
+
+
+def _evidence(f: Finding, key: str) -> Any:
+    item = f.evidence.get(key)
+    return item.value if item is not None else None
 
 
 def _loader_override(loader: LoaderInfo, workers: int, deeper: bool) -> dict[str, Any]:

@@ -1,0 +1,87 @@
+"""The agent applies `--try` overrides from its config, inside the workload, and only then.
+
+Each test runs tests/workloads/overrides_probe.py with the agent injected the way the
+supervisor does it (PYTHONPATH + GPUDOCTOR_SESSION_DIR + GPUDOCTOR_AGENT_CONFIG) and
+reads what the workload itself saw (its PROBE line) and the agent's "override" events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudoctor.supervisor import SITE_DIR
+
+PROBE = Path(__file__).resolve().parent.parent / "workloads" / "overrides_probe.py"
+DEFAULTS = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None,
+            "allow_tf32": False, "float32_matmul_precision": "highest", "cudnn_benchmark": False,
+            "alloc_conf": None, "model_compiled": False, "transform_compiled": False}
+
+
+def probe(tmp_path: Path, overrides: dict[str, Any] | None, env: dict[str, str] | None = None
+          ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    session = tmp_path / "session"
+    session.mkdir()
+    config: dict[str, Any] = {"profile": False}
+    if overrides is not None:
+        config["overrides"] = overrides
+    full_env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
+    full_env.update(PYTHONPATH=str(SITE_DIR), GPUDOCTOR_SESSION_DIR=str(session),
+                    GPUDOCTOR_AGENT_CONFIG=json.dumps(config), **(env or {}))
+    proc = subprocess.run([sys.executable, str(PROBE)], capture_output=True, text=True, env=full_env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1].removeprefix("PROBE "))
+    events = [json.loads(line) for f in session.glob("events-*.jsonl") for line in f.read_text().splitlines()]
+    return seen, [e for e in events if e.get("k") == "override"]
+
+
+def test_no_overrides_in_the_config_changes_nothing(tmp_path):
+    seen, events = probe(tmp_path, None)
+    assert seen == DEFAULTS
+    assert events == []
+
+
+def test_loader_overrides_reach_the_dataloader_the_workload_built(tmp_path):
+    seen, events = probe(tmp_path, {"loader": {"num_workers": 2, "pin_memory": True, "persistent_workers": True,
+                                               "prefetch_factor": 3}})
+    assert seen == {**DEFAULTS, "num_workers": 2, "pin_memory": True, "persistent_workers": True,
+                    "prefetch_factor": 3}
+    applied = {e["name"]: (e["was"], e["value"]) for e in events}
+    assert applied == {"num_workers": (0, 2), "pin_memory": (False, True), "persistent_workers": (False, True),
+                       "prefetch_factor": (None, 3)}
+    assert all(e["where"] == "DataLoader(torch.utils.data.dataset.TensorDataset)" for e in events)
+
+
+def test_a_loader_of_another_dataset_class_is_left_alone(tmp_path):
+    seen, events = probe(tmp_path, {"loader": {"num_workers": 2, "dataset_class": "mymod.Other"}})
+    assert seen["num_workers"] == 0
+    assert events == []
+
+
+def test_tf32_and_cudnn_benchmark_hold_against_the_workload_turning_them_off(tmp_path):
+    seen, events = probe(tmp_path, {"tf32": True, "cudnn_benchmark": True})
+    assert seen == {**DEFAULTS, "allow_tf32": True, "float32_matmul_precision": "high", "cudnn_benchmark": True}
+    notes = [e["note"] for e in events if e["where"] == "held"]
+    assert "the workload set allow_tf32 = False; kept True" in notes
+    assert "the workload set cudnn.benchmark = False; kept True" in notes
+
+
+def test_the_allocator_setting_is_seen_in_the_workloads_environment(tmp_path):
+    wanted = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128,expandable_segments:True"}
+    seen, events = probe(tmp_path, {"env": wanted}, env=wanted)
+    assert seen == {**DEFAULTS, "alloc_conf": wanted["PYTORCH_CUDA_ALLOC_CONF"]}
+    assert events[0]["name"] == "env" and events[0]["applied"] is True
+
+
+@pytest.mark.slow
+def test_compile_wraps_the_outermost_module_with_parameters(tmp_path):
+    seen, events = probe(tmp_path, {"compile": {"backend": "eager"}})
+    assert seen == {**DEFAULTS, "model_compiled": True}  # the Identity "transform" ran first: passed over
+    assert [(e["name"], e["value"], e["where"]) for e in events] == [
+        ("compile", "eager", "torch.nn.modules.container.Sequential")]
