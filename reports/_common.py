@@ -255,3 +255,30 @@ def try_heading(report: Mapping[str, Any]) -> str | None:
         return None
     requested = ",".join(str(r) for r in asked.get("requested") or []) or "auto"
     return f"Remedies tried (--try {requested}; every run {asked.get('bound') or 'unbounded'})"
+
+
+def override_rows(report: Mapping[str, Any]) -> list[str]:
+    """A `--try` trial run: each override the workload saw, in words ('num_workers: 0 -> 8 in
+    DataLoader(mod.Items)'); empty for a plain run (nothing was changed)."""
+    section = report.get("overrides")
+    if not isinstance(section, Mapping):
+        return []
+    rows = []
+    for item in section.get("applied") or []:
+        if not isinstance(item, Mapping):
+            continue
+        name, where = str(item.get("name") or "?"), item.get("where")
+        if where == "held":
+            text = f"{name} held: {item.get('note') or ''}"
+        elif item.get("was") is not None:
+            text = f"{name}: {item.get('was')} -> {item.get('value')}"
+        else:
+            text = f"{name}: {item.get('value')}"
+        if where and where != "held":
+            text += f" in {where}"
+        if item.get("applied") is False:
+            text += f" (not applied: {item.get('note') or 'no reason recorded'})"
+        rows.append(text)
+    if not rows and section.get("requested"):
+        rows.append("requested, but the workload never reached them (no matching DataLoader or module)")
+    return rows

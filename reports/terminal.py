@@ -23,6 +23,7 @@ from ._common import (
     command_line,
     gain_text,
     key_numbers,
+    override_rows,
     skipped_checks,
     top_remedies,
     trial_rows,
@@ -42,6 +43,11 @@ def render(
     """Print the summary. `written` (kind -> path) overrides report["files"] when the
     caller knows where the files really went (paths relative to the report otherwise)."""
     console.print(_verdict(report))
+    overrides = override_rows(report)
+    if overrides:
+        console.print(Text("Overrides applied in this run (gpudoctor --try):", style="bold"))
+        for row in overrides:
+            console.print(Text("  " + _one_line(row)))
     findings = report.get("findings") or []
     if findings:
         console.print(_findings_table(findings))
