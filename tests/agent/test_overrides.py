@@ -85,3 +85,49 @@ def test_compile_wraps_the_outermost_module_with_parameters(tmp_path):
     assert seen == {**DEFAULTS, "model_compiled": True}  # the Identity "transform" ran first: passed over
     assert [(e["name"], e["value"], e["where"]) for e in events] == [
         ("compile", "eager", "torch.nn.modules.container.Sequential")]
+
+
+class _Agent:
+    def __init__(self):
+        self.events = []
+
+    def emit(self, kind, **fields):
+        self.events.append(fields)
+
+
+def _arguments(dataset, **given):
+    import torch
+
+    from gpudoctor.agent.overrides import Overrides
+
+    agent = _Agent()
+    arguments = {"dataset": dataset, **given}
+    wanted = {"num_workers": 4, "persistent_workers": True, "prefetch_factor": 4}
+    Overrides(agent, torch, {})._loader_arguments(arguments, wanted, torch.utils.data.IterableDataset)
+    return arguments, agent.events
+
+
+def test_an_iterable_dataset_keeps_its_worker_count():
+    import torch
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(4))
+
+    arguments, events = _arguments(Stream())
+    assert "num_workers" not in arguments and "persistent_workers" not in arguments
+    assert [(e["name"], e["applied"]) for e in events] == [
+        ("num_workers", False), ("persistent_workers", False), ("prefetch_factor", False)]
+    assert "IterableDataset" in events[0]["note"]
+
+
+def test_lowering_workers_to_zero_drops_what_dataloader_refuses_without_them():
+    import torch
+
+    from gpudoctor.agent.overrides import Overrides
+
+    arguments = {"dataset": list(range(8)), "num_workers": 8, "persistent_workers": True, "prefetch_factor": 6}
+    Overrides(_Agent(), torch, {})._loader_arguments(arguments, {"num_workers": 0}, torch.utils.data.IterableDataset)
+    assert arguments == {"dataset": list(range(8)), "num_workers": 0, "persistent_workers": False,
+                         "prefetch_factor": None}
+    torch.utils.data.DataLoader(**arguments)  # accepted
