@@ -28,6 +28,8 @@ from gpudoctor.trials.report import outcome_line
 
 log = logging.getLogger(__name__)
 
+COMPILE_ALLOWANCE_S = 60.0  # added to --duration for a compile trial (compilation is not a steady step)
+
 
 def bound_text(options: RunOptions) -> str:
     parts = []
@@ -87,6 +89,10 @@ def _run_one(plan: TrialPlan, baseline: Session, options: RunOptions, folder: Pa
         return _result(plan, baseline, None, status="failed", why=f"its report cannot be written: {exc}")
     trial_options = dataclasses.replace(options, overrides=dict(plan.override), env=dict(plan.override.get("env") or {}),
                                         scratch_dirs=[str(folder)])
+    if plan.name == "compile" and options.duration_s is not None:
+        # compiling takes its time before the first compiled step: steady steps are counted after
+        # it, so it gets that long on top of the shared bound rather than fewer steady steps
+        trial_options.duration_s = options.duration_s + COMPILE_ALLOWANCE_S
     try:
         supervisor = Supervisor(trial_options)
         run = supervisor.run()
