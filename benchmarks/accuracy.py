@@ -148,11 +148,12 @@ def _x(value: float | None) -> str:
 
 def markdown(result: dict[str, Any]) -> str:
     meta = result["meta"]
-    lines = [f"Accuracy of predicted gains, {meta['date']}, {meta['device']} (torch {meta['torch']}, "
-             f"gpudoctor {meta['gpudoctor']}; every run `--steps {meta['steps']} --duration {meta['duration']:g}`, "
-             f"remedies: {meta['remedies']}).", "",
-             "| workload | top finding (predicted) | remedy applied | its prediction | realized | error "
-             "| best remedy was the top's |", "|---|---|---|---|---|---|---|"]
+    head = (f"Accuracy of predicted gains, {meta['date']}, {meta['device']} (torch {meta['torch']}, "
+            f"gpudoctor {meta['gpudoctor']}; every run `--steps {meta['steps']} --duration {meta['duration']:g}`, "
+            f"remedies: {meta['remedies']}).")
+    columns = ("| workload | top finding (predicted) | remedy applied | its prediction | realized | error "
+               "| best remedy was the top's |")
+    lines = [head, "", columns, "|---|---|---|---|---|---|---|"]
     for row in result["rows"]:
         if row.get("top") is None:
             lines.append(f"| {row['workload']} | {row.get('note') or 'no finding'} | | | | | |")
@@ -173,8 +174,9 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {r['workload']} | {r.get('finding') or 'asked for'} | {_cell(r['remedy'])}{numerics} | "
                      f"{_x(r.get('predicted'))} | {_x(r['realized'])} | {err} |")
     goal = result["goal"]
-    lines += ["", f"Predictions within 30% of the realized gain: {goal['within_30']} of {goal['compared']}; "
-              f"critical top findings whose remedy realized under 1.1x: {', '.join(goal['critical_under_1_1']) or 'none'}."]
+    critical = ", ".join(goal["critical_under_1_1"]) or "none"
+    lines += ["", (f"Predictions within 30% of the realized gain: {goal['within_30']} of {goal['compared']}; "
+                   f"critical top findings whose remedy realized under 1.1x: {critical}.")]
     return "\n".join(lines) + "\n"
 
 

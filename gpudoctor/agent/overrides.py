@@ -201,16 +201,15 @@ class Overrides:
         def pre_hook(module, args):
             try:
                 if threading.current_thread() is not threading.main_thread():
-                    return None
+                    return
                 if next(module.parameters(), None) is None:
-                    return None
+                    return
                 handle = state.pop("handle", None)
                 if handle is not None:
                     handle.remove()
                 overrides._compile_module(module, options)
             except Exception as exc:
                 overrides.agent.error("override_compile", exc)
-            return None
 
         state["handle"] = nn_module.register_module_forward_pre_hook(pre_hook)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from .conftest import WORKLOADS
-
 import pytest
+
+from .conftest import WORKLOADS
 
 pytestmark = pytest.mark.slow
 
