@@ -202,6 +202,8 @@ class Overrides:
             try:
                 if threading.current_thread() is not threading.main_thread():
                     return
+                if overrides.torch.utils.data.get_worker_info() is not None:
+                    return  # a DataLoader worker: the model lives in the training process
                 if next(module.parameters(), None) is None:
                     return
                 handle = state.pop("handle", None)
