@@ -158,8 +158,12 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
     if trials is not None:
         from gpudoctor.trials.runner import run_trials
 
-        session.trials = run_trials(session, engine.findings, trials.request, trials.options, plan, checks,
-                                    split_ids(args.ignore), force=args.force)
+        try:
+            session.trials = run_trials(session, engine.findings, trials.request, trials.options, plan, checks,
+                                        split_ids(args.ignore), force=args.force)
+        except Exception as exc:  # noqa: BLE001  (a bug in the trials must not cost the diagnosis)
+            log.debug("--try failed", exc_info=True)
+            session.notes.append(f"--try stopped on an internal error: {type(exc).__name__}: {exc}")
     report = build_report(session, engine, files=plan.relative_names())
     written, failure = _save(plan, report, session.to_dict(), trace_bytes, args.fail_on)
     if on_report is not None:
