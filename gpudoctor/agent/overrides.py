@@ -216,19 +216,46 @@ class Overrides:
         state["handle"] = nn_module.register_module_forward_pre_hook(pre_hook)
 
     def _compile_module(self, module, options):
-        where = type(module).__module__ + "." + type(module).__qualname__
-        if not hasattr(module, "compile"):
-            self.record("compile", None, where=where, applied=False, note="nn.Module.compile needs torch >= 2.2")
-            return
+        """nn.Module.compile() where the forward is the workload's own code; torch's own
+        containers (Sequential, say) get their forward compiled instead, since dynamo does
+        not trace a compiled ``_call_impl`` whose forward is torch's (it would silently run eagerly)."""
+        kind = type(module)
+        where = kind.__module__ + "." + kind.__qualname__
         try:
             import torch._dynamo.config as dynamo_config
 
             dynamo_config.suppress_errors = True  # a graph dynamo cannot compile runs eagerly, as before
         except Exception:
             pass
-        module.compile(**options)
-        self.record("compile", options.get("backend") or "inductor", None, where,
-                    note="mode=%s" % options["mode"] if options.get("mode") else None)
+        forward = getattr(kind, "forward", None)
+        torch_forward = (getattr(forward, "__module__", None) or "").startswith("torch.")
+        if not torch_forward and hasattr(module, "compile"):
+            module.compile(**options)
+            how = "nn.Module.compile()"
+        else:
+            module.forward = self.torch.compile(module.forward, **options)
+            how = "torch.compile(module.forward)"
+        note = how + (", mode=%s" % options["mode"] if options.get("mode") else "")
+        self.record("compile", options.get("backend") or "inductor", None, where, note=note)
+        import atexit
+
+        atexit.register(self._compile_outcome)  # runs before the agent's own exit handler (LIFO)
+
+    def _compile_outcome(self):
+        """What dynamo did, at exit: a compile that fell back to eager must not read as applied."""
+        try:
+            from torch._dynamo.utils import counters
+
+            frames, stats = counters.get("frames", {}), counters.get("stats", {})
+            breaks = sum(counters.get("graph_break", {}).values())
+            graphs = stats.get("unique_graphs", 0)
+            note = "%d graph(s) compiled, %d frame(s) of %d traced, %d graph break(s)" % (
+                graphs, frames.get("ok", 0), frames.get("total", 0), breaks)
+            self.record("compile_outcome", graphs, where="torch._dynamo", applied=graphs > 0,
+                        note=note if graphs else note + ": nothing was compiled, the model ran eagerly")
+            self.agent.writer.flush(force=True)
+        except Exception as exc:
+            self.agent.error("override_compile_outcome", exc)
 
 
 def apply(agent, torch):

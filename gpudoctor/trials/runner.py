@@ -152,8 +152,11 @@ def _result(plan: TrialPlan, baseline: Session, trial: Session | None, *, status
                       "the trial run had fewer than 3 steady steps")
     else:
         result.status = "measured"
-    if not any(o.applied for o in trial.overrides) and result.status == "measured":
+    missed = [o for o in trial.overrides if not o.applied]
+    if result.status == "measured" and not any(o.applied for o in trial.overrides):
         result.why = "the workload never saw the override (no matching DataLoader or module?)"
+    elif result.status == "measured" and missed:
+        result.why = "not applied: " + "; ".join(f"{o.name} ({o.note})" if o.note else o.name for o in missed[:3])
     return result
 
 

@@ -21,7 +21,7 @@ from gpudoctor.supervisor import SITE_DIR
 PROBE = Path(__file__).resolve().parent.parent / "workloads" / "overrides_probe.py"
 DEFAULTS = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None,
             "allow_tf32": False, "float32_matmul_precision": "highest", "cudnn_benchmark": False,
-            "alloc_conf": None, "model_compiled": False, "transform_compiled": False}
+            "alloc_conf": None, "model_compiled": False, "transform_compiled": False, "graphs_compiled": 0}
 
 
 def probe(tmp_path: Path, overrides: dict[str, Any] | None, env: dict[str, str] | None = None
@@ -83,9 +83,14 @@ def test_the_allocator_setting_is_seen_in_the_workloads_environment(tmp_path):
 @pytest.mark.slow
 def test_compile_wraps_the_outermost_module_with_parameters(tmp_path):
     seen, events = probe(tmp_path, {"compile": {"backend": "eager"}})
-    assert seen == {**DEFAULTS, "model_compiled": True}  # the Identity "transform" ran first: passed over
+    # the Identity "transform" ran first: passed over; the Sequential's forward really compiled
+    assert seen == {**DEFAULTS, "model_compiled": True, "graphs_compiled": seen["graphs_compiled"]}
+    assert seen["graphs_compiled"] >= 1
     assert [(e["name"], e["value"], e["where"]) for e in events] == [
-        ("compile", "eager", "torch.nn.modules.container.Sequential")]
+        ("compile", "eager", "torch.nn.modules.container.Sequential"),
+        ("compile_outcome", seen["graphs_compiled"], "torch._dynamo")]
+    assert events[0]["note"] == "torch.compile(module.forward)"  # torch's own container
+    assert events[1]["applied"] is True
 
 
 class _Agent:
@@ -132,3 +137,32 @@ def test_lowering_workers_to_zero_drops_what_dataloader_refuses_without_them():
     assert arguments == {"dataset": list(range(8)), "num_workers": 0, "persistent_workers": False,
                          "prefetch_factor": None}
     torch.utils.data.DataLoader(**arguments)  # accepted
+
+
+@pytest.mark.slow
+def test_a_module_of_the_workloads_own_is_compiled_with_module_compile(monkeypatch):
+    import atexit
+
+    import torch
+
+    from gpudoctor.agent.overrides import Overrides
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.linear(x).relu()
+
+    monkeypatch.setattr(atexit, "register", lambda fn: None)  # the outcome is read below, not at exit
+    agent = _Agent()
+    overrides = Overrides(agent, torch, {})
+    net = Net()
+    overrides._compile_module(net, {"backend": "eager"})
+    assert net._compiled_call_impl is not None and "forward" not in vars(net)
+    assert agent.events[0]["note"] == "nn.Module.compile()"
+    net(torch.ones(2, 4))
+    overrides.agent.writer = type("W", (), {"flush": lambda self, force=False: None})()
+    overrides._compile_outcome()
+    assert agent.events[-1]["name"] == "compile_outcome" and agent.events[-1]["applied"] is True

@@ -70,7 +70,8 @@ def test_each_override_reaches_the_workload_in_its_own_trial_only(diagnose):
     assert changed["tf32"] == {"allow_tf32": True, "float32_matmul_precision": "high"}
     assert changed["cudnn_benchmark"] == {"cudnn_benchmark": True}
     assert changed["expandable_segments"] == {"alloc_conf": "expandable_segments:True"}
-    assert changed["compile"] == {"model_compiled": True}
+    assert changed["compile"] == {"model_compiled": True, "graphs_compiled": seen["compile"]["graphs_compiled"]}
+    assert seen["compile"]["graphs_compiled"] >= 1
     numerics = {t["name"]: t["numerics_change"] for t in report["trials"]}
     assert numerics == {n: n in ("tf32", "compile") for n in names}
     persistent = report["trials"][2]

@@ -10,9 +10,19 @@ transform would: the compile remedy must pass it over. The last stdout line is
 import argparse
 import json
 import os
+import sys
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
+
+
+def _compiled(module):
+    return getattr(module, "_compiled_call_impl", None) is not None or "forward" in vars(module)
+
+
+def _graphs():
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    return dynamo.counters["stats"]["unique_graphs"] if dynamo is not None else 0
 
 
 def main():
@@ -46,8 +56,9 @@ def main():
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
-        "model_compiled": getattr(model, "_compiled_call_impl", None) is not None,
-        "transform_compiled": getattr(transform, "_compiled_call_impl", None) is not None,
+        "model_compiled": _compiled(model),
+        "transform_compiled": _compiled(transform),
+        "graphs_compiled": _graphs(),
     }
     print("PROBE " + json.dumps(seen), flush=True)
 
