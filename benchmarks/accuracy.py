@@ -198,8 +198,8 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true", help="the CPU workloads of tests/workloads instead")
     parser.add_argument("--only", nargs="*", help="these workloads only")
     parser.add_argument("--steps", type=int, default=400, help="steps per run at most (default 400)")
-    parser.add_argument("--duration", type=float, default=25.0,
-                        help="seconds per run at most (default 25; a compile trial gets 60 more)")
+    parser.add_argument("--duration", type=float, default=20.0,
+                        help="seconds per run at most (default 20; a compile trial gets 60 more)")
     parser.add_argument("--budget", type=float, default=440.0,
                         help="seconds for everything (default 440): later workloads are left out, the run in "
                              "progress is stopped and reported")

@@ -71,7 +71,7 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
         elif supervisor.uninstrumented:
             say_line(f"gpudoctor: {len(supervisor.uninstrumented)} Python process(es) of the command ran without the "
                  "agent (PYTHONPATH or the environment replaced); the report says which")
-        _announce_end(session, supervisor.escalated)
+        _announce_end(session, supervisor.escalated, then="trying the remedies" if request is not None else None)
         trials = TrialContext(request, options) if request is not None else None
         return finish(session, args, plan, trace=result.trace_path, stopped_by_us=session.stop_reason in ("duration", "steps"),
                       on_report=on_report, trials=trials)
@@ -112,7 +112,7 @@ def supervisor_cleanup(supervisor: Supervisor) -> None:
     shutil.rmtree(supervisor.workdir, ignore_errors=True)
 
 
-def _announce_end(session: Session, escalated: list[str] | None = None) -> None:
+def _announce_end(session: Session, escalated: list[str] | None = None, then: str | None = None) -> None:
     code = session.exit_code
     reason = session.stop_reason
     failed = code not in (0, None)
@@ -133,7 +133,7 @@ def _announce_end(session: Session, escalated: list[str] | None = None) -> None:
         what = f"exited with code {code}"
     if escalated and code in (137, 143):
         what += f" (it ignored SIGINT: ended by {'SIGKILL' if code == 137 else 'SIGTERM'})"
-    say_line(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; writing the report")
+    say_line(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; {then or 'writing the report'}")
 
 
 def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | None = None,
