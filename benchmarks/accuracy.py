@@ -77,7 +77,7 @@ def diagnose(command: list[str], out: Path, args: argparse.Namespace, deadline: 
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGTERM)  # gpudoctor stops the workload and still writes its report
         try:
-            _, stderr = proc.communicate(timeout=60)
+            _, stderr = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             _, stderr = proc.communicate()
@@ -200,8 +200,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=400, help="steps per run at most (default 400)")
     parser.add_argument("--duration", type=float, default=20.0,
                         help="seconds per run at most (default 20; a compile trial gets 60 more)")
-    parser.add_argument("--budget", type=float, default=440.0,
-                        help="seconds for everything (default 440): later workloads are left out, the run in "
+    parser.add_argument("--budget", type=float, default=420.0,
+                        help="seconds for everything (default 420): later workloads are left out, the run in "
                              "progress is stopped and reported")
     parser.add_argument("--remedies", help="--try-only value for every workload (default: auto, and "
                                            "auto,compile where the top finding's remedy is torch.compile)")
