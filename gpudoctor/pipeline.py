@@ -12,6 +12,7 @@ import gzip
 import logging
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from gpudoctor.report import build_report
 from gpudoctor.session import Session
 from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor
 from gpudoctor.supervisor import say as say_line
+from gpudoctor.trials.remedies import TryRequest, parse_try
 
 if TYPE_CHECKING:
     from gpudoctor.output import OutputPaths, WrittenOutputs
@@ -43,24 +45,15 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
                         on_report: ReportSink | None = None) -> int:
     from gpudoctor.output import plan_outputs
 
+    request = parse_try(getattr(args, "try_all", False), getattr(args, "try_only", None))
+    if request is not None and args.duration is None and args.steps is None:
+        args.duration = DEFAULT_TRY_DURATION_S
+        say_line(f"gpudoctor: --try runs the workload once more per remedy, each under the same bound; none was "
+                 f"given, so every run stops after --duration {DEFAULT_TRY_DURATION_S:g} (set --steps or --duration)")
     formats = ["html", "json", *[f for f in args.formats if f not in ("html", "json")]]
     plan = plan_outputs(args.out, stem, datetime.datetime.now(), formats, force=args.force,
                         json_path=args.json_path)
-    options = RunOptions(
-        command=command,
-        duration_s=args.duration,
-        max_steps=args.steps,
-        grace_s=args.grace,
-        cpu_interval_s=args.interval,
-        gpu_interval_s=args.interval,
-        profile=not args.no_profile,
-        profile_warmup_steps=args.warmup_steps,
-        profile_steps=args.profile_steps,
-        profile_no_step_after_s=args.stepless_after,
-        profile_time_window_s=args.stepless_window,
-        data_paths=list(args.data),
-        scratch_dirs=[str(plan.directory)],
-    )
+    options = run_options(args, command, plan)
     try:
         supervisor = Supervisor(options)
     except LaunchError as exc:
@@ -78,18 +71,48 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
         elif supervisor.uninstrumented:
             say_line(f"gpudoctor: {len(supervisor.uninstrumented)} Python process(es) of the command ran without the "
                  "agent (PYTHONPATH or the environment replaced); the report says which")
-        _announce_end(session, supervisor.escalated)
+        _announce_end(session, supervisor.escalated, then="trying the remedies" if request is not None else None)
+        trials = TrialContext(request, options) if request is not None else None
         return finish(session, args, plan, trace=result.trace_path, stopped_by_us=session.stop_reason in ("duration", "steps"),
-                      on_report=on_report)
+                      on_report=on_report, trials=trials)
     finally:
         result.cleanup()
+
+
+DEFAULT_TRY_DURATION_S = 60.0  # --try with neither --steps nor --duration: every run gets this bound
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """`--try`: what was asked, and the options the diagnosed run had (each trial reuses them)."""
+
+    request: TryRequest
+    options: RunOptions
+
+
+def run_options(args: argparse.Namespace, command: list[str], plan: OutputPaths) -> RunOptions:
+    return RunOptions(
+        command=command,
+        duration_s=args.duration,
+        max_steps=args.steps,
+        grace_s=args.grace,
+        cpu_interval_s=args.interval,
+        gpu_interval_s=args.interval,
+        profile=not args.no_profile,
+        profile_warmup_steps=args.warmup_steps,
+        profile_steps=args.profile_steps,
+        profile_no_step_after_s=args.stepless_after,
+        profile_time_window_s=args.stepless_window,
+        data_paths=list(args.data),
+        scratch_dirs=[str(plan.directory)],
+    )
 
 
 def supervisor_cleanup(supervisor: Supervisor) -> None:
     shutil.rmtree(supervisor.workdir, ignore_errors=True)
 
 
-def _announce_end(session: Session, escalated: list[str] | None = None) -> None:
+def _announce_end(session: Session, escalated: list[str] | None = None, then: str | None = None) -> None:
     code = session.exit_code
     reason = session.stop_reason
     failed = code not in (0, None)
@@ -110,12 +133,15 @@ def _announce_end(session: Session, escalated: list[str] | None = None) -> None:
         what = f"exited with code {code}"
     if escalated and code in (137, 143):
         what += f" (it ignored SIGINT: ended by {'SIGKILL' if code == 137 else 'SIGTERM'})"
-    say_line(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; writing the report")
+    say_line(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; {then or 'writing the report'}")
 
 
 def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | None = None,
-           stopped_by_us: bool = False, on_report: ReportSink | None = None) -> int:
-    """Run the checks on a Session, write every report, print the summary, return the exit code."""
+           stopped_by_us: bool = False, on_report: ReportSink | None = None,
+           trials: TrialContext | None = None) -> int:
+    """Run the checks on a Session, write every report, print the summary, return the exit code.
+    With `trials` (--try), re-run the workload once per applicable remedy first (the report
+    then carries what each measured)."""
     from gpudoctor.reports import terminal
 
     trace_bytes = None
@@ -129,6 +155,15 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
     for error in plugin_errors:
         session.notes.append(f"check plugin {error.name} failed to load: {error.reason}")
     engine = run_checks(session, checks, ignore=split_ids(args.ignore))
+    if trials is not None:
+        from gpudoctor.trials.runner import run_trials
+
+        try:
+            session.trials = run_trials(session, engine.findings, trials.request, trials.options, plan, checks,
+                                        split_ids(args.ignore), force=args.force)
+        except Exception as exc:  # noqa: BLE001  (a bug in the trials must not cost the diagnosis)
+            log.debug("--try failed", exc_info=True)
+            session.notes.append(f"--try stopped on an internal error: {type(exc).__name__}: {exc}")
     report = build_report(session, engine, files=plan.relative_names())
     written, failure = _save(plan, report, session.to_dict(), trace_bytes, args.fail_on)
     if on_report is not None:

@@ -15,6 +15,7 @@ from gpudoctor.agent.redact import redact_argv, redact_text
 from gpudoctor.engine import EngineResult
 from gpudoctor.model import Finding, severity_rank
 from gpudoctor.session import Session
+from gpudoctor.trials.report import attach as attach_trials
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +236,7 @@ def build_report(
     _redact_evidence(data)
     if docs is None:
         docs = check_docs([o.id for o in result.outcomes] + [f.id for f in result.findings])
-    return {
+    report = {
         "schema": REPORT_SCHEMA,
         "tool": {"name": "gpudoctor", "version": __version__},
         "command": redact_argv(session.command),
@@ -267,3 +268,5 @@ def build_report(
         },
         "docs": docs,
     }
+    attach_trials(report, session)  # --try: overrides, trials, untried; findings[i].trial
+    return report

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
+from gpudoctor.trials.records import AppliedOverride, Trials
+
 SESSION_SCHEMA = "gpudoctor.session/1"
 
 
@@ -324,6 +326,11 @@ class Session:
     # fact name -> reason it is unavailable ("gpu": "no NVIDIA driver found")
     unavailable: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # `diagnose --try` (gpudoctor/trials): the remedies this run was asked to apply (None for
+    # a plain run), those the agent applied, and, in the main run, each trial's outcome
+    overrides_requested: dict[str, Any] | None = None
+    overrides: list[AppliedOverride] = field(default_factory=list)
+    trials: Trials | None = None
 
     # ---- serialisation ------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -59,6 +59,10 @@ class RunOptions:
     # where the session directory may go when the temporary directory cannot take it
     # (full, read-only): the report directory, already proven writable
     scratch_dirs: list[str] = field(default_factory=list)
+    # `diagnose --try` runs only: remedies the agent applies (gpudoctor/agent/overrides.py) and
+    # environment variables set for the workload (e.g. PYTORCH_CUDA_ALLOC_CONF); empty otherwise
+    overrides: dict = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,7 +114,7 @@ class Supervisor:
                 "profile_time_window_s": self.options.profile_time_window_s,
             }
         )
-        return env
+        return _with_overrides(env, self.options)
 
     def _start(self) -> None:
         stdin_tty = _foreground_tty()
@@ -422,6 +426,19 @@ def _apply_profile(profiles: list[dict], workdir: Path, session: Session, t0: fl
         summary.window_end_s = round(float(profile["t_end"]) - t0, 3)
     session.profile = summary
     session.unavailable.pop("profile", None)
+
+
+def _with_overrides(env: dict[str, str], options: RunOptions) -> dict[str, str]:
+    """`diagnose --try` runs: the remedies go to the agent in its config ("overrides") and
+    the environment variables into the environment. A plain run is returned unchanged."""
+    if not options.overrides and not options.env:
+        return env
+    env.update(options.env)
+    if options.overrides:
+        config = json.loads(env["GPUDOCTOR_AGENT_CONFIG"])
+        config["overrides"] = options.overrides
+        env["GPUDOCTOR_AGENT_CONFIG"] = json.dumps(config)
+    return env
 
 
 def _foreground_tty() -> bool:

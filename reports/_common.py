@@ -221,3 +221,64 @@ def _samples(value: Any) -> str:
 
 def join_lines(lines: Iterable[str]) -> str:
     return "\n".join(lines) + "\n"
+
+
+def trial_rows(report: Mapping[str, Any]) -> list[dict[str, str]]:
+    """`diagnose --try`: one row per trial run, then one per finding not tried (with why).
+
+    Each row: ``subject`` (finding IDs, or "asked for"), ``text`` (predicted vs measured,
+    with what was applied), ``steps`` (steady steps without / with), ``report`` (the
+    trial's own report, relative), ``numerics`` ("yes" when the remedy changes numerics)."""
+    rows: list[dict[str, str]] = []
+    for trial in report.get("trials") or []:
+        if not isinstance(trial, Mapping):
+            continue
+        steady = trial.get("steady_steps") or []
+        rows.append({
+            "subject": ", ".join(str(f) for f in trial.get("findings") or []) or "asked for",
+            "text": str(trial.get("text") or ""),
+            "steps": " / ".join(str(n) for n in steady) if len(steady) == 2 else "",
+            "report": str(trial.get("report") or ""),
+            "numerics": "yes" if trial.get("numerics_change") else "no",
+        })
+    for item in report.get("untried") or []:
+        if isinstance(item, Mapping):
+            rows.append({"subject": str(item.get("subject") or "?"), "text": f"not tried: {item.get('why') or ''}",
+                         "steps": "", "report": "", "numerics": ""})
+    return rows
+
+
+def try_heading(report: Mapping[str, Any]) -> str | None:
+    """'Remedies tried (--try auto; every run --steps 200)', or None without --try."""
+    asked = report.get("try")
+    if not isinstance(asked, Mapping):
+        return None
+    requested = ",".join(str(r) for r in asked.get("requested") or []) or "auto"
+    return f"Remedies tried (--try {requested}; every run {asked.get('bound') or 'unbounded'})"
+
+
+def override_rows(report: Mapping[str, Any]) -> list[str]:
+    """A `--try` trial run: each override the workload saw, in words ('num_workers: 0 -> 8 in
+    DataLoader(mod.Items)'); empty for a plain run (nothing was changed)."""
+    section = report.get("overrides")
+    if not isinstance(section, Mapping):
+        return []
+    rows = []
+    for item in section.get("applied") or []:
+        if not isinstance(item, Mapping):
+            continue
+        name, where = str(item.get("name") or "?"), item.get("where")
+        if where == "held":
+            text = f"{name} held: {item.get('note') or ''}"
+        elif item.get("was") is not None:
+            text = f"{name}: {item.get('was')} -> {item.get('value')}"
+        else:
+            text = f"{name}: {item.get('value')}"
+        if where and where != "held":
+            text += f" in {where}"
+        if item.get("applied") is False:
+            text += f" (not applied: {item.get('note') or 'no reason recorded'})"
+        rows.append(text)
+    if not rows and section.get("requested"):
+        rows.append("requested, but the workload never reached them (no matching DataLoader or module)")
+    return rows

@@ -31,9 +31,12 @@ from ._common import (
     gain_text,
     prediction_text,
     gpu_names,
+    override_rows,
     skipped_checks,
     stage_name,
     summary_rows,
+    trial_rows,
+    try_heading,
 )
 
 log = logging.getLogger(__name__)
@@ -135,6 +138,9 @@ def context(report: Mapping[str, Any]) -> dict[str, Any]:
         "unavailable": unavailable,
         "notes": evidence.get("notes") or [],
         "files": report.get("files") or {},
+        "try_heading": try_heading(report),
+        "trials": trial_rows(report),
+        "overrides": override_rows(report),
     }
 
 
@@ -163,6 +169,7 @@ def _finding_view(f: Mapping[str, Any], docs: Mapping[str, Any]) -> dict[str, An
         else None,
         "consequence_of": f.get("consequence_of"),
         "doc": _doc(docs, str(f.get("id") or "")),
+        "trial": (f.get("trial") or {}).get("text") if isinstance(f.get("trial"), Mapping) else None,
     }
 
 

@@ -16,9 +16,12 @@ from ._common import (
     command_line,
     gain_text,
     key_numbers,
+    override_rows,
     skipped_checks,
     summary_rows,
     top_remedies,
+    trial_rows,
+    try_heading,
 )
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
@@ -81,6 +84,19 @@ def render(report: Mapping[str, Any]) -> str:
             lines.append("")
             if remedy.get("code"):
                 lines += [code_block(str(remedy["code"]), "python"), ""]
+
+    heading = try_heading(report)
+    if heading is not None:
+        lines += [f"#### {escape(heading)}", "", "| Findings | Predicted vs measured | Steady steps (without / with) |",
+                  "|---|---|---|"]
+        for row in trial_rows(report):
+            lines.append(f"| {escape(row['subject'])} | {escape(row['text'])} | {escape(row['steps'])} |")
+        lines.append("")
+    overrides = override_rows(report)
+    if overrides:
+        lines += ["#### Overrides applied in this run (gpudoctor --try)", ""]
+        lines += [f"- {escape(row)}" for row in overrides]
+        lines.append("")
 
     lines += ["<details><summary>Measurements</summary>", "", "| | |", "|---|---|"]
     lines += [f"| {escape(name)} | {escape(value)} |" for name, value in summary_rows(report)]

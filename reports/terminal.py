@@ -23,8 +23,11 @@ from ._common import (
     command_line,
     gain_text,
     key_numbers,
+    override_rows,
     skipped_checks,
     top_remedies,
+    trial_rows,
+    try_heading,
 )
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -40,6 +43,11 @@ def render(
     """Print the summary. `written` (kind -> path) overrides report["files"] when the
     caller knows where the files really went (paths relative to the report otherwise)."""
     console.print(_verdict(report))
+    overrides = override_rows(report)
+    if overrides:
+        console.print(Text("Overrides applied in this run (gpudoctor --try):", style="bold"))
+        for row in overrides:
+            console.print(Text("  " + _one_line(row)))
     findings = report.get("findings") or []
     if findings:
         console.print(_findings_table(findings))
@@ -47,6 +55,7 @@ def render(
         console.print(Text("No findings.", style="green"))
     for finding in top_remedies(report, MAX_REMEDIES):
         console.print(_remedy(finding))
+    _trials(report, console)
     skipped = skipped_checks(report)
     if skipped:
         console.print(Text("Not checked:", style="bold"))
@@ -63,6 +72,25 @@ def render(
             line = Text(f"  {kind:<8} ", style="dim")
             line.append(str(path))
             console.print(line, soft_wrap=True)
+
+
+def _trials(report: Mapping[str, Any], console: Console) -> None:
+    """`--try`: what each remedy measured, and why the others were not tried."""
+    heading = try_heading(report)
+    if heading is None:
+        return
+    console.print(Text(heading + ":", style="bold"))
+    rows = trial_rows(report)
+    if not rows:
+        console.print(Text("  no finding had a remedy to try", style="dim"))
+    for row in rows:
+        line = Text("  ")
+        line.append(row["subject"], style="bold")
+        untried = row["text"].startswith("not tried")
+        line.append(" " + _one_line(row["text"]), style="dim" if untried else "")
+        if row["steps"]:
+            line.append(f" [steady steps {row['steps']}]", style="dim")
+        console.print(line)
 
 
 def _verdict(report: Mapping[str, Any]) -> Text:

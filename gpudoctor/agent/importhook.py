@@ -54,6 +54,7 @@ class _PatchingLoader:
             self._agent.torch_hooks = hooks
         except Exception as exc:
             self._agent.error("torch_hooks", exc)
+        _apply_overrides(self._agent, module)
 
     def __getattr__(self, name):
         return getattr(self._loader, name)
@@ -66,5 +67,18 @@ def install_import_hook(agent):
         hooks = TorchHooks(agent, sys.modules["torch"])
         hooks.install()
         agent.torch_hooks = hooks
+        _apply_overrides(agent, sys.modules["torch"])
         return
     sys.meta_path.insert(0, _TorchFinder(agent))
+
+
+def _apply_overrides(agent, torch):
+    """`diagnose --try` runs only: the remedies named in the agent config (overrides.py)."""
+    if not agent.config.get("overrides"):
+        return  # a plain run: nothing is changed, nothing more is imported
+    try:
+        from .overrides import apply
+
+        apply(agent, torch)
+    except Exception as exc:
+        agent.error("overrides", exc)

@@ -23,10 +23,12 @@ from gpudoctor.session import (
     StepRecord,
     Steps,
 )
+from gpudoctor.trials.records import AppliedOverride
 
 log = logging.getLogger(__name__)
 
 STEP_RECORDS_MAX = 5000  # step records kept in the Session (aggregates count the rest)
+OVERRIDES_MAX = 100  # `--try` overrides kept (the agent sends at most 40 per process)
 ERRORS_MAX = 100  # uncaught exceptions kept (the first ones: causes come before consequences)
 WARMUP_STEPS = 2  # leading steps left out of steady-state numbers (imports, cudnn autotune, compile)
 
@@ -68,6 +70,7 @@ class EventReader:
         self.malformed_lines = 0
         self.byes: set[int] = set()  # processes whose Python exit handlers ran
         self.errors_dropped = 0
+        self.overrides: list[AppliedOverride] = []
 
     # -- reading ---------------------------------------------------------------
     def poll(self) -> None:
@@ -197,11 +200,20 @@ class EventReader:
             proc.info.device_uuids = [str(d.get("uuid")) for d in self.cuda_devices[pid] if d.get("uuid")]
         elif kind == "profile":
             self.profiles.append(dict(e, pid=pid))
+        elif kind == "override":
+            self._override(pid, e)
         elif kind == "bye":
             self.byes.add(pid)
         elif kind == "agent_error":
             if len(self.agent_errors) < 50:
                 self.agent_errors.append(f"pid {pid}: {e.get('where')}: {e.get('error')}")
+
+    def _override(self, pid: int, e: dict[str, Any]) -> None:
+        """A remedy applied by the agent in a `--try` run (gpudoctor/agent/overrides.py)."""
+        if len(self.overrides) < OVERRIDES_MAX:
+            self.overrides.append(AppliedOverride(
+                name=str(e.get("name")), value=e.get("value"), was=e.get("was"), where=e.get("where"),
+                applied=bool(e.get("applied", True)), note=e.get("note"), pid=pid))
 
     def _alloc(self, e: dict[str, Any], t: float) -> None:
         fields = {k: e[k] for k in AllocatorSnapshot.__dataclass_fields__ if k in e and k != "t"}
@@ -269,6 +281,7 @@ class EventReader:
             session.environment.torch = session.environment.torch or version
             session.environment.cuda = session.environment.cuda or cuda
         session.torch_cuda_used = bool(self.cuda_devices) if self.torch_versions else None
+        session.overrides = list(self.overrides)
         if self.agent_errors:
             session.notes.extend(f"agent: {msg}" for msg in self.agent_errors[:10])
         if self.errors_dropped:

@@ -3,6 +3,7 @@
     gpudoctor diagnose train.py --lr 0.1        (same as: -- python train.py --lr 0.1)
     gpudoctor diagnose -m mypkg.train
     gpudoctor diagnose -- torchrun --nproc-per-node 1 train.py
+    gpudoctor diagnose --try --steps 200 train.py       (then re-run once per remedy, measured)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_run_options(p)
+    add_try_options(p)
     add_output_options(p)
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
                    help="run a module (like python -m MODULE ...)")
@@ -59,6 +61,18 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="length of that time-bounded window (default 3)")
     g.add_argument("--data", action="append", default=[], metavar="PATH",
                    help="dataset location to probe (found automatically when the Dataset has a root path)")
+
+
+def add_try_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("measure the remedies (see docs/try.md)")
+    g.add_argument("--try", dest="try_all", action="store_true",
+                   help="after the diagnosis, re-run the workload once per remedy that can be applied from "
+                        "outside the code (DataLoader workers/pinning, TF32, cudnn.benchmark, "
+                        "expandable_segments) under the same --steps/--duration, and report what each measured")
+    g.add_argument("--try-only", dest="try_only", metavar="REMEDIES",
+                   help="like --try, with these remedies only (comma-separated): workers[=N], pin_memory, "
+                        "persistent_workers, prefetch[=N], tf32, cudnn_benchmark, expandable_segments, "
+                        "compile[=BACKEND] (opt-in), auto (every applicable one)")
 
 
 def add_output_options(p: argparse.ArgumentParser) -> None:

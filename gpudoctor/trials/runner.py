@@ -1,0 +1,164 @@
+"""Re-run the workload once per remedy, under the same bounds, and measure what each bought.
+
+Measured gain = steady steps/s of the trial run / steady steps/s of the run without
+the remedy (the diagnosed run), both from the same machinery (metrics.step_summary:
+warm-up and profiled steps left out). Each trial run gets its own full report, kept
+in ``<stem>.trials/`` beside the main one as ``<stem>.try-<remedy>.{html,json,session.json}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpudoctor import metrics
+from gpudoctor.engine import run_checks
+from gpudoctor.model import Check, Finding, severity_rank
+from gpudoctor.output import OutputPaths, plan_outputs, write_outputs
+from gpudoctor.report import build_report
+from gpudoctor.session import Session
+from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor, say
+from gpudoctor.trials.plan import TrialPlan, plan_trials
+from gpudoctor.trials.records import TrialResult, Trials
+from gpudoctor.trials.remedies import TryRequest
+from gpudoctor.trials.report import outcome_line
+
+log = logging.getLogger(__name__)
+
+COMPILE_ALLOWANCE_S = 60.0  # added to --duration for a compile trial (compilation is not a steady step)
+
+
+def bound_text(options: RunOptions) -> str:
+    parts = []
+    if options.max_steps is not None:
+        parts.append(f"--steps {options.max_steps}")
+    if options.duration_s is not None:
+        parts.append(f"--duration {options.duration_s:g}")
+    return " ".join(parts) or "no bound (each run to its end)"
+
+
+def run_trials(session: Session, findings: Sequence[Finding], request: TryRequest, options: RunOptions,
+               main: OutputPaths, checks: Sequence[Check], ignore: Sequence[str], *, force: bool = False) -> Trials:
+    """Run every planned trial; the diagnosed run (`session`) is the baseline. Never raises for a
+    trial that fails to start or crashes: that is its result."""
+    plans, untried = plan_trials(session, list(findings), request)
+    trials = Trials(requested=request.requested, bound=bound_text(options), untried=untried)
+    if not plans:
+        say("gpudoctor: --try: no remedy for this run's findings can be applied from outside the code")
+        return trials
+    folder = main.directory / f"{main.stem}.trials"
+    say(f"gpudoctor: --try: {len(plans)} trial run(s), each under {trials.bound}; reports in {folder}")
+    stems: set[str] = set()
+    interrupted = False
+    for index, plan in enumerate(plans, 1):
+        if interrupted:
+            trials.results.append(_result(plan, session, None, status="interrupted", why="not run: interrupted"))
+            continue
+        stem = _stem(main.stem, plan.name, stems)
+        say(f"gpudoctor: trial {index}/{len(plans)}: {plan.label}"
+            + (f" (for {', '.join(plan.findings)})" if plan.findings else " (asked for)"))
+        try:
+            result = _run_one(plan, session, options, folder, stem, checks, ignore, force)
+        except KeyboardInterrupt:
+            result = _result(plan, session, None, status="interrupted", why="interrupted (Ctrl-C)")
+        if result.status == "interrupted":
+            interrupted = True
+        trials.results.append(result)
+        say("gpudoctor: " + outcome_line(result))
+    return trials
+
+
+def _stem(main_stem: str, name: str, taken: set[str]) -> str:
+    stem, n = f"{main_stem}.try-{name}", 1
+    while stem in taken:
+        n += 1
+        stem = f"{main_stem}.try-{name}-{n}"
+    taken.add(stem)
+    return stem
+
+
+def _run_one(plan: TrialPlan, baseline: Session, options: RunOptions, folder: Path, stem: str,
+             checks: Sequence[Check], ignore: Sequence[str], force: bool) -> TrialResult:
+    try:
+        paths = plan_outputs(str(folder / stem), stem, datetime.datetime.now(), ("html", "json"), force=force,
+                             trace=False)
+    except Exception as exc:  # noqa: BLE001  (a trial that cannot write still says why)
+        return _result(plan, baseline, None, status="failed", why=f"its report cannot be written: {exc}")
+    trial_options = dataclasses.replace(options, overrides=dict(plan.override), env=dict(plan.override.get("env") or {}),
+                                        scratch_dirs=[str(folder)])
+    if plan.name == "compile" and options.duration_s is not None:
+        # compiling takes its time before the first compiled step: steady steps are counted after
+        # it, so it gets that long on top of the shared bound rather than fewer steady steps
+        trial_options.duration_s = options.duration_s + COMPILE_ALLOWANCE_S
+    try:
+        supervisor = Supervisor(trial_options)
+        run = supervisor.run()
+    except LaunchError as exc:
+        return _result(plan, baseline, None, status="failed", why=str(exc))
+    try:
+        trial = run.session
+        trial.overrides_requested = dict(plan.override)
+        engine = run_checks(trial, checks, ignore=ignore)
+        report = build_report(trial, engine, files=paths.relative_names())
+        written = None
+        try:
+            written = write_outputs(paths, report, trial.to_dict())
+        except Exception as exc:  # noqa: BLE001
+            log.warning("the report of trial %s was not written: %s", stem, exc)
+        result = _result(plan, baseline, trial)
+        result.verdict = report["summary"].get("verdict")
+        result.remaining = [f.id for f in engine.findings
+                            if f.consequence_of is None and severity_rank(f.severity) >= 1]
+        if written is not None and "json" in written.files:
+            result.report = f"{folder.name}/{written.files['json'].name}"
+        return result
+    finally:
+        run.cleanup()
+
+
+def _result(plan: TrialPlan, baseline: Session, trial: Session | None, *, status: str | None = None,
+            why: str | None = None) -> TrialResult:
+    before = metrics.step_summary(baseline)
+    after = metrics.step_summary(trial) if trial is not None else None
+    result = TrialResult(
+        name=plan.name, label=plan.label, override=dict(plan.override), findings=list(plan.findings),
+        numerics_change=plan.numerics_change,
+        predicted_gain=round(plan.predicted_gain, 3) if plan.predicted_gain is not None else None,
+        steps_per_s=[_round(before.steps_per_s if before else None), _round(after.steps_per_s if after else None)],
+        steady_steps=[before.count if before else 0, after.count if after else 0],
+    )
+    if trial is None:
+        result.status, result.why = status or "failed", why
+        return result
+    result.applied = list(trial.overrides)
+    result.exit_code, result.stop_reason = trial.exit_code, trial.stop_reason
+    result.duration_s = round(trial.duration_s, 3)
+    if before is not None and after is not None and before.steps_per_s > 0:
+        result.measured_gain = round(after.steps_per_s / before.steps_per_s, 3)
+    failed = trial.exit_code not in (0, None) and trial.stop_reason not in ("duration", "steps")
+    if trial.stop_reason in ("interrupted", "terminated"):
+        result.status, result.why = "interrupted", f"the trial run was {trial.stop_reason}"
+    elif failed:
+        error = next((e for e in trial.errors if e.kind in ("exception", "oom")), None)
+        result.status = "failed"
+        result.why = f"the workload exited with code {trial.exit_code}" + (
+            f" ({error.type}: {error.message.splitlines()[0][:160] if error.message else ''})" if error else "")
+    elif result.measured_gain is None:
+        result.status = "not-measured"
+        result.why = ("the run without the remedy had fewer than 3 steady steps" if before is None else
+                      "the trial run had fewer than 3 steady steps")
+    else:
+        result.status = "measured"
+    missed = [o for o in trial.overrides if not o.applied]
+    if result.status == "measured" and not any(o.applied for o in trial.overrides):
+        result.why = "the workload never saw the override (no matching DataLoader or module?)"
+    elif result.status == "measured" and missed:
+        result.why = "not applied: " + "; ".join(f"{o.name} ({o.note})" if o.note else o.name for o in missed[:3])
+    return result
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 4) if value is not None else None

@@ -1,0 +1,82 @@
+"""End to end: `gpudoctor diagnose --try` re-runs the workload with each remedy and measures it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpudoctor.trials.report import times
+
+from .conftest import WORKLOADS
+
+pytestmark = pytest.mark.slow
+
+PROBE = str(WORKLOADS / "overrides_probe.py")
+
+
+def probe_lines(stdout: str) -> list[dict]:
+    return [json.loads(line.removeprefix("PROBE ")) for line in stdout.splitlines() if line.startswith("PROBE ")]
+
+
+def test_try_measures_the_worker_count_gd101_computed(diagnose):
+    run = diagnose("--try", str(WORKLOADS / "loader_waiting.py"))
+    assert run.returncode == 0, run.stderr
+    assert "--duration 60" in run.stderr  # no bound given: the default one, said so
+    assert run.stdout.count("trained 60 steps") == 2  # the diagnosed run, then the trial
+    report = run.report
+    assert report["overrides"] is None  # the diagnosed run itself was not altered
+    [trial] = report["trials"]
+    recommended = run.finding("GD101")["evidence"]["recommended_workers"]["value"]
+    assert trial["name"] == "workers" and trial["finding"] == "GD101"
+    assert trial["override"]["loader"]["num_workers"] == recommended
+    assert {a["name"] for a in trial["applied"]} >= {"num_workers"}
+    assert trial["status"] == "measured" and not trial["numerics_change"]
+    assert min(trial["steady_steps"]) >= 10
+    # workers that sleep on I/O overlap even on 2 cores: several times the steps per second
+    assert trial["measured_gain"] > 2.5, trial
+    line = run.finding("GD101")["trial"]["text"]
+    assert line.startswith("predicted ") and f"measured {times(trial['measured_gain'])}" in line
+    assert f"with num_workers={recommended}" in line
+    trial_report = json.loads((run.out / trial["report"]).read_text())
+    assert trial_report["overrides"]["requested"] == trial["override"]
+    assert "Remedies tried" in run.stderr
+
+
+def test_without_try_the_workload_runs_as_written(diagnose):
+    run = diagnose(PROBE)
+    assert run.returncode == 0, run.stderr
+    [seen] = probe_lines(run.stdout)
+    assert seen["num_workers"] == 0 and seen["allow_tf32"] is False and seen["cudnn_benchmark"] is False
+    assert seen["alloc_conf"] is None and seen["model_compiled"] is False
+    assert run.report["overrides"] is None and run.report["trials"] is None
+    assert not list(run.out.glob("*.trials"))
+
+
+def test_each_override_reaches_the_workload_in_its_own_trial_only(diagnose):
+    only = "workers=2,pin_memory,persistent_workers,prefetch=3,tf32,cudnn_benchmark,expandable_segments,compile=eager"
+    run = diagnose("--try-only", only, "--steps", "12", PROBE, env={"PYTORCH_CUDA_ALLOC_CONF": ""})
+    assert run.returncode == 0, run.stderr
+    own, *trials = probe_lines(run.stdout)
+    assert own["num_workers"] == 0 and own["allow_tf32"] is False and own["model_compiled"] is False
+    report = run.report
+    names = [t["name"] for t in report["trials"]]
+    assert names == ["workers", "pin_memory", "persistent_workers", "prefetch", "tf32", "cudnn_benchmark",
+                     "expandable_segments", "compile"]
+    seen = dict(zip(names, trials))
+    changed = {name: {k: v for k, v in s.items() if v != own[k]} for name, s in seen.items()}
+    # the workers remedy keeps them alive across epochs too; prefetch_factor is then DataLoader's default
+    assert changed["workers"] == {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 2}
+    assert changed["pin_memory"] == {"pin_memory": True}
+    assert changed["persistent_workers"] == {} and changed["prefetch"] == {}  # they need workers: not applied
+    assert changed["tf32"] == {"allow_tf32": True, "float32_matmul_precision": "high"}
+    assert changed["cudnn_benchmark"] == {"cudnn_benchmark": True}
+    assert changed["expandable_segments"] == {"alloc_conf": "expandable_segments:True"}
+    assert changed["compile"] == {"model_compiled": True, "graphs_compiled": seen["compile"]["graphs_compiled"]}
+    assert seen["compile"]["graphs_compiled"] >= 1
+    numerics = {t["name"]: t["numerics_change"] for t in report["trials"]}
+    assert numerics == {n: n in ("tf32", "compile") for n in names}
+    persistent = report["trials"][2]
+    assert persistent["applied"][0]["applied"] is False and "num_workers > 0" in persistent["applied"][0]["note"]
+    assert "never saw" in persistent["why"]
+    assert all(t["report"] and (run.out / t["report"]).is_file() for t in report["trials"])
