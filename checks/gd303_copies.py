@@ -122,7 +122,7 @@ def run(session: Session) -> list[Finding]:
                      f"{format_duration(us / 1e6)}" + (f" ({rate:.1f} GB/s)" if rate is not None else ""))
     span = profile.gpu_busy_us + profile.gpu_idle_us
     hidden = min(copy_us, span * 0.999) if span > 0 else 0.0
-    gain = min(MAX_GAIN, span / (span - hidden)) if hidden > 0 else None
+    gain = min(MAX_GAIN, span / (span - hidden)) if 0 < hidden < span else None
     pageable = [k for k in kinds if k.endswith("_pageable")]
     message = (
         f"Copies took {share:.0%} of the GPU's working time in the {window}: {count:,} copies, "
