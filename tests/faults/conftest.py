@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,8 +100,56 @@ def run_gpudoctor(args: list[str | bytes], out: Path, *, cwd: Path | None = None
     return Run(proc.returncode, _text(proc.stdout), _text(proc.stderr), out)
 
 
+class Started:
+    """`gpudoctor diagnose --quiet --out OUT/ ARGS...` running in the background, so a test
+    can act on what the workload says it did (a line on its stdout), not on a clock."""
+
+    def __init__(self, args: list[str], out: Path, *, env: dict | None = None) -> None:
+        command = [*GPUDOCTOR, "diagnose", "--quiet", "--out", f"{out}/", *args]
+        full_env = dict(os.environ, **(env or {}))
+        full_env.pop("PYTHONFAULTHANDLER", None)
+        self.out = out
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                     env=full_env)
+
+    def wait_for_line(self, text: str, timeout: float = 120) -> None:
+        """Block until the workload prints a line containing `text` on its stdout."""
+        import selectors
+
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            while not any(text in line for line in self.lines):
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    self.proc.kill()
+                    raise AssertionError(f"no line with {text!r} within {timeout}s: {self.lines}")
+                line = self.proc.stdout.readline()
+                if not line:
+                    raise AssertionError(f"the workload ended before printing {text!r}: {self.finish().stderr}")
+                self.lines.append(_text(line))
+
+    def finish(self, timeout: float = 120) -> Run:
+        try:
+            stdout, stderr = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        return Run(self.proc.returncode, "".join(self.lines) + _text(stdout), _text(stderr), self.out)
+
+
 def _text(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", "replace")
+
+
+@pytest.fixture
+def gd_started(tmp_path):
+    def start(*args: str, **kwargs: Any) -> Started:
+        return Started(list(args), tmp_path / "reports", **kwargs)
+
+    return start
 
 
 @pytest.fixture
