@@ -11,10 +11,9 @@ import datetime
 import gzip
 import logging
 import shutil
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from rich.console import Console
 
 from gpudoctor.engine import exit_status, run_checks
 from gpudoctor.exitcodes import GpudoctorError
@@ -103,7 +102,10 @@ def _announce_end(session: Session, escalated: list[str] | None = None) -> None:
         what = f"exited with code {code}"
     if escalated and code in (137, 143):
         what += f" (it ignored SIGINT: ended by {'SIGKILL' if code == 137 else 'SIGTERM'})"
-    say_line(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; writing the report")
+    from gpudoctor.reports.console import printable
+
+    # the exception's type and text come from the workload: no terminal controls of theirs
+    say_line(printable(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; writing the report"))
 
 
 def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | None = None,
@@ -126,9 +128,8 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
     written, failure = _save(plan, report, session.to_dict(), trace_bytes, args.fail_on)
     if not args.quiet:
         try:
-            console = Console(stderr=True)
-            terminal.render(written.report if written else report, console,
-                            written={k: str(v) for k, v in written.files.items()} if written else {})
+            terminal.show_summary(written.report if written else report, sys.stderr,
+                                  written={k: str(v) for k, v in written.files.items()} if written else {})
         except (OSError, ValueError):
             pass  # stderr closed or full: the files hold the diagnosis
     if written is None:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ._common import format_number
-from .json_report import _finite
+from .console import plain_text, printable, show
+from .json_report import _finite, escape_controls
 from .markdown import escape
 
 VERDICT_STYLE = {"better": "green", "worse": "red", "unchanged": "dim", "changed": "", "not measured": "dim"}
@@ -42,6 +43,7 @@ def _value(metric: Mapping[str, Any], side: str) -> str:
 
 
 def render_terminal(diff: Mapping[str, Any], console: Console) -> None:
+    diff = printable(diff)
     head = Text("gpudoctor diff ", style="bold")
     head.append(str(diff.get("verdict") or ""), style="bold")
     console.print(head)
@@ -75,10 +77,12 @@ def render_terminal(diff: Mapping[str, Any], console: Console) -> None:
 
 
 def render_json(diff: Mapping[str, Any], *, indent: int | None = 1) -> str:
-    return json.dumps(_finite(dict(diff)), indent=indent, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+    return escape_controls(json.dumps(_finite(dict(diff)), indent=indent, ensure_ascii=False, allow_nan=False,
+                                      default=str)) + "\n"
 
 
 def render_markdown(diff: Mapping[str, Any]) -> str:
+    diff = printable(diff)
     lines = [f"### gpudoctor diff: {escape(diff.get('verdict') or '')}", ""]
     for reason in (diff.get("comparable") or {}).get("reasons") or []:
         lines.append(f"> **Not like-for-like**: {escape(reason)}")
@@ -100,9 +104,10 @@ def render_markdown(diff: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_text(diff: Mapping[str, Any], width: int = 100) -> str:
-    from .terminal import _Null
+def to_text(diff: Mapping[str, Any], width: int | None = None) -> str:
+    return plain_text(lambda console: render_terminal(diff, console), width)
 
-    console = Console(width=width, record=True, file=_Null(), color_system=None, force_terminal=False)
-    render_terminal(diff, console)
-    return console.export_text()
+
+def show_diff(diff: Mapping[str, Any], stream: TextIO) -> None:
+    """The comparison on `stream`: laid out for a terminal, plain and unwrapped elsewhere."""
+    show(lambda console: render_terminal(diff, console), stream)

@@ -20,6 +20,7 @@ from ._common import (
     summary_rows,
     top_remedies,
 )
+from .console import printable
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 MAX_REMEDIES = 5
@@ -45,6 +46,7 @@ def code_block(code: str, lang: str = "") -> str:
 
 
 def render(report: Mapping[str, Any]) -> str:
+    report = printable(report)
     summary = report.get("summary") or {}
     lines = [f"### gpudoctor: {escape(summary.get('verdict') or 'no verdict')}", ""]
     meta = [f"duration {float(report.get('duration_s') or 0):.1f} s", f"exit code {report.get('exit_code')}"]

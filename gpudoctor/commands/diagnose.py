@@ -108,7 +108,7 @@ def resolve_command(args: argparse.Namespace) -> tuple[list[str], str]:
         command = target[1:]
         if not command:
             raise GpudoctorError("nothing to run after --", exitcodes.USAGE)
-        return _check_executable(command), Path(command[-1] if command[0] in _LAUNCHERS else command[0]).stem or "run"
+        return _check_executable(command), report_stem(command)
     if not target:
         raise GpudoctorError("what should I run? e.g. gpudoctor diagnose train.py, -m pkg.train, or -- COMMAND",
                              exitcodes.USAGE)
@@ -130,7 +130,18 @@ def resolve_command(args: argparse.Namespace) -> tuple[list[str], str]:
     return [sys.executable, script, *target[1:]], path.stem
 
 
-_LAUNCHERS = {"torchrun", "python", "python3", "accelerate", "deepspeed"}
+def report_stem(command: list[str]) -> str:
+    """The report's name for a command: its script or module (`-- python train.py name 12`
+    gives `train`, not `12`), else the program's name."""
+    from gpudoctor.diff import workload_identity
+
+    identity = workload_identity(command)
+    if identity is None:
+        return Path(command[0]).stem or "run"
+    kind, name = identity.split(":", 1)
+    if kind == "module":
+        return name.rsplit(".", 1)[-1] or "run"
+    return Path(name).stem or "run"
 
 
 def _looks_like_python(path: Path) -> bool:

@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from gpudoctor.diff import comparability, compare
     from gpudoctor.output import plan_outputs, write_outputs
     from gpudoctor.reports import diff_text, render_diff
+    from gpudoctor.reports.console import printable, show
 
     before_path, after_path = Path(args.before), Path(args.after)
     before, before_session = load_report(before_path)
@@ -70,17 +71,21 @@ def run(args: argparse.Namespace) -> int:
         # no --out: the comparison is the output (terminal by default, like `git diff`)
         for fmt in formats or ["terminal"]:
             if fmt == "terminal":
-                diff_text.render_terminal(result, Console(file=sys.stdout))
+                diff_text.show_diff(result, sys.stdout)
             else:
                 sys.stdout.write(render_diff(result, fmt))
         return exitcodes.OK
     stem = f"diff-{_stem(before_path)}-vs-{_stem(after_path)}"
     paths = plan_outputs(args.out, stem, datetime.now(), file_formats, force=args.force, session=False, trace=False)
     written = write_outputs(paths, result, None, render=render_diff)
-    console = Console(file=sys.stderr)
-    diff_text.render_terminal(written.report, console)
-    for kind, path in written.files.items():
-        console.print(f"  {kind:<8} {path}", markup=False, highlight=False)
+    files = printable({kind: str(path) for kind, path in written.files.items()})
+
+    def draw(console: Console) -> None:
+        diff_text.render_terminal(written.report, console)
+        for kind, path in files.items():
+            console.print(f"  {kind:<8} {path}", markup=False, highlight=False, soft_wrap=True)
+
+    show(draw, sys.stderr)
     return exitcodes.OK
 
 

@@ -220,8 +220,6 @@ def default_stem(report: dict[str, Any], path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from gpudoctor.output import plan_outputs, write_outputs
     from gpudoctor.reports import render, terminal
 
@@ -236,14 +234,14 @@ def run(args: argparse.Namespace) -> int:
         # one format asked for, no --out: it is the output (pipe it, redirect it)
         fmt = formats[0]
         if fmt == "terminal":
-            terminal.render(report, Console(file=sys.stdout))
+            terminal.show_summary(report, sys.stdout)
         else:
             sys.stdout.write(render(report, fmt, fail_on=args.fail_on))
         return exit_code(report, args.fail_on)
     paths = plan_outputs(args.out, default_stem(report, path), datetime.now(), file_formats, force=args.force, trace=False)
     written = write_outputs(paths, report, session.to_dict() if session else None, fail_on=args.fail_on)
     # the summary is for the human: stderr, so stdout stays clean for scripts
-    terminal.render(written.report, Console(file=sys.stderr), written={k: str(p) for k, p in written.files.items()})
+    terminal.show_summary(written.report, sys.stderr, written={k: str(p) for k, p in written.files.items()})
     return exit_code(report, args.fail_on)
 
 
