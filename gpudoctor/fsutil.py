@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -51,3 +52,15 @@ def read_limited(path: Path, limit: int = MAX_JSON_INPUT_BYTES) -> bytes:
         raise InputTooLarge(f"larger than {limit >> 20} MiB: not a gpudoctor file")
     return data
 
+
+
+def unreadable_reason(exc: OSError) -> str:
+    """Why an input path could not be opened, in the user's words: a symbolic link loop is
+    not a missing file."""
+    if exc.errno == errno.ELOOP:
+        return "a symbolic link loop (too many levels of symbolic links)"
+    if exc.errno == errno.ENOENT:
+        return "no such file"
+    if exc.errno == errno.ENOTDIR:
+        return "no such file (a part of the path is not a directory)"
+    return f"cannot read ({exc.strerror or exc})"

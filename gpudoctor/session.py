@@ -316,18 +316,16 @@ class Session:
 
     @classmethod
     def load(cls, path: Path) -> Session:
-        from gpudoctor.fsutil import InputTooLarge, read_limited
+        from gpudoctor.fsutil import InputTooLarge, read_limited, unreadable_reason
 
         try:
             raw = read_limited(Path(path))
         except InputTooLarge as exc:
             raise SessionError(f"{path}: {exc}") from None
-        except FileNotFoundError:
-            raise SessionError(f"{path}: no such file") from None
         except IsADirectoryError:
             raise SessionError(f"{path}: is a directory, expected a session .json file") from None
         except OSError as exc:
-            raise SessionError(f"{path}: cannot read ({exc.strerror})") from None
+            raise SessionError(f"{path}: {unreadable_reason(exc)}") from None
         try:
             data = json.loads(raw)
         except (UnicodeDecodeError, ValueError, RecursionError):

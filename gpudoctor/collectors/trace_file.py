@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import stat
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from gpudoctor.fsutil import unreadable_reason
 
 MAX_TRACE_BYTES = 1 << 30  # uncompressed; parsed JSON costs several times that in memory
 
@@ -24,9 +28,11 @@ def load_trace(path: str | Path, max_bytes: int | None = None) -> Any:
     """Read a Chrome trace (.json, or gzip told apart by its content) into plain JSON data."""
     path = Path(path)
     limit = MAX_TRACE_BYTES if max_bytes is None else max_bytes
-    if not path.exists():
-        raise TraceError(f"{path}: no such file", not_found=True)
-    if path.is_dir():
+    try:
+        is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError as exc:  # missing, a symbolic link loop, no permission
+        raise TraceError(f"{path}: {unreadable_reason(exc)}", not_found=True) from None
+    if is_dir:
         found = sorted(p.name for p in path.glob("*.json*"))[:3]
         hint = f" (it holds {', '.join(found)})" if found else ""
         raise TraceError(f"{path}: is a directory, expected a trace file (.json or .json.gz){hint}", not_found=True)

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import logging
 import os
@@ -16,10 +17,14 @@ import sys
 from pathlib import Path
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.argtypes import non_negative_int, positive_float, positive_int
+from gpudoctor.commands.argtypes import float_between, non_negative_int, positive_float, positive_int
 from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.fsutil import unreadable_reason
 
 log = logging.getLogger(__name__)
+
+MIN_INTERVAL_S = 0.05  # below this the samplers would spin (and GPM needs 0.1 s between samples)
+MAX_INTERVAL_S = 60.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,8 +50,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=positive_int, metavar="N", help="stop after N training steps, then report")
     g.add_argument("--grace", type=positive_float, default=10.0, metavar="SECONDS",
                    help="after the stop signal (SIGINT), wait this long before SIGTERM (default 10)")
-    g.add_argument("--interval", type=positive_float, default=0.5, metavar="SECONDS",
-                   help="CPU and GPU sampling interval (default 0.5)")
+    g.add_argument("--interval", type=float_between(MIN_INTERVAL_S, MAX_INTERVAL_S, " s"), default=0.5,
+                   metavar="SECONDS",
+                   help=f"CPU and GPU sampling interval, {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} (default 0.5)")
     g.add_argument("--no-profile", action="store_true", help="do not open a torch.profiler window")
     g.add_argument("--profile-steps", type=positive_int, default=10, metavar="N",
                    help="steps in the profiler window (default 10)")
@@ -116,8 +122,12 @@ def resolve_command(args: argparse.Namespace) -> tuple[list[str], str]:
     path = Path(script)
     if script.startswith("-"):
         raise GpudoctorError(f"unknown option {script} (put the command after --)", exitcodes.USAGE)
-    if not path.exists():
-        raise GpudoctorError(f"no such file: {script}", exitcodes.NOT_FOUND)
+    try:
+        path.stat()
+    except OSError as exc:
+        missing = exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)
+        raise GpudoctorError(f"{unreadable_reason(exc)}: {script}",
+                             exitcodes.NOT_FOUND if missing else exitcodes.NOT_RUNNABLE) from None
     if path.is_dir():
         if (path / "__main__.py").is_file():
             return [sys.executable, script, *target[1:]], path.resolve().name

@@ -8,6 +8,7 @@ other --ignore choices, or rendered in another format, without the GPU.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import math
@@ -19,6 +20,7 @@ from typing import Any
 from gpudoctor import exitcodes
 from gpudoctor.diff import workload_identity
 from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.fsutil import unreadable_reason
 from gpudoctor.session import Session, SessionError
 
 log = logging.getLogger(__name__)
@@ -55,12 +57,12 @@ def _read_json(path: Path) -> Any:
         raw = read_limited(path)
     except InputTooLarge as exc:
         raise GpudoctorError(f"{path}: {exc}", exitcodes.BAD_DATA) from None
-    except FileNotFoundError:
-        raise GpudoctorError(f"{path}: no such file", exitcodes.NOT_FOUND) from None
     except IsADirectoryError:
         raise GpudoctorError(f"{path}: is a directory, expected a .json file", exitcodes.BAD_DATA) from None
     except OSError as exc:
-        raise GpudoctorError(f"{path}: cannot read ({exc.strerror})", exitcodes.BAD_DATA) from None
+        missing = exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)
+        raise GpudoctorError(f"{path}: {unreadable_reason(exc)}",
+                             exitcodes.NOT_FOUND if missing else exitcodes.BAD_DATA) from None
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError):
