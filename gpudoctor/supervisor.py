@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from gpudoctor import __version__
-from gpudoctor.agent.redact import redact_argv
+from gpudoctor.agent.redact import env_secrets, redact_argv, redact_text
 from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.events import EventReader
 from gpudoctor.collectors.storage import probe as probe_storage
@@ -291,11 +291,14 @@ class Supervisor:
                 if not any(n.startswith("python") for n in names):
                     continue  # a shell or launcher, maybe about to exec python: look again later
                 self._env_checked.add(pid)
-                why = _agent_missing(child.environ(), cmdline, str(self.workdir))
+                environ = child.environ()
+                why = _agent_missing(environ, cmdline, str(self.workdir))
             except (psutil.Error, OSError):
                 continue
             if why:
-                self.uninstrumented[pid] = f"pid {pid} ({' '.join(cmdline)[:120]}): {why}"
+                # its command line goes into a report that gets attached to tickets
+                shown = " ".join(redact_argv(cmdline, env_secrets({**os.environ, **environ})))
+                self.uninstrumented[pid] = f"pid {pid} ({shown[:120]}): {why}"
 
     def _probe_storage(self, path: str) -> None:
         if path in self.storage or len(self.storage) >= 4:
@@ -327,7 +330,7 @@ class Supervisor:
         stop_reason = self.stop_reason or "exited"
         session = Session(
             tool_version=__version__,
-            command=redact_argv(self.options.command),
+            command=redact_argv(self.options.command, env_secrets(os.environ)),
             cwd=os.getcwd(),
             started_at=started_at.isoformat(timespec="seconds"),
             duration_s=round(duration, 3),
@@ -343,6 +346,7 @@ class Supervisor:
             ),
         )
         self.reader.apply(session)
+        _redact_errors(session)
         session.stop_requested_s = self.stop_requested_t
         if self.escalated:
             session.notes.append(
@@ -376,6 +380,16 @@ class Supervisor:
             for fact in ("loader", "steps", "profile", "allocator"):
                 session.unavailable[fact] = why
         return session
+
+
+def _redact_errors(session: Session) -> None:
+    """Defence in depth: secret values of the environment in error text (the agent masks
+    them at the source; an agent_error or an older agent may not have)."""
+    secrets = env_secrets(os.environ)
+    for error in session.errors:
+        error.message = redact_text(error.message, secrets)
+        if error.traceback:
+            error.traceback = redact_text(error.traceback, secrets)
 
 
 class LaunchError(Exception):
