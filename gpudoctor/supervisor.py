@@ -118,7 +118,10 @@ class Supervisor:
         # usual and it can read the terminal. Otherwise it gets a group of its own that
         # we can signal as a whole (torchrun, DataLoader workers, helpers).
         self.own_group = not stdin_tty
-        kwargs: dict = {"env": self._environment()}
+        # close_fds=False: descriptors gpudoctor inherited (`3>log` from a shell, a CI
+        # runner's pipe) reach the workload as they would without gpudoctor; gpudoctor's own
+        # descriptors are not inheritable (PEP 446), so none of them leak into it
+        kwargs: dict = {"env": self._environment(), "close_fds": False}
         if self.own_group:
             kwargs["process_group"] = 0
         self.proc = subprocess.Popen(self.options.command, **kwargs)

@@ -53,3 +53,47 @@ def test_uninstrumented_child_command_line_is_redacted(tmp_path):
         Path(supervisor.workdir).rmdir()
     [why] = supervisor.uninstrumented.values()
     assert "python -I" in why and SECRET not in why and MASK in why
+
+
+CSV = "step,loss\n0,1.000\n1,0.500\n2,0.333\n3,0.250\n4,0.200\n"
+
+
+def test_agent_never_writes_into_a_file_the_workload_opened_on_its_old_descriptor(gd, tmp_path):
+    out = tmp_path / "metrics.csv"
+    run = gd(str(WORKLOADS / "descriptors.py"), "closerange", str(out))
+    assert run.returncode == 0, run.stderr
+    run.assert_saved()
+    assert out.read_text() == CSV  # exactly the workload's bytes
+    main = [p for p in run.session["processes"] if p["role"] == "main"]
+    assert main and main[0]["exit_handlers_ran"] is True  # the agent's last events still arrived
+
+
+def test_descriptors_the_workload_inherits_reach_it(tmp_path):
+    import os
+
+    from .conftest import GPUDOCTOR
+
+    log = tmp_path / "fd.log"
+    with open(log, "wb") as fh:  # as `gpudoctor diagnose w.py 3>fd.log` gives it
+        proc = subprocess.run([*GPUDOCTOR, "diagnose", "--quiet", "--out", f"{tmp_path / 'reports'}/",
+                               str(WORKLOADS / "descriptors.py"), "inherited", str(fh.fileno())],
+                              pass_fds=(fh.fileno(),), capture_output=True, stdin=subprocess.DEVNULL, timeout=120,
+                              check=False, env={k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"})
+    assert proc.returncode == 0, proc.stderr
+    assert log.read_bytes() == b"the workload wrote this\n"
+
+
+def test_agent_writer_reopens_its_file_when_the_workload_closed_its_descriptor(tmp_path):
+    import json
+    import os
+
+    from gpudoctor.agent.events import EventWriter
+
+    writer = EventWriter(str(tmp_path))
+    writer.emit_now("hello", n=1)
+    os.close(writer._fd)  # the workload closed it (os.closerange) and nothing took the number
+    writer.emit_now("later", n=2)
+    [path] = tmp_path.glob("events-*.jsonl")
+    assert [json.loads(line)["k"] for line in path.read_text().splitlines()] == ["hello", "later"]
+    assert writer.write_errors == 0
+    writer.close()
