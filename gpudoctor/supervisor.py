@@ -27,6 +27,7 @@ from pathlib import Path
 import psutil
 
 from gpudoctor import __version__
+from gpudoctor.agent import STOP_MARKER
 from gpudoctor.agent.redact import env_secrets, redact_argv, redact_text
 from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.events import EventReader
@@ -158,6 +159,10 @@ class Supervisor:
         if self.stop_reason is None:
             self.stop_reason = reason
             self._mark_stop()
+            try:  # the agents then do not show the KeyboardInterrupt this causes as a crash
+                (self.workdir / STOP_MARKER).write_text(reason)
+            except OSError:
+                pass
             self._signal(signal.SIGINT)
 
     def _mark_stop(self) -> None:

@@ -139,15 +139,18 @@ def _install_exception_hooks(agent):
     previous = sys.excepthook
 
     def excepthook(exc_type, exc, tb):
+        quiet = False
         try:
             if not issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
                 _record_exception(agent, exc_type, exc, tb, thread=None)
             else:
-                agent.emit("interrupt", type=exc_type.__name__)
+                quiet = _stopped_by_gpudoctor(agent, exc_type) and previous is sys.__excepthook__
+                agent.emit("interrupt", type=exc_type.__name__, by_gpudoctor=quiet or None)
             agent.writer.flush(force=True)
         except Exception:
             pass
-        previous(exc_type, exc, tb)
+        if not quiet:
+            previous(exc_type, exc, tb)
 
     sys.excepthook = excepthook
 
@@ -162,6 +165,22 @@ def _install_exception_hooks(agent):
         previous_thread_hook(args)
 
     threading.excepthook = thread_hook
+
+
+# Written by the supervisor into the session directory just before it sends SIGINT for
+# --steps/--duration (never for the user's own Ctrl-C).
+STOP_MARKER = "stop-requested"
+
+
+def _stopped_by_gpudoctor(agent, exc_type):
+    """A KeyboardInterrupt that gpudoctor caused (--steps/--duration): the stop was asked
+    for, so Python's traceback of it would only look like a crash. Its exit status (killed by
+    SIGINT) and whatever the workload printed while handling it stay as they are."""
+    try:
+        return issubclass(exc_type, KeyboardInterrupt) and os.path.exists(
+            os.path.join(agent.directory, STOP_MARKER))
+    except Exception:
+        return False
 
 
 def _record_exception(agent, exc_type, exc, tb, thread):

@@ -97,3 +97,27 @@ def test_agent_writer_reopens_its_file_when_the_workload_closed_its_descriptor(t
     assert [json.loads(line)["k"] for line in path.read_text().splitlines()] == ["hello", "later"]
     assert writer.write_errors == 0
     writer.close()
+
+
+ENDLESS = Path(__file__).resolve().parent.parent / "workloads" / "endless.py"
+
+
+def test_a_stop_gpudoctor_asked_for_does_not_look_like_a_crash(gd):
+    run = gd("--steps", "5", str(ENDLESS), timeout=180)
+    assert run.returncode == 0, run.stderr  # stopped by gpudoctor: success (documented)
+    run.assert_saved()
+    assert "stopped after" in run.stdout  # the workload's own KeyboardInterrupt handler still ran
+    workload_stderr = [line for line in run.stderr.splitlines() if not line.startswith("gpudoctor:")]
+    assert not any("Traceback" in line or "KeyboardInterrupt" in line for line in workload_stderr), run.stderr
+    assert run.report["stop_reason"] == "steps" and run.report["exit_code"] == 130  # killed by SIGINT, as before
+
+
+def test_the_users_own_interrupt_keeps_its_traceback(gd_started):
+    import signal
+
+    started = gd_started(str(WORKLOADS / "loader.py"), "hang")
+    started.wait_for_line("hanging after 8 steps")
+    started.proc.send_signal(signal.SIGINT)  # like Ctrl-C: the user's interrupt, shown as usual
+    run = started.finish(timeout=180)
+    assert run.returncode == 130
+    assert "Traceback" in run.stderr and "KeyboardInterrupt" in run.stderr
