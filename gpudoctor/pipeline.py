@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpudoctor.engine import exit_status, run_checks
+from gpudoctor import exitcodes
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.registry import load_checks
 from gpudoctor.report import build_report
@@ -24,6 +25,7 @@ from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor
 from gpudoctor.supervisor import say as say_line
 
 if TYPE_CHECKING:
+    from gpudoctor.commands.diagnose import Misplaced
     from gpudoctor.output import OutputPaths, WrittenOutputs
 
 log = logging.getLogger(__name__)
@@ -33,7 +35,13 @@ def split_ids(values: list[str]) -> list[str]:
     return [item.strip() for value in values for item in value.split(",") if item.strip()]
 
 
-def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str) -> int:
+# argparse, click and absl exit with 2 when they reject their arguments
+USAGE_ERROR_EXIT = 2
+
+
+def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str, *,
+                        misplaced: Misplaced | None = None) -> int:
+    """`misplaced`: gpudoctor's own options found after the script (they went to it)."""
     from gpudoctor.output import plan_outputs
 
     formats = ["html", "json", *[f for f in args.formats if f not in ("html", "json")]]
@@ -65,6 +73,8 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str)
         raise GpudoctorError(str(exc), exc.code) from None
     try:
         session = result.session
+        if misplaced:
+            _misplaced_options(session, misplaced)
         if not supervisor.reader.processes:
             say_line("gpudoctor: no Python process of the command was instrumented; "
                  "the report covers CPU/GPU sampling only")
@@ -75,6 +85,18 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str)
         return finish(session, args, plan, trace=result.trace_path, stopped_by_us=session.stop_reason in ("duration", "steps"))
     finally:
         result.cleanup()
+
+
+def _misplaced_options(session: Session, misplaced: Misplaced) -> None:
+    """The script rejected its arguments (exit 2 before any step) and they hold gpudoctor's
+    own options: a usage error of gpudoctor's (exit 64, one line, no report written). Any
+    other outcome is the script's own: its report is written, with a note on stderr."""
+    options = " ".join(misplaced.options)
+    if session.exit_code == USAGE_ERROR_EXIT and session.steps.count == 0:
+        raise GpudoctorError(f"the script rejected its arguments (exit code 2), which hold gpudoctor's own {options}: "
+                             f"gpudoctor's options go before the script: {misplaced.suggestion}", exitcodes.USAGE)
+    say_line(f"gpudoctor: note: {options} after the script went to the script; gpudoctor's options go before it: "
+             f"{misplaced.suggestion}")
 
 
 def supervisor_cleanup(supervisor: Supervisor) -> None:

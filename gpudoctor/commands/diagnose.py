@@ -12,8 +12,10 @@ import errno
 import importlib.util
 import logging
 import os
+import shlex
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpudoctor import exitcodes
@@ -183,8 +185,51 @@ def _check_executable(command: list[str]) -> list[str]:
     return command
 
 
+def own_options() -> dict[str, bool]:
+    """gpudoctor diagnose's long options (--duration, --steps, ...) -> whether they take a value."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_run_options(parser)
+    add_output_options(parser)
+    return {o: action.nargs != 0 for action in parser._actions for o in action.option_strings if o.startswith("--")}
+
+
+@dataclass(frozen=True)
+class Misplaced:
+    """gpudoctor's own options written after the script (`diagnose train.py --duration 10`)."""
+
+    options: list[str]  # as written, with their values
+    suggestion: str  # the command line with them before the script
+
+
+def misplaced_options(args: argparse.Namespace) -> Misplaced | None:
+    """Not after `--`, where the command is spelled out on purpose."""
+    if args.module is not None:
+        head, script_args = ["-m", *args.module[:1]], list(args.module[1:])
+    elif args.target and args.target[0] != "--":
+        head, script_args = list(args.target[:1]), list(args.target[1:])
+    else:
+        return None
+    ours = own_options()
+    moved: list[str] = []
+    kept: list[str] = []
+    i = 0
+    while i < len(script_args):
+        arg = script_args[i]
+        name = arg.split("=", 1)[0]
+        if name in ours:
+            takes_value = ours[name] and "=" not in arg and i + 1 < len(script_args)
+            moved += script_args[i : i + 2] if takes_value else [arg]
+            i += 2 if takes_value else 1
+            continue
+        kept.append(arg)
+        i += 1
+    if not moved:
+        return None
+    return Misplaced(moved, shlex.join(["gpudoctor", "diagnose", *moved, *head, *kept]))
+
+
 def run(args: argparse.Namespace) -> int:
     from gpudoctor.pipeline import diagnose_and_report
 
     command, stem = resolve_command(args)
-    return diagnose_and_report(args, command, stem)
+    return diagnose_and_report(args, command, stem, misplaced=misplaced_options(args))

@@ -121,3 +121,30 @@ def test_the_users_own_interrupt_keeps_its_traceback(gd_started):
     run = started.finish(timeout=180)
     assert run.returncode == 130
     assert "Traceback" in run.stderr and "KeyboardInterrupt" in run.stderr
+
+
+def test_gpudoctor_options_after_the_script_are_a_usage_error_when_the_script_rejects_them(gd):
+    run = gd(str(WORKLOADS / "takes_args.py"), "--lr", "0.5", "--duration", "10")
+    assert run.returncode == 64, run.stderr
+    [line] = run.status_lines()
+    assert line.startswith("gpudoctor: error: the script rejected its arguments")
+    assert f"gpudoctor diagnose --duration 10 {WORKLOADS / 'takes_args.py'} --lr 0.5" in line
+    assert "unrecognized arguments: --duration 10" in run.stderr  # the script's own message, untouched
+    assert not run.out.exists() or not list(run.out.iterdir())  # no "run failed" report
+
+
+def test_an_option_the_script_accepts_stays_the_scripts(gd):
+    # --steps is the script's own option here: it ran fine, gpudoctor only notes where its options go
+    run = gd(str(WORKLOADS / "takes_args.py"), "--steps", "3")
+    assert run.returncode == 0, run.stderr
+    run.assert_saved()
+    assert "lr=0.1 steps=3" in run.stdout
+    assert any("gpudoctor's options go before it" in line for line in run.status_lines())
+
+
+def test_after_double_dash_the_command_is_taken_as_written(gd):
+    import sys
+
+    run = gd("--", sys.executable, str(WORKLOADS / "takes_args.py"), "--duration", "10")
+    assert run.returncode == 2  # the workload's own status
+    assert not any("options go before" in line for line in run.status_lines())
