@@ -304,10 +304,14 @@ class Session:
             raise SessionError(f"not a gpudoctor session (schema {schema!r})")
         if schema != SESSION_SCHEMA:
             raise SessionError(f"unsupported session schema {schema!r} (this gpudoctor reads {SESSION_SCHEMA})")
+        from gpudoctor.session_checks import validate
+
         try:
-            return _build(cls, data)
+            session = _build(cls, data)
+            validate(session)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise SessionError(f"malformed session: {exc}") from None
+        return session  # type: ignore[no-any-return]
 
     def save(self, path: Path) -> None:
         from gpudoctor.fsutil import write_atomic

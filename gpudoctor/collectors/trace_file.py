@@ -11,9 +11,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.bounded import InputTooLarge, Limits, read_bounded
 from gpudoctor.fsutil import unreadable_reason
 
-MAX_TRACE_BYTES = 1 << 30  # uncompressed; parsed JSON costs several times that in memory
+# uncompressed; parsed, a real Kineto trace takes about 2.6 times its bytes in memory (300
+# bytes an event), a hostile one of tiny events far more: objects and values are bounded too
+MAX_TRACE_BYTES = 512 << 20
+MAX_TRACE_OBJECTS = 2_000_000  # about a million events (each with its args)
+MAX_TRACE_VALUES = 24_000_000
 
 
 class TraceError(Exception):
@@ -40,14 +45,13 @@ def load_trace(path: str | Path, max_bytes: int | None = None) -> Any:
         with open(path, "rb") as fh:
             compressed = fh.read(2) == b"\x1f\x8b"
         with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
-            raw = fh.read(limit + 1)
+            raw = read_bounded(fh, Limits(limit, MAX_TRACE_OBJECTS, MAX_TRACE_VALUES, "profiler trace"))
+    except InputTooLarge as exc:
+        raise TraceError(f"{path}: trace (uncompressed) {exc}; profile fewer steps and try again") from None
     except (EOFError, zlib.error, gzip.BadGzipFile):
         raise TraceError(f"{path}: corrupt or truncated gzip file") from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})", not_found=True) from None
-    if len(raw) > limit:
-        raise TraceError(f"{path}: trace larger than {limit / 2**20:,.0f} MiB uncompressed; "
-                         "profile fewer steps and try again")
     if not raw.strip():
         raise TraceError(f"{path}: empty file")
     try:
