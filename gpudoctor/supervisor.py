@@ -34,6 +34,7 @@ from gpudoctor.collectors.events import EventReader
 from gpudoctor.collectors.storage import probe as probe_storage
 from gpudoctor.gpu import GpuMonitor
 from gpudoctor.session import Environment, Session, StorageProbe
+from gpudoctor.signals import InterruptWatch, foreground_tty
 from gpudoctor.status import StatusLine
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ class Supervisor:
         return env
 
     def _start(self) -> None:
-        stdin_tty = _foreground_tty()
+        stdin_tty = foreground_tty()
         # At a terminal the workload stays in our process group, so Ctrl-C reaches it as
         # usual and it can read the terminal. Otherwise it gets a group of its own that
         # we can signal as a whole (torchrun, DataLoader workers, helpers).
@@ -170,6 +171,12 @@ class Supervisor:
         self.stop_requested_t = round(time.time() - self.t0, 3)
 
     def _on_sigint(self, signum: int, frame: object) -> None:
+        # no word on where it came from: at a terminal, assume the keyboard (see signals.py)
+        self._interrupt(from_keyboard=not self.own_group and foreground_tty())
+
+    def _interrupt(self, from_keyboard: bool) -> None:
+        """A SIGINT to gpudoctor. One typed at the terminal already reached the workload
+        (same process group); any other (kill -INT PID) is forwarded to it."""
         self.interrupts += 1
         if self.interrupts >= 2:
             say("\ngpudoctor: second Ctrl-C: stopping the workload now")
@@ -181,8 +188,7 @@ class Supervisor:
         if self.stop_reason is None:
             self.stop_reason = "interrupted"
             self._mark_stop()
-        # A keyboard Ctrl-C already reached a workload in our foreground group: don't send twice.
-        if self.own_group or not _foreground_tty():
+        if self.own_group or not from_keyboard:
             self._signal(signal.SIGINT)
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
@@ -214,10 +220,10 @@ class Supervisor:
         previous_int = signal.signal(signal.SIGINT, self._on_sigint)
         previous_term = signal.signal(signal.SIGTERM, self._on_sigterm)
         gpu = GpuMonitor(self.t0, options.gpu_interval_s)
-        gpu.start()
         status = StatusLine(enabled=options.live_status)
         started_at = datetime.datetime.now(datetime.timezone.utc)
         cpu_sampler: CpuSampler | None = None
+        watch: InterruptWatch | None = None
         try:
             try:
                 self._start()
@@ -228,6 +234,11 @@ class Supervisor:
             except OSError as exc:
                 raise LaunchError(f"cannot start {options.command[0]}: {exc.strerror or exc}", 69) from exc
             assert self.proc is not None
+            if not self.own_group:  # at a terminal: a Ctrl-C typed there, or a kill -INT of ours?
+                watch = InterruptWatch(self._interrupt)
+                if not watch.start():
+                    watch = None
+            gpu.start()  # gpudoctor's threads start after the watch blocked SIGINT for them
             cpu_sampler = CpuSampler(
                 self.proc.pid, self.t0, options.cpu_interval_s,
                 main_pid=lambda: (self.reader.primary() or (None, ""))[0],
@@ -243,6 +254,8 @@ class Supervisor:
             self._tick(gpu, status)
         finally:
             status.stop()
+            if watch is not None:
+                watch.stop()
             signal.signal(signal.SIGINT, previous_int)
             signal.signal(signal.SIGTERM, previous_term)
             if cpu_sampler is not None:
@@ -440,15 +453,6 @@ def _apply_profile(profiles: list[dict], workdir: Path, session: Session, t0: fl
         summary.window_end_s = round(float(profile["t_end"]) - t0, 3)
     session.profile = summary
     session.unavailable.pop("profile", None)
-
-
-def _foreground_tty() -> bool:
-    """True when our stdin is a terminal and we are its foreground process group."""
-    try:
-        fd = sys.stdin.fileno()
-        return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def say(message: str) -> None:
