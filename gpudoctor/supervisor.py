@@ -33,6 +33,8 @@ from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.events import EventReader
 from gpudoctor.collectors.storage import probe as probe_storage
 from gpudoctor.gpu import GpuMonitor
+from gpudoctor.leftovers import note, still_running
+from gpudoctor.reports.console import printable
 from gpudoctor.session import Environment, Session, StorageProbe
 from gpudoctor.signals import InterruptWatch, foreground_tty
 from gpudoctor.status import StatusLine
@@ -92,6 +94,8 @@ class Supervisor:
         # Python processes of the command that run without the agent, and why
         self.uninstrumented: dict[int, str] = {}
         self._env_checked: set[int] = set()
+        self.seen_pids: dict[int, float | None] = {}  # processes of the command -> create time
+        self.leftovers: list[str] = []  # still running after the workload ended
         self._next_env_check = 0.0
 
     # -- launching --------------------------------------------------------------
@@ -252,6 +256,7 @@ class Supervisor:
                 time.sleep(POLL_S)
                 self._tick(gpu, status)
             self._tick(gpu, status)
+            self._find_leftovers()
         finally:
             status.stop()
             if watch is not None:
@@ -304,6 +309,11 @@ class Supervisor:
             return
         for child in tree:
             pid = child.pid
+            if pid not in self.seen_pids:
+                try:
+                    self.seen_pids[pid] = child.create_time()
+                except psutil.Error:
+                    pass
             if pid in self._env_checked or pid in self.reader.processes:
                 continue
             try:
@@ -320,6 +330,17 @@ class Supervisor:
                 # its command line goes into a report that gets attached to tickets
                 shown = " ".join(redact_argv(cmdline, env_secrets({**os.environ, **environ})))
                 self.uninstrumented[pid] = f"pid {pid} ({shown[:120]}): {why}"
+
+    def _find_leftovers(self) -> None:
+        """Processes of the command (seen in its tree, or instrumented) still running now
+        that the workload has ended: named in the report, left running."""
+        assert self.proc is not None
+        seen = dict(self.seen_pids)
+        for pid in self.reader.processes:
+            seen.setdefault(pid, None)
+        self.leftovers = still_running(seen, started_after=self.t0 - 1.0, exclude={self.proc.pid})
+        if self.leftovers:
+            say(printable(f"gpudoctor: {note(self.leftovers)}"))
 
     def _probe_storage(self, path: str) -> None:
         if path in self.storage or len(self.storage) >= 4:
@@ -373,6 +394,8 @@ class Supervisor:
             session.notes.append(
                 f"the workload did not stop within {self.options.grace_s:g}s of SIGINT; gpudoctor sent "
                 f"{' then '.join(dict.fromkeys(self.escalated))}: its last events may be missing")
+        if self.leftovers:
+            session.notes.append(note(self.leftovers))
         missed = [why for pid, why in self.uninstrumented.items() if pid not in self.reader.processes]
         if missed:
             session.notes.append(

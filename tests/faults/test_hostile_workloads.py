@@ -148,3 +148,21 @@ def test_after_double_dash_the_command_is_taken_as_written(gd):
     run = gd("--", sys.executable, str(WORKLOADS / "takes_args.py"), "--duration", "10")
     assert run.returncode == 2  # the workload's own status
     assert not any("options go before" in line for line in run.status_lines())
+
+
+def test_a_process_that_outlives_the_workload_is_reported(gd):
+    import os
+    import re
+    import signal
+
+    run = gd(str(WORKLOADS / "orphan.py"))
+    pid = int(re.search(r"helper pid (\d+)", run.stdout).group(1))
+    try:
+        assert run.returncode == 0, run.stderr
+        run.assert_saved()
+        [line] = [line for line in run.status_lines() if "still ran after it ended" in line]
+        assert f"pid {pid} (" in line and "gpudoctor left them running" in line and SECRET not in line
+        assert any(f"pid {pid} (" in n and "left them running" in n for n in run.session["notes"])
+        os.kill(pid, 0)  # still running: gpudoctor did not kill what the user may need
+    finally:
+        os.kill(pid, signal.SIGKILL)
