@@ -122,7 +122,7 @@ def _closed_streams_stay_closed() -> None:
         except OSError:
             pass
         if getattr(sys, name) is None:
-            setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w"))
+            setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w"))  # noqa: SIM115 (for the process's life)
 
 
 def _tolerant_streams() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpudoctor import __version__
 from gpudoctor.agent.redact import redact_argv
-from gpudoctor.diff_stats import MIN_STEADY_STEPS, significance, step_time_stats, steady_durations
+from gpudoctor.diff_stats import MIN_STEADY_STEPS, significance, steady_durations, step_time_stats
 
 DIFF_SCHEMA = "gpudoctor.diff/1"
 # launchers whose own name says nothing about the workload they start

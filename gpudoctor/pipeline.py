@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpudoctor.engine import exit_status, run_checks
 from gpudoctor import exitcodes
+from gpudoctor.engine import exit_status, run_checks
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.registry import load_checks
 from gpudoctor.report import build_report
 from gpudoctor.session import Session
+from gpudoctor.status import say as say_line
 from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor
-from gpudoctor.supervisor import say as say_line
 
 if TYPE_CHECKING:
     from gpudoctor.commands.diagnose import Misplaced

@@ -17,8 +17,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,13 +29,15 @@ from gpudoctor.agent import STOP_MARKER
 from gpudoctor.agent.redact import env_secrets, redact_argv, redact_text
 from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.events import EventReader
+from gpudoctor.collectors.profile import apply_profile
 from gpudoctor.collectors.storage import probe as probe_storage
 from gpudoctor.gpu import GpuMonitor
-from gpudoctor.leftovers import note, still_running
+from gpudoctor.process_tree import TreeWatch, leftover_note
 from gpudoctor.reports.console import printable
 from gpudoctor.session import Environment, Session, StorageProbe
 from gpudoctor.signals import InterruptWatch, foreground_tty
-from gpudoctor.status import StatusLine
+from gpudoctor.status import StatusLine, say
+from gpudoctor.workdir import LaunchError, make_workdir
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Supervisor:
     def __init__(self, options: RunOptions) -> None:
         self.options = options
         self.t0 = time.time()
-        self.workdir = _make_workdir(options.scratch_dirs)
+        self.workdir = make_workdir(options.scratch_dirs)
         self.reader = EventReader(self.workdir, self.t0)
         self.proc: subprocess.Popen[bytes] | None = None
         self.own_group = False
@@ -91,11 +91,10 @@ class Supervisor:
         self._storage_threads: list[threading.Thread] = []
         self.escalated: list[str] = []  # signals sent after SIGINT was not enough
         self.stop_requested_t: float | None = None  # seconds into the run
-        # Python processes of the command that run without the agent, and why
-        self.uninstrumented: dict[int, str] = {}
-        self._env_checked: set[int] = set()
-        self.seen_pids: dict[int, float | None] = {}  # processes of the command -> create time
-        self.leftovers: list[str] = []  # still running after the workload ended
+        # uninstrumented Python processes; processes that outlive the workload
+        self.tree = TreeWatch(str(self.workdir), str(SITE_DIR))
+        self.uninstrumented = self.tree.uninstrumented
+        self.leftovers: list[str] = []
         self._next_env_check = 0.0
 
     # -- launching --------------------------------------------------------------
@@ -291,56 +290,17 @@ class Supervisor:
         self._escalate()
         if time.monotonic() >= self._next_env_check:
             self._next_env_check = time.monotonic() + 1.0
-            self._find_uninstrumented()
+            if self.proc is not None:
+                self.tree.scan(self.proc.pid, self.reader.processes)
         status.update(elapsed=elapsed, steps=steps, data_wait=self.reader.data_wait_share(),
                       gpu_util=gpu.latest_util())
 
-    def _find_uninstrumented(self) -> None:
-        """Python processes of the command whose environment lost the agent (a launcher or
-        the workload set PYTHONPATH from scratch, or ran python -I/-E/-S): said in the report,
-        since their loaders, steps and errors cannot be in it."""
-        proc = self.proc
-        if proc is None:
-            return
-        try:
-            root = psutil.Process(proc.pid)
-            tree = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return
-        for child in tree:
-            pid = child.pid
-            if pid not in self.seen_pids:
-                try:
-                    self.seen_pids[pid] = child.create_time()
-                except psutil.Error:
-                    pass
-            if pid in self._env_checked or pid in self.reader.processes:
-                continue
-            try:
-                cmdline = child.cmdline()
-                names = {child.name(), os.path.basename(cmdline[0]) if cmdline else ""}
-                if not any(n.startswith("python") for n in names):
-                    continue  # a shell or launcher, maybe about to exec python: look again later
-                self._env_checked.add(pid)
-                environ = child.environ()
-                why = _agent_missing(environ, cmdline, str(self.workdir))
-            except (psutil.Error, OSError):
-                continue
-            if why:
-                # its command line goes into a report that gets attached to tickets
-                shown = " ".join(redact_argv(cmdline, env_secrets({**os.environ, **environ})))
-                self.uninstrumented[pid] = f"pid {pid} ({shown[:120]}): {why}"
-
     def _find_leftovers(self) -> None:
-        """Processes of the command (seen in its tree, or instrumented) still running now
-        that the workload has ended: named in the report, left running."""
         assert self.proc is not None
-        seen = dict(self.seen_pids)
-        for pid in self.reader.processes:
-            seen.setdefault(pid, None)
-        self.leftovers = still_running(seen, started_after=self.t0 - 1.0, exclude={self.proc.pid})
+        self.leftovers = self.tree.still_running(self.reader.processes, started_after=self.t0 - 1.0,
+                                                 exclude={self.proc.pid})
         if self.leftovers:
-            say(printable(f"gpudoctor: {note(self.leftovers)}"))
+            say(printable(f"gpudoctor: {leftover_note(self.leftovers)}"))
 
     def _probe_storage(self, path: str) -> None:
         if path in self.storage or len(self.storage) >= 4:
@@ -395,7 +355,7 @@ class Supervisor:
                 f"the workload did not stop within {self.options.grace_s:g}s of SIGINT; gpudoctor sent "
                 f"{' then '.join(dict.fromkeys(self.escalated))}: its last events may be missing")
         if self.leftovers:
-            session.notes.append(note(self.leftovers))
+            session.notes.append(leftover_note(self.leftovers))
         missed = [why for pid, why in self.uninstrumented.items() if pid not in self.reader.processes]
         if missed:
             session.notes.append(
@@ -416,7 +376,7 @@ class Supervisor:
         if not session.storage:
             session.unavailable.setdefault("storage", "no dataset path known (pass --data PATH to name it)")
         GpuMonitor.apply(gpu_result, session)
-        _apply_profile(self.reader.profiles, self.workdir, session, self.t0)
+        apply_profile(self.reader.profiles, self.workdir, session, self.t0)
         if session.allocator == []:
             session.unavailable.setdefault("allocator", "the workload did not use the CUDA caching allocator")
         if self.reader.processes and not self.reader.torch_versions:
@@ -434,81 +394,3 @@ def _redact_errors(session: Session) -> None:
         error.message = redact_text(error.message, secrets)
         if error.traceback:
             error.traceback = redact_text(error.traceback, secrets)
-
-
-class LaunchError(Exception):
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _apply_profile(profiles: list[dict], workdir: Path, session: Session, t0: float) -> None:
-    usable = [p for p in profiles if p.get("path")]
-    if not usable:
-        errors = [str(p["error"]) for p in profiles if p.get("error")]
-        if errors:
-            session.unavailable["profile"] = errors[0]
-        elif session.torch_cuda_used and "steps" in session.unavailable:
-            session.unavailable["profile"] = ("no step boundaries, and the run ended before the time-bounded "
-                                              "window (--stepless-after after CUDA started); mark steps with "
-                                              "gpudoctor.step()")
-        elif session.torch_cuda_used:
-            session.unavailable["profile"] = "the profiler window did not complete (fewer steps than warm-up + window?)"
-        else:
-            session.unavailable["profile"] = "no profiler window: the workload used no GPU"
-        return
-    profile = usable[0]
-    try:
-        from gpudoctor.collectors.trace import summarize_trace
-    except ImportError:
-        session.unavailable["profile"] = "trace analysis is not available in this build"
-        return
-    try:
-        summary = summarize_trace(workdir / str(profile["path"]), steps=int(profile.get("steps") or 0))
-    except Exception as exc:  # a trace we cannot read must not cost the rest of the report
-        log.debug("trace analysis failed", exc_info=True)
-        session.unavailable["profile"] = f"the profiler trace could not be analysed: {type(exc).__name__}: {exc}"
-        return
-    summary.tf32_enabled = profile.get("tf32")
-    summary.window_s = round(float(profile.get("t_end", 0)) - float(profile.get("t_start", 0)), 3)
-    if profile.get("t_start") and profile.get("t_end"):
-        summary.window_start_s = round(float(profile["t_start"]) - t0, 3)
-        summary.window_end_s = round(float(profile["t_end"]) - t0, 3)
-    session.profile = summary
-    session.unavailable.pop("profile", None)
-
-
-def say(message: str) -> None:
-    """A line for the user on stderr; a closed or full stderr never costs the report."""
-    if sys.stderr is None:  # started with stderr closed: print() would fall back to stdout
-        return
-    try:
-        print(message, file=sys.stderr, flush=True)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
-def _make_workdir(fallbacks: list[str]) -> Path:
-    """The session directory: in the temporary directory, else in a fallback (the report
-    directory), so a full or read-only /tmp does not stop the run."""
-    errors = []
-    for parent in [None, *fallbacks]:
-        try:
-            return Path(tempfile.mkdtemp(prefix="gpudoctor-session-" if parent is None else ".gpudoctor-session-",
-                                         dir=parent))
-        except OSError as exc:
-            errors.append(f"{parent or tempfile.gettempdir()}: {exc.strerror or exc}")
-    raise LaunchError("cannot create a session directory (" + "; ".join(errors) + ")", 73)
-
-
-def _agent_missing(environ: dict[str, str], cmdline: list[str], workdir: str) -> str | None:
-    """Why a Python process with this environment and command line cannot load the agent."""
-    flags = [a for a in cmdline[1:3] if a.startswith("-") and not a.startswith("--")]
-    if any(set(f[1:]) & {"I", "E", "S"} for f in flags if not f.startswith(("-c", "-m", "-W", "-X"))):
-        return "started with python -I, -E or -S, which skip PYTHONPATH or site"
-    if str(SITE_DIR) not in environ.get("PYTHONPATH", "").split(os.pathsep):
-        return "its PYTHONPATH was set without gpudoctor's agent (the command replaced PYTHONPATH)"
-    if environ.get("GPUDOCTOR_SESSION_DIR") != workdir:
-        return "its environment was replaced (no GPUDOCTOR_SESSION_DIR)"
-    return None
-

@@ -10,10 +10,10 @@ from rich.markdown import Markdown
 from rich.table import Table
 
 from gpudoctor import exitcodes
-from gpudoctor.reports.console import is_terminal, show
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.model import STAGES
 from gpudoctor.registry import find_check, load_checks
+from gpudoctor.reports.console import is_terminal, show
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.argtypes import float_between, non_negative_int, positive_float, positive_int
+from gpudoctor.commands.argtypes import (
+    float_between,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.fsutil import unreadable_reason
 

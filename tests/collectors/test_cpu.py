@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -73,7 +74,7 @@ _BUSY_CHILD = (
 def _cpu_seconds(samples: list, field: str) -> float:
     """CPU time the samples account for: each percent times its interval (they telescope)."""
     total = 0.0
-    for before, after in zip(samples, samples[1:]):
+    for before, after in itertools.pairwise(samples):
         value = getattr(after, field)
         assert value is not None, field
         total += value / 100 * (after.t - before.t)

@@ -46,7 +46,7 @@ def test_uninstrumented_child_command_line_is_redacted(tmp_path):
     supervisor.proc = subprocess.Popen([sys.executable, "-I", "-c", "import time; time.sleep(60)", "--password",
                                         SECRET, "-p", SECRET, "--token=" + SECRET])
     try:
-        supervisor._find_uninstrumented()
+        supervisor.tree.scan(supervisor.proc.pid, {})
     finally:
         supervisor.proc.kill()
         supervisor.proc.wait()

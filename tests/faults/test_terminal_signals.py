@@ -7,7 +7,6 @@ import os
 import pty
 import select
 import signal
-import sys
 import time
 from pathlib import Path
 

@@ -12,10 +12,9 @@ import sys
 MODE = sys.argv[1]
 if MODE == "closerange":
     os.closerange(3, 1024)
-    out = open(sys.argv[2], "w")
+    out = open(sys.argv[2], "w")  # noqa: SIM115 (kept open on purpose, see above)
     out.write("step,loss\n")
-    for step in range(5):
-        out.write(f"{step},{1.0 / (step + 1):.3f}\n")
+    out.writelines(f"{step},{1.0 / (step + 1):.3f}\n" for step in range(5))
     out.flush()
     raise SystemExit(0)  # `out` is still open while the agent's exit handler runs
 if MODE == "inherited":
