@@ -11,7 +11,7 @@ memory stays near the limits whatever the input claims. The counts over-estimate
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Protocol
 
 CHUNK_BYTES = 4 << 20
 
@@ -24,11 +24,15 @@ class Limits:
     what: str  # "session", "trace": for the message
 
 
+class Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 class InputTooLarge(OSError):
     """Input over a limit: never read into memory whole."""
 
 
-def read_bounded(stream: BinaryIO, limits: Limits) -> bytes:
+def read_bounded(stream: Readable, limits: Limits) -> bytes:
     chunks: list[bytes] = []
     size = objects = values = 0
     while True:

@@ -26,7 +26,7 @@ def build(tp: Any, data: Any) -> Any:
     origin = get_origin(tp)
     if tp is Any:
         return data
-    if origin is None and dataclasses.is_dataclass(tp):
+    if origin is None and isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(data, dict):
             raise TypeError(f"{tp.__name__}: expected an object, got {type(data).__name__}")
         hints = _HINTS.get(tp)
