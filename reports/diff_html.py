@@ -17,11 +17,13 @@ from gpudoctor.agent.redact import redact_argv
 
 from . import charts
 from ._common import format_number
+from .console import printable
 from .diff_text import change_text, sample_text
 from .html import SCRIPT, _chart, content_security_policy, environment
 
 
 def render(diff: Mapping[str, Any]) -> str:
+    diff = printable(diff)  # no terminal controls, even in a page
     timelines = diff.get("timelines") or {}
     metrics = [
         {**m, "before_text": format_number(m.get("before"), m.get("unit")), "after_text": format_number(m.get("after"), m.get("unit")), "change_text": change_text(m)}

@@ -94,7 +94,7 @@ CODE = ("loader = DataLoader(dataset, batch_size=32, num_workers=8, pin_memory=T
         "  # 8 = the usable cores")
 
 
-@pytest.mark.parametrize("fmt", ["terminal", "markdown", "json"])
+@pytest.mark.parametrize("fmt", ["terminal", "markdown", "json", "junit", "html"])
 def test_escape_sequences_from_the_session_never_reach_the_terminal(tmp_path: Path, fmt: str) -> None:
     error = {"pid": 1, "kind": "exception", "type": "RuntimeError" + HOSTILE, "message": "boom" + HOSTILE}
     path = _session_with(tmp_path, command=["python", "train.py", HOSTILE], errors=[error], exit_code=1,
@@ -112,7 +112,7 @@ def test_escape_sequences_never_reach_the_terminal_in_diff(tmp_path: Path) -> No
     command = json.loads(SESSION.read_text())["command"] + [HOSTILE]
     path = _session_with(tmp_path, command=command, notes=[HOSTILE])
     path = path.rename(tmp_path / "s\x1b[2J.session.json")  # a hostile file name too
-    for fmt in ("terminal", "markdown", "json"):
+    for fmt in ("terminal", "markdown", "json", "html"):
         proc = subprocess.run([*GPUDOCTOR, "diff", str(SESSION), str(path), "--format", fmt], capture_output=True,
                               timeout=120, check=False)
         assert proc.returncode == 0, proc.stderr
