@@ -61,12 +61,14 @@ class TreeWatch:
             if why:
                 self.uninstrumented[pid] = f"pid {pid} ({_shown(cmdline, environ)}): {why}"
 
-    def still_running(self, instrumented: Iterable[int], started_after: float, exclude: set[int]) -> list[str]:
-        """`pid (command line)` of each process seen (in the tree, or instrumented) that
-        still runs: the same process (same create time, or created after `started_after`
-        when only its pid is known), not a zombie."""
+    def still_running(self, instrumented: Iterable[int], started_after: float, exclude: set[int],
+                      group: int | None = None) -> list[str]:
+        """`pid (command line)` of each process seen (in the tree, or instrumented), or still
+        in the workload's process `group`, that still runs: the same process (same create
+        time, or created after `started_after` when only its pid is known), not a zombie.
+        The group catches what lived too briefly in the tree to be seen there."""
         candidates: dict[int, float | None] = dict(self.seen)
-        for pid in instrumented:
+        for pid in [*instrumented, *(_members(group) if group is not None else [])]:
             candidates.setdefault(pid, None)
         found = []
         for pid, created in sorted(candidates.items()):
@@ -84,6 +86,17 @@ class TreeWatch:
                 continue
             found.append(f"pid {pid} ({_shown(cmdline, {})})")
         return found
+
+
+def _members(group: int) -> list[int]:
+    found = []
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) == group:
+                found.append(pid)
+        except OSError:
+            continue
+    return found
 
 
 def leftover_note(leftovers: list[str]) -> str:

@@ -298,7 +298,8 @@ class Supervisor:
     def _find_leftovers(self) -> None:
         assert self.proc is not None
         self.leftovers = self.tree.still_running(self.reader.processes, started_after=self.t0 - 1.0,
-                                                 exclude={self.proc.pid})
+                                                 exclude={self.proc.pid},
+                                                 group=self.proc.pid if self.own_group else None)
         if self.leftovers:
             say(printable(f"gpudoctor: {leftover_note(self.leftovers)}"))
 

@@ -166,3 +166,18 @@ def test_a_process_that_outlives_the_workload_is_reported(gd):
         os.kill(pid, 0)  # still running: gpudoctor did not kill what the user may need
     finally:
         os.kill(pid, signal.SIGKILL)
+
+
+def test_a_short_lived_parent_leaves_a_process_in_its_group_that_is_reported(gd, tmp_path):
+    import os
+    import signal
+
+    # no Python, no agent, gone before any scan of the tree: found by its process group
+    pidfile = tmp_path / "pid"
+    run = gd("--", "sh", "-c", f"sleep 60 </dev/null >/dev/null 2>&1 & echo $! > {pidfile}")
+    pid = int(pidfile.read_text())
+    try:
+        assert run.returncode == 0, run.stderr
+        assert any(f"pid {pid} (sleep 60)" in line for line in run.status_lines()), run.stderr
+    finally:
+        os.kill(pid, signal.SIGKILL)
