@@ -124,8 +124,9 @@ def run(session: Session) -> list[Finding]:
         parts.append(f"{kind} {int(float(v.get('count', 0)))}x {format_bytes(moved)} in "
                      f"{format_duration(us / 1e6)}" + (f" ({rate:.1f} GB/s)" if rate is not None else ""))
     span = profile.gpu_busy_us + profile.gpu_idle_us
-    hidden = min(copy_us, span * 0.999)
-    rule = min(MAX_GAIN, span / (span - hidden)) if 0 < hidden < span else 1.0
+    hidden = min(copy_us, span * 0.999) if span > 0 else 0.0
+    # span * 0.999 rounds back to span for a subnormal span: then there is no gain to state
+    rule = min(MAX_GAIN, span / (span - hidden)) if 0 < hidden < span else None
     # the what-if that fits: pageable copies pinned, or small ones stacked (the larger of the two)
     options = [predict(session, name, host_side=False, rule_gain=rule,
                        rule_detail="GPU span / (span - copy time): the copies fully overlapped with compute")

@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    _closed_streams_stay_closed()
     _tolerant_streams()
     try:
         parser = build_parser()
@@ -62,22 +63,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             return exitcodes.USAGE
         return int(args.func(args))
     except GpudoctorError as exc:
-        print(f"gpudoctor: error: {exc}", file=sys.stderr)
+        print(_printable(f"gpudoctor: error: {exc}"), file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         print("gpudoctor: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # e.g. `gpudoctor checks | head`: not an error worth a traceback
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
+        # `gpudoctor report s.json | head -1`: the reader had enough; not an error. What
+        # is still buffered for stdout goes nowhere instead of failing again at exit.
+        _silence_stdout()
         return exitcodes.OK
     except Exception as exc:  # a bug: one line, and the details only with -v
         log.debug("internal error", exc_info=True)
         print(
-            f"gpudoctor: internal error: {type(exc).__name__}: {exc} (run with -v for details; please report it)",
+            _printable(f"gpudoctor: internal error: {type(exc).__name__}: {exc} (run with -v for details; "
+                       "please report it)"),
             file=sys.stderr,
         )
         if "-v" in args_list or "--verbose" in args_list:
@@ -85,6 +85,44 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             traceback.print_exc()
         return exitcodes.INTERNAL
+
+
+def _printable(text: str) -> str:
+    """An error line may quote a file's content or name: no terminal controls from it."""
+    from gpudoctor.reports.console import printable
+
+    return str(printable(text))
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _closed_streams_stay_closed() -> None:
+    """Started with stdin, stdout or stderr closed (`2>&-`): Python set that stream to None,
+    and print(file=None) would write gpudoctor's messages to stdout, into the JSON a script
+    reads. Messages for a closed stream go nowhere instead. The descriptor number is held by
+    /dev/null, so no file gpudoctor opens later lands on it; it is not inherited, so the
+    workload starts with the same closed descriptor gpudoctor had."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        try:
+            held = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+            if held != fd:
+                os.close(held)
+        except OSError:
+            pass
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w"))  # noqa: SIM115 (for the process's life)
 
 
 def _tolerant_streams() -> None:

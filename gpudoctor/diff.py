@@ -9,12 +9,13 @@ says why two reports differ and the command refuses unless --force.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor import __version__
 from gpudoctor.agent.redact import redact_argv
+from gpudoctor.diff_stats import MIN_STEADY_STEPS, significance, steady_durations, step_time_stats
 
 DIFF_SCHEMA = "gpudoctor.diff/1"
 # launchers whose own name says nothing about the workload they start
@@ -45,6 +46,10 @@ METRICS = (
     Metric("peak_memory_allocated_bytes", "Peak memory allocated", "bytes", None, 0.02),
     Metric("batch_size", "Batch size", None, None, 0.0),
 )
+
+
+# metrics that are step time in another form: their change is real only when significant
+TIMING_KEYS = ("samples_per_s", "steps_per_s", "step_time_median_s")
 
 
 def workload_identity(command: Any) -> str | None:
@@ -158,7 +163,8 @@ def _side(report: Mapping[str, Any], name: str | None) -> dict[str, Any]:
 
 
 def compare_findings(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Findings resolved (before only), new (after only) and unchanged (both), by ID."""
+    """Findings resolved (before only), new (after only), changed (both, another severity:
+    critical -> warning is progress, not "unchanged") and unchanged (both, same severity), by ID."""
     fb = {str(f.get("id")): f for f in before.get("findings") or []}
     fa = {str(f.get("id")): f for f in after.get("findings") or []}
 
@@ -175,7 +181,8 @@ def compare_findings(before: Mapping[str, Any], after: Mapping[str, Any]) -> dic
     return {
         "resolved": [entry(i, fb[i], None) for i in fb if i not in fa],
         "new": [entry(i, None, fa[i]) for i in fa if i not in fb],
-        "unchanged": [entry(i, fb[i], fa[i]) for i in fa if i in fb],
+        "changed": [entry(i, fb[i], fa[i]) for i in fa if i in fb and fb[i].get("severity") != fa[i].get("severity")],
+        "unchanged": [entry(i, fb[i], fa[i]) for i in fa if i in fb and fb[i].get("severity") == fa[i].get("severity")],
     }
 
 
@@ -186,17 +193,34 @@ def compare(
     before_name: str | None = None,
     after_name: str | None = None,
     forced: bool = False,
+    before_steps: Sequence[float] | None = None,
+    after_steps: Sequence[float] | None = None,
 ) -> dict[str, Any]:
+    """`before_steps`/`after_steps`: the steady steps' durations from the Sessions (else
+    the reports' timelines), for the sample sizes and the spread."""
     sb, sa = before.get("summary") or {}, after.get("summary") or {}
     metrics = [compare_metric(m, sb.get(m.key), sa.get(m.key)) for m in METRICS]
     findings = compare_findings(before, after)
+    stats_b = step_time_stats(steady_durations(before) if before_steps is None else before_steps)
+    stats_a = step_time_stats(steady_durations(after) if after_steps is None else after_steps)
+    sp = speedup(before, after)
+    per_sample = sp.get("basis") == "samples/s"
+    sig = significance(stats_b, stats_a, float(sb.get("batch_size") or 1) if per_sample else 1.0,
+                       float(sa.get("batch_size") or 1) if per_sample else 1.0)
+    sp["significant"] = sig["significant"] if sp.get("value") is not None else None
+    if not sig["significant"]:
+        for m in metrics:
+            if m["key"] in TIMING_KEYS and m["verdict"] in ("better", "worse"):
+                m["verdict"] = "too few steps" if stats_b["steady_steps"] < MIN_STEADY_STEPS or \
+                    stats_a["steady_steps"] < MIN_STEADY_STEPS else "within noise"
     result = {
         "schema": DIFF_SCHEMA,
         "tool": {"name": "gpudoctor", "version": __version__},
         "before": _side(before, before_name),
         "after": _side(after, after_name),
         "comparable": {"reasons": comparability(before, after), "forced": forced},
-        "speedup": speedup(before, after),
+        "speedup": sp,
+        "samples": {"before": stats_b, "after": stats_a, **sig},
         "metrics": metrics,
         "findings": findings,
         "timelines": {
@@ -212,10 +236,15 @@ def verdict(diff: Mapping[str, Any]) -> str:
     """One sentence: the speedup, the biggest moves, what the findings did."""
     parts = []
     sp = diff.get("speedup") or {}
+    samples = diff.get("samples") or {}
     if sp.get("value") is not None:
         value = sp["value"]
         if abs(value - 1.0) <= 0.02:
             parts.append(f"throughput unchanged ({sp['basis']})")
+        elif sp.get("significant") is False:
+            measured = f"{value:.2f}x faster" if value > 1 else f"{1 / value:.2f}x slower"
+            parts.append(f"no real difference shown: after measured {measured} ({sp['basis']}), but "
+                         f"{samples.get('reason') or 'the samples are too few or too noisy'}")
         elif value > 1:
             parts.append(f"after is {value:.2f}x faster ({sp['basis']})")
         else:
@@ -229,6 +258,7 @@ def verdict(diff: Mapping[str, Any]) -> str:
             else:
                 parts.append(f"SM activity {m['before']:.0f}% to {m['after']:.0f}%")
     f = diff.get("findings") or {}
-    parts.append(f"{len(f.get('resolved', []))} finding(s) resolved, {len(f.get('new', []))} new, {len(f.get('unchanged', []))} unchanged")
+    parts.append(f"{len(f.get('resolved', []))} finding(s) resolved, {len(f.get('new', []))} new, "
+                 f"{len(f.get('changed', []))} changed severity, {len(f.get('unchanged', []))} unchanged")
     text = "; ".join(parts)
     return text[:1].upper() + text[1:] + "."

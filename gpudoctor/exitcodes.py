@@ -8,7 +8,7 @@ rarely collide with a training script's.
 OK = 0
 FAIL_ON = 3  # the workload succeeded but --fail-on found findings at that level
 ITEM_FAILED = 3  # preflight: a checklist item failed (the same code: "the gate says no")
-USAGE = 64  # unknown or conflicting options
+USAGE = 64  # unknown or conflicting options; gpudoctor's options after the script, rejected by it
 BAD_DATA = 65  # corrupt, truncated or foreign session/report/trace file
 NOT_FOUND = 66  # script, module or file does not exist
 NOT_RUNNABLE = 69  # a directory, a non-Python file, a command that cannot be started
@@ -22,8 +22,9 @@ WORKLOAD_UNKNOWN = 1  # the workload's exit status could not be determined
 TABLE = [
     (0, "success (the workload's exit code otherwise: diagnose passes it through)"),
     (FAIL_ON, "--fail-on: the workload succeeded but findings reached the level given; preflight: an item failed"),
-    (USAGE, "usage error: unknown or conflicting options"),
-    (BAD_DATA, "input file is corrupt, truncated, empty or not a gpudoctor file"),
+    (USAGE, "usage error: unknown or conflicting options, or gpudoctor's options after the script "
+            "that the script rejected (they go before it)"),
+    (BAD_DATA, "input file is corrupt, truncated, empty, over the limits or not a gpudoctor file"),
     (NOT_FOUND, "script, module or input file not found"),
     (NOT_RUNNABLE, "not runnable: a directory, a non-Python file, a command that cannot start"),
     (INTERNAL, "internal error in gpudoctor"),

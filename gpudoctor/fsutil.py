@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import os
 import tempfile
 from pathlib import Path
+
+from gpudoctor.bounded import InputTooLarge, Limits, read_bounded
+
+__all__ = ["InputTooLarge", "read_limited", "unreadable_reason", "write_atomic"]
 
 
 def write_atomic(path: Path, data: bytes, *, exclusive: bool = False) -> None:
@@ -33,21 +39,31 @@ def write_atomic(path: Path, data: bytes, *, exclusive: bool = False) -> None:
         raise
 
 
-# A Session of a long run stays far below this (README, "Overhead and safety"); a larger
-# "session" is something else (a device, a dump): refuse it instead of filling memory.
-MAX_JSON_INPUT_BYTES = 256 << 20
-
-
-class InputTooLarge(OSError):
-    """An input file over the limit (raised by read_limited)."""
+# A Session of a long run stays far below these (README, "Overhead and safety": 8 MiB for
+# an hour on 16 cores and a GPU, about 40 MiB on 8 GPUs and 256 cores, and no larger for
+# longer runs); more is something else (a device, a dump, a hostile file): refused instead
+# of filling memory, before it is parsed.
+MAX_JSON_INPUT_BYTES = 64 << 20
+SESSION_LIMITS = Limits(max_bytes=MAX_JSON_INPUT_BYTES, max_objects=1_000_000, max_values=8_000_000,
+                        what="session or report")
 
 
 def read_limited(path: Path, limit: int = MAX_JSON_INPUT_BYTES) -> bytes:
-    """The bytes of `path`, refusing more than `limit`: /dev/zero or a huge file must
-    not take the machine's memory (OSError subclasses as Path.read_bytes raises them)."""
+    """The bytes of `path` within SESSION_LIMITS: /dev/zero, a huge file or a file of
+    millions of tiny objects must not take the machine's memory (InputTooLarge, an
+    OSError subclass, like the others Path.read_bytes raises)."""
     with open(path, "rb") as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise InputTooLarge(f"larger than {limit >> 20} MiB: not a gpudoctor file")
-    return data
+        return read_bounded(fh, dataclasses.replace(SESSION_LIMITS, max_bytes=limit))
 
+
+
+def unreadable_reason(exc: OSError) -> str:
+    """Why an input path could not be opened, in the user's words: a symbolic link loop is
+    not a missing file."""
+    if exc.errno == errno.ELOOP:
+        return "a symbolic link loop (too many levels of symbolic links)"
+    if exc.errno == errno.ENOENT:
+        return "no such file"
+    if exc.errno == errno.ENOTDIR:
+        return "no such file (a part of the path is not a directory)"
+    return f"cannot read ({exc.strerror or exc})"

@@ -11,23 +11,24 @@ import datetime
 import gzip
 import logging
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
+from gpudoctor import exitcodes
 from gpudoctor.engine import exit_status, run_checks
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.registry import load_checks
 from gpudoctor.report import build_report
 from gpudoctor.session import Session
+from gpudoctor.status import say as say_line
 from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor
-from gpudoctor.supervisor import say as say_line
 from gpudoctor.trials.remedies import TryRequest, parse_try
 
 if TYPE_CHECKING:
+    from gpudoctor.commands.diagnose import Misplaced
     from gpudoctor.output import OutputPaths, WrittenOutputs
 
 log = logging.getLogger(__name__)
@@ -39,10 +40,14 @@ def split_ids(values: list[str]) -> list[str]:
 
 # receives the finished report and the files written (kind -> path), e.g. preflight's policy
 ReportSink = Callable[[dict[str, Any], dict[str, str]], None]
+# argparse, click and absl exit with 2 when they reject their arguments
+USAGE_ERROR_EXIT = 2
 
 
 def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str, *,
-                        on_report: ReportSink | None = None) -> int:
+                        on_report: ReportSink | None = None, misplaced: Misplaced | None = None) -> int:
+    """`on_report` receives the finished report (preflight's policy); `misplaced`: gpudoctor's own
+    options found after the script (they went to it)."""
     from gpudoctor.output import plan_outputs
 
     request = parse_try(getattr(args, "try_all", False), getattr(args, "try_only", None))
@@ -65,6 +70,8 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
         raise GpudoctorError(str(exc), exc.code) from None
     try:
         session = result.session
+        if misplaced:
+            _misplaced_options(session, misplaced)
         if not supervisor.reader.processes:
             say_line("gpudoctor: no Python process of the command was instrumented; "
                  "the report covers CPU/GPU sampling only")
@@ -106,6 +113,16 @@ def run_options(args: argparse.Namespace, command: list[str], plan: OutputPaths)
         data_paths=list(args.data),
         scratch_dirs=[str(plan.directory)],
     )
+def _misplaced_options(session: Session, misplaced: Misplaced) -> None:
+    """The script rejected its arguments (exit 2 before any step) and they hold gpudoctor's
+    own options: a usage error of gpudoctor's (exit 64, one line, no report written). Any
+    other outcome is the script's own: its report is written, with a note on stderr."""
+    options = " ".join(misplaced.options)
+    if session.exit_code == USAGE_ERROR_EXIT and session.steps.count == 0:
+        raise GpudoctorError(f"the script rejected its arguments (exit code 2), which hold gpudoctor's own {options}: "
+                             f"gpudoctor's options go before the script: {misplaced.suggestion}", exitcodes.USAGE)
+    say_line(f"gpudoctor: note: {options} after the script went to the script; gpudoctor's options go before it: "
+             f"{misplaced.suggestion}")
 
 
 def supervisor_cleanup(supervisor: Supervisor) -> None:
@@ -133,7 +150,10 @@ def _announce_end(session: Session, escalated: list[str] | None = None, then: st
         what = f"exited with code {code}"
     if escalated and code in (137, 143):
         what += f" (it ignored SIGINT: ended by {'SIGKILL' if code == 137 else 'SIGTERM'})"
-    say_line(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; {then or 'writing the report'}")
+    from gpudoctor.reports.console import printable
+
+    # the exception's type and text come from the workload: no terminal controls of theirs
+    say_line(printable(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; {then or 'writing the report'}"))
 
 
 def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | None = None,
@@ -171,9 +191,8 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
                   {k: str(v) for k, v in written.files.items()} if written else {})
     if not args.quiet:
         try:
-            console = Console(stderr=True)
-            terminal.render(written.report if written else report, console,
-                            written={k: str(v) for k, v in written.files.items()} if written else {})
+            terminal.show_summary(written.report if written else report, sys.stderr,
+                                  written={k: str(v) for k, v in written.files.items()} if written else {})
         except (OSError, ValueError):
             pass  # stderr closed or full: the files hold the diagnosis
     if written is None:

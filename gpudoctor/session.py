@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Any
+
+from gpudoctor.session_codec import build, clean
 
 from gpudoctor.trials.records import AppliedOverride, Trials
 
@@ -334,7 +335,7 @@ class Session:
 
     # ---- serialisation ------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return _clean(dataclasses.asdict(self))
+        return clean(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, data: Any) -> Session:
@@ -345,10 +346,14 @@ class Session:
             raise SessionError(f"not a gpudoctor session (schema {schema!r})")
         if schema != SESSION_SCHEMA:
             raise SessionError(f"unsupported session schema {schema!r} (this gpudoctor reads {SESSION_SCHEMA})")
+        from gpudoctor.session_checks import validate
+
         try:
-            return _build(cls, data)
+            session = build(cls, data)
+            validate(session)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise SessionError(f"malformed session: {exc}") from None
+        return session  # type: ignore[no-any-return]
 
     def save(self, path: Path) -> None:
         from gpudoctor.fsutil import write_atomic
@@ -357,18 +362,16 @@ class Session:
 
     @classmethod
     def load(cls, path: Path) -> Session:
-        from gpudoctor.fsutil import InputTooLarge, read_limited
+        from gpudoctor.fsutil import InputTooLarge, read_limited, unreadable_reason
 
         try:
             raw = read_limited(Path(path))
         except InputTooLarge as exc:
             raise SessionError(f"{path}: {exc}") from None
-        except FileNotFoundError:
-            raise SessionError(f"{path}: no such file") from None
         except IsADirectoryError:
             raise SessionError(f"{path}: is a directory, expected a session .json file") from None
         except OSError as exc:
-            raise SessionError(f"{path}: cannot read ({exc.strerror})") from None
+            raise SessionError(f"{path}: {unreadable_reason(exc)}") from None
         try:
             data = json.loads(raw)
         except (UnicodeDecodeError, ValueError, RecursionError):
@@ -392,75 +395,3 @@ class Session:
 
     def steady_steps(self) -> list[StepRecord]:
         return self.steps.records[self.steps.warmup_steps :]
-
-
-def _clean(value: Any) -> Any:
-    """Replace NaN/inf (not valid JSON) by None, recursively."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _build(tp: Any, data: Any) -> Any:
-    """Rebuild a (nested) dataclass from plain JSON data, checking types on the way."""
-    origin = get_origin(tp)
-    if tp is Any:
-        return data
-    if origin is None and dataclasses.is_dataclass(tp):
-        if not isinstance(data, dict):
-            raise TypeError(f"{tp.__name__}: expected an object, got {type(data).__name__}")
-        hints = _HINTS.get(tp)
-        if hints is None:
-            hints = _HINTS[tp] = get_type_hints(tp)
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in data:
-                kwargs[f.name] = _build(hints[f.name], data[f.name])
-        return tp(**kwargs)  # unknown keys from newer writers are ignored
-    args = get_args(tp)
-    if origin is list:
-        if not isinstance(data, list):
-            raise TypeError(f"expected a list, got {type(data).__name__}")
-        return [_build(args[0], v) for v in data]
-    if origin is dict:
-        if not isinstance(data, dict):
-            raise TypeError(f"expected an object, got {type(data).__name__}")
-        return {str(k): _build(args[1], v) for k, v in data.items()}
-    if origin is not None:  # a union such as `int | None`
-        if data is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _build(arg, data)
-            except (TypeError, ValueError) as exc:
-                errors.append(str(exc))
-        raise TypeError("; ".join(errors) or "no matching type")
-    if tp is float:
-        if isinstance(data, bool) or not isinstance(data, (int, float)):
-            raise TypeError(f"expected a number, got {type(data).__name__}")
-        return float(data)
-    if tp is int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            if isinstance(data, float) and data.is_integer():
-                return int(data)
-            raise TypeError(f"expected an integer, got {type(data).__name__}")
-        return data
-    if tp is bool:
-        if not isinstance(data, bool):
-            raise TypeError(f"expected true/false, got {type(data).__name__}")
-        return data
-    if tp is str:
-        if not isinstance(data, str):
-            raise TypeError(f"expected a string, got {type(data).__name__}")
-        return data
-    raise TypeError(f"unsupported field type {tp!r}")

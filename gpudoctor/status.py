@@ -1,4 +1,5 @@
-"""The live one-line status on stderr while the workload runs (terminals only).
+"""gpudoctor's own lines on stderr while the workload runs: `say` for a message, and the
+live one-line status (terminals only).
 
 The workload shares the terminal, so the line lives on the bottom row inside a
 scroll region that the workload's output scrolls above (as apt's progress bar does):
@@ -78,3 +79,13 @@ def _is_terminal(stream) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def say(message: str) -> None:
+    """A line for the user on stderr; a closed or full stderr never costs the report."""
+    if sys.stderr is None:  # started with stderr closed: print() would fall back to stdout
+        return
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass

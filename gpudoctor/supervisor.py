@@ -17,8 +17,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,14 +24,20 @@ from pathlib import Path
 
 import psutil
 
-from gpudoctor import __version__, metrics
-from gpudoctor.agent.redact import redact_argv
+from gpudoctor import __version__
+from gpudoctor.agent import STOP_MARKER
+from gpudoctor.agent.redact import env_secrets, redact_argv, redact_text
 from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.events import EventReader
+from gpudoctor.collectors.profile import apply_profile
 from gpudoctor.collectors.storage import probe as probe_storage
 from gpudoctor.gpu import GpuMonitor
+from gpudoctor.process_tree import TreeWatch, leftover_note
+from gpudoctor.reports.console import printable
 from gpudoctor.session import Environment, Session, StorageProbe
-from gpudoctor.status import StatusLine
+from gpudoctor.signals import InterruptWatch, foreground_tty
+from gpudoctor.status import StatusLine, say
+from gpudoctor.workdir import LaunchError, make_workdir
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +83,7 @@ class Supervisor:
     def __init__(self, options: RunOptions) -> None:
         self.options = options
         self.t0 = time.time()
-        self.workdir = _make_workdir(options.scratch_dirs)
+        self.workdir = make_workdir(options.scratch_dirs)
         self.reader = EventReader(self.workdir, self.t0)
         self.proc: subprocess.Popen[bytes] | None = None
         self.own_group = False
@@ -91,9 +95,10 @@ class Supervisor:
         self._storage_threads: list[threading.Thread] = []
         self.escalated: list[str] = []  # signals sent after SIGINT was not enough
         self.stop_requested_t: float | None = None  # seconds into the run
-        # Python processes of the command that run without the agent, and why
-        self.uninstrumented: dict[int, str] = {}
-        self._env_checked: set[int] = set()
+        # uninstrumented Python processes; processes that outlive the workload
+        self.tree = TreeWatch(str(self.workdir), str(SITE_DIR))
+        self.uninstrumented = self.tree.uninstrumented
+        self.leftovers: list[str] = []
         self._next_env_check = 0.0
 
     # -- launching --------------------------------------------------------------
@@ -117,12 +122,15 @@ class Supervisor:
         return _with_overrides(env, self.options)
 
     def _start(self) -> None:
-        stdin_tty = _foreground_tty()
+        stdin_tty = foreground_tty()
         # At a terminal the workload stays in our process group, so Ctrl-C reaches it as
         # usual and it can read the terminal. Otherwise it gets a group of its own that
         # we can signal as a whole (torchrun, DataLoader workers, helpers).
         self.own_group = not stdin_tty
-        kwargs: dict = {"env": self._environment()}
+        # close_fds=False: descriptors gpudoctor inherited (`3>log` from a shell, a CI
+        # runner's pipe) reach the workload as they would without gpudoctor; gpudoctor's own
+        # descriptors are not inheritable (PEP 446), so none of them leak into it
+        kwargs: dict = {"env": self._environment(), "close_fds": False}
         if self.own_group:
             kwargs["process_group"] = 0
         self.proc = subprocess.Popen(self.options.command, **kwargs)
@@ -159,6 +167,10 @@ class Supervisor:
         if self.stop_reason is None:
             self.stop_reason = reason
             self._mark_stop()
+            try:  # the agents then do not show the KeyboardInterrupt this causes as a crash
+                (self.workdir / STOP_MARKER).write_text(reason)
+            except OSError:
+                pass
             self._signal(signal.SIGINT)
 
     def _mark_stop(self) -> None:
@@ -166,6 +178,12 @@ class Supervisor:
         self.stop_requested_t = round(time.time() - self.t0, 3)
 
     def _on_sigint(self, signum: int, frame: object) -> None:
+        # no word on where it came from: at a terminal, assume the keyboard (see signals.py)
+        self._interrupt(from_keyboard=not self.own_group and foreground_tty())
+
+    def _interrupt(self, from_keyboard: bool) -> None:
+        """A SIGINT to gpudoctor. One typed at the terminal already reached the workload
+        (same process group); any other (kill -INT PID) is forwarded to it."""
         self.interrupts += 1
         if self.interrupts >= 2:
             say("\ngpudoctor: second Ctrl-C: stopping the workload now")
@@ -177,8 +195,7 @@ class Supervisor:
         if self.stop_reason is None:
             self.stop_reason = "interrupted"
             self._mark_stop()
-        # A keyboard Ctrl-C already reached a workload in our foreground group: don't send twice.
-        if self.own_group or not _foreground_tty():
+        if self.own_group or not from_keyboard:
             self._signal(signal.SIGINT)
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
@@ -210,10 +227,10 @@ class Supervisor:
         previous_int = signal.signal(signal.SIGINT, self._on_sigint)
         previous_term = signal.signal(signal.SIGTERM, self._on_sigterm)
         gpu = GpuMonitor(self.t0, options.gpu_interval_s)
-        gpu.start()
         status = StatusLine(enabled=options.live_status)
         started_at = datetime.datetime.now(datetime.timezone.utc)
         cpu_sampler: CpuSampler | None = None
+        watch: InterruptWatch | None = None
         try:
             try:
                 self._start()
@@ -224,6 +241,11 @@ class Supervisor:
             except OSError as exc:
                 raise LaunchError(f"cannot start {options.command[0]}: {exc.strerror or exc}", 69) from exc
             assert self.proc is not None
+            if not self.own_group:  # at a terminal: a Ctrl-C typed there, or a kill -INT of ours?
+                watch = InterruptWatch(self._interrupt)
+                if not watch.start():
+                    watch = None
+            gpu.start()  # gpudoctor's threads start after the watch blocked SIGINT for them
             cpu_sampler = CpuSampler(
                 self.proc.pid, self.t0, options.cpu_interval_s,
                 main_pid=lambda: (self.reader.primary() or (None, ""))[0],
@@ -237,8 +259,11 @@ class Supervisor:
                 time.sleep(POLL_S)
                 self._tick(gpu, status)
             self._tick(gpu, status)
+            self._find_leftovers()
         finally:
             status.stop()
+            if watch is not None:
+                watch.stop()
             signal.signal(signal.SIGINT, previous_int)
             signal.signal(signal.SIGTERM, previous_term)
             if cpu_sampler is not None:
@@ -269,37 +294,18 @@ class Supervisor:
         self._escalate()
         if time.monotonic() >= self._next_env_check:
             self._next_env_check = time.monotonic() + 1.0
-            self._find_uninstrumented()
+            if self.proc is not None:
+                self.tree.scan(self.proc.pid, self.reader.processes)
         status.update(elapsed=elapsed, steps=steps, data_wait=self.reader.data_wait_share(),
                       gpu_util=gpu.latest_util())
 
-    def _find_uninstrumented(self) -> None:
-        """Python processes of the command whose environment lost the agent (a launcher or
-        the workload set PYTHONPATH from scratch, or ran python -I/-E/-S): said in the report,
-        since their loaders, steps and errors cannot be in it."""
-        proc = self.proc
-        if proc is None:
-            return
-        try:
-            root = psutil.Process(proc.pid)
-            tree = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return
-        for child in tree:
-            pid = child.pid
-            if pid in self._env_checked or pid in self.reader.processes:
-                continue
-            try:
-                cmdline = child.cmdline()
-                names = {child.name(), os.path.basename(cmdline[0]) if cmdline else ""}
-                if not any(n.startswith("python") for n in names):
-                    continue  # a shell or launcher, maybe about to exec python: look again later
-                self._env_checked.add(pid)
-                why = _agent_missing(child.environ(), cmdline, str(self.workdir))
-            except (psutil.Error, OSError):
-                continue
-            if why:
-                self.uninstrumented[pid] = f"pid {pid} ({' '.join(cmdline)[:120]}): {why}"
+    def _find_leftovers(self) -> None:
+        assert self.proc is not None
+        self.leftovers = self.tree.still_running(self.reader.processes, started_after=self.t0 - 1.0,
+                                                 exclude={self.proc.pid},
+                                                 group=self.proc.pid if self.own_group else None)
+        if self.leftovers:
+            say(printable(f"gpudoctor: {leftover_note(self.leftovers)}"))
 
     def _probe_storage(self, path: str) -> None:
         if path in self.storage or len(self.storage) >= 4:
@@ -331,7 +337,7 @@ class Supervisor:
         stop_reason = self.stop_reason or "exited"
         session = Session(
             tool_version=__version__,
-            command=redact_argv(self.options.command),
+            command=redact_argv(self.options.command, env_secrets(os.environ)),
             cwd=os.getcwd(),
             started_at=started_at.isoformat(timespec="seconds"),
             duration_s=round(duration, 3),
@@ -347,11 +353,14 @@ class Supervisor:
             ),
         )
         self.reader.apply(session)
+        _redact_errors(session)
         session.stop_requested_s = self.stop_requested_t
         if self.escalated:
             session.notes.append(
                 f"the workload did not stop within {self.options.grace_s:g}s of SIGINT; gpudoctor sent "
                 f"{' then '.join(dict.fromkeys(self.escalated))}: its last events may be missing")
+        if self.leftovers:
+            session.notes.append(leftover_note(self.leftovers))
         missed = [why for pid, why in self.uninstrumented.items() if pid not in self.reader.processes]
         if missed:
             session.notes.append(
@@ -372,7 +381,7 @@ class Supervisor:
         if not session.storage:
             session.unavailable.setdefault("storage", "no dataset path known (pass --data PATH to name it)")
         GpuMonitor.apply(gpu_result, session)
-        _apply_profile(self.reader.profiles, self.workdir, session, self.t0)
+        apply_profile(self.reader.profiles, self.workdir, session, self.t0)
         if session.allocator == []:
             session.unavailable.setdefault("allocator", "the workload did not use the CUDA caching allocator")
         if self.reader.processes and not self.reader.torch_versions:
@@ -380,52 +389,6 @@ class Supervisor:
             for fact in ("loader", "steps", "profile", "allocator"):
                 session.unavailable[fact] = why
         return session
-
-
-class LaunchError(Exception):
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _apply_profile(profiles: list[dict], workdir: Path, session: Session, t0: float) -> None:
-    usable = [p for p in profiles if p.get("path")]
-    if not usable:
-        errors = [str(p["error"]) for p in profiles if p.get("error")]
-        if errors:
-            session.unavailable["profile"] = errors[0]
-        elif session.torch_cuda_used and "steps" in session.unavailable:
-            session.unavailable["profile"] = ("no step boundaries, and the run ended before the time-bounded "
-                                              "window (--stepless-after after CUDA started); mark steps with "
-                                              "gpudoctor.step()")
-        elif session.torch_cuda_used:
-            session.unavailable["profile"] = "the profiler window did not complete (fewer steps than warm-up + window?)"
-        else:
-            session.unavailable["profile"] = "no profiler window: the workload used no GPU"
-        return
-    profile = usable[0]
-    try:
-        from gpudoctor.collectors.trace import load_trace, summarize_trace, trace_events
-        from gpudoctor.replay import replay_or_error
-    except ImportError:
-        session.unavailable["profile"] = "trace analysis is not available in this build"
-        return
-    steps = int(profile.get("steps") or 0)
-    try:
-        data = load_trace(workdir / str(profile["path"]))
-        summary = summarize_trace(data, steps=steps)
-        summary.replay = replay_or_error(trace_events(data), summary.steps, *metrics.unprofiled_step_us(session))
-    except Exception as exc:  # a trace we cannot read must not cost the rest of the report
-        log.debug("trace analysis failed", exc_info=True)
-        session.unavailable["profile"] = f"the profiler trace could not be analysed: {type(exc).__name__}: {exc}"
-        return
-    summary.tf32_enabled = profile.get("tf32")
-    summary.window_s = round(float(profile.get("t_end", 0)) - float(profile.get("t_start", 0)), 3)
-    if profile.get("t_start") and profile.get("t_end"):
-        summary.window_start_s = round(float(profile["t_start"]) - t0, 3)
-        summary.window_end_s = round(float(profile["t_end"]) - t0, 3)
-    session.profile = summary
-    session.unavailable.pop("profile", None)
 
 
 def _with_overrides(env: dict[str, str], options: RunOptions) -> dict[str, str]:
@@ -441,46 +404,11 @@ def _with_overrides(env: dict[str, str], options: RunOptions) -> dict[str, str]:
     return env
 
 
-def _foreground_tty() -> bool:
-    """True when our stdin is a terminal and we are its foreground process group."""
-    try:
-        fd = sys.stdin.fileno()
-        return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def say(message: str) -> None:
-    """A line for the user on stderr; a closed or full stderr never costs the report."""
-    if sys.stderr is None:  # started with stderr closed: print() would fall back to stdout
-        return
-    try:
-        print(message, file=sys.stderr, flush=True)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
-def _make_workdir(fallbacks: list[str]) -> Path:
-    """The session directory: in the temporary directory, else in a fallback (the report
-    directory), so a full or read-only /tmp does not stop the run."""
-    errors = []
-    for parent in [None, *fallbacks]:
-        try:
-            return Path(tempfile.mkdtemp(prefix="gpudoctor-session-" if parent is None else ".gpudoctor-session-",
-                                         dir=parent))
-        except OSError as exc:
-            errors.append(f"{parent or tempfile.gettempdir()}: {exc.strerror or exc}")
-    raise LaunchError("cannot create a session directory (" + "; ".join(errors) + ")", 73)
-
-
-def _agent_missing(environ: dict[str, str], cmdline: list[str], workdir: str) -> str | None:
-    """Why a Python process with this environment and command line cannot load the agent."""
-    flags = [a for a in cmdline[1:3] if a.startswith("-") and not a.startswith("--")]
-    if any(set(f[1:]) & {"I", "E", "S"} for f in flags if not f.startswith(("-c", "-m", "-W", "-X"))):
-        return "started with python -I, -E or -S, which skip PYTHONPATH or site"
-    if str(SITE_DIR) not in environ.get("PYTHONPATH", "").split(os.pathsep):
-        return "its PYTHONPATH was set without gpudoctor's agent (the command replaced PYTHONPATH)"
-    if environ.get("GPUDOCTOR_SESSION_DIR") != workdir:
-        return "its environment was replaced (no GPUDOCTOR_SESSION_DIR)"
-    return None
-
+def _redact_errors(session: Session) -> None:
+    """Defence in depth: secret values of the environment in error text (the agent masks
+    them at the source; an agent_error or an older agent may not have)."""
+    secrets = env_secrets(os.environ)
+    for error in session.errors:
+        error.message = redact_text(error.message, secrets)
+        if error.traceback:
+            error.traceback = redact_text(error.traceback, secrets)

@@ -17,11 +17,13 @@ from gpudoctor.agent.redact import redact_argv
 
 from . import charts
 from ._common import format_number
-from .diff_text import change_text
+from .console import printable
+from .diff_text import change_text, sample_text
 from .html import SCRIPT, _chart, content_security_policy, environment
 
 
 def render(diff: Mapping[str, Any]) -> str:
+    diff = printable(diff)  # no terminal controls, even in a page
     timelines = diff.get("timelines") or {}
     metrics = [
         {**m, "before_text": format_number(m.get("before"), m.get("unit")), "after_text": format_number(m.get("after"), m.get("unit")), "change_text": change_text(m)}
@@ -42,6 +44,8 @@ def render(diff: Mapping[str, Any]) -> str:
         reasons=(diff.get("comparable") or {}).get("reasons") or [],
         forced=(diff.get("comparable") or {}).get("forced"),
         speedup=diff.get("speedup") or {},
+        samples=diff.get("samples") or {},
+        samples_text={side: sample_text((diff.get("samples") or {}).get(side)) for side in ("before", "after")},
         metrics=metrics,
         findings=diff.get("findings") or {},
         chart=_chart(lambda t: charts.diff_timeline(t.get("before"), t.get("after")), timelines),

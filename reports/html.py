@@ -38,6 +38,7 @@ from ._common import (
     trial_rows,
     try_heading,
 )
+from .console import printable
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def _is_number(value: Any) -> bool:
 
 def render(report: Mapping[str, Any]) -> str:
     template = environment().get_template("report.html")
-    return template.render(**context(report))
+    return template.render(**context(printable(report)))  # no terminal controls, even in a page
 
 
 def context(report: Mapping[str, Any]) -> dict[str, Any]:

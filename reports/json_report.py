@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,8 +52,19 @@ def _finding(finding: Mapping[str, Any]) -> dict[str, Any]:
 def render(report: Mapping[str, Any], *, indent: int | None = 1) -> str:
     data = _finite(ordered(report))
     if indent is None:
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=str) + "\n"
-    return dumps_readable(data, indent) + "\n"
+        return escape_controls(json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                                          default=str)) + "\n"
+    return escape_controls(dumps_readable(data, indent)) + "\n"
+
+
+# json.dumps(ensure_ascii=False) escapes C0 controls but writes DEL, the C1 controls (0x9b
+# is CSI on many terminals) and bidi overrides as they are; in JSON text they can only sit
+# inside strings, so their \u escapes are the same data and safe to print or `cat`.
+_RAW_CONTROLS = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def escape_controls(text: str) -> str:
+    return _RAW_CONTROLS.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
 def dumps_readable(value: Any, indent: int = 1, level: int = 0) -> str:

@@ -17,7 +17,8 @@ from ._common import command_line, fails, key_numbers, stage_name
 
 DEFAULT_FAIL_ON = "warning"
 # XML 1.0 forbids most control characters even when escaped; exception text can hold them
-_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+# not allowed in XML 1.0, or (DEL, C1, bidi overrides) terminal controls when the file is printed
+_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ufffe\uffff]")
 
 
 def _clean(text: Any) -> str:

@@ -23,6 +23,7 @@ from ._common import (
     trial_rows,
     try_heading,
 )
+from .console import printable
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 MAX_REMEDIES = 5
@@ -48,6 +49,7 @@ def code_block(code: str, lang: str = "") -> str:
 
 
 def render(report: Mapping[str, Any]) -> str:
+    report = printable(report)
     summary = report.get("summary") or {}
     lines = [f"### gpudoctor: {escape(summary.get('verdict') or 'no verdict')}", ""]
     meta = [f"duration {float(report.get('duration_s') or 0):.1f} s", f"exit code {report.get('exit_code')}"]

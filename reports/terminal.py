@@ -8,10 +8,9 @@ console markup, so a hostile name cannot restyle or hide the output.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console, Group
 from rich.padding import Padding
@@ -29,6 +28,7 @@ from ._common import (
     trial_rows,
     try_heading,
 )
+from .console import plain_text, printable, show
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_REMEDIES = 3
@@ -42,6 +42,9 @@ def render(
 ) -> None:
     """Print the summary. `written` (kind -> path) overrides report["files"] when the
     caller knows where the files really went (paths relative to the report otherwise)."""
+    report = printable(report)
+    if written is not None:
+        written = printable({k: str(v) for k, v in written.items()})
     console.print(_verdict(report))
     overrides = override_rows(report)
     if overrides:
@@ -54,7 +57,7 @@ def render(
     else:
         console.print(Text("No findings.", style="green"))
     for finding in top_remedies(report, MAX_REMEDIES):
-        console.print(_remedy(finding))
+        console.print(_remedy(finding, highlight=console.is_terminal))
     _trials(report, console)
     skipped = skipped_checks(report)
     if skipped:
@@ -136,7 +139,9 @@ def _findings_table(findings: list[Mapping[str, Any]]) -> Table:
     return table
 
 
-def _remedy(finding: Mapping[str, Any]) -> Group:
+def _remedy(finding: Mapping[str, Any], *, highlight: bool = True) -> Group:
+    """The remedy's sentence and its code. Coloured at a terminal; elsewhere the code is
+    plain text, never re-flowed, so it pastes as it was written."""
     remedy = finding.get("remedy") or {}
     head = Text("-> ", style="bold")
     head.append(str(finding.get("id") or "?"), style="bold")
@@ -144,8 +149,9 @@ def _remedy(finding: Mapping[str, Any]) -> Group:
     parts: list[Any] = [head]
     code = remedy.get("code")
     if code:
-        syntax = Syntax(str(code).rstrip(), _lexer(str(code)), theme="ansi_dark", background_color="default", word_wrap=True)
-        parts.append(Padding(syntax, (0, 0, 0, 3)))
+        snippet: Any = (Syntax(str(code).rstrip(), _lexer(str(code)), theme="ansi_dark", background_color="default",
+                               word_wrap=True) if highlight else Text(str(code).rstrip(), no_wrap=True))
+        parts.append(Padding(snippet, (0, 0, 0, 3)))
     return Group(*parts)
 
 
@@ -161,15 +167,13 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def to_text(report: Mapping[str, Any], width: int = 100) -> str:
-    """The same summary as plain text (for `--format terminal` into a file or a pipe)."""
-    console = Console(width=width, record=True, file=_Null(), color_system=None, force_terminal=False)
-    render(report, console)
-    return console.export_text()
+def to_text(report: Mapping[str, Any], width: int | None = None) -> str:
+    """The same summary as plain text (for `--format terminal` into a file or a pipe):
+    unwrapped unless a width is given."""
+    return plain_text(lambda console: render(report, console), width)
 
 
-class _Null(io.StringIO):
-    """A sink that keeps nothing: Console(record=True) holds the text itself."""
-
-    def write(self, text: str) -> int:
-        return len(text)
+def show_summary(report: Mapping[str, Any], stream: TextIO, *,
+                 written: Mapping[str, str | Path] | None = None) -> None:
+    """The summary on `stream`: laid out for a terminal, plain and unwrapped elsewhere."""
+    show(lambda console: render(report, console, written=written), stream)

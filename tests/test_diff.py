@@ -25,8 +25,13 @@ def make(
     findings: tuple[tuple[str, str], ...] = (("GD102", "critical"), ("GD201", "warning")),
     gpu: str = "NVIDIA H200",
     command: tuple[str, ...] = ("python", "train.py", "--workers", "2"),
+    steady: int = 40,
+    spread: float = 0.02,
 ) -> dict[str, Any]:
-    """A minimal synthetic report dict: only what the comparison reads."""
+    """A minimal synthetic report dict: only what the comparison reads. `steady` steps
+    (after 2 warm-up steps) of 1/steps_per_s, spread evenly over +-`spread` of it."""
+    step = 1 / steps_per_s
+    durations = [5.0, 5.0] + [step * (1 + spread * (2 * i / max(steady - 1, 1) - 1)) for i in range(steady)]
     return {
         "schema": "gpudoctor.report/1",
         "tool": {"name": "gpudoctor", "version": "0.1.0"},
@@ -39,6 +44,7 @@ def make(
             "samples_per_s": samples_per_s,
             "steps_per_s": steps_per_s,
             "step_time_median_s": 1 / steps_per_s,
+            "steady_steps": steady,
             "batch_size": batch,
             "data_wait_share": wait,
             "sm_activity_mean": sm,
@@ -48,7 +54,8 @@ def make(
         "findings": [{"id": fid, "severity": sev, "title": f"title of {fid}"} for fid, sev in findings],
         "checks": [],
         "evidence": {"timeline": {"gpu": {"t": [0, 1, 2], "util_percent": [30, 40, 50], "sm_activity": [5, 9, 12]},
-                                  "steps": {"t": [1, 2], "duration_s": [0.16, 0.16], "data_wait_s": [0.1, 0.09]}}},
+                                  "steps": {"t": list(range(len(durations))), "duration_s": durations,
+                                            "data_wait_s": [0.1] * len(durations)}}},
     }
 
 
@@ -96,14 +103,17 @@ def test_metrics_speedup_and_findings() -> None:
     assert metrics["sm_activity_mean"]["verdict"] == "better"
     assert metrics["gpu_util_mean"]["verdict"] == "unchanged"
     assert metrics["peak_memory_allocated_bytes"]["verdict"] == "unchanged"
-    assert diff["speedup"] == {"value": pytest.approx(1.9), "basis": "samples/s", "note": None}
+    assert diff["speedup"] == {"value": pytest.approx(1.9), "basis": "samples/s", "note": None, "significant": True}
     findings = diff["findings"]
     assert [f["id"] for f in findings["resolved"]] == ["GD102"]
     assert [f["id"] for f in findings["new"]] == ["GD304"]
-    assert findings["unchanged"] == [{"id": "GD201", "title": "title of GD201", "severity_before": "warning",
-                                      "severity_after": "info", "consequence_of": None}]
+    # critical/warning -> info is a change, not "unchanged"
+    assert findings["changed"] == [{"id": "GD201", "title": "title of GD201", "severity_before": "warning",
+                                    "severity_after": "info", "consequence_of": None}]
+    assert findings["unchanged"] == []
+    assert diff["samples"]["before"]["steady_steps"] == 40 and diff["samples"]["after"]["steady_steps"] == 40
     assert diff["verdict"] == ("After is 1.90x faster (samples/s); data wait 62% to 4%; SM activity 9% to 31%; "
-                               "1 finding(s) resolved, 1 new, 1 unchanged.")
+                               "1 finding(s) resolved, 1 new, 1 changed severity, 0 unchanged.")
 
 
 def test_unmeasured_is_never_a_change() -> None:
@@ -117,7 +127,7 @@ def test_speedup_needs_comparable_work() -> None:
     assert other_batch["speedup"]["value"] is None and "batch size" in other_batch["speedup"]["note"]
     same_batch = compare(make(samples_per_s=None), make(samples_per_s=None, steps_per_s=12.5))
     assert same_batch["speedup"]["value"] == pytest.approx(2.0) and same_batch["speedup"]["basis"] == "steps/s"
-    slower = compare(BEFORE, make(samples_per_s=200.0))
+    slower = compare(BEFORE, make(samples_per_s=200.0, steps_per_s=3.125))
     assert slower["verdict"].startswith("After is 2.00x slower")
 
 
@@ -125,6 +135,8 @@ def test_renderers() -> None:
     diff = compare(BEFORE, AFTER, before_name="before.json", after_name="after.json")
     text = render_diff(diff, "terminal")
     assert "After is 1.90x faster" in text and "resolved  GD102" in text and "-58 pts" in text
+    assert "changed   GD201 [warning -> info]" in text
+    assert "40 steady steps, median 160.0 ms" in text
     data = json.loads(render_diff(diff, "json"))
     assert data["schema"] == DIFF_SCHEMA and data["speedup"]["basis"] == "samples/s"
     md = render_diff(diff, "markdown")
@@ -183,3 +195,51 @@ def test_cli_terminal_by_default_and_files_with_out(tmp_path: Path, capsys: pyte
     assert cli.main(["diff", str(tmp_path / "missing.json"), after]) == exitcodes.NOT_FOUND
     (tmp_path / "corrupt.json").write_text('{"schema": "gpudoctor.rep')
     assert cli.main(["diff", str(tmp_path / "corrupt.json"), after]) == exitcodes.BAD_DATA
+
+
+# ---- sample size and spread ----------------------------------------------------
+
+
+def test_too_few_steady_steps_are_caveated_not_called_a_speedup() -> None:
+    diff = compare(make(steady=3), make(samples_per_s=760.0, steps_per_s=11.9, steady=11))
+    assert (diff["samples"]["before"]["steady_steps"], diff["samples"]["after"]["steady_steps"]) == (3, 11)
+    assert diff["speedup"]["significant"] is False
+    assert diff["verdict"].startswith("No real difference shown: after measured 1.90x faster (samples/s), but too few "
+                                      "steady steps to tell: 3 before, 11 after (at least 10 each)")
+    timing = {m["key"]: m["verdict"] for m in diff["metrics"] if m["key"] in ("samples_per_s", "step_time_median_s")}
+    assert timing == {"samples_per_s": "too few steps", "step_time_median_s": "too few steps"}
+    text = render_diff(diff, "terminal")
+    assert "3 steady steps" in text and "11 steady steps" in text and "caution: too few steady steps" in text
+
+
+def test_a_difference_inside_the_noise_is_not_called_real() -> None:
+    # 5% faster on median, but step times scatter +-40%: the intervals overlap
+    diff = compare(make(spread=0.4), make(samples_per_s=420.0, steps_per_s=6.5625, spread=0.4))
+    assert diff["speedup"]["significant"] is False and "within the noise" in diff["samples"]["reason"]
+    assert next(m for m in diff["metrics"] if m["key"] == "samples_per_s")["verdict"] == "within noise"
+    assert "95% CI of the median" in render_diff(diff, "terminal")
+    steady = compare(make(spread=0.01), make(samples_per_s=420.0, steps_per_s=6.5625, spread=0.01))
+    assert steady["speedup"]["significant"] is True  # the same 5% with tight step times is real
+
+
+def test_step_time_stats_interval_of_the_median() -> None:
+    from gpudoctor.diff_stats import step_time_stats
+
+    stats = step_time_stats([float(i) for i in range(1, 11)])  # 1..10
+    assert stats["steady_steps"] == 10 and stats["median_s"] == 5.5
+    assert stats["p25_s"] == pytest.approx(3.25) and stats["iqr_s"] == pytest.approx(4.5)
+    assert stats["median_ci95_s"] == [2.0, 9.0]  # order statistics 2 and 9 of 10: 97.9% coverage
+    assert step_time_stats([0.1] * 5)["median_ci95_s"] is None  # 5 values cannot reach 95%
+    assert step_time_stats([])["steady_steps"] == 0
+
+
+def test_cli_uses_every_steady_step_of_the_sessions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    session = Path(__file__).resolve().parent / "fixtures" / "h200" / "starved_loader.session.json"
+    data = json.loads(session.read_text())
+    steady = len(data["steps"]["records"]) - data["steps"]["warmup_steps"]
+    few = dict(data, steps=dict(data["steps"], records=data["steps"]["records"][: data["steps"]["warmup_steps"] + 3]))
+    (tmp_path / "few.session.json").write_text(json.dumps(few))
+    assert cli.main(["diff", str(session), str(tmp_path / "few.session.json"), "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["samples"]["before"]["steady_steps"] == steady and result["samples"]["after"]["steady_steps"] == 3
+    assert "too few steady steps" in result["samples"]["reason"]

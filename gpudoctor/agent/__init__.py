@@ -102,10 +102,10 @@ def start():
 
 def describe_process(agent):
     """Emitted when torch is imported: the redacted command line of this process."""
-    from .redact import redact_argv
+    from .redact import env_secrets, redact_argv
 
     argv = [sys.executable] + list(sys.argv or [])
-    agent.emit("process", argv=redact_argv(argv))
+    agent.emit("process", argv=redact_argv(argv, env_secrets(os.environ)))
 
 
 def step():
@@ -116,7 +116,7 @@ def step():
 
 
 def _format_exception(exc_type, exc, tb):
-    from .redact import redact_text
+    from .redact import env_secrets, redact_text
 
     text, interrupted = None, []
     # A signal handler can raise into the formatting: torch's SIGCHLD handler raises
@@ -132,22 +132,25 @@ def _format_exception(exc_type, exc, tb):
             interrupted.append("%s: %s" % (type(extra).__name__, extra))
     if text and interrupted:
         text += "\n(while this was recorded: %s)\n" % "; ".join(interrupted)
-    return redact_text(text[-8000:]) if text else None
+    return redact_text(text[-8000:], env_secrets(os.environ)) if text else None
 
 
 def _install_exception_hooks(agent):
     previous = sys.excepthook
 
     def excepthook(exc_type, exc, tb):
+        quiet = False
         try:
             if not issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
                 _record_exception(agent, exc_type, exc, tb, thread=None)
             else:
-                agent.emit("interrupt", type=exc_type.__name__)
+                quiet = _stopped_by_gpudoctor(agent, exc_type) and previous is sys.__excepthook__
+                agent.emit("interrupt", type=exc_type.__name__, by_gpudoctor=quiet or None)
             agent.writer.flush(force=True)
         except Exception:
             pass
-        previous(exc_type, exc, tb)
+        if not quiet:
+            previous(exc_type, exc, tb)
 
     sys.excepthook = excepthook
 
@@ -164,14 +167,30 @@ def _install_exception_hooks(agent):
     threading.excepthook = thread_hook
 
 
+# Written by the supervisor into the session directory just before it sends SIGINT for
+# --steps/--duration (never for the user's own Ctrl-C).
+STOP_MARKER = "stop-requested"
+
+
+def _stopped_by_gpudoctor(agent, exc_type):
+    """A KeyboardInterrupt that gpudoctor caused (--steps/--duration): the stop was asked
+    for, so Python's traceback of it would only look like a crash. Its exit status (killed by
+    SIGINT) and whatever the workload printed while handling it stay as they are."""
+    try:
+        return issubclass(exc_type, KeyboardInterrupt) and os.path.exists(
+            os.path.join(agent.directory, STOP_MARKER))
+    except Exception:
+        return False
+
+
 def _record_exception(agent, exc_type, exc, tb, thread):
-    from .redact import redact_text
+    from .redact import env_secrets, redact_text
 
     name = getattr(exc_type, "__name__", str(exc_type))
     kind = "oom" if name == "OutOfMemoryError" else "exception"
     fields = dict(
         type=getattr(exc_type, "__module__", "") + "." + name if getattr(exc_type, "__module__", "") not in ("builtins", "") else name,
-        message=redact_text(str(exc))[:2000],
+        message=redact_text(str(exc), env_secrets(os.environ))[:2000],
         traceback=_format_exception(exc_type, exc, tb),
         thread=thread,
     )

@@ -51,6 +51,7 @@ class EventWriter:
         self._buffer = []
         self._pid = None
         self._fd = None
+        self._identity = None  # (st_dev, st_ino) of the file self._fd was opened on
         self._thread = None
         self._stopped = False
         self._periodic = []  # callables run by the flusher thread (sampling, aggregation)
@@ -128,12 +129,33 @@ class EventWriter:
 
     # -- internals -----------------------------------------------------------
     def _write(self):
-        if self._fd is None:
-            path = os.path.join(self.directory, "events-%d.jsonl" % os.getpid())
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = self._own_fd()
         while self._unwritten:
-            written = os.write(self._fd, self._unwritten)
+            written = os.write(fd, self._unwritten)
             self._unwritten = self._unwritten[written:]
+
+    def _own_fd(self):
+        """Our event file's descriptor, proven ours just before the write.
+
+        The workload owns the descriptor table: it may close every descriptor
+        (os.closerange(3, 1024), a daemonising library) and open its own file, which then
+        gets our old number. So the number is never trusted alone: it must still name the
+        file we opened (same device and inode), else it is left alone (never closed: it is
+        the workload's now) and the file is opened again by its path."""
+        fd = self._fd
+        if fd is not None:
+            try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) == self._identity:
+                    return fd
+            except OSError:
+                pass
+            self._fd = None
+        path = os.path.join(self.directory, "events-%d.jsonl" % os.getpid())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
+        st = os.fstat(fd)
+        self._fd, self._identity = fd, (st.st_dev, st.st_ino)
+        return fd
 
     def _ensure_process(self):
         pid = os.getpid()

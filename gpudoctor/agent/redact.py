@@ -11,7 +11,7 @@ import re
 MASK = "***"
 
 _SECRET_WORDS = (
-    r"password|passwd|passphrase|pass|pwd|secret|token|apikey|api[-_]?key|access[-_]?key|"
+    r"password|passwd|passphrase|pass|pwd|pw|secret|token|apikey|api[-_]?key|access[-_]?key|"
     r"private[-_]?key|secret[-_]?key|credentials?|auth|cookie|signature|bearer|sas"
 )
 # a secret word as a whole segment of a name: HF_TOKEN, --api-key, db.password (not "tokenizer")
@@ -42,14 +42,38 @@ _BEARER = re.compile(r"(?i)(bearer|basic)\s+[A-Za-z0-9+/=._\-]{8,}")
 _FLAG_VALUE = re.compile(r"(?P<flag>(?<!\S)--?[A-Za-z0-9][A-Za-z0-9_.\-]*)(?P<sep>[ \t]+)(?P<val>[^\s\-][^\s'\"]*)")
 
 
+# `-p VALUE`: the password flag of mysql, psql-style tools and many scripts. A port or a
+# pytest plugin given as -p is masked too: a harmless loss in a report
+SHORT_SECRET_FLAGS = ("-p",)
+# an environment value shorter than this is not masked by value ("1", "true", "dev")
+MIN_ENV_SECRET_LEN = 6
+
+
 def is_secret_name(name):
     return bool(_SECRET_NAME.search(name or ""))
 
 
-def redact_text(text):
-    """Mask secrets found by value pattern, in URLs and in key=value pairs."""
+def env_secrets(environ):
+    """Values of the environment variables whose names say they are secrets (HF_TOKEN,
+    DB_PASSWORD): they may turn up anywhere, e.g. in an exception's message."""
+    values = set()
+    try:
+        for key, value in environ.items():
+            if isinstance(value, str) and len(value) >= MIN_ENV_SECRET_LEN and is_secret_name(key):
+                values.add(value)
+    except Exception:
+        pass
+    return sorted(values, key=len, reverse=True)
+
+
+def redact_text(text, secrets=()):
+    """Mask secrets found by value pattern, in URLs and in key=value pairs, and the known
+    secret values given (see env_secrets)."""
     if not isinstance(text, str) or not text:
         return text
+    for value in secrets:
+        if value in text:
+            text = text.replace(value, MASK)
     text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + ":" + MASK + "@", text)
     text = _SECRET_VALUE.sub(MASK, text)
     text = _BEARER.sub(lambda m: m.group(1) + " " + MASK, text)
@@ -59,13 +83,15 @@ def redact_text(text):
 
 
 def _mask_flag_value(match):
-    if not is_secret_name(match.group("flag").lstrip("-")):
+    flag = match.group("flag")
+    if flag not in SHORT_SECRET_FLAGS and not is_secret_name(flag.lstrip("-")):
         return match.group(0)
     return match.group("flag") + match.group("sep") + MASK
 
 
-def redact_argv(argv):
-    """Mask `--token X`, `--token=X`, `TOKEN=X` and secret-looking values in a command line."""
+def redact_argv(argv, secrets=()):
+    """Mask `--token X`, `--token=X`, `TOKEN=X`, `-p X`, secret-looking values and the known
+    secret values given (see env_secrets) in a command line."""
     out = []
     mask_next = False
     for arg in argv:
@@ -76,11 +102,11 @@ def redact_argv(argv):
             continue
         if arg.startswith("-") and "=" not in arg:
             name = arg.lstrip("-")
-            if name and is_secret_name(name):
+            if arg in SHORT_SECRET_FLAGS or (name and is_secret_name(name)):
                 mask_next = True
             out.append(arg)
             continue
-        out.append(redact_text(arg))
+        out.append(redact_text(arg, secrets))
     return out
 
 

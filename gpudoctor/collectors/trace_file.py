@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import stat
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-MAX_TRACE_BYTES = 1 << 30  # uncompressed; parsed JSON costs several times that in memory
+from gpudoctor.bounded import InputTooLarge, Limits, read_bounded
+from gpudoctor.fsutil import unreadable_reason
+
+# uncompressed; parsed, a real Kineto trace takes about 2.6 times its bytes in memory (300
+# bytes an event), a hostile one of tiny events far more: objects and values are bounded too
+MAX_TRACE_BYTES = 512 << 20
+MAX_TRACE_OBJECTS = 2_000_000  # about a million events (each with its args)
+MAX_TRACE_VALUES = 24_000_000
 
 
 class TraceError(Exception):
@@ -24,9 +33,11 @@ def load_trace(path: str | Path, max_bytes: int | None = None) -> Any:
     """Read a Chrome trace (.json, or gzip told apart by its content) into plain JSON data."""
     path = Path(path)
     limit = MAX_TRACE_BYTES if max_bytes is None else max_bytes
-    if not path.exists():
-        raise TraceError(f"{path}: no such file", not_found=True)
-    if path.is_dir():
+    try:
+        is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError as exc:  # missing, a symbolic link loop, no permission
+        raise TraceError(f"{path}: {unreadable_reason(exc)}", not_found=True) from None
+    if is_dir:
         found = sorted(p.name for p in path.glob("*.json*"))[:3]
         hint = f" (it holds {', '.join(found)})" if found else ""
         raise TraceError(f"{path}: is a directory, expected a trace file (.json or .json.gz){hint}", not_found=True)
@@ -34,14 +45,13 @@ def load_trace(path: str | Path, max_bytes: int | None = None) -> Any:
         with open(path, "rb") as fh:
             compressed = fh.read(2) == b"\x1f\x8b"
         with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
-            raw = fh.read(limit + 1)
+            raw = read_bounded(fh, Limits(limit, MAX_TRACE_OBJECTS, MAX_TRACE_VALUES, "profiler trace"))
+    except InputTooLarge as exc:
+        raise TraceError(f"{path}: trace (uncompressed) {exc}; profile fewer steps and try again") from None
     except (EOFError, zlib.error, gzip.BadGzipFile):
         raise TraceError(f"{path}: corrupt or truncated gzip file") from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})", not_found=True) from None
-    if len(raw) > limit:
-        raise TraceError(f"{path}: trace larger than {limit / 2**20:,.0f} MiB uncompressed; "
-                         "profile fewer steps and try again")
     if not raw.strip():
         raise TraceError(f"{path}: empty file")
     try:

@@ -134,8 +134,6 @@ def trace_stem(path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from gpudoctor.commands.report import judge, split_ids
     from gpudoctor.model import severity_rank
     from gpudoctor.output import plan_outputs, write_outputs
@@ -156,11 +154,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.out and (to_stdout or (len(formats) == 1 and not args.json_path)):
         if not to_stdout:  # one format asked for, no --out: it is the output (pipe it, redirect it)
             if formats[0] == "terminal":
-                terminal.render(report, Console(file=sys.stdout))
+                terminal.show_summary(report, sys.stdout)
             else:
                 sys.stdout.write(render(report, formats[0], fail_on=args.fail_on))
         elif not args.quiet:
-            terminal.render(report, Console(file=sys.stderr))
+            terminal.show_summary(report, sys.stderr)
     else:
         file_formats = [f for f in formats if f != "terminal"] or ["html", "json"]
         paths = plan_outputs(args.out, trace_stem(path), datetime.now(), file_formats, force=args.force,
@@ -168,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         written = write_outputs(paths, report, session.to_dict(), fail_on=args.fail_on)
         report = written.report
         if not args.quiet:  # the human summary: stderr, so stdout stays clean for scripts
-            terminal.render(report, Console(file=sys.stderr), written={k: str(p) for k, p in written.files.items()})
+            terminal.show_summary(report, sys.stderr, written={k: str(p) for k, p in written.files.items()})
     threshold = severity_rank(args.fail_on) if args.fail_on else None
     if threshold is not None and any(severity_rank(f["severity"]) >= threshold for f in report["findings"]):
         return exitcodes.FAIL_ON

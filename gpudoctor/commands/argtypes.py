@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 
 def positive_float(text: str) -> float:
@@ -33,3 +34,19 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
     return value
+
+
+def float_between(low: float, high: float, unit: str = "") -> Callable[[str], float]:
+    """An argparse type for a number within [low, high] (a sampling interval of 1e-9 s
+    would busy-loop the supervisor; one of a day would take no sample)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low:g} and {high:g}{unit}: {text!r}")
+        return value
+
+    return parse

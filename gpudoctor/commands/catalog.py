@@ -6,7 +6,6 @@ import argparse
 import inspect
 import sys
 
-from rich.console import Console
 from rich.markdown import Markdown
 from rich.table import Table
 
@@ -14,6 +13,7 @@ from gpudoctor import exitcodes
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.model import STAGES
 from gpudoctor.registry import find_check, load_checks
+from gpudoctor.reports.console import is_terminal, show
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +38,7 @@ def list_checks(args: argparse.Namespace) -> int:
         table.add_column("detects")
         for check in checks:
             table.add_row(check.id, check.slug, f"{check.stage} {STAGES.get(check.stage, '')}", check.title)
-        Console().print(table)
+        show(lambda console: console.print(table), sys.stdout)
         print("Details: gpudoctor explain ID", file=sys.stderr)
     for error in errors:
         print(f"gpudoctor: plugin {error.name} failed to load: {error.reason}", file=sys.stderr)
@@ -51,9 +51,8 @@ def explain(args: argparse.Namespace) -> int:
         raise GpudoctorError(f"no check named {args.check!r} (see `gpudoctor checks`)", exitcodes.NOT_FOUND)
     page = inspect.cleandoc(check.doc or "") or check.title
     header = f"# {check.id} {check.slug}: {check.title}\n\nStage {check.stage} ({STAGES.get(check.stage, '')}).\n\n"
-    console = Console()
-    if console.is_terminal:
-        console.print(Markdown(header + page))
+    if is_terminal(sys.stdout):
+        show(lambda console: console.print(Markdown(header + page)), sys.stdout)
     else:
         print(header + page)
     return exitcodes.OK

@@ -9,18 +9,30 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import logging
 import os
+import shlex
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.argtypes import non_negative_int, positive_float, positive_int
+from gpudoctor.commands.argtypes import (
+    float_between,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.fsutil import unreadable_reason
 
 log = logging.getLogger(__name__)
+
+MIN_INTERVAL_S = 0.05  # below this the samplers would spin (and GPM needs 0.1 s between samples)
+MAX_INTERVAL_S = 60.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,8 +59,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=positive_int, metavar="N", help="stop after N training steps, then report")
     g.add_argument("--grace", type=positive_float, default=10.0, metavar="SECONDS",
                    help="after the stop signal (SIGINT), wait this long before SIGTERM (default 10)")
-    g.add_argument("--interval", type=positive_float, default=0.5, metavar="SECONDS",
-                   help="CPU and GPU sampling interval (default 0.5)")
+    g.add_argument("--interval", type=float_between(MIN_INTERVAL_S, MAX_INTERVAL_S, " s"), default=0.5,
+                   metavar="SECONDS",
+                   help=f"CPU and GPU sampling interval, {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} (default 0.5)")
     g.add_argument("--no-profile", action="store_true", help="do not open a torch.profiler window")
     g.add_argument("--profile-steps", type=positive_int, default=10, metavar="N",
                    help="steps in the profiler window (default 10)")
@@ -122,7 +135,7 @@ def resolve_command(args: argparse.Namespace) -> tuple[list[str], str]:
         command = target[1:]
         if not command:
             raise GpudoctorError("nothing to run after --", exitcodes.USAGE)
-        return _check_executable(command), Path(command[-1] if command[0] in _LAUNCHERS else command[0]).stem or "run"
+        return _check_executable(command), report_stem(command)
     if not target:
         raise GpudoctorError("what should I run? e.g. gpudoctor diagnose train.py, -m pkg.train, or -- COMMAND",
                              exitcodes.USAGE)
@@ -130,8 +143,12 @@ def resolve_command(args: argparse.Namespace) -> tuple[list[str], str]:
     path = Path(script)
     if script.startswith("-"):
         raise GpudoctorError(f"unknown option {script} (put the command after --)", exitcodes.USAGE)
-    if not path.exists():
-        raise GpudoctorError(f"no such file: {script}", exitcodes.NOT_FOUND)
+    try:
+        path.stat()
+    except OSError as exc:
+        missing = exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)
+        raise GpudoctorError(f"{unreadable_reason(exc)}: {script}",
+                             exitcodes.NOT_FOUND if missing else exitcodes.NOT_RUNNABLE) from None
     if path.is_dir():
         if (path / "__main__.py").is_file():
             return [sys.executable, script, *target[1:]], path.resolve().name
@@ -144,7 +161,18 @@ def resolve_command(args: argparse.Namespace) -> tuple[list[str], str]:
     return [sys.executable, script, *target[1:]], path.stem
 
 
-_LAUNCHERS = {"torchrun", "python", "python3", "accelerate", "deepspeed"}
+def report_stem(command: list[str]) -> str:
+    """The report's name for a command: its script or module (`-- python train.py name 12`
+    gives `train`, not `12`), else the program's name."""
+    from gpudoctor.diff import workload_identity
+
+    identity = workload_identity(command)
+    if identity is None:
+        return Path(command[0]).stem or "run"
+    kind, name = identity.split(":", 1)
+    if kind == "module":
+        return name.rsplit(".", 1)[-1] or "run"
+    return Path(name).stem or "run"
 
 
 def _looks_like_python(path: Path) -> bool:
@@ -176,8 +204,51 @@ def _check_executable(command: list[str]) -> list[str]:
     return command
 
 
+def own_options() -> dict[str, bool]:
+    """gpudoctor diagnose's long options (--duration, --steps, ...) -> whether they take a value."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_run_options(parser)
+    add_output_options(parser)
+    return {o: action.nargs != 0 for action in parser._actions for o in action.option_strings if o.startswith("--")}
+
+
+@dataclass(frozen=True)
+class Misplaced:
+    """gpudoctor's own options written after the script (`diagnose train.py --duration 10`)."""
+
+    options: list[str]  # as written, with their values
+    suggestion: str  # the command line with them before the script
+
+
+def misplaced_options(args: argparse.Namespace) -> Misplaced | None:
+    """Not after `--`, where the command is spelled out on purpose."""
+    if args.module is not None:
+        head, script_args = ["-m", *args.module[:1]], list(args.module[1:])
+    elif args.target and args.target[0] != "--":
+        head, script_args = list(args.target[:1]), list(args.target[1:])
+    else:
+        return None
+    ours = own_options()
+    moved: list[str] = []
+    kept: list[str] = []
+    i = 0
+    while i < len(script_args):
+        arg = script_args[i]
+        name = arg.split("=", 1)[0]
+        if name in ours:
+            takes_value = ours[name] and "=" not in arg and i + 1 < len(script_args)
+            moved += script_args[i : i + 2] if takes_value else [arg]
+            i += 2 if takes_value else 1
+            continue
+        kept.append(arg)
+        i += 1
+    if not moved:
+        return None
+    return Misplaced(moved, shlex.join(["gpudoctor", "diagnose", *moved, *head, *kept]))
+
+
 def run(args: argparse.Namespace) -> int:
     from gpudoctor.pipeline import diagnose_and_report
 
     command, stem = resolve_command(args)
-    return diagnose_and_report(args, command, stem)
+    return diagnose_and_report(args, command, stem, misplaced=misplaced_options(args))

@@ -1,7 +1,9 @@
 """`gpudoctor diff BEFORE.json AFTER.json`: did the change help? (the playbook's A/B check)
 
 Compares throughput, step time, data wait, SM activity, GPU utilization and memory,
-and which findings were resolved, are new or remain. Refuses to compare runs on
+and which findings were resolved, are new, changed severity or remain. Says how many
+steady steps each side measured and their spread, and calls a speedup real only with
+enough steps (10 each) whose median step times' 95% intervals do not overlap. Refuses to compare runs on
 different GPUs or of different workloads unless --force: such a "speedup" would
 measure the hardware or the program, not the change.
 """
@@ -16,6 +18,7 @@ from typing import Any
 
 from gpudoctor import exitcodes
 from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.session import Session
 
 FORMAT_CHOICES = ("terminal", "json", "html", "markdown")
 
@@ -44,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from gpudoctor.diff import comparability, compare
     from gpudoctor.output import plan_outputs, write_outputs
     from gpudoctor.reports import diff_text, render_diff
+    from gpudoctor.reports.console import printable, show
 
     before_path, after_path = Path(args.before), Path(args.after)
     before, before_session = load_report(before_path)
@@ -60,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
             f"not comparing {before_path} with {after_path}: {'; '.join(reasons)} (use --force to compare anyway)",
             exitcodes.DIFFERENT_RUNS,
         )
-    result = guard(compare, before, after, before_name=str(before_path), after_name=str(after_path), forced=bool(reasons))
+    result = guard(compare, before, after, before_name=str(before_path), after_name=str(after_path),
+                   forced=bool(reasons), before_steps=_steady_durations(before_session),
+                   after_steps=_steady_durations(after_session))
     formats: list[str] = list(dict.fromkeys(args.formats or []))
     file_formats = [f for f in formats if f != "terminal"] if formats else ["html", "json"]
     if saved:  # a saved report stands in for a session: prove the comparison renders first
@@ -70,18 +76,27 @@ def run(args: argparse.Namespace) -> int:
         # no --out: the comparison is the output (terminal by default, like `git diff`)
         for fmt in formats or ["terminal"]:
             if fmt == "terminal":
-                diff_text.render_terminal(result, Console(file=sys.stdout))
+                diff_text.show_diff(result, sys.stdout)
             else:
                 sys.stdout.write(render_diff(result, fmt))
         return exitcodes.OK
     stem = f"diff-{_stem(before_path)}-vs-{_stem(after_path)}"
     paths = plan_outputs(args.out, stem, datetime.now(), file_formats, force=args.force, session=False, trace=False)
     written = write_outputs(paths, result, None, render=render_diff)
-    console = Console(file=sys.stderr)
-    diff_text.render_terminal(written.report, console)
-    for kind, path in written.files.items():
-        console.print(f"  {kind:<8} {path}", markup=False, highlight=False)
+    files = printable({kind: str(path) for kind, path in written.files.items()})
+
+    def draw(console: Console) -> None:
+        diff_text.render_terminal(written.report, console)
+        for kind, path in files.items():
+            console.print(f"  {kind:<8} {path}", markup=False, highlight=False, soft_wrap=True)
+
+    show(draw, sys.stderr)
     return exitcodes.OK
+
+
+def _steady_durations(session: Session | None) -> list[float] | None:
+    """Every steady step's duration (the report's timeline holds a subsample of long runs)."""
+    return [r.duration_s for r in session.steady_steps()] if session is not None else None
 
 
 def _stem(path: Path) -> str:

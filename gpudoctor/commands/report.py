@@ -8,6 +8,7 @@ other --ignore choices, or rendered in another format, without the GPU.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import math
@@ -19,6 +20,7 @@ from typing import Any
 from gpudoctor import exitcodes
 from gpudoctor.diff import workload_identity
 from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.fsutil import unreadable_reason
 from gpudoctor.session import Session, SessionError
 
 log = logging.getLogger(__name__)
@@ -55,12 +57,12 @@ def _read_json(path: Path) -> Any:
         raw = read_limited(path)
     except InputTooLarge as exc:
         raise GpudoctorError(f"{path}: {exc}", exitcodes.BAD_DATA) from None
-    except FileNotFoundError:
-        raise GpudoctorError(f"{path}: no such file", exitcodes.NOT_FOUND) from None
     except IsADirectoryError:
         raise GpudoctorError(f"{path}: is a directory, expected a .json file", exitcodes.BAD_DATA) from None
     except OSError as exc:
-        raise GpudoctorError(f"{path}: cannot read ({exc.strerror})", exitcodes.BAD_DATA) from None
+        missing = exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)
+        raise GpudoctorError(f"{path}: {unreadable_reason(exc)}",
+                             exitcodes.NOT_FOUND if missing else exitcodes.BAD_DATA) from None
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -220,8 +222,6 @@ def default_stem(report: dict[str, Any], path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from gpudoctor.output import plan_outputs, write_outputs
     from gpudoctor.reports import render, terminal
 
@@ -236,14 +236,14 @@ def run(args: argparse.Namespace) -> int:
         # one format asked for, no --out: it is the output (pipe it, redirect it)
         fmt = formats[0]
         if fmt == "terminal":
-            terminal.render(report, Console(file=sys.stdout))
+            terminal.show_summary(report, sys.stdout)
         else:
             sys.stdout.write(render(report, fmt, fail_on=args.fail_on))
         return exit_code(report, args.fail_on)
     paths = plan_outputs(args.out, default_stem(report, path), datetime.now(), file_formats, force=args.force, trace=False)
     written = write_outputs(paths, report, session.to_dict() if session else None, fail_on=args.fail_on)
     # the summary is for the human: stderr, so stdout stays clean for scripts
-    terminal.render(written.report, Console(file=sys.stderr), written={k: str(p) for k, p in written.files.items()})
+    terminal.show_summary(written.report, sys.stderr, written={k: str(p) for k, p in written.files.items()})
     return exit_code(report, args.fail_on)
 
 

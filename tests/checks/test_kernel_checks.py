@@ -243,3 +243,11 @@ def test_skip_helper_is_the_same_everywhere():
     for module in (gd301_launch_bound, gd302_host_sync, gd303_copies, gd304_fp32_matmul):
         with pytest.raises(Skip, match="CPU-only"):
             module.gpu_profile(make_session(profile=cpu_only()))
+
+
+def test_gd303_copy_time_equal_to_the_whole_span_gives_no_gain_and_no_crash():
+    # span * 0.999 rounds back to span for a subnormal span: the gain's denominator was 0
+    memcpy = {"HtoD_pageable": {"count": 1, "bytes": 8.0, "us": 1.0, "small_count": 1}}
+    tiny = copying(memcpy=memcpy, gpu_busy_us=5e-324, gpu_idle_us=0.0, kernel_total_us=0.0)
+    findings = gd303_copies.run(make_session(profile=tiny))
+    assert [f.estimated_gain for f in findings] == [None]

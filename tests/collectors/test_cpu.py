@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -57,17 +58,54 @@ def test_cpu_info_usable_cores_follow_affinity():
     assert info.usable_cores <= info.affinity_cores
 
 
-def test_sampler_sees_a_busy_child_and_its_main_thread():
-    child = subprocess.Popen([sys.executable, "-c", "import time\nend=time.time()+3\nwhile time.time()<end: pass"])
+BUSY_CPU_S = 1.0
+# The child burns BUSY_CPU_S of CPU time (not wall time) once told to start, then says so
+# and idles: what it did is known exactly, however slow a loaded machine makes it.
+_BUSY_CHILD = (
+    "import sys, time\n"
+    "sys.stdin.readline()\n"
+    f"end = time.process_time() + {BUSY_CPU_S}\n"
+    "while time.process_time() < end: pass\n"
+    "print('done', flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def _cpu_seconds(samples: list, field: str) -> float:
+    """CPU time the samples account for: each percent times its interval (they telescope)."""
+    total = 0.0
+    for before, after in itertools.pairwise(samples):
+        value = getattr(after, field)
+        assert value is not None, field
+        total += value / 100 * (after.t - before.t)
+    return total
+
+
+def _wait_for(predicate, timeout: float = 120.0) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
+
+
+def test_sampler_accounts_for_the_cpu_time_a_child_and_its_main_thread_used():
+    child = subprocess.Popen([sys.executable, "-c", _BUSY_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
     try:
         sampler = cpu.CpuSampler(child.pid, time.time(), 0.2, main_pid=lambda: child.pid)
         sampler.start()
-        time.sleep(1.5)
-        samples = sampler.stop()
+        _wait_for(lambda: len(sampler.samples) >= 1)  # a first sample before the work starts
+        first = len(sampler.samples) - 1
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "done\n"
+        done = len(sampler.samples)
+        _wait_for(lambda: len(sampler.samples) >= done + 1)  # and one after it ended
+        samples = sampler.stop()[first:]
     finally:
         child.kill()
         child.wait()
-    assert len(samples) >= 3
-    busy = [s for s in samples if s.main_percent is not None]
-    assert busy and max(s.main_percent for s in busy) > 50  # a spinning loop uses most of a core
-    assert any(s.main_thread_percent is not None and s.main_thread_percent > 50 for s in samples)
+    assert len(samples) >= 2
+    # rounding to 0.1% per sample and the child's own idle overhead stay far inside the margins
+    assert BUSY_CPU_S * 0.9 <= _cpu_seconds(samples, "main_percent") <= BUSY_CPU_S * 1.3
+    assert BUSY_CPU_S * 0.9 <= _cpu_seconds(samples, "main_thread_percent") <= BUSY_CPU_S * 1.3

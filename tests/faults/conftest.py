@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,31 @@ import pytest
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 GPUDOCTOR = [sys.executable, "-m", "gpudoctor"]
+
+
+def _own_code_dirs() -> tuple[str, ...]:
+    """Where gpudoctor's own code is installed (the package, its checks and reports).
+    Not the clone's directory name: a clone called `gpudoctor` holds the workloads too."""
+    import gpudoctor
+    import gpudoctor.checks
+    import gpudoctor.reports
+
+    return tuple(str(Path(m.__file__).resolve().parent) + os.sep for m in (gpudoctor, gpudoctor.checks, gpudoctor.reports))
+
+
+# The agent's DataLoader wrapper sits in the workload's own tracebacks (it calls the real
+# __next__): a frame there is the workload's error passing through, not a crash of ours.
+_PASS_THROUGH = ("agent" + os.sep + "torch_hooks.py",)
+
+
+def own_frames(stderr: str) -> list[str]:
+    """Traceback frames in gpudoctor's own code (a crash of ours), from `File "..."` lines."""
+    frames = []
+    for match in re.finditer(r'^\s*File "([^"]+)"', stderr, re.MULTILINE):
+        path = match.group(1)
+        if path.startswith(_own_code_dirs()) and not path.endswith(_PASS_THROUGH):
+            frames.append(path)
+    return frames
 
 
 @dataclass
@@ -54,7 +81,7 @@ class Run:
         ended = self.ended()
         assert len(ended) == 1, self.stderr
         assert "internal error" not in self.stderr, self.stderr
-        assert "gpudoctor/" not in self.stderr.replace("gpudoctor/agent/torch_hooks.py", ""), self.stderr
+        assert not own_frames(self.stderr), self.stderr
         stem = self.reports()[0].name[: -len(".json")] if self.reports() else None
         assert stem, f"no report in {self.out}: {self.stderr}"
         for suffix in (".json", ".html", ".session.json"):
@@ -73,8 +100,56 @@ def run_gpudoctor(args: list[str | bytes], out: Path, *, cwd: Path | None = None
     return Run(proc.returncode, _text(proc.stdout), _text(proc.stderr), out)
 
 
+class Started:
+    """`gpudoctor diagnose --quiet --out OUT/ ARGS...` running in the background, so a test
+    can act on what the workload says it did (a line on its stdout), not on a clock."""
+
+    def __init__(self, args: list[str], out: Path, *, env: dict | None = None) -> None:
+        command = [*GPUDOCTOR, "diagnose", "--quiet", "--out", f"{out}/", *args]
+        full_env = dict(os.environ, **(env or {}))
+        full_env.pop("PYTHONFAULTHANDLER", None)
+        self.out = out
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                     env=full_env)
+
+    def wait_for_line(self, text: str, timeout: float = 120) -> None:
+        """Block until the workload prints a line containing `text` on its stdout."""
+        import selectors
+
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            while not any(text in line for line in self.lines):
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    self.proc.kill()
+                    raise AssertionError(f"no line with {text!r} within {timeout}s: {self.lines}")
+                line = self.proc.stdout.readline()
+                if not line:
+                    raise AssertionError(f"the workload ended before printing {text!r}: {self.finish().stderr}")
+                self.lines.append(_text(line))
+
+    def finish(self, timeout: float = 120) -> Run:
+        try:
+            stdout, stderr = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        return Run(self.proc.returncode, "".join(self.lines) + _text(stdout), _text(stderr), self.out)
+
+
 def _text(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", "replace")
+
+
+@pytest.fixture
+def gd_started(tmp_path):
+    def start(*args: str, **kwargs: Any) -> Started:
+        return Started(list(args), tmp_path / "reports", **kwargs)
+
+    return start
 
 
 @pytest.fixture

@@ -115,6 +115,14 @@ def test_missing_and_directory_inputs(tmp_path):
     one_line_error(main("diff", str(tmp_path / "a.json"), str(SESSION)), exitcodes.NOT_FOUND)
 
 
+def test_a_symbolic_link_loop_is_named_as_such(tmp_path):
+    (tmp_path / "a.json").symlink_to(tmp_path / "b.json")
+    (tmp_path / "b.json").symlink_to(tmp_path / "a.json")
+    loop = str(tmp_path / "a.json")
+    for args in (["analyze", loop], ["report", loop], ["diff", loop, str(SESSION)], ["diagnose", loop]):
+        one_line_error(main(*args), exitcodes.NOT_FOUND, "symbolic link loop")
+
+
 @pytest.mark.parametrize("args, words", [
     (["--bogus"], "unrecognized"),
     (["report", str(SESSION), "--bogus"], "unrecognized"),
@@ -123,7 +131,9 @@ def test_missing_and_directory_inputs(tmp_path):
     (["diagnose", "--bogus", "x.py"], "unrecognized"),
     (["diagnose", "--duration", "-3", "x.py"], "positive"),
     (["diagnose", "--steps", "0", "x.py"], "positive"),
-    (["diagnose", "--interval", "nan", "x.py"], "positive"),
+    (["diagnose", "--interval", "nan", "x.py"], "between"),
+    (["diagnose", "--interval", "1e-9", "x.py"], "between 0.05 and 60"),  # would busy-loop the samplers
+    (["diagnose", "--interval", "86400", "x.py"], "between 0.05 and 60"),
     (["report", str(SESSION), "--format", "pdf"], "invalid choice"),
     (["nosuchcommand"], "invalid choice"),
     (["diff", str(SESSION)], "required"),

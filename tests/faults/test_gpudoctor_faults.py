@@ -216,7 +216,7 @@ def test_temporary_directory_unusable_falls_back_to_the_report_directory(tmp_pat
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(*args, dir=dir, **kwargs)
 
-    monkeypatch.setattr("gpudoctor.supervisor.tempfile.mkdtemp", mkdtemp)
+    monkeypatch.setattr("gpudoctor.workdir.tempfile.mkdtemp", mkdtemp)
     session, supervisor = supervise(0.3, code=0, scratch_dirs=[str(tmp_path)])
     assert supervisor.workdir.parent == tmp_path and supervisor.workdir.name.startswith(".gpudoctor-session-")
     assert session.exit_code == 0 and session.processes, "the agent wrote its events there"
@@ -253,7 +253,7 @@ def test_session_directory_full_or_unwritable(tmp_path, monkeypatch, fault):
         else:
             timer = threading.Timer(0.6, subprocess.run, [["mount", "-o", "remount,ro", str(disk)]])
             timer.start()
-        monkeypatch.setattr("gpudoctor.supervisor._make_workdir",
+        monkeypatch.setattr("gpudoctor.supervisor.make_workdir",
                             lambda fallbacks: Path(__import__("tempfile").mkdtemp(dir=disk)))
         session, _ = supervise(1.2, code=7)
         assert session.exit_code == 7  # the workload ran as if gpudoctor were not there
