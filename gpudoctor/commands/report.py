@@ -43,6 +43,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--ignore", action="append", default=[], metavar="ID", help="skip a check by ID or slug (repeatable, or comma-separated)")
     p.add_argument("--fail-on", choices=("warning", "critical"), help=f"exit {exitcodes.FAIL_ON} when a finding reaches this severity")
     p.add_argument("--force", action="store_true", help="overwrite existing report files")
+    p.add_argument("--quiet", action="store_true", help="no summary on stderr (the files are still written)")
     p.set_defaults(func=run)
 
 
@@ -243,7 +244,8 @@ def run(args: argparse.Namespace) -> int:
     paths = plan_outputs(args.out, default_stem(report, path), datetime.now(), file_formats, force=args.force, trace=False)
     written = write_outputs(paths, report, session.to_dict() if session else None, fail_on=args.fail_on)
     # the summary is for the human: stderr, so stdout stays clean for scripts
-    terminal.show_summary(written.report, sys.stderr, written={k: str(p) for k, p in written.files.items()})
+    if not args.quiet:
+        terminal.show_summary(written.report, sys.stderr, written={k: str(p) for k, p in written.files.items()})
     return exit_code(report, args.fail_on)
 
 

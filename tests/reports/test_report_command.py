@@ -117,3 +117,17 @@ def test_existing_output_is_refused_and_force_replaces(session_file: Path, capsy
 def test_unwritable_out_is_refused(session_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     Path("plainfile").write_text("")
     assert cli.main(["report", str(session_file), "--out", "plainfile/reports/"]) == exitcodes.CANNOT_WRITE
+
+
+def test_report_quiet_writes_the_files_without_a_summary(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "tiny_kernels.session.json"
+    out = tmp_path / "quiet"
+    run = subprocess.run([sys.executable, "-m", "gpudoctor", "report", str(fixture), "--out", str(out), "--quiet"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == "" and run.stdout == ""
+    assert (tmp_path / "quiet.html").exists() or list(tmp_path.glob("quiet*.html"))
