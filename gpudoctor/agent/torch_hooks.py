@@ -34,17 +34,29 @@ class TorchHooks:
         self.finished = False
         self.worker_pid = None
         self.compile_used = False  # torch.compile was called (the profiler window keeps out of its way)
+        self.loader_epochs = {}  # loader id -> iterators created (epochs)
+        self.sources = None  # backward and forward step sources (step_sources.py)
+        self.safepoints = None  # calls that open a window in a stepless run (safepoints.py)
+        self.fetch_profiler = None  # where a loader worker spends its time (fetch_profile.py)
 
     # -- installation ----------------------------------------------------------
     def install(self):
         agent = self.agent
         for name, fn in (("dataloader", self._patch_dataloader), ("fetchers", self._patch_fetchers),
                          ("optimizer", self._patch_optimizer), ("oom_observer", self._attach_oom_observer),
-                         ("compile", self._watch_compile)):
+                         ("compile", self._watch_compile), ("step_sources", self._install_sources)):
             try:
                 fn()
             except Exception as exc:
                 agent.error(name, exc)
+        try:
+            import atexit
+
+            # registered after torch's own exit handlers, so it runs before them: a window
+            # still open at exit is exported while torch is whole
+            atexit.register(self.finish)
+        except Exception as exc:
+            agent.error("atexit", exc)
         try:
             from .profiler import ProfilerWindow
 
@@ -55,6 +67,17 @@ class TorchHooks:
         agent.writer.add_periodic(self.periodic)
         agent.emit("torch", version=getattr(self.torch, "__version__", None),
                    cuda=getattr(getattr(self.torch, "version", None), "cuda", None))
+
+    def _install_sources(self):
+        from .fetch_profile import FetchProfiler
+        from .safepoints import SafePoints
+        from .step_sources import StepSources
+
+        self.safepoints = SafePoints(self.torch, self.agent)
+        self.sources = StepSources(self)
+        self.sources.install()
+        if self.agent.config.get("fetch_profile", True):
+            self.fetch_profiler = FetchProfiler(self)
 
     def _patch_dataloader(self):
         from torch.utils.data import dataloader as dl
@@ -111,10 +134,16 @@ class TorchHooks:
 
             def make(orig):
                 def fetch(self_fetcher, possibly_batched_index):
+                    profiler = hooks.fetch_profiler
+                    profiling = profiler is not None and profiler.begin()
                     r0 = runqueue_s()
                     w0 = _perf()
                     c0 = _cpu()
-                    result = orig(self_fetcher, possibly_batched_index)
+                    try:
+                        result = orig(self_fetcher, possibly_batched_index)
+                    finally:
+                        if profiling:
+                            profiler.end(_perf() - w0)
                     try:
                         wall, cpu = _perf() - w0, _cpu() - c0
                         r1 = runqueue_s() if r0 is not None else None
@@ -141,9 +170,21 @@ class TorchHooks:
         @functools.wraps(original)
         def compile(*args, **kwargs):
             hooks.compile_used = True
+            hooks._unhook()  # before dynamo first traces: nothing of ours may be in what it sees
             return original(*args, **kwargs)
 
         torch.compile = compile
+
+    def _unhook(self):
+        try:
+            if self.sources is not None:
+                self.sources.remove()
+            if self.profiler is not None:
+                self.profiler.disarm()
+            elif self.safepoints is not None:
+                self.safepoints.disarm()
+        except Exception as exc:
+            self.agent.error("unhook", exc)
 
     def _patch_optimizer(self):
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -187,6 +228,7 @@ class TorchHooks:
             self.agent.emit("loader", id=loader_id, **self._describe(loader))
         it._gpudoctor_id = loader_id
         it._gpudoctor_workers_sent = False
+        self.loader_epochs[loader_id] = self.loader_epochs.get(loader_id, 0) + 1
 
     def _send_workers(self, it, loader_id):
         """Worker pids, sent at the first batch (the subclass starts workers after our hook)."""
@@ -232,6 +274,7 @@ class TorchHooks:
             stats[1] += waited
             stats[2] = max(stats[2], waited)
             self.loader_dirty = True
+        self.tls.last_loader = loader_id  # the phase of this thread's steps (profiler.py)
         self.steps.add_wait(waited)
         self.steps.boundary("loader")
 
@@ -258,6 +301,7 @@ class TorchHooks:
             self.loader_stats = {}
             self.loader_dirty = False
         self.profiler = None
+        self._unhook()  # a spawned worker installed its own: its transforms are not steps
         self.agent.emit("hello", pid=os.getpid(), ppid=os.getppid(), role="worker", argv=[])
         self.agent.writer.ensure_running()
         try:
@@ -274,6 +318,9 @@ class TorchHooks:
         self.agent.writer.flush(force=True)
 
     def on_step(self, source, n):
+        sources = self.sources
+        if sources is not None:
+            sources.on_step(source)
         profiler = self.profiler
         if profiler is not None:
             try:
@@ -296,6 +343,13 @@ class TorchHooks:
         if self._in_worker():
             return
         self._report_cuda()
+        try:
+            if self.sources is not None:
+                self.sources.poll()
+            if self.fetch_profiler is not None:
+                self.fetch_profiler.poll()
+        except Exception as exc:
+            self.agent.error("sources_poll", exc)
         profiler = self.profiler
         if profiler is not None:
             try:

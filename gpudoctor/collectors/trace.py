@@ -43,6 +43,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.collectors.hotspots import add_hotspots
 from gpudoctor.collectors.kineto_names import (  # noqa: F401  (public names re-exported)
     _FRAME_NAME,
     _VERSION_SUFFIX,
@@ -98,7 +99,9 @@ def summarize_trace(source: str | Path | Mapping[str, Any] | list, steps: int = 
     if stats.malformed:
         log.debug("skipped %d malformed trace events", stats.malformed)
     stats.add_context(events)
-    return stats.summary(steps)
+    summary = stats.summary(steps)
+    add_hotspots(events, summary)
+    return summary
 
 
 def _number(value: Any) -> float | None:
