@@ -58,7 +58,7 @@ Example
 from __future__ import annotations
 
 from gpudoctor.analysis.prediction import predict, severity_for
-from gpudoctor.checks._profile import gpu_profile
+from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_bytes, format_duration
 from gpudoctor.model import Check, Evidence, Finding, Remedy
 from gpudoctor.session import Session
@@ -83,7 +83,7 @@ REMEDY = Remedy(
 )
 
 
-def run(session: Session) -> list[Finding]:
+def _run(session: Session) -> list[Finding]:
     profile = gpu_profile(session)
     kinds = {k: v for k, v in profile.memcpy.items() if isinstance(v, dict)}
     copy_us = sum(float(v.get("us", 0)) for v in kinds.values())
@@ -103,7 +103,8 @@ def run(session: Session) -> list[Finding]:
         severity = "info"
     else:
         return []
-    window = f"profiled window ({profile.steps} steps)" if profile.steps else "profiled window"
+    window = window_name(profile)
+    seconds = window_seconds(profile) if not profile.steps else None
     evidence = {
         "copy_share": Evidence(round(share * 100, 1), "%", window, "copy time / (copy + kernel time)"),
         "copy_time": Evidence(round(copy_us / 1e3, 3), "ms", window, "GPU time in memcpy"),
@@ -114,6 +115,9 @@ def run(session: Session) -> list[Finding]:
     if small_per_step is not None:
         evidence["small_copies_per_step"] = Evidence(round(small_per_step, 1), "copies/step", window,
                                                      "copies under 64 KiB per step")
+    elif seconds:
+        evidence["small_copies_per_second"] = Evidence(round(small / seconds), "copies/s", window,
+                                                       "copies under 64 KiB per second (the window has no steps)")
     parts = []
     for kind, v in sorted(kinds.items(), key=lambda kv: -float(kv[1].get("us", 0))):
         us, moved = float(v.get("us", 0)), float(v.get("bytes", 0))
@@ -151,6 +155,8 @@ def run(session: Session) -> list[Finding]:
     return [Finding(severity=severity, title=title, message=message, evidence=evidence, remedy=REMEDY,
                     prediction=prediction, estimated_gain=gain)]
 
+
+run = per_window(_run)
 
 CHECK = Check(
     id="GD303",

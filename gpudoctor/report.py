@@ -44,6 +44,7 @@ def finding_to_dict(f: Finding, slug: str | None = None) -> dict[str, Any]:
         "estimated_gain": round(f.estimated_gain, 2) if f.estimated_gain is not None else None,
         "prediction": f.prediction.to_dict() if f.prediction is not None else None,
         "consequence_of": f.consequence_of,
+        "window": f.window,
     }
 
 

@@ -26,11 +26,12 @@ from pathlib import Path
 
 import psutil
 
-from gpudoctor import __version__, metrics
+from gpudoctor import __version__
 from gpudoctor.agent.redact import redact_argv
 from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.events import EventReader
 from gpudoctor.collectors.storage import probe as probe_storage
+from gpudoctor.collectors.windows import apply_windows
 from gpudoctor.gpu import GpuMonitor
 from gpudoctor.session import Environment, Session, StorageProbe
 from gpudoctor.status import StatusLine
@@ -52,8 +53,12 @@ class RunOptions:
     profile: bool = True
     profile_warmup_steps: int = 5
     profile_steps: int = 10
-    profile_no_step_after_s: float = 10.0
-    profile_time_window_s: float = 3.0
+    profile_no_step_after_s: float = 3.0
+    profile_time_window_s: float = 2.0
+    profile_warmup_s: float = 1.0  # and at least this long into a phase before its window
+    profile_max_windows: int = 4  # windows per process: start of steady state, new phases, one later
+    profile_later_s: float = 60.0  # the later window comes at least this long after the first
+    fetch_profile: bool = True  # cProfile a few batches in one loader process when input-bound
     data_paths: list[str] = field(default_factory=list)  # dataset locations given with --data
     live_status: bool | None = None  # None: when stderr is a terminal
     # where the session directory may go when the temporary directory cannot take it
@@ -91,6 +96,7 @@ class Supervisor:
         self.uninstrumented: dict[int, str] = {}
         self._env_checked: set[int] = set()
         self._next_env_check = 0.0
+        self.primary_trace: str | None = None  # the primary profiler window's trace, in workdir
 
     # -- launching --------------------------------------------------------------
     def _environment(self) -> dict[str, str]:
@@ -108,6 +114,10 @@ class Supervisor:
                 "profile_steps": self.options.profile_steps,
                 "profile_no_step_after_s": self.options.profile_no_step_after_s,
                 "profile_time_window_s": self.options.profile_time_window_s,
+                "profile_warmup_s": self.options.profile_warmup_s,
+                "profile_max_windows": self.options.profile_max_windows,
+                "profile_later_s": self.options.profile_later_s,
+                "fetch_profile": self.options.fetch_profile,
             }
         )
         return env
@@ -310,12 +320,9 @@ class Supervisor:
         thread.start()
 
     def _trace_path(self) -> Path | None:
-        for profile in self.reader.profiles:
-            if profile.get("path"):
-                candidate = self.workdir / str(profile["path"])
-                if candidate.exists():
-                    return candidate
-        return None
+        """The primary window's raw trace (saved beside the report)."""
+        candidate = self.workdir / self.primary_trace if self.primary_trace else None
+        return candidate if candidate is not None and candidate.exists() else None
 
     # -- the Session -----------------------------------------------------------
     def _assemble(self, started_at: datetime.datetime, duration: float, cpu_sampler: CpuSampler | None,
@@ -368,7 +375,7 @@ class Supervisor:
         if not session.storage:
             session.unavailable.setdefault("storage", "no dataset path known (pass --data PATH to name it)")
         GpuMonitor.apply(gpu_result, session)
-        _apply_profile(self.reader.profiles, self.workdir, session, self.t0)
+        self.primary_trace = apply_windows(self.reader.profiles, self.workdir, session, self.t0)
         if session.allocator == []:
             session.unavailable.setdefault("allocator", "the workload did not use the CUDA caching allocator")
         if self.reader.processes and not self.reader.torch_versions:
@@ -382,46 +389,6 @@ class LaunchError(Exception):
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
         self.code = code
-
-
-def _apply_profile(profiles: list[dict], workdir: Path, session: Session, t0: float) -> None:
-    usable = [p for p in profiles if p.get("path")]
-    if not usable:
-        errors = [str(p["error"]) for p in profiles if p.get("error")]
-        if errors:
-            session.unavailable["profile"] = errors[0]
-        elif session.torch_cuda_used and "steps" in session.unavailable:
-            session.unavailable["profile"] = ("no step boundaries, and the run ended before the time-bounded "
-                                              "window (--stepless-after after CUDA started); mark steps with "
-                                              "gpudoctor.step()")
-        elif session.torch_cuda_used:
-            session.unavailable["profile"] = "the profiler window did not complete (fewer steps than warm-up + window?)"
-        else:
-            session.unavailable["profile"] = "no profiler window: the workload used no GPU"
-        return
-    profile = usable[0]
-    try:
-        from gpudoctor.collectors.trace import load_trace, summarize_trace, trace_events
-        from gpudoctor.replay import replay_or_error
-    except ImportError:
-        session.unavailable["profile"] = "trace analysis is not available in this build"
-        return
-    steps = int(profile.get("steps") or 0)
-    try:
-        data = load_trace(workdir / str(profile["path"]))
-        summary = summarize_trace(data, steps=steps)
-        summary.replay = replay_or_error(trace_events(data), summary.steps, *metrics.unprofiled_step_us(session))
-    except Exception as exc:  # a trace we cannot read must not cost the rest of the report
-        log.debug("trace analysis failed", exc_info=True)
-        session.unavailable["profile"] = f"the profiler trace could not be analysed: {type(exc).__name__}: {exc}"
-        return
-    summary.tf32_enabled = profile.get("tf32")
-    summary.window_s = round(float(profile.get("t_end", 0)) - float(profile.get("t_start", 0)), 3)
-    if profile.get("t_start") and profile.get("t_end"):
-        summary.window_start_s = round(float(profile["t_start"]) - t0, 3)
-        summary.window_end_s = round(float(profile["t_end"]) - t0, 3)
-    session.profile = summary
-    session.unavailable.pop("profile", None)
 
 
 def _foreground_tty() -> bool:
