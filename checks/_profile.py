@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from gpudoctor.analysis.windows import describe_window, window_name, window_seconds  # noqa: F401
 from gpudoctor.model import Finding, Skip
 from gpudoctor.session import ProfileSummary, Session
 
@@ -27,37 +28,6 @@ def gpu_profile(session: Session) -> ProfileSummary:
     if profile.kernel_count == 0 and profile.gpu_busy_us <= 0:
         raise Skip(profile.error or "the profiler window holds no GPU activity")
     return profile
-
-
-def window_name(profile: ProfileSummary) -> str:
-    """'profiled window (10 steps)', or with its number and label when the run had several."""
-    if profile.steps:
-        size = f"{profile.steps} steps"
-    elif profile.window_s:
-        size = f"{profile.window_s:.2f} s, no step boundaries"
-    else:
-        size = ""
-    which = f" {profile.index}" if profile.index else ""
-    inside = ", ".join(p for p in (profile.label if profile.index else None, size) if p)
-    return f"profiled window{which}" + (f" ({inside})" if inside else "")
-
-
-def describe_window(profile: ProfileSummary) -> str:
-    """Which window, its phase and when: for the report's 'window' line."""
-    text = window_name(profile)
-    if profile.phase:
-        text += f": {profile.phase}"
-    if profile.window_start_s is not None and profile.window_end_s is not None:
-        text += f", {profile.window_start_s:.1f}-{profile.window_end_s:.1f} s into the run"
-    return text
-
-
-def window_seconds(profile: ProfileSummary) -> float | None:
-    """The window's length, for per-second rates when it has no steps."""
-    if profile.window_s and profile.window_s > 0:
-        return profile.window_s
-    span = (profile.gpu_busy_us + profile.gpu_idle_us) / 1e6
-    return span if span > 0 else None
 
 
 def per_window(check: CheckFn) -> CheckFn:

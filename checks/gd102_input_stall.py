@@ -133,7 +133,7 @@ BATCHED_INDEXING = ("from torch.utils.data import BatchSampler, DataLoader, Rand
 
 
 def fetch_hotspot(loader: LoaderInfo | None) -> tuple[str, float] | None:
-    """('Normalize.forward in transforms.py:123 costs 62% of a batch (...)', share) from the
+    """('Normalize.forward in transforms.py:123, 62% of a batch (...)', share) from the
     loader's profiled batches: the function with the most own time."""
     profile = loader.fetch_profile if loader is not None else None
     if profile is None or not profile.functions or profile.wall_s <= 0 or not profile.batches:
@@ -142,7 +142,7 @@ def fetch_hotspot(loader: LoaderInfo | None) -> tuple[str, float] | None:
     share = min(1.0, top.own_s / profile.wall_s)
     where = "the main process" if profile.worker is None else f"worker {profile.worker} (pid {profile.pid})"
     called = f", called from {top.caller}" if top.caller and "torch/utils/data/" not in top.caller else ""
-    text = (f"{top.name} in {top.file}:{top.line}{called} costs {share:.0%} of a batch "
+    text = (f"{top.name} in {top.file}:{top.line}{called}, {share:.0%} of a batch "
             f"({metrics.format_duration(top.own_s / profile.batches)} of "
             f"{metrics.format_duration(profile.wall_s / profile.batches)}; cProfile over {profile.batches} batches in "
             f"{where})")
@@ -156,12 +156,12 @@ def _remedy(session: Session, kind: str, loader: LoaderInfo | None, plan: Worker
         return remedy
     hot = hotspot[0]
     text = remedy.text
-    for plain, named in (("make each sample cheaper", f"make each sample cheaper ({hot})"),
+    for plain, named in (("make each sample cheaper", f"make each sample cheaper, starting with {hot}"),
                          ("then profile one worker's __getitem__ to see which part dominates",
-                          f"then make the costly part cheaper: {hot}")):
+                          f"then make the costliest part cheaper: {hot}")):
         text = text.replace(plain, named)
     if hot not in text:
-        text += f" Where batch production spends its time: {hot}."
+        text += f" The costliest part of making a batch: {hot}."
     return Remedy(text=text, code=remedy.code)
 
 

@@ -23,6 +23,7 @@ from markupsafe import Markup
 from gpudoctor.metrics import format_bytes, format_duration
 
 from . import charts
+from ._hotspots import windows_view
 from ._common import (
     command_line,
     environment_rows,
@@ -126,6 +127,7 @@ def context(report: Mapping[str, Any]) -> dict[str, Any]:
         "step_numbers": _step_numbers(summary),
         "profile": _profile_view(profile) if profile else None,
         "profile_missing": _why(unavailable, ("profile",), "no profiler window was recorded"),
+        "windows": windows_view(report),
         "kernel_svg": _chart(charts.kernel_histogram, (profile or {}).get("kernel_duration_hist") or {}),
         "allocator": [_allocator_view(a) for a in evidence.get("allocator") or []],
         "allocator_missing": _why(unavailable, ("allocator",), "no allocator statistics were recorded"),
@@ -158,6 +160,7 @@ def _finding_view(f: Mapping[str, Any], docs: Mapping[str, Any]) -> dict[str, An
         "remedy_text": remedy.get("text"),
         "remedy_code": remedy.get("code"),
         "gain": gain_text(f.get("estimated_gain")) if f.get("estimated_gain") is not None else None,
+        "window": f.get("window"),
         "prediction": prediction_text(f),
         "prediction_detail": (f.get("prediction") or {}).get("detail") if isinstance(f.get("prediction"), Mapping)
         else None,

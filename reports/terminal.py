@@ -19,6 +19,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from ._hotspots import hotspot_line
 from ._common import (
     command_line,
     gain_text,
@@ -47,6 +48,9 @@ def render(
         console.print(Text("No findings.", style="green"))
     for finding in top_remedies(report, MAX_REMEDIES):
         console.print(_remedy(finding))
+    hotspots = hotspot_line(report)
+    if hotspots:
+        console.print(Text(hotspots, style="dim"))
     skipped = skipped_checks(report)
     if skipped:
         console.print(Text("Not checked:", style="bold"))
