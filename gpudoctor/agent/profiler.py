@@ -98,6 +98,7 @@ class ProfilerWindow:
         self.profiled = {}  # phase key -> its loader's epoch when profiled
         self.first_end = None
         self.later_taken = False
+        self.epoch = None  # (the phase loader's epoch, the step count when it was first seen)
         self.cuda_seen = None  # when the agent's thread first saw CUDA initialized
         self.pending = None  # label of the time window the safe points are armed for
         self.calls = 0
@@ -129,7 +130,10 @@ class ProfilerWindow:
             return
         if n - self.phase[1] < self.warmup or time.time() - self.phase[2] < self.warmup_s:
             return
-        label = self._due(key)
+        epoch = self.hooks.loader_epochs.get(key[1], 0) if key[1] is not None else 0
+        if self.epoch is None or self.epoch[0] != epoch:
+            self.epoch = (epoch, n)  # a new epoch: its first steps start workers again
+        label = self._due(key, n - self.epoch[1] >= self.warmup)
         if label is not None:
             self.start(source, n, label, key)
 
@@ -141,15 +145,16 @@ class ProfilerWindow:
             grad = None
         return (source, getattr(self.hooks.tls, "last_loader", None), grad, self.hooks.cuda_initialized())
 
-    def _due(self, key):
-        """The label of the window this phase is due, or None."""
+    def _due(self, key, settled=True):
+        """The label of the window this phase is due, or None (`settled`: past the epoch's warm-up)."""
         if self.taken >= self.max_windows:
             return None
         if self.taken == 0:
             return "start"
         if key not in self.profiled:
             return "phase"
-        if self.later_taken or self.first_end is None or time.time() - self.first_end < self.later_after:
+        if self.later_taken or self.first_end is None or time.time() - self.first_end < self.later_after \
+                or not settled:
             return None
         loader = key[1]
         if loader is not None and self.hooks.loader_epochs.get(loader, 0) <= self.profiled[key]:

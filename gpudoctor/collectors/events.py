@@ -348,16 +348,18 @@ class EventReader:
                 f"steps are the outermost forwards of {self.processes[pid].forward_root or 'a module'} (no "
                 "gpudoctor.step(), optimizer, backward() or DataLoader marked them)")
         records = data.records
-        # steps inside the profiler window run slower (tracing, stack capture): keep them out
+        # steps inside the profiler windows run slower (tracing, stack capture): keep them out
+        left_out = 0
         for profile in self.profiles:
             if profile.get("pid") == pid and profile.get("t_start") and profile.get("t_end"):
                 lo, hi = float(profile["t_start"]) - self.t0, float(profile["t_end"]) - self.t0
                 kept = [r for r in records if not (lo <= r.t and r.t - r.duration_s <= hi + 0.5)]
                 if len(kept) >= 3 and len(kept) < len(records):
-                    session.notes.append(
-                        f"{len(records) - len(kept)} steps inside the profiler window are left out of step statistics"
-                    )
+                    left_out += len(records) - len(kept)
                     records = kept
+        if left_out:
+            session.notes.append(f"{left_out} steps inside the profiler window{'s' if len(self.profiles) > 1 else ''} "
+                                 "are left out of step statistics")
         session.steps = Steps(
             source=source,
             count=data.count + 1,  # the first boundary opens step 1 without a record
