@@ -25,7 +25,11 @@ How it is measured
       in time (HTA's kernel-to-kernel delay) plus gaps where the host queued the next
       work only after the GPU had run dry (HTA's host wait), minus the gaps that
       follow a host synchronisation (GD302 counts those);
-    - median kernel duration, launches per step and the mean CPU cost of a launch.
+    - median kernel duration, launches per step (per second in a window without
+      steps) and the mean CPU cost of a launch.
+
+    A run with several profiled windows (a training and an evaluation phase) is checked
+    in each; the finding says which window it comes from, and when it holds only there.
 
 Thresholds, and where they come from
     - at least 100 kernels in the window: fewer give no distribution to judge;

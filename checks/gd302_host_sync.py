@@ -31,8 +31,8 @@ How it is measured
 Thresholds, and where they come from
     - idle after syncs >= 10% of the GPU span: warning; >= 30%: critical. Below 10%
       the syncs cost the GPU little (it is the bottleneck anyway).
-    - 2 or more synchronisations per step (10 in the window when steps are unknown)
-      with less idle: info. One ``loss.item()`` per step for logging is customary; two
+    - 2 or more synchronisations per step (10 in the window when steps are unknown;
+      a window without steps gives syncs per second) with less idle: info. One ``loss.item()`` per step for logging is customary; two
       or more mean the loop synchronises *inside* the step. Nsight Systems' expert
       rules flag every synchronising API call; gpudoctor reports them when they
       repeat or cost GPU time.

@@ -29,7 +29,8 @@ Thresholds, and where they come from
     - 10 or more small copies per step (50 in the window when steps are unknown):
       a finding (info; warning when copies also take >= 10% of the GPU's time).
       Nsight Systems ignores synchronous host-to-device copies under 64 KiB one at a
-      time; in numbers they add up.
+      time; in numbers they add up. A window without steps (a module-less loop shipping
+      tensors one by one, profiled by time) gives copies per second instead.
     Severity then follows the predicted gain: the profiled window replayed with
     pageable copies pinned and asynchronous (at the pinned rate the trace shows, else
     the one measured on an H200 host) or with runs of small copies stacked into one,

@@ -20,8 +20,9 @@ Safety rules:
 
 When: steps come from the highest-precedence active source (stats.StepTracker:
 explicit > optimizer > backward > loader > forward). A window opens after
-`profile_warmup_steps` steps and `profile_warmup_s` seconds of a phase (the first
-iterations of a fast loop are not steady: allocator growth, library handles), and closes after at least `profile_steps`
+`profile_warmup_steps` steps and `profile_warmup_s` seconds of a phase, or ten times
+those steps (the first iterations of a fast loop are not steady: allocator growth,
+library handles), and closes after at least `profile_steps`
 steps and `profile_min_window_s` seconds (at most `profile_max_steps` steps, or
 `profile_max_window_s`). A phase is (step source, the DataLoader last iterated on that
 thread, grad mode, CUDA in use): the first window is "start"; a phase not seen before
@@ -128,7 +129,8 @@ class ProfilerWindow:
         if self.phase is None or self.phase[0] != key:
             self.phase = (key, n, time.time())
             return
-        if n - self.phase[1] < self.warmup or time.time() - self.phase[2] < self.warmup_s:
+        done = n - self.phase[1]
+        if done < self.warmup or (time.time() - self.phase[2] < self.warmup_s and done < 10 * self.warmup):
             return
         epoch = self.hooks.loader_epochs.get(key[1], 0) if key[1] is not None else 0
         if self.epoch is None or self.epoch[0] != epoch:
