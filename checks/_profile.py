@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from gpudoctor.analysis.windows import describe_window, window_name, window_seconds  # noqa: F401
 from gpudoctor.model import Finding, Skip
-from gpudoctor.session import ProfileSummary, Session
+from gpudoctor.session import ProfileSummary, Session, Steps
 
 CheckFn = Callable[[Session], Sequence[Finding]]
 
@@ -40,7 +40,7 @@ def per_window(check: CheckFn) -> CheckFn:
         results: list[tuple[ProfileSummary, list[Finding] | None, str]] = []
         for window in windows:
             try:
-                results.append((window, list(check(dataclasses.replace(session, profile=window))), ""))
+                results.append((window, list(check(_view(session, window, primary=window is windows[0]))), ""))
             except Skip as skip:
                 results.append((window, None, str(skip)))
         measured = [(w, found) for w, found, _ in results if found is not None]
@@ -63,6 +63,15 @@ def per_window(check: CheckFn) -> CheckFn:
 
     run.__doc__ = check.__doc__
     return run
+
+
+def _view(session: Session, window: ProfileSummary, primary: bool) -> Session:
+    """The session as one window's check sees it. A later window whose steps came from
+    another source (an evaluation loop's batches, in a run of optimizer steps) is not
+    measured against the run's steps: its predictions use its own replayed step."""
+    if primary or window.step_source == session.steps.source:
+        return dataclasses.replace(session, profile=window)
+    return dataclasses.replace(session, profile=window, steps=Steps(source=window.step_source))
 
 
 def _names(windows: Sequence[ProfileSummary]) -> str:

@@ -23,19 +23,19 @@ from markupsafe import Markup
 from gpudoctor.metrics import format_bytes, format_duration
 
 from . import charts
-from ._hotspots import windows_view
 from ._common import (
     command_line,
     environment_rows,
     evidence_items,
     format_number,
     gain_text,
-    prediction_text,
     gpu_names,
+    prediction_text,
     skipped_checks,
     stage_name,
     summary_rows,
 )
+from ._hotspots import windows_view
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from ._hotspots import hotspot_line
 from ._common import (
     command_line,
     gain_text,
@@ -27,6 +26,7 @@ from ._common import (
     skipped_checks,
     top_remedies,
 )
+from ._hotspots import hotspot_line
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_REMEDIES = 3

@@ -324,10 +324,10 @@ class EventReader:
         for pid, proc in self.processes.items():
             if proc.fetch_profile is None:
                 continue
-            loader_id = proc.fetch_profile_loader if proc.fetch_profile_loader in self.loaders \
+            profiled = proc.fetch_profile_loader if proc.fetch_profile_loader in self.loaders \
                 else self.worker_to_loader.get(pid)
-            if loader_id in self.loaders:
-                self.loaders[loader_id].fetch_profile = proc.fetch_profile
+            if profiled is not None and profiled in self.loaders:
+                self.loaders[profiled].fetch_profile = proc.fetch_profile
         session.loaders = sorted(self.loaders.values(), key=lambda lo: lo.loader_id)
         if not session.loaders:
             session.unavailable.setdefault("loader", "no DataLoader was iterated")

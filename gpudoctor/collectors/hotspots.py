@@ -19,7 +19,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from gpudoctor.collectors.kineto_names import GRAPH_LAUNCH_APIS, KERNEL_LAUNCH_APIS, SYNC_APIS, _VERSION_SUFFIX
+from gpudoctor.collectors.kineto_names import (
+    _VERSION_SUFFIX,
+    GRAPH_LAUNCH_APIS,
+    KERNEL_LAUNCH_APIS,
+    SYNC_APIS,
+)
 from gpudoctor.session import CallSite, ProfileSummary
 
 TOP_OPS = 10
