@@ -113,7 +113,8 @@ class ProfilerWindow:
         window = self.window
         if self.state == self.RUNNING:
             if window.source == "time":
-                self.stop("superseded", keep=False)  # the run has steps after all: profile those
+                if threading.get_ident() == window.thread:
+                    self.stop("superseded", keep=False)  # the run has steps after all: profile those
             elif threading.get_ident() == window.thread:
                 if source == window.source:
                     k, elapsed = n - window.start_n, time.time() - window.start_wall
@@ -137,6 +138,8 @@ class ProfilerWindow:
             self.epoch = (epoch, n)  # a new epoch: its first steps start workers again
         label = self._due(key, n - self.epoch[1] >= self.warmup)
         if label is not None:
+            if self.pending is not None:
+                self.disarm()  # a time window was due, but steps came first
             self.start(source, n, label, key)
 
     def _phase_key(self, source):

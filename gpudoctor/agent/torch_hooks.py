@@ -9,6 +9,7 @@ import threading
 import time
 import weakref
 
+from .cuda_state import allocator_snapshot, report_cuda
 from .datasets import dataset_root
 from .stats import FetchStats, StepTracker, runqueue_s
 
@@ -371,71 +372,11 @@ class TorchHooks:
             return False
 
     def _report_cuda(self):
-        if not self.cuda_initialized():
-            return
-        pending = getattr(self, "_pending_oom_observer", None)
-        if pending is not None:
-            self._pending_oom_observer = None
-            try:
-                pending[0](pending[1])
-            except Exception as exc:
-                self.agent.error("oom_observer", exc)
-        cuda = self.torch.cuda
-        used = []
-        for index in range(cuda.device_count()):
-            try:
-                if cuda.memory_reserved(index) > 0:
-                    props = cuda.get_device_properties(index)
-                    used.append({"index": index, "uuid": _uuid(props), "name": props.name,
-                                 "total_memory": props.total_memory})
-            except Exception:
-                continue
-        key = tuple(d["uuid"] for d in used)
-        if used and key != self.cuda_reported:
-            self.cuda_reported = key
-            self.agent.emit("cuda", devices=used)
-        now = time.time()
-        if used and now - self.last_alloc_t >= 2.0:
-            self.last_alloc_t = now
-            snap = self.allocator_snapshot("periodic")
-            if snap:
-                self.agent.emit("alloc", **snap)
+        report_cuda(self)
 
     def allocator_snapshot(self, label):
         """A compact copy of torch.cuda.memory_stats() for the current device."""
-        if not self.cuda_initialized():
-            return None
-        cuda = self.torch.cuda
-        try:
-            device = cuda.current_device()
-            stats = cuda.memory_stats(device)
-        except Exception:
-            return None
-
-        def g(key):
-            return int(stats.get(key, 0) or 0)
-
-        snap = {
-            "label": label,
-            "device": device,
-            "allocated_bytes": g("allocated_bytes.all.current"),
-            "reserved_bytes": g("reserved_bytes.all.current"),
-            "active_bytes": g("active_bytes.all.current"),
-            "inactive_split_bytes": g("inactive_split_bytes.all.current"),
-            "max_allocated_bytes": g("allocated_bytes.all.peak"),
-            "max_reserved_bytes": g("reserved_bytes.all.peak"),
-            "num_alloc_retries": g("num_alloc_retries"),
-            "num_ooms": g("num_ooms"),
-        }
-        try:
-            free, total = cuda.mem_get_info(device)
-            snap["device_free_bytes"] = int(free)
-            snap["device_total_bytes"] = int(total)
-        except Exception:
-            pass
-        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + "," + os.environ.get("PYTORCH_ALLOC_CONF", "")
-        snap["expandable_segments"] = "expandable_segments:true" in conf.replace(" ", "").lower()
-        return snap
+        return allocator_snapshot(self, label)
 
     def finish(self):
         if self.finished:
@@ -455,11 +396,3 @@ class TorchHooks:
             snap = self.allocator_snapshot("end")
             if snap:
                 self.agent.emit("alloc", **snap)
-
-
-def _uuid(props):
-    raw = getattr(props, "uuid", None)
-    if raw is None:
-        return None
-    text = str(raw)
-    return text if text.startswith(("GPU-", "MIG-")) else "GPU-" + text
