@@ -116,7 +116,9 @@ def _innermost(names: list[str]) -> str:
 
     for name in reversed(names):
         match = _FRAME_NAME.match(name)
-        if match and not match["file"].replace("\\", "/").startswith(("torch/", "<", AGENT_FRAME)):
+        path = match["file"].replace("\\", "/") if match else ""
+        if match and not path.startswith(("torch/", "<", AGENT_FRAME)) and "/torch/" not in path \
+                and AGENT_FRAME not in path and "_gpudoctor_agent" not in path:
             return f"{match['func']} ({match['file']}:{match['line']})"
     return NOT_OWN
 

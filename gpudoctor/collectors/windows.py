@@ -46,6 +46,7 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
             data = load_trace(workdir / str(event["path"]))
             summary = summarize_trace(data, steps=int(event.get("steps") or 0))
             _describe(summary, event, t0, len(summaries) + 1)
+            _relative_sites(summary, session.cwd)
             if summary.kernel_count == 0 and summary.gpu_busy_us <= 0:
                 summary.replay = ReplaySummary(steps=summary.steps, error="a CPU-only window: no GPU work to replay")
             else:
@@ -78,6 +79,18 @@ def _describe(summary: ProfileSummary, event: dict[str, Any], t0: float, index: 
     summary.index = index
     summary.step_source = str(event["source"]) if event.get("source") else None
     summary.phase = phase_words(event)
+
+
+def _relative_sites(summary: ProfileSummary, cwd: str | None) -> None:
+    """Call sites under the run's working directory, as the user knows them (train.py:12)."""
+    if not cwd:
+        return
+    prefix = cwd.rstrip("/") + "/"
+    for site in summary.call_sites:
+        site.site = site.site.replace(f"({prefix}", "(")
+    for sync in summary.sync_sites:
+        if sync.site:
+            sync.site = sync.site.replace(f"({prefix}", "(")
 
 
 def phase_words(event: dict[str, Any]) -> str:

@@ -71,3 +71,15 @@ def test_a_cpu_only_window_gets_the_same_table(tmp_path):
     assert site.site.startswith("busy_cpu_function (") and "test_hotspots.py" in site.site
     assert site.gpu_us == 0 and site.cpu_us > 0
     assert hotspots(summary)["cpu_ops"]
+
+
+def test_the_agent_is_never_the_workloads_call_site_even_from_an_editable_install():
+    from gpudoctor.collectors.hotspots import _innermost
+    from gpudoctor.collectors.kineto_names import frame_kind
+
+    assert frame_kind("/home/me/src/gpudoctor/gpudoctor/agent/torch_hooks.py") is None
+    assert frame_kind("/home/me/project/train.py") == "user"
+    frames = ["/home/me/venv/lib/python3.11/site-packages/transformers/trainer.py(2100): train",
+              "/home/me/src/gpudoctor/gpudoctor/agent/torch_hooks.py(140): fetch",
+              "/home/me/venv/lib/python3.11/site-packages/torch/nn/modules/module.py(1750): _call_impl"]
+    assert _innermost(frames) == "train (/home/me/venv/lib/python3.11/site-packages/transformers/trainer.py:2100)"
