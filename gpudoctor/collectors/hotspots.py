@@ -119,7 +119,9 @@ def _innermost(names: list[str]) -> str:
         path = match["file"].replace("\\", "/") if match else ""
         if match and not path.startswith(("torch/", "<", AGENT_FRAME)) and "/torch/" not in path \
                 and AGENT_FRAME not in path and "_gpudoctor_agent" not in path:
-            return f"{match['func']} ({match['file']}:{match['line']})"
+            for marker in ("site-packages/", "dist-packages/"):
+                path = path.split(marker, 1)[-1]
+            return f"{match['func']} ({path}:{match['line']})"
     return NOT_OWN
 
 

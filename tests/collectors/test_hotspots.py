@@ -82,4 +82,4 @@ def test_the_agent_is_never_the_workloads_call_site_even_from_an_editable_instal
     frames = ["/home/me/venv/lib/python3.11/site-packages/transformers/trainer.py(2100): train",
               "/home/me/src/gpudoctor/gpudoctor/agent/torch_hooks.py(140): fetch",
               "/home/me/venv/lib/python3.11/site-packages/torch/nn/modules/module.py(1750): _call_impl"]
-    assert _innermost(frames) == "train (/home/me/venv/lib/python3.11/site-packages/transformers/trainer.py:2100)"
+    assert _innermost(frames) == "train (transformers/trainer.py:2100)"
