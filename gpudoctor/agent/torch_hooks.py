@@ -344,6 +344,8 @@ class TorchHooks:
         if self._in_worker():
             return
         self._report_cuda()
+        if self.finished:
+            return  # exiting: nothing new is hooked or armed
         try:
             if self.sources is not None:
                 self.sources.poll()
