@@ -32,7 +32,7 @@ TOP_SITES = 5  # per ranking (GPU time, blocked time, CPU time); the union is ke
 AGENT_FRAME = "gpudoctor/agent/"
 # the agent's own work inside a window (opening or closing it); its wrappers around the
 # DataLoader and the fetchers are transparent: the workload's work goes on inside them
-AGENT_WINDOW = ("gpudoctor/agent/profiler.py", "gpudoctor/agent/safepoints.py")
+AGENT_WINDOW = ("gpudoctor/agent/profiler.py",)
 AUTOGRAD = "(autograd engine: backward)"
 NO_FRAME = "(no Python frame)"
 NOT_OWN = "(no frame of the workload's own code)"

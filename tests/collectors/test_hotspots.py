@@ -83,3 +83,28 @@ def test_the_agent_is_never_the_workloads_call_site_even_from_an_editable_instal
               "/home/me/src/gpudoctor/gpudoctor/agent/torch_hooks.py(140): fetch",
               "/home/me/venv/lib/python3.11/site-packages/torch/nn/modules/module.py(1750): _call_impl"]
     assert _innermost(frames) == "train (transformers/trainer.py:2100)"
+
+
+def test_work_inside_the_agents_transparent_wrappers_is_the_workloads():
+    """A sync made through a safe-point wrapper (a stepless window) counts; one made while
+    the agent closes its window does not."""
+    def frame(name, ts, dur, tid=1):
+        return {"ph": "X", "cat": "python_function", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+    def sync(ts, correlation):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 1, "ts": ts,
+                "dur": 5.0, "args": {"correlation": correlation}}
+
+    events = [
+        frame("loop.py(3): <module>", 0.0, 1000.0),
+        frame("/src/gpudoctor/gpudoctor/agent/safepoints.py(81): wrapper", 10.0, 20.0),
+        sync(12.0, 1),
+        frame("/src/gpudoctor/gpudoctor/agent/profiler.py(200): stop", 100.0, 50.0),
+        sync(110.0, 2),
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 40.0, "dur": 2.0,
+         "args": {"correlation": 3, "device": 0}},
+    ]
+    summary = summarize_trace({"traceEvents": events})
+    assert summary.sync_count == 1
+    (site,) = [s for s in summary.call_sites if s.syncs]
+    assert site.site == "<module> (loop.py:3)" and site.syncs == 1
