@@ -2,10 +2,11 @@
 
 Each window the agent kept (gpudoctor/agent/profiler.py: "start", then "phase" and
 "later" ones) is summarised (collectors.trace) and replayed (gpudoctor.replay). The
-first is the primary window, `Session.profile`, as before. A window's replay is
-calibrated to the step time measured outside it: the whole run's steady steps for
-the primary window; for a later one, the steps of the same source around it (its
-phase); none when its steps came from another source.
+primary window, `Session.profile` as before, is the first one steps drove (else the
+first: a run without steps). A window's replay is calibrated to the step time
+measured outside it: the whole run's steady steps for the primary window; for a later
+one, the steps of the same source around it (its phase); none when its steps came
+from another source or it had none.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
             if summary.kernel_count == 0 and summary.gpu_busy_us <= 0:
                 summary.replay = ReplaySummary(steps=summary.steps, error="a CPU-only window: no GPU work to replay")
             else:
-                step_us, wait_us = _calibration(session, summary, primary=not summaries)
+                first_stepped = summary.step_source != "time" and all(s.step_source == "time" for s, _ in summaries)
+                step_us, wait_us = _calibration(session, summary, primary=first_stepped)
                 summary.replay = replay_or_error(trace_events(data), summary.steps, step_us, wait_us)
         except Exception as exc:  # a trace we cannot read must not cost the rest of the report
             log.debug("trace analysis failed", exc_info=True)
@@ -64,9 +66,12 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
     if not summaries:
         return None
     session.profiles = [s for s, _ in summaries]
-    session.profile = summaries[0][0]
+    # the primary window is the first one that steps drove: a time-bounded window that came
+    # first may have caught the set-up (data moved to the GPU before the loop began)
+    primary = next((pair for pair in summaries if pair[0].step_source != "time"), summaries[0])
+    session.profile = primary[0]
     session.unavailable.pop("profile", None)
-    return summaries[0][1]
+    return primary[1]
 
 
 def _describe(summary: ProfileSummary, event: dict[str, Any], t0: float, index: int) -> None:
