@@ -5,9 +5,12 @@ fixed number of steps plain, under `gpudoctor diagnose --no-profile` (sampling
 only) and under `gpudoctor diagnose` (sampling + the profiler window), alternating
 the three configurations for several rounds, and compares the loop's own timing
 (printed by the workload). It also measures interpreter start-up with the agent
-injected (it must cost a few milliseconds at most).
+injected (it must cost a few milliseconds at most), and the profile of a loader
+worker (cProfile over 8 batches of one worker, taken when the loop waits for data): an
+input-bound loop with one worker, under `diagnose --no-profile` with and without
+`--no-loader-profile`, and the profiled batches' time against the others'.
 
-    python benchmarks/overhead.py [--rounds 5] [--steps 300] [--json out.json]
+    python benchmarks/overhead.py [--rounds 5] [--steps 300] [--json out.json] [--cases cpu,cuda,loader]
 """
 
 from __future__ import annotations
@@ -51,11 +54,57 @@ def startup_ms(with_agent: bool, rounds: int) -> float:
     return statistics.median(times)
 
 
+def loader_case(rounds: int, steps: int) -> dict[str, object]:
+    """What profiling one loader worker costs an input-bound loop."""
+    base = [sys.executable, str(LOOP), "--device", "cpu", "--steps", str(steps), "--loader-workers", "1"]
+    timings: dict[str, list[float]] = {"plain": [], "no_loader_profile": [], "loader_profile": []}
+    batch_ratio: list[float] = []
+    for _ in range(rounds):
+        for name in timings:
+            with tempfile.TemporaryDirectory() as out:
+                extra = ["--no-loader-profile"] if name == "no_loader_profile" else []
+                command = base if name == "plain" else [
+                    sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", "--no-profile", *extra,
+                    "--out", f"{out}/", "--", *base]
+                timings[name].append(loop_time(command))
+                if name == "loader_profile":
+                    ratio = profiled_batch_ratio(Path(out))
+                    if ratio is not None:
+                        batch_ratio.append(ratio)
+    medians = {name: statistics.median(values) for name, values in timings.items()}
+    return {
+        "steps": steps,
+        "loop_s_median": medians,
+        "loop_s_all": timings,
+        "overhead_loader_profile_pct": 100 * (medians["loader_profile"] / medians["no_loader_profile"] - 1),
+        "profiled_batch_slowdown": statistics.median(batch_ratio) if batch_ratio else None,
+        "profiled_batch_slowdown_all": batch_ratio,
+    }
+
+
+def profiled_batch_ratio(out: Path) -> float | None:
+    """Time of a profiled batch over the time of the loader's other batches, from the Session."""
+    sessions = list(out.glob("*.session.json"))
+    if not sessions:
+        return None
+    for loader in json.loads(sessions[0].read_text()).get("loaders") or []:
+        profile = loader.get("fetch_profile")
+        if not profile or not profile.get("batches"):
+            continue
+        rest_batches = loader["fetch_batches"] - profile["batches"]
+        if rest_batches <= 0:
+            continue
+        rest = (loader["fetch_wall_s"] - profile["wall_s"]) / rest_batches
+        return (profile["wall_s"] / profile["batches"]) / rest if rest > 0 else None
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--devices", default="cpu,cuda")
+    parser.add_argument("--cases", default="devices,loader", help="devices (the loops above), loader")
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args()
     results: dict[str, object] = {
@@ -70,7 +119,7 @@ def main() -> None:
     except ImportError:
         has_cuda = False
     with tempfile.TemporaryDirectory() as out:
-        for device in devices:
+        for device in devices if "devices" in args.cases else []:
             if device == "cuda" and not has_cuda:
                 continue
             base = [sys.executable, str(LOOP), "--device", device, "--steps", str(args.steps)]
@@ -93,6 +142,8 @@ def main() -> None:
                 "overhead_sampling_pct": 100 * (medians["sampling"] / medians["plain"] - 1),
                 "overhead_profiler_pct": 100 * (medians["profiler"] / medians["plain"] - 1),
             }
+    if "loader" in args.cases:
+        results["loader"] = loader_case(args.rounds, args.steps)
     text = json.dumps(results, indent=2)
     print(text)
     if args.json_path:

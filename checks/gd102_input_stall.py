@@ -38,7 +38,12 @@ How it is measured
     over the run's duration. Where batches are produced (in each worker process, or
     in the main process when ``num_workers=0``) the agent records the wall time and
     the CPU time of the fetching thread per batch; their ratio classifies the stall.
-    psutil's CPU share of the worker processes (when sampled) confirms it.
+    psutil's CPU share of the worker processes (when sampled) confirms it. Once the
+    loop has waited for data 5% of the time over a second, one process that makes
+    batches (a worker, or the main process) runs cProfile over its next 8 batches
+    (``__getitem__``, the transforms, the collate): the remedy names the function with
+    the most own time (its Python plus the ``torch.*`` builtins it calls directly) and
+    its share of a batch ("Normalize.forward in transforms.py:123 costs 62% of a batch").
 
 Thresholds, and where they come from
     - share >= 5%: worth a look. This is the TensorBoard profiler plugin's line for
@@ -127,7 +132,40 @@ BATCHED_INDEXING = ("from torch.utils.data import BatchSampler, DataLoader, Rand
                     "loader = DataLoader(dataset, sampler=sampler, batch_size=None)")
 
 
+def fetch_hotspot(loader: LoaderInfo | None) -> tuple[str, float] | None:
+    """('Normalize.forward in transforms.py:123, 62% of a batch (...)', share) from the
+    loader's profiled batches: the function with the most own time."""
+    profile = loader.fetch_profile if loader is not None else None
+    if profile is None or not profile.functions or profile.wall_s <= 0 or not profile.batches:
+        return None
+    top = profile.functions[0]
+    share = min(1.0, top.own_s / profile.wall_s)
+    where = "the main process" if profile.worker is None else f"worker {profile.worker} (pid {profile.pid})"
+    called = f", called from {top.caller}" if top.caller and "torch/utils/data/" not in top.caller else ""
+    text = (f"{top.name} in {top.file}:{top.line}{called}, {share:.0%} of a batch "
+            f"({metrics.format_duration(top.own_s / profile.batches)} of "
+            f"{metrics.format_duration(profile.wall_s / profile.batches)}; cProfile over {profile.batches} batches in "
+            f"{where})")
+    return text, share
+
+
 def _remedy(session: Session, kind: str, loader: LoaderInfo | None, plan: WorkerPlan | None) -> Remedy:
+    remedy = _base_remedy(session, kind, loader, plan)
+    hotspot = fetch_hotspot(loader)
+    if hotspot is None:
+        return remedy
+    hot = hotspot[0]
+    text = remedy.text
+    for plain, named in (("make each sample cheaper", f"make each sample cheaper, starting with {hot}"),
+                         ("then profile one worker's __getitem__ to see which part dominates",
+                          f"then make the costliest part cheaper: {hot}")):
+        text = text.replace(plain, named)
+    if hot not in text:
+        text += f" The costliest part of making a batch: {hot}."
+    return Remedy(text=text, code=remedy.code)
+
+
+def _base_remedy(session: Session, kind: str, loader: LoaderInfo | None, plan: WorkerPlan | None) -> Remedy:
     gpu = bool(session.torch_cuda_used)
     batch = loader.batch_size if loader is not None and loader.batch_size else "B"
     if plan is not None and plan.handoff_bound and plan.why_not:
@@ -196,6 +234,15 @@ def run(session: Session) -> list[Finding]:
             where = "main process" if loader.num_workers == 0 else "per worker"
             evidence["fetch_time_per_batch"] = Evidence(_ms(fetch), "ms", f"whole run, {where}",
                                                         "time to produce one batch")
+    hotspot = fetch_hotspot(loader)
+    if hotspot is not None and loader is not None and loader.fetch_profile is not None:
+        top = loader.fetch_profile.functions[0]
+        evidence["fetch_hotspot"] = Evidence(f"{top.name} ({top.file}:{top.line})", None,
+                                             f"{loader.fetch_profile.batches} profiled batches",
+                                             "costliest function making a batch")
+        evidence["fetch_hotspot_share"] = Evidence(round(hotspot[1] * 100, 1), "%",
+                                                   f"{loader.fetch_profile.batches} profiled batches",
+                                                   "its own time / batch time")
     if stall.fetch_cpu_ratio is not None:
         evidence["fetch_cpu_ratio"] = Evidence(round(stall.fetch_cpu_ratio, 2), "CPU s / wall s", "whole run",
                                                "CPU time / wall time producing a batch")

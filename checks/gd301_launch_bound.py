@@ -25,7 +25,11 @@ How it is measured
       in time (HTA's kernel-to-kernel delay) plus gaps where the host queued the next
       work only after the GPU had run dry (HTA's host wait), minus the gaps that
       follow a host synchronisation (GD302 counts those);
-    - median kernel duration, launches per step and the mean CPU cost of a launch.
+    - median kernel duration, launches per step (per second in a window without
+      steps) and the mean CPU cost of a launch.
+
+    A run with several profiled windows (a training and an evaluation phase) is checked
+    in each; the finding says which window it comes from, and when it holds only there.
 
 Thresholds, and where they come from
     - at least 100 kernels in the window: fewer give no distribution to judge;
@@ -70,7 +74,7 @@ Example
 from __future__ import annotations
 
 from gpudoctor.analysis.prediction import predict, severity_for
-from gpudoctor.checks._profile import gpu_profile
+from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
 from gpudoctor.session import Session
 
@@ -91,7 +95,7 @@ REMEDY = Remedy(
 )
 
 
-def run(session: Session) -> list[Finding]:
+def _run(session: Session) -> list[Finding]:
     profile = gpu_profile(session)
     if profile.kernel_count < MIN_KERNELS:
         raise Skip(f"only {profile.kernel_count} kernels in the profiled window (need {MIN_KERNELS})")
@@ -114,7 +118,7 @@ def run(session: Session) -> list[Finding]:
                          rule_detail="span / (span - launch-attributable idle) of the profiled window")
     gain = prediction.gain if prediction is not None else rule
     severity = severity_for(gain)
-    window = f"profiled window ({profile.steps} steps)" if profile.steps else "profiled window"
+    window = window_name(profile)
     evidence = {
         "kernel_count": Evidence(profile.kernel_count, "kernels", window, "kernels"),
         "short_kernel_share": Evidence(round(short_share * 100, 1), "%", window,
@@ -135,6 +139,11 @@ def run(session: Session) -> list[Finding]:
         launches = profile.launch_count / profile.steps
         evidence["launches_per_step"] = Evidence(round(launches, 1), "launches/step", window, "kernel launches per step")
         per_step = f" The host issued {launches:,.0f} launches per step."
+    elif profile.launch_count and window_seconds(profile):
+        rate = profile.launch_count / (window_seconds(profile) or 1.0)
+        evidence["launches_per_second"] = Evidence(round(rate), "launches/s", window,
+                                                   "kernel launches per second (the window has no steps)")
+        per_step = f" The host issued {rate:,.0f} launches per second."
     lead = ("gpu_idle_share", "short_kernel_share", "kernel_median")  # shown first: the report's key numbers
     evidence = {**{k: evidence[k] for k in lead if k in evidence}, **evidence}
     numbers = [f"median kernel {median:.1f} us"] if median is not None else []
@@ -153,6 +162,8 @@ def run(session: Session) -> list[Finding]:
     return [Finding(severity=severity, title=title, message=message, evidence=evidence, remedy=REMEDY,
                     prediction=prediction, estimated_gain=gain)]
 
+
+run = per_window(_run)
 
 CHECK = Check(
     id="GD301",

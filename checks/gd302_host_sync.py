@@ -31,8 +31,8 @@ How it is measured
 Thresholds, and where they come from
     - idle after syncs >= 10% of the GPU span: warning; >= 30%: critical. Below 10%
       the syncs cost the GPU little (it is the bottleneck anyway).
-    - 2 or more synchronisations per step (10 in the window when steps are unknown)
-      with less idle: info. One ``loss.item()`` per step for logging is customary; two
+    - 2 or more synchronisations per step (10 in the window when steps are unknown;
+      a window without steps gives syncs per second) with less idle: info. One ``loss.item()`` per step for logging is customary; two
       or more mean the loop synchronises *inside* the step. Nsight Systems' expert
       rules flag every synchronising API call; gpudoctor reports them when they
       repeat or cost GPU time.
@@ -71,7 +71,7 @@ Example
 from __future__ import annotations
 
 from gpudoctor.analysis.prediction import predict, severity_for
-from gpudoctor.checks._profile import gpu_profile
+from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_duration
 from gpudoctor.model import Check, Evidence, Finding, Remedy
 from gpudoctor.session import Session
@@ -97,7 +97,7 @@ REMEDY = Remedy(
 )
 
 
-def run(session: Session) -> list[Finding]:
+def _run(session: Session) -> list[Finding]:
     profile = gpu_profile(session)
     if profile.sync_count == 0:
         return []
@@ -113,7 +113,8 @@ def run(session: Session) -> list[Finding]:
     severity = severity_for(gain)
     if severity == "info" and not frequent:
         return []
-    window = f"profiled window ({profile.steps} steps)" if profile.steps else "profiled window"
+    window = window_name(profile)
+    seconds = window_seconds(profile) if not profile.steps else None
     evidence = {
         "sync_count": Evidence(profile.sync_count, "calls", window, "blocking CUDA synchronisations"),
         "sync_time": Evidence(round(profile.sync_total_us / 1e3, 3), "ms", window, "CPU time blocked in them"),
@@ -124,11 +125,15 @@ def run(session: Session) -> list[Finding]:
     }
     if per_step is not None:
         evidence["syncs_per_step"] = Evidence(round(per_step, 2), "calls/step", window, "synchronisations per step")
+    elif seconds:
+        evidence["syncs_per_second"] = Evidence(round(profile.sync_count / seconds, 1), "calls/s", window,
+                                                "synchronisations per second (the window has no steps)")
     for n, site in enumerate(profile.sync_sites[:MAX_SITES], start=1):
         evidence[f"site_{n}"] = Evidence(
             f"{site.api} in {site.site or 'an unknown call site'} ({site.count}x, "
             f"{format_duration(site.total_us / 1e6)} blocked)", None, window, f"sync site {n}")
-    rate = f", {per_step:.1f} per step," if per_step is not None else ""
+    rate = f", {per_step:.1f} per step," if per_step is not None else \
+        f", {profile.sync_count / seconds:,.0f} per second," if seconds else ""
     sites = "; ".join(f"{s.api} in {s.site or 'an unknown call site'} ({s.count}x)"
                       for s in profile.sync_sites[:MAX_SITES])
     message = (
@@ -144,6 +149,8 @@ def run(session: Session) -> list[Finding]:
     return [Finding(severity=severity, title=title, message=message, evidence=evidence, remedy=REMEDY,
                     prediction=prediction)]
 
+
+run = per_window(_run)
 
 CHECK = Check(
     id="GD302",

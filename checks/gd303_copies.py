@@ -29,7 +29,8 @@ Thresholds, and where they come from
     - 10 or more small copies per step (50 in the window when steps are unknown):
       a finding (info; warning when copies also take >= 10% of the GPU's time).
       Nsight Systems ignores synchronous host-to-device copies under 64 KiB one at a
-      time; in numbers they add up.
+      time; in numbers they add up. A window without steps (a module-less loop shipping
+      tensors one by one, profiled by time) gives copies per second instead.
     Severity then follows the predicted gain: the profiled window replayed with
     pageable copies pinned and asynchronous (at the pinned rate the trace shows, else
     the one measured on an H200 host) or with runs of small copies stacked into one,
@@ -58,7 +59,7 @@ Example
 from __future__ import annotations
 
 from gpudoctor.analysis.prediction import predict, severity_for
-from gpudoctor.checks._profile import gpu_profile
+from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_bytes, format_duration
 from gpudoctor.model import Check, Evidence, Finding, Remedy
 from gpudoctor.session import Session
@@ -83,7 +84,7 @@ REMEDY = Remedy(
 )
 
 
-def run(session: Session) -> list[Finding]:
+def _run(session: Session) -> list[Finding]:
     profile = gpu_profile(session)
     kinds = {k: v for k, v in profile.memcpy.items() if isinstance(v, dict)}
     copy_us = sum(float(v.get("us", 0)) for v in kinds.values())
@@ -103,7 +104,8 @@ def run(session: Session) -> list[Finding]:
         severity = "info"
     else:
         return []
-    window = f"profiled window ({profile.steps} steps)" if profile.steps else "profiled window"
+    window = window_name(profile)
+    seconds = window_seconds(profile) if not profile.steps else None
     evidence = {
         "copy_share": Evidence(round(share * 100, 1), "%", window, "copy time / (copy + kernel time)"),
         "copy_time": Evidence(round(copy_us / 1e3, 3), "ms", window, "GPU time in memcpy"),
@@ -114,6 +116,9 @@ def run(session: Session) -> list[Finding]:
     if small_per_step is not None:
         evidence["small_copies_per_step"] = Evidence(round(small_per_step, 1), "copies/step", window,
                                                      "copies under 64 KiB per step")
+    elif seconds:
+        evidence["small_copies_per_second"] = Evidence(round(small / seconds), "copies/s", window,
+                                                       "copies under 64 KiB per second (the window has no steps)")
     parts = []
     for kind, v in sorted(kinds.items(), key=lambda kv: -float(kv[1].get("us", 0))):
         us, moved = float(v.get("us", 0)), float(v.get("bytes", 0))
@@ -152,6 +157,8 @@ def run(session: Session) -> list[Finding]:
     return [Finding(severity=severity, title=title, message=message, evidence=evidence, remedy=REMEDY,
                     prediction=prediction, estimated_gain=gain)]
 
+
+run = per_window(_run)
 
 CHECK = Check(
     id="GD303",

@@ -59,7 +59,7 @@ Example
 from __future__ import annotations
 
 from gpudoctor.analysis.prediction import predict, severity_for
-from gpudoctor.checks._profile import gpu_profile
+from gpudoctor.checks._profile import gpu_profile, per_window, window_name
 from gpudoctor.collectors.trace import classify_gemm
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
 from gpudoctor.session import Session
@@ -79,7 +79,7 @@ REMEDY = Remedy(
 )
 
 
-def run(session: Session) -> list[Finding]:
+def _run(session: Session) -> list[Finding]:
     profile = gpu_profile(session)
     if profile.matmul_total_us <= 0:
         raise Skip("no matrix-multiply kernels in the profiled window")
@@ -99,7 +99,7 @@ def run(session: Session) -> list[Finding]:
     severity = severity_for(gain)
     if severity != "info" and span_share < SPAN_WARNING:
         severity = "info"  # the matmuls would speed up, the step barely
-    window = f"profiled window ({profile.steps} steps)" if profile.steps else "profiled window"
+    window = window_name(profile)
     evidence = {
         "fp32_matmul_share": Evidence(round(share * 100, 1), "%", window, "fp32 GEMM time / kernel time"),
         "fp32_matmul_time": Evidence(round(profile.matmul_fp32_us / 1e3, 3), "ms", window, "fp32 GEMM kernel time"),
@@ -131,6 +131,8 @@ def run(session: Session) -> list[Finding]:
     return [Finding(severity=severity, title="Matmuls run in full fp32, not on tensor cores",
                     message=message, evidence=evidence, remedy=REMEDY, prediction=prediction, estimated_gain=gain)]
 
+
+run = per_window(_run)
 
 CHECK = Check(
     id="GD304",

@@ -70,6 +70,8 @@ class Finding:
     stage: int = 0
     # set by the engine when another finding explains this one
     consequence_of: str | None = None
+    # the profiled window it comes from, when it comes from one ("profiled window 2 (phase, ...)")
+    window: str | None = None
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

@@ -110,6 +110,10 @@ def run_options(args: argparse.Namespace, command: list[str], plan: OutputPaths)
         profile_steps=args.profile_steps,
         profile_no_step_after_s=args.stepless_after,
         profile_time_window_s=args.stepless_window,
+        profile_warmup_s=1.0 if args.warmup_steps else 0.0,
+        profile_max_windows=getattr(args, "profile_windows", 4),
+        profile_later_s=getattr(args, "profile_later", 60.0),
+        fetch_profile=not getattr(args, "no_loader_profile", False),
         data_paths=list(args.data),
         scratch_dirs=[str(plan.directory)],
     )

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpudoctor import __version__, metrics
 from gpudoctor.agent.redact import redact_argv, redact_text
+from gpudoctor.analysis.windows import hotspots
 from gpudoctor.engine import EngineResult
 from gpudoctor.model import Finding, severity_rank
 from gpudoctor.session import Session
@@ -45,6 +46,7 @@ def finding_to_dict(f: Finding, slug: str | None = None) -> dict[str, Any]:
         "estimated_gain": round(f.estimated_gain, 2) if f.estimated_gain is not None else None,
         "prediction": f.prediction.to_dict() if f.prediction is not None else None,
         "consequence_of": f.consequence_of,
+        "window": f.window,
     }
 
 
@@ -258,6 +260,8 @@ def build_report(
             "loaders": data["loaders"],
             "storage": data["storage"],
             "profile": data["profile"],
+            "profiles": data["profiles"],  # every window, the primary first (session order)
+            "hotspots": [hotspots(p) for p in session.windows()],  # per window, the primary first
             "allocator": data["allocator"],
             "errors": data["errors"],
             "processes": data["processes"],

@@ -8,7 +8,8 @@ Rule: "not measured" is never zero. A value that could not be measured is `None`
 and the reason is recorded in `Session.unavailable[fact]`. Fact names:
 
     loader     no DataLoader was iterated
-    steps      no step boundaries (optimizer steps, loader batches, gpudoctor.step())
+    steps      no step boundaries (gpudoctor.step(), optimizer steps, backward calls,
+               loader batches, outermost module forwards)
     cpu        psutil sampling of the process tree failed
     storage    no dataset path known, or the probe failed
     gpu        no NVIDIA GPU / driver / NVML, or the workload used no GPU
@@ -113,6 +114,33 @@ class LoaderInfo:
     # oversubscribed machine, not I/O. None when the OS does not report it.
     fetch_runqueue_s: float | None = None
     worker_pids: list[int] = field(default_factory=list)
+    # where one process spent its time producing a few batches (cProfile), when the loop
+    # waited for data; None when not profiled
+    fetch_profile: FetchProfile | None = None
+
+
+@dataclass
+class FetchFunction:
+    """One Python function of batch production, from cProfile."""
+
+    name: str  # qualified name where Python records it ("Normalize.forward")
+    file: str  # relative to the package or the working directory
+    line: int  # the def line
+    own_s: float  # its own time plus the builtins it called directly (a transform's torch.* calls)
+    cumulative_s: float  # with everything it called
+    calls: int = 0
+    caller: str | None = None  # "func (file:line)" that spent the most time calling it
+
+
+@dataclass
+class FetchProfile:
+    """cProfile over a few batches of one loader process (a worker, or the main process)."""
+
+    pid: int
+    batches: int
+    wall_s: float  # time producing those batches
+    functions: list[FetchFunction] = field(default_factory=list)  # by own time, most first
+    worker: int | None = None  # worker id; None in the main process
 
 
 @dataclass
@@ -124,7 +152,9 @@ class StepRecord:
 
 @dataclass
 class Steps:
-    source: str | None = None  # optimizer | loader | explicit
+    # explicit | optimizer | backward | loader | forward: the source that named the steps
+    # (precedence in that order, gpudoctor/agent/stats.py)
+    source: str | None = None
     count: int = 0
     records: list[StepRecord] = field(default_factory=list)  # bounded; see `aggregated`
     aggregated: int = 0  # steps counted but not kept individually (long runs)
@@ -200,6 +230,18 @@ class SyncSite:
 
 
 @dataclass
+class CallSite:
+    """A Python call site of the workload, and what the work started there cost."""
+
+    site: str  # "train_step (train.py:12)", or "(autograd engine)" for backward work
+    gpu_us: float = 0.0  # GPU time of the kernels and copies launched from here
+    launches: int = 0
+    blocked_us: float = 0.0  # host time blocked in synchronisations made here
+    syncs: int = 0
+    cpu_us: float = 0.0  # CPU time of the outermost operators called from here
+
+
+@dataclass
 class ReplayScenario:
     """The profiled window replayed with one cause removed (gpudoctor.replay)."""
 
@@ -268,6 +310,15 @@ class ProfileSummary:
     window_end_s: float | None = None
     error: str | None = None
     replay: ReplaySummary | None = None  # predicted gains, from replaying the window
+    # which window of the run this is (gpudoctor/agent/profiler.py): "start" (steady state
+    # began), "phase" (a new phase: another loader, grad mode or step source), "later"
+    label: str | None = None
+    index: int = 0  # 1-based order among the run's windows; 0 when not known (analyze)
+    step_source: str | None = None  # what marked its steps: optimizer, ..., forward; "time" without steps
+    phase: str | None = None  # the phase in words: "loader 123:1 batches, no grad"
+    # hotspots: operators by their own CPU time, and the call sites that cost the most
+    top_cpu_ops: list[KernelStat] = field(default_factory=list)
+    call_sites: list[CallSite] = field(default_factory=list)
 
 
 @dataclass
@@ -320,7 +371,8 @@ class Session:
     storage: list[StorageProbe] = field(default_factory=list)
     gpu_samples: list[GpuSample] = field(default_factory=list)
     gpu_sample_interval_s: float | None = None
-    profile: ProfileSummary | None = None
+    profile: ProfileSummary | None = None  # the primary window (the first one)
+    profiles: list[ProfileSummary] = field(default_factory=list)  # every window, in order, the primary too
     allocator: list[AllocatorSnapshot] = field(default_factory=list)
     errors: list[ErrorEvent] = field(default_factory=list)
     torch_cuda_used: bool | None = None  # the workload put work on a CUDA device
@@ -392,6 +444,13 @@ class Session:
 
     def main_processes(self) -> list[ProcessInfo]:
         return [p for p in self.processes if p.role != "worker"]
+
+    def windows(self) -> list[ProfileSummary]:
+        """Every profiled window, the primary first (older sessions hold only `profile`)."""
+        if not self.profiles:
+            return [self.profile] if self.profile is not None else []
+        primary = self.profile
+        return ([primary] if primary is not None else []) + [p for p in self.profiles if p != primary]
 
     def steady_steps(self) -> list[StepRecord]:
         return self.steps.records[self.steps.warmup_steps :]

@@ -29,8 +29,8 @@ from gpudoctor.agent import STOP_MARKER
 from gpudoctor.agent.redact import env_secrets, redact_argv, redact_text
 from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.events import EventReader
-from gpudoctor.collectors.profile import apply_profile
 from gpudoctor.collectors.storage import probe as probe_storage
+from gpudoctor.collectors.windows import apply_windows
 from gpudoctor.gpu import GpuMonitor
 from gpudoctor.process_tree import TreeWatch, leftover_note
 from gpudoctor.reports.console import printable
@@ -56,8 +56,12 @@ class RunOptions:
     profile: bool = True
     profile_warmup_steps: int = 5
     profile_steps: int = 10
-    profile_no_step_after_s: float = 10.0
-    profile_time_window_s: float = 3.0
+    profile_no_step_after_s: float = 3.0
+    profile_time_window_s: float = 2.0
+    profile_warmup_s: float = 1.0  # and at least this long into a phase before its window
+    profile_max_windows: int = 4  # windows per process: start of steady state, new phases, one later
+    profile_later_s: float = 60.0  # the later window comes at least this long after the first
+    fetch_profile: bool = True  # cProfile a few batches in one loader process when input-bound
     data_paths: list[str] = field(default_factory=list)  # dataset locations given with --data
     live_status: bool | None = None  # None: when stderr is a terminal
     # where the session directory may go when the temporary directory cannot take it
@@ -100,6 +104,7 @@ class Supervisor:
         self.uninstrumented = self.tree.uninstrumented
         self.leftovers: list[str] = []
         self._next_env_check = 0.0
+        self.primary_trace: str | None = None  # the primary profiler window's trace, in workdir
 
     # -- launching --------------------------------------------------------------
     def _environment(self) -> dict[str, str]:
@@ -117,6 +122,10 @@ class Supervisor:
                 "profile_steps": self.options.profile_steps,
                 "profile_no_step_after_s": self.options.profile_no_step_after_s,
                 "profile_time_window_s": self.options.profile_time_window_s,
+                "profile_warmup_s": self.options.profile_warmup_s,
+                "profile_max_windows": self.options.profile_max_windows,
+                "profile_later_s": self.options.profile_later_s,
+                "fetch_profile": self.options.fetch_profile,
             }
         )
         return _with_overrides(env, self.options)
@@ -320,12 +329,9 @@ class Supervisor:
         thread.start()
 
     def _trace_path(self) -> Path | None:
-        for profile in self.reader.profiles:
-            if profile.get("path"):
-                candidate = self.workdir / str(profile["path"])
-                if candidate.exists():
-                    return candidate
-        return None
+        """The primary window's raw trace (saved beside the report)."""
+        candidate = self.workdir / self.primary_trace if self.primary_trace else None
+        return candidate if candidate is not None and candidate.exists() else None
 
     # -- the Session -----------------------------------------------------------
     def _assemble(self, started_at: datetime.datetime, duration: float, cpu_sampler: CpuSampler | None,
@@ -381,7 +387,7 @@ class Supervisor:
         if not session.storage:
             session.unavailable.setdefault("storage", "no dataset path known (pass --data PATH to name it)")
         GpuMonitor.apply(gpu_result, session)
-        apply_profile(self.reader.profiles, self.workdir, session, self.t0)
+        self.primary_trace = apply_windows(self.reader.profiles, self.workdir, session, self.t0)
         if session.allocator == []:
             session.unavailable.setdefault("allocator", "the workload did not use the CUDA caching allocator")
         if self.reader.processes and not self.reader.torch_versions:

@@ -29,9 +29,9 @@ from ._common import (
     evidence_items,
     format_number,
     gain_text,
-    prediction_text,
     gpu_names,
     override_rows,
+    prediction_text,
     skipped_checks,
     stage_name,
     summary_rows,
@@ -39,6 +39,7 @@ from ._common import (
     try_heading,
 )
 from .console import printable
+from ._hotspots import windows_view
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ def context(report: Mapping[str, Any]) -> dict[str, Any]:
         "step_numbers": _step_numbers(summary),
         "profile": _profile_view(profile) if profile else None,
         "profile_missing": _why(unavailable, ("profile",), "no profiler window was recorded"),
+        "windows": windows_view(report),
         "kernel_svg": _chart(charts.kernel_histogram, (profile or {}).get("kernel_duration_hist") or {}),
         "allocator": [_allocator_view(a) for a in evidence.get("allocator") or []],
         "allocator_missing": _why(unavailable, ("allocator",), "no allocator statistics were recorded"),
@@ -165,6 +167,7 @@ def _finding_view(f: Mapping[str, Any], docs: Mapping[str, Any]) -> dict[str, An
         "remedy_text": remedy.get("text"),
         "remedy_code": remedy.get("code"),
         "gain": gain_text(f.get("estimated_gain")) if f.get("estimated_gain") is not None else None,
+        "window": f.get("window"),
         "prediction": prediction_text(f),
         "prediction_detail": (f.get("prediction") or {}).get("detail") if isinstance(f.get("prediction"), Mapping)
         else None,

@@ -29,6 +29,7 @@ from ._common import (
     try_heading,
 )
 from .console import plain_text, printable, show
+from ._hotspots import hotspot_line
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_REMEDIES = 3
@@ -59,6 +60,9 @@ def render(
     for finding in top_remedies(report, MAX_REMEDIES):
         console.print(_remedy(finding, highlight=console.is_terminal))
     _trials(report, console)
+    hotspots = hotspot_line(report)
+    if hotspots:
+        console.print(Text(printable(hotspots), style="dim"))
     skipped = skipped_checks(report)
     if skipped:
         console.print(Text("Not checked:", style="bold"))

@@ -37,6 +37,15 @@ RUNS: dict[str, tuple[str, list[str]]] = {
     "loader_overlap": ("loader_overlap", ["--model", "big"]),
     "loader_starved_gpu": ("loader_overlap", ["--model", "tiny"]),
     "item_per_layer": ("item_per_layer", []),
+    # issue 11: runs that marked no step or had no window before; about 90 s together on an H200
+    "infer_10s": ("infer_10s", []),
+    "small_copies": ("small_copies", []),
+    "backward_only": ("backward_only", []),
+    "phases": ("phases", []),
+}
+# extra `gpudoctor diagnose` options per run
+DIAGNOSE_OPTIONS: dict[str, list[str]] = {
+    "phases": ["--profile-later", "4"],  # a later window in the second epoch, not only after 60 s
 }
 # the same workloads with the remedy applied by hand: what the prediction is checked against
 REMEDIED: dict[str, tuple[str, list[str]]] = {
@@ -70,7 +79,7 @@ def main() -> None:
             start = time.time()
             proc = subprocess.run(
                 [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", "--interval", "0.2", "--out", f"{tmp}/",
-                 *command_for(name)],
+                 *DIAGNOSE_OPTIONS.get(name, []), *command_for(name)],
                 capture_output=True, text=True, timeout=300,
             )
             elapsed = time.time() - start
@@ -87,6 +96,10 @@ def main() -> None:
                 shutil.copy(html, out / f"{name}.html")
             for trace in Path(tmp).glob("*.trace.json.gz"):
                 shutil.copy(trace, out / f"{name}.trace.json.gz")
+        session_data = json.loads((out / f"{name}.session.json").read_text()) if (out / f"{name}.session.json").exists() \
+            else {}
+        windows = [(w.get("index"), w.get("label"), w.get("step_source"), w.get("steps"), w.get("kernel_count"))
+                   for w in session_data.get("profiles") or []]
         findings = [(f["id"], f["severity"], f.get("estimated_gain"), (f.get("prediction") or {}).get("method"),
                      f.get("consequence_of")) for f in report["findings"]]
         entry = {
@@ -97,13 +110,17 @@ def main() -> None:
             "top": report["findings"][0] if report["findings"] else None,
             "summary": report["summary"],
             "skipped": {c["id"]: c["reason"] for c in report["checks"] if c["status"] != "pass" and c["status"] != "finding"},
+            "step_source": (session_data.get("steps") or {}).get("source"),
+            "windows": windows,
         }
         summary[name] = entry
         top = entry["top"]
         print(f"{name}: exit {proc.returncode} in {elapsed:.0f}s; {report['summary'].get('verdict')}", flush=True)
         print(f"  findings: {findings}", flush=True)
+        print(f"  steps from: {entry['step_source']}; windows (index, label, source, steps, kernels): {windows}",
+              flush=True)
         if top:
-            print(f"  top: {top['id']} {top['title']} | {top['message'][:400]}", flush=True)
+            print(f"  top: {top['id']} {top['title']} | {top['message'][:400]} | from {top.get('window')}", flush=True)
         if proc.returncode not in (0, 1):
             print(proc.stderr[-2000:], flush=True)
     for name in REMEDIED:

@@ -6,6 +6,13 @@ Rules it lives by (it is a guest in someone else's program):
   stream or an exit status; its own failures become `agent_error` events;
 - it writes small append-only events (see events.py), bounded for long runs.
 
+Step boundaries come from five sources, by precedence: ``gpudoctor.step()``
+(explicit) > ``optimizer.step()`` > an outermost ``backward()`` > a DataLoader batch >
+the outermost module forward on its thread (stats.StepTracker says why this order;
+step_sources.py how backward and forward are seen). The highest-precedence source
+that marked a step lately names the run's steps and drives the profiler windows
+(profiler.py); the supervisor records which one it used (``Session.steps.source``).
+
 This package uses the standard library only, with relative imports: the supervisor
 loads it by file path into the workload (as ``_gpudoctor_agent``), so the rest of
 gpudoctor and its dependencies never land on the workload's sys.path.
@@ -26,12 +33,20 @@ from .events import EventWriter
 _AGENT = None
 
 DEFAULT_CONFIG = {
-    "profile": True,  # run a torch.profiler window
-    "profile_warmup_steps": 5,  # steps before the window opens
-    "profile_steps": 10,  # steps in the window
+    "profile": True,  # run torch.profiler windows (profiler.py says when)
+    "profile_warmup_steps": 5,  # steps of a phase before its window opens
+    "profile_warmup_s": 1.0,  # and seconds
+    "profile_steps": 10,  # steps in a window, at least
+    "profile_min_window_s": 0.3,  # and at least this long (a batch-1 loop's steps are short) ...
+    "profile_max_steps": 200,  # ... unless this many steps came first
     "profile_max_window_s": 20.0,  # hard cap on a step-driven window
-    "profile_no_step_after_s": 10.0,  # no step this long after CUDA started: a time-bounded window
-    "profile_time_window_s": 3.0,  # length of that window
+    "profile_no_step_after_s": 3.0,  # no step this long after CUDA started: a time-bounded window
+    "profile_time_window_s": 2.0,  # length of that window
+    "profile_time_max_calls": 5000,  # or this many hooked calls in it (bounds the trace)
+    "profile_max_windows": 4,  # windows per process: start, new phases, one later
+    "profile_later_s": 60.0,  # the later window comes at least this long after the first
+    "fetch_profile": True,  # cProfile a few batches in one loader process when input-bound
+    "fetch_profile_batches": 8,
     "step_events_max": 2000,  # individual step events per source, then per-second aggregates
 }
 

@@ -1,31 +1,76 @@
-"""A bounded torch.profiler window: a few steady steps, then profiling stops for good.
+"""Bounded torch.profiler windows: the start of steady state, each new phase, and later.
 
-The raw trace goes to the session directory; the supervisor turns it into compact
-statistics (gpudoctor.collectors.trace) after the run, so the workload pays only
-for the window itself and one export.
+The raw traces go to the session directory; the supervisor turns each into compact
+statistics (gpudoctor.collectors.trace) after the run, so the workload pays only for
+the windows themselves and one export each.
 
-The window opens and closes only on the thread that runs the steps, inside a step
-boundary. Never from the agent's own thread: on an H200, starting Kineto from
-another thread aborted the process ("External init callback must run in same
-thread as registerClient"), and importing torch.profiler there raced the
-workload's own imports.
+Safety rules:
+- A window opens and closes only on the thread that runs the steps, inside a step
+  boundary or a safe point (safepoints.py). Never from the agent's own thread: on an
+  H200, starting Kineto from another thread aborted the process ("External init
+  callback must run in same thread as registerClient"), and importing torch.profiler
+  there raced the workload's own imports.
+- Nothing is hooked under torch.compile (a global hook would make dynamo trace it, and
+  adding or removing one could make it recompile); a workload running its own
+  profiler gets no window from gpudoctor.
+- A run that ends inside a window keeps what was recorded: the window is stopped and
+  exported at interpreter exit (the agent's exit handler, registered right after
+  torch's own so it runs before them) when it runs on the main thread, or when its
+  thread ends (a thread-local guard) when it runs on another one.
 
-Runs without step boundaries (an inference loop with no DataLoader and no
-optimizer) get a time-bounded window instead: when no step has shown up
-`profile_no_step_after_s` after CUDA started, the agent's thread adds a global
-module forward pre-hook, and the window opens at the workload's next module
-forward on the main thread, and closes at the first forward there after
-`profile_time_window_s`. The hook then removes itself. A step that shows up while
-that window runs discards it (the step-driven window takes over). Programs that
-use torch.compile get no time-bounded window: a global module hook would change
-what dynamo traces.
+When: steps come from the highest-precedence active source (stats.StepTracker:
+explicit > optimizer > backward > loader > forward). A window opens after
+`profile_warmup_steps` steps and `profile_warmup_s` seconds of a phase, or ten times
+those steps (the first iterations of a fast loop are not steady: allocator growth,
+library handles), and closes after at least `profile_steps`
+steps and `profile_min_window_s` seconds (at most `profile_max_steps` steps, or
+`profile_max_window_s`). A phase is (step source, the DataLoader last iterated on that
+thread, grad mode, CUDA in use): the first window is "start"; a phase not seen before
+(an evaluation loop under no_grad, another loader, a forward-only phase once training
+stops) gets a "phase" window; one "later" window comes at least `profile_later_s`
+after the first, at a new epoch of its loader. At most `profile_max_windows` in all.
+
+Runs without any step boundary (no module, loader, optimizer or backward) get a
+time-bounded window: `profile_no_step_after_s` after CUDA started (and after the last
+step, if any), the agent's thread arms the safe points; the main thread's next
+hooked call opens the window, and the first one after `profile_time_window_s` (or
+after `profile_time_max_calls` hooked calls, which bounds the trace) closes it and
+disarms. A step that shows up while it runs discards it: the step-driven window takes
+over. CPU-only runs get CPU-only windows from their steps.
 """
 
 import os
 import threading
 import time
 
+from .stats import StepTracker
+
 MAIN_THREAD = threading.main_thread().ident
+_RANK = {source: i for i, source in enumerate(StepTracker.SOURCES)}
+
+
+class _Window:
+    def __init__(self, source, label, n, key, index):
+        self.source = source
+        self.label = label
+        self.start_n = n
+        self.key = key
+        self.index = index
+        self.thread = threading.get_ident()
+        self.start_wall = time.time()
+
+
+class _ThreadEnd:
+    """Kept in a thread-local: dropped, on that thread, when the thread ends."""
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    def __del__(self):
+        try:
+            self.owner.stop("thread-end")
+        except Exception:
+            pass
 
 
 class ProfilerWindow:
@@ -36,39 +81,145 @@ class ProfilerWindow:
         self.torch = hooks.torch
         config = hooks.agent.config
         self.warmup = int(config.get("profile_warmup_steps", 5))
+        self.warmup_s = float(config.get("profile_warmup_s", 1.0))
         self.steps = int(config.get("profile_steps", 10))
+        self.min_window = float(config.get("profile_min_window_s", 0.3))
+        self.max_steps = max(self.steps, int(config.get("profile_max_steps", 200)))
         self.max_window = float(config.get("profile_max_window_s", 20.0))
+        self.no_step_after = float(config.get("profile_no_step_after_s", 3.0))
+        self.time_window = float(config.get("profile_time_window_s", 2.0))
+        self.time_max_calls = int(config.get("profile_time_max_calls", 5000))
+        self.max_windows = int(config.get("profile_max_windows", 4))
+        self.later_after = float(config.get("profile_later_s", 60.0))
         self.state = self.IDLE
         self.prof = None
-        self.source = None
-        self.start_n = 0
-        self.start_wall = 0.0
-        self.thread_ident = None
-        self.no_step_after = float(config.get("profile_no_step_after_s", 10.0))
-        self.time_window = float(config.get("profile_time_window_s", 3.0))
+        self.window = None
+        self.taken = 0  # windows opened (a discarded one is given back)
+        self.phase = None  # (key, the source's step count and the time when the phase began)
+        self.profiled = {}  # phase key -> its loader's epoch when profiled
+        self.first_end = None
+        self.later_taken = False
+        self.epoch = None  # (the phase loader's epoch, the step count when it was first seen)
         self.cuda_seen = None  # when the agent's thread first saw CUDA initialized
-        self.watch = None  # the forward pre-hook's handle, while installed
+        self.pending = None  # label of the time window the safe points are armed for
+        self.calls = 0
+        self.guards = threading.local()
+        self.safepoints = getattr(hooks, "safepoints", None)
 
-    def _primary(self):
-        count = self.hooks.steps.count
-        for source in ("explicit", "optimizer", "loader"):
-            if count[source]:
-                return source
-        return None
-
+    # -- step-driven windows (on the stepping thread) -----------------------------
     def on_step(self, source, n):
-        if self.state == self.RUNNING and self.source == "time":
-            self.stop("superseded", keep=False)  # the run has steps after all: profile those
-        if self.state == self.DONE or source != self._primary():
+        if self.state == self.DONE:
             return
-        if self.state == self.IDLE:
-            if n > self.warmup and self.hooks.cuda_initialized():
-                self.start(source, n)
-        elif self.state == self.RUNNING and self.source == source:
-            if n - self.start_n >= self.steps or time.time() - self.start_wall > self.max_window:
-                self.stop("steps")
+        window = self.window
+        if self.state == self.RUNNING:
+            if window.source == "time":
+                if threading.get_ident() == window.thread:
+                    self.stop("superseded", keep=False)  # the run has steps after all: profile those
+            elif threading.get_ident() == window.thread:
+                if source == window.source:
+                    k, elapsed = n - window.start_n, time.time() - window.start_wall
+                    if (k >= self.steps and (elapsed >= self.min_window or k >= self.max_steps)) \
+                            or elapsed > self.max_window:
+                        self.stop("steps")
+                elif _RANK[source] < _RANK[window.source] and source == self.hooks.steps.active():
+                    self.stop("source")  # a higher-precedence source took over: keep what was seen
+            return
+        if source != self.hooks.steps.active():
+            return
+        key = self._phase_key(source)
+        if self.phase is None or self.phase[0] != key:
+            self.phase = (key, n, time.time())
+            return
+        done = n - self.phase[1]
+        if done < self.warmup or (time.time() - self.phase[2] < self.warmup_s and done < 10 * self.warmup):
+            return
+        epoch = self.hooks.loader_epochs.get(key[1], 0) if key[1] is not None else 0
+        if self.epoch is None or self.epoch[0] != epoch:
+            self.epoch = (epoch, n)  # a new epoch: its first steps start workers again
+        label = self._due(key, n - self.epoch[1] >= self.warmup)
+        if label is not None:
+            if self.pending is not None:
+                self.disarm()  # a time window was due, but steps came first
+            self.start(source, n, label, key)
 
-    def start(self, source, n):
+    def _phase_key(self, source):
+        torch = self.torch
+        try:
+            grad = bool(torch.is_grad_enabled())
+        except Exception:
+            grad = None
+        return (source, getattr(self.hooks.tls, "last_loader", None), grad, self.hooks.cuda_initialized())
+
+    def _due(self, key, settled=True):
+        """The label of the window this phase is due, or None (`settled`: past the epoch's warm-up)."""
+        if self.taken >= self.max_windows:
+            return None
+        if self.taken == 0:
+            return "start"
+        if key not in self.profiled:
+            return "phase"
+        if self.later_taken or self.first_end is None or time.time() - self.first_end < self.later_after \
+                or not settled:
+            return None
+        loader = key[1]
+        if loader is not None and self.hooks.loader_epochs.get(loader, 0) <= self.profiled[key]:
+            return None  # wait for a new epoch of this loader
+        return "later"
+
+    # -- windows without steps (armed by the agent's thread) ---------------------
+    def poll(self):
+        """On the agent's thread: arm the safe points once a stepless run is due a window."""
+        if self.state != self.IDLE or self.pending is not None or self.safepoints is None:
+            return
+        if not self.hooks.cuda_initialized():
+            return
+        now = time.time()
+        if self.cuda_seen is None:
+            self.cuda_seen = now
+        idle = self.hooks.steps.idle_s()
+        if self.hooks.steps.active() is not None or idle is not None and idle < self.no_step_after:
+            return
+        if now - self.cuda_seen < self.no_step_after:
+            return
+        if self.hooks.compile_used:
+            if self.taken == 0:
+                self.state = self.DONE
+                self.hooks.agent.emit("profile", error="no step boundaries, and the workload uses torch.compile: no "
+                                      "time-bounded window (mark steps with gpudoctor.step())")
+            return
+        label = self._due(("time",))
+        if label is None:
+            return
+        self.pending = label
+        self.safepoints.arm(self._safe_point)
+
+    def _safe_point(self):
+        """On the main thread, at a hooked call: open or close the time-bounded window."""
+        if self.state == self.IDLE and self.pending is not None:
+            label, self.pending = self.pending, None
+            if self.hooks.steps.active() is not None or self.hooks.compile_used:
+                self.safepoints.disarm()
+                return
+            self.calls = 0
+            self.start("time", 0, label, ("time",))
+            if self.state != self.RUNNING:
+                self.safepoints.disarm()
+        elif self.state == self.RUNNING and self.window.source == "time":
+            self.calls += 1
+            if time.time() - self.window.start_wall >= self.time_window or self.calls >= self.time_max_calls:
+                self.stop("time")
+        else:
+            self.pending = None
+            self.safepoints.disarm()
+
+    def disarm(self):
+        """torch.compile was called: nothing of ours may stay hooked."""
+        self.pending = None
+        if self.safepoints is not None:
+            self.safepoints.disarm()
+
+    # -- opening and closing ------------------------------------------------------
+    def start(self, source, n, label, key):
         torch = self.torch
         try:
             if torch.autograd._profiler_enabled():
@@ -83,93 +234,55 @@ class ProfilerWindow:
         if torch.cuda.is_initialized():
             activities.append(ProfilerActivity.CUDA)
         self.state = self.RUNNING  # set first: never retried if start fails
-        self.thread_ident = threading.get_ident()
-        self.source = source
-        self.start_n = n
-        self.start_wall = time.time()
+        self.taken += 1
+        self.window = _Window(source, label, n, key, self.taken)
+        if self.window.thread != MAIN_THREAD and getattr(self.guards, "guard", None) is None:
+            self.guards.guard = _ThreadEnd(self)
         try:
             prof = profile(activities=activities, record_shapes=False, with_stack=True)
             prof.start()
             self.prof = prof
-            self.start_wall = time.time()  # the window begins once tracing runs (starting it takes a while)
+            self.window.start_wall = time.time()  # the window begins once tracing runs (starting it takes a while)
         except Exception as exc:
             self.state = self.DONE
             self.hooks.agent.emit("profile", error="profiler failed to start: %s: %s" % (type(exc).__name__, exc))
 
-    # -- runs without step boundaries ---------------------------------------------
-    def poll(self):
-        """On the agent's thread: add the forward hook once a stepless run is due a window."""
-        if self.state != self.IDLE or self.watch is not None or self._primary() is not None:
-            return
-        if not self.hooks.cuda_initialized():
-            return
-        now = time.time()
-        if self.cuda_seen is None:
-            self.cuda_seen = now
-        if now - self.cuda_seen < self.no_step_after:
-            return
-        if getattr(self.hooks, "compile_used", False):
-            self.state = self.DONE
-            self.hooks.agent.emit("profile", error="no step boundaries, and the workload uses torch.compile: no "
-                                  "time-bounded window (mark steps with gpudoctor.step())")
-            return
-        from torch.nn.modules import module
-
-        # one dict insert under the GIL: the workload's thread copies the hooks before calling them
-        self.watch = module.register_module_forward_pre_hook(self._on_forward)
-
-    def _on_forward(self, module, args):
-        # only the main thread's forwards open and close it: replicas of DataParallel run
-        # forwards on helper threads, where a window could not be closed again
-        if threading.get_ident() != MAIN_THREAD:
-            return None
-        if self.state == self.IDLE:
-            if self._primary() is not None:
-                self._unwatch()
-            else:
-                self.start("time", 0)
-        elif self.state == self.RUNNING:
-            if self.source == "time" and time.time() - self.start_wall >= self.time_window:
-                self.stop("time")
-        else:
-            self._unwatch()
-        return None
-
-    def _unwatch(self):
-        watch, self.watch = self.watch, None
-        if watch is not None:
-            watch.remove()
-
     def stop(self, why, keep=True):
         if self.state != self.RUNNING or self.prof is None:
             return
-        if threading.get_ident() != self.thread_ident:
-            # e.g. interpreter exit on the main thread while steps ran on another: stopping
+        window = self.window
+        if threading.get_ident() != window.thread:
+            # e.g. interpreter exit on the main thread while steps ran on a daemon thread: stopping
             # Kineto from a foreign thread is not safe; the window is abandoned instead
             self.state = self.DONE
             self.hooks.agent.emit("profile", error="the profiler window could not be closed on its own thread")
             return
-        self.state = self.DONE if keep else self.IDLE
-        self._unwatch()
+        if window.source == "time" and self.safepoints is not None:
+            self.safepoints.disarm()
         prof, self.prof = self.prof, None
         if not keep:
+            self.taken -= 1
+            self.state = self.IDLE
             try:
                 prof.stop()
             except Exception:
                 self.state = self.DONE
             return
+        self.state = self.IDLE if self.taken < self.max_windows else self.DONE
         end_wall = time.time()
-        steps = 0
-        if self.source in ("explicit", "optimizer", "loader"):
-            steps = self.hooks.steps.count[self.source] - self.start_n
-        fields = {"source": self.source, "steps": steps, "t_start": self.start_wall, "t_end": end_wall, "why": why}
+        fields = {"source": window.source, "steps": 0, "t_start": window.start_wall, "t_end": end_wall,
+                  "why": why, "label": window.label, "index": window.index}
+        if window.source != "time":
+            fields["steps"] = self.hooks.steps.count[window.source] - window.start_n
+            fields["loader"], fields["grad"], fields["cuda"] = window.key[1:4]
         try:
             prof.stop()
-            path = os.path.join(self.hooks.agent.directory, "trace-%d.json" % os.getpid())
+            path = os.path.join(self.hooks.agent.directory, "trace-%d-%d.json" % (os.getpid(), window.index))
             prof.export_chrome_trace(path)
             fields["path"] = os.path.basename(path)
         except Exception as exc:
             fields["error"] = "profiler failed to stop/export: %s: %s" % (type(exc).__name__, exc)
+        self._record(window, end_wall)
         try:
             matmul = self.torch.backends.cuda.matmul
             fields["tf32"] = bool(matmul.allow_tf32)
@@ -180,3 +293,11 @@ class ProfilerWindow:
         if snap:
             self.hooks.agent.emit("alloc", **snap)
         self.hooks.agent.emit("profile", **fields)
+
+    def _record(self, window, end_wall):
+        loader = window.key[1] if len(window.key) > 1 else None
+        self.profiled[window.key] = self.hooks.loader_epochs.get(loader, 0) if loader is not None else 0
+        if window.label == "later":
+            self.later_taken = True
+        if self.first_end is None:
+            self.first_end = end_wall

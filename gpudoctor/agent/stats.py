@@ -23,29 +23,60 @@ _ROOT_ATTRS = ("root", "root_dir", "data_dir", "data_root", "dataset_dir", "path
 
 
 class StepTracker:
-    """Step boundaries per source (explicit, optimizer, loader), with the data wait inside each."""
+    """Step boundaries per source, with the data wait inside each.
 
-    SOURCES = ("explicit", "optimizer", "loader")
+    Sources, by precedence (the first one active names the run's steps):
+    explicit (gpudoctor.step()) > optimizer (optimizer.step()) > backward (an outermost
+    backward() call) > loader (a DataLoader batch) > forward (the outermost module
+    forward on its thread). An explicit mark is the user's own word; one optimizer step
+    is one iteration even with gradient accumulation (several backward calls); a
+    backward call is one iteration of a loop with no optimizer, and several batches may
+    feed it; a batch is one iteration of an evaluation or inference loop; a module
+    forward is all an inference loop without a loader shows.
+    """
+
+    SOURCES = ("explicit", "optimizer", "backward", "loader", "forward")
+    STALE_MIN_S = 2.0  # a source is no longer active after max(this, STALE_STEPS x its last step)
+    STALE_STEPS = 5.0
 
     def __init__(self, hooks):
         self.hooks = hooks
         self.lock = threading.Lock()
         self.last = {s: None for s in self.SOURCES}
+        self.last_duration = {s: 0.0 for s in self.SOURCES}
         self.pending_wait = {s: 0.0 for s in self.SOURCES}
         self.count = {s: 0 for s in self.SOURCES}
         self.agg = {s: [0, 0.0, 0.0] for s in self.SOURCES}  # n, duration, wait
         self.max_events = hooks.agent.config.get("step_events_max", 2000)
+        self.last_any = None  # perf_counter of the latest boundary of any source
 
     def add_wait(self, seconds):
         with self.lock:
             for s in self.SOURCES:
                 self.pending_wait[s] += seconds
 
+    def active(self, now=None):
+        """The highest-precedence source that marked a step lately, else None."""
+        now = _perf() if now is None else now
+        for source in self.SOURCES:
+            last = self.last[source]
+            if last is not None and now - last <= max(self.STALE_MIN_S, self.STALE_STEPS * self.last_duration[source]):
+                return source
+        return None
+
+    def idle_s(self, now=None):
+        """Seconds since the latest boundary of any source (None: never one)."""
+        if self.last_any is None:
+            return None
+        return (_perf() if now is None else now) - self.last_any
+
     def boundary(self, source):
         now = _perf()
         with self.lock:
             last = self.last[source]
-            self.last[source] = now
+            self.last[source] = self.last_any = now
+            if last is not None:
+                self.last_duration[source] = now - last
             wait = self.pending_wait[source]
             self.pending_wait[source] = 0.0
             self.count[source] += 1

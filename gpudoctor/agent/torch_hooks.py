@@ -9,6 +9,7 @@ import threading
 import time
 import weakref
 
+from .cuda_state import allocator_snapshot, report_cuda
 from .datasets import dataset_root
 from .stats import FetchStats, StepTracker, runqueue_s
 
@@ -34,17 +35,29 @@ class TorchHooks:
         self.finished = False
         self.worker_pid = None
         self.compile_used = False  # torch.compile was called (the profiler window keeps out of its way)
+        self.loader_epochs = {}  # loader id -> iterators created (epochs)
+        self.sources = None  # backward and forward step sources (step_sources.py)
+        self.safepoints = None  # calls that open a window in a stepless run (safepoints.py)
+        self.fetch_profiler = None  # where a loader worker spends its time (fetch_profile.py)
 
     # -- installation ----------------------------------------------------------
     def install(self):
         agent = self.agent
         for name, fn in (("dataloader", self._patch_dataloader), ("fetchers", self._patch_fetchers),
                          ("optimizer", self._patch_optimizer), ("oom_observer", self._attach_oom_observer),
-                         ("compile", self._watch_compile)):
+                         ("compile", self._watch_compile), ("step_sources", self._install_sources)):
             try:
                 fn()
             except Exception as exc:
                 agent.error(name, exc)
+        try:
+            import atexit
+
+            # registered after torch's own exit handlers, so it runs before them: a window
+            # still open at exit is exported while torch is whole
+            atexit.register(self.finish)
+        except Exception as exc:
+            agent.error("atexit", exc)
         try:
             from .profiler import ProfilerWindow
 
@@ -55,6 +68,17 @@ class TorchHooks:
         agent.writer.add_periodic(self.periodic)
         agent.emit("torch", version=getattr(self.torch, "__version__", None),
                    cuda=getattr(getattr(self.torch, "version", None), "cuda", None))
+
+    def _install_sources(self):
+        from .fetch_profile import FetchProfiler
+        from .safepoints import SafePoints
+        from .step_sources import StepSources
+
+        self.safepoints = SafePoints(self.torch, self.agent)
+        self.sources = StepSources(self)
+        self.sources.install()
+        if self.agent.config.get("fetch_profile", True):
+            self.fetch_profiler = FetchProfiler(self)
 
     def _patch_dataloader(self):
         from torch.utils.data import dataloader as dl
@@ -111,10 +135,16 @@ class TorchHooks:
 
             def make(orig):
                 def fetch(self_fetcher, possibly_batched_index):
+                    profiler = hooks.fetch_profiler
+                    profiling = profiler is not None and profiler.begin()
                     r0 = runqueue_s()
                     w0 = _perf()
                     c0 = _cpu()
-                    result = orig(self_fetcher, possibly_batched_index)
+                    try:
+                        result = orig(self_fetcher, possibly_batched_index)
+                    finally:
+                        if profiling:
+                            profiler.end(_perf() - w0)
                     try:
                         wall, cpu = _perf() - w0, _cpu() - c0
                         r1 = runqueue_s() if r0 is not None else None
@@ -141,9 +171,21 @@ class TorchHooks:
         @functools.wraps(original)
         def compile(*args, **kwargs):
             hooks.compile_used = True
+            hooks._unhook()  # before dynamo first traces: nothing of ours may be in what it sees
             return original(*args, **kwargs)
 
         torch.compile = compile
+
+    def _unhook(self):
+        try:
+            if self.sources is not None:
+                self.sources.remove()
+            if self.profiler is not None:
+                self.profiler.disarm()
+            elif self.safepoints is not None:
+                self.safepoints.disarm()
+        except Exception as exc:
+            self.agent.error("unhook", exc)
 
     def _patch_optimizer(self):
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -187,6 +229,7 @@ class TorchHooks:
             self.agent.emit("loader", id=loader_id, **self._describe(loader))
         it._gpudoctor_id = loader_id
         it._gpudoctor_workers_sent = False
+        self.loader_epochs[loader_id] = self.loader_epochs.get(loader_id, 0) + 1
 
     def _send_workers(self, it, loader_id):
         """Worker pids, sent at the first batch (the subclass starts workers after our hook)."""
@@ -232,6 +275,7 @@ class TorchHooks:
             stats[1] += waited
             stats[2] = max(stats[2], waited)
             self.loader_dirty = True
+        self.tls.last_loader = loader_id  # the phase of this thread's steps (profiler.py)
         self.steps.add_wait(waited)
         self.steps.boundary("loader")
 
@@ -258,6 +302,7 @@ class TorchHooks:
             self.loader_stats = {}
             self.loader_dirty = False
         self.profiler = None
+        self._unhook()  # a spawned worker installed its own: its transforms are not steps
         self.agent.emit("hello", pid=os.getpid(), ppid=os.getppid(), role="worker", argv=[])
         self.agent.writer.ensure_running()
         try:
@@ -274,6 +319,9 @@ class TorchHooks:
         self.agent.writer.flush(force=True)
 
     def on_step(self, source, n):
+        sources = self.sources
+        if sources is not None:
+            sources.on_step(source)
         profiler = self.profiler
         if profiler is not None:
             try:
@@ -296,6 +344,15 @@ class TorchHooks:
         if self._in_worker():
             return
         self._report_cuda()
+        if self.finished:
+            return  # exiting: nothing new is hooked or armed
+        try:
+            if self.sources is not None:
+                self.sources.poll()
+            if self.fetch_profiler is not None:
+                self.fetch_profiler.poll()
+        except Exception as exc:
+            self.agent.error("sources_poll", exc)
         profiler = self.profiler
         if profiler is not None:
             try:
@@ -317,71 +374,11 @@ class TorchHooks:
             return False
 
     def _report_cuda(self):
-        if not self.cuda_initialized():
-            return
-        pending = getattr(self, "_pending_oom_observer", None)
-        if pending is not None:
-            self._pending_oom_observer = None
-            try:
-                pending[0](pending[1])
-            except Exception as exc:
-                self.agent.error("oom_observer", exc)
-        cuda = self.torch.cuda
-        used = []
-        for index in range(cuda.device_count()):
-            try:
-                if cuda.memory_reserved(index) > 0:
-                    props = cuda.get_device_properties(index)
-                    used.append({"index": index, "uuid": _uuid(props), "name": props.name,
-                                 "total_memory": props.total_memory})
-            except Exception:
-                continue
-        key = tuple(d["uuid"] for d in used)
-        if used and key != self.cuda_reported:
-            self.cuda_reported = key
-            self.agent.emit("cuda", devices=used)
-        now = time.time()
-        if used and now - self.last_alloc_t >= 2.0:
-            self.last_alloc_t = now
-            snap = self.allocator_snapshot("periodic")
-            if snap:
-                self.agent.emit("alloc", **snap)
+        report_cuda(self)
 
     def allocator_snapshot(self, label):
         """A compact copy of torch.cuda.memory_stats() for the current device."""
-        if not self.cuda_initialized():
-            return None
-        cuda = self.torch.cuda
-        try:
-            device = cuda.current_device()
-            stats = cuda.memory_stats(device)
-        except Exception:
-            return None
-
-        def g(key):
-            return int(stats.get(key, 0) or 0)
-
-        snap = {
-            "label": label,
-            "device": device,
-            "allocated_bytes": g("allocated_bytes.all.current"),
-            "reserved_bytes": g("reserved_bytes.all.current"),
-            "active_bytes": g("active_bytes.all.current"),
-            "inactive_split_bytes": g("inactive_split_bytes.all.current"),
-            "max_allocated_bytes": g("allocated_bytes.all.peak"),
-            "max_reserved_bytes": g("reserved_bytes.all.peak"),
-            "num_alloc_retries": g("num_alloc_retries"),
-            "num_ooms": g("num_ooms"),
-        }
-        try:
-            free, total = cuda.mem_get_info(device)
-            snap["device_free_bytes"] = int(free)
-            snap["device_total_bytes"] = int(total)
-        except Exception:
-            pass
-        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + "," + os.environ.get("PYTORCH_ALLOC_CONF", "")
-        snap["expandable_segments"] = "expandable_segments:true" in conf.replace(" ", "").lower()
-        return snap
+        return allocator_snapshot(self, label)
 
     def finish(self):
         if self.finished:
@@ -401,11 +398,3 @@ class TorchHooks:
             snap = self.allocator_snapshot("end")
             if snap:
                 self.agent.emit("alloc", **snap)
-
-
-def _uuid(props):
-    raw = getattr(props, "uuid", None)
-    if raw is None:
-        return None
-    text = str(raw)
-    return text if text.startswith(("GPU-", "MIG-")) else "GPU-" + text

@@ -17,6 +17,8 @@ from typing import Any
 from gpudoctor.session import (
     AllocatorSnapshot,
     ErrorEvent,
+    FetchFunction,
+    FetchProfile,
     LoaderInfo,
     ProcessInfo,
     Session,
@@ -49,6 +51,9 @@ class _ProcessState:
     steps: dict[str, _StepSource] = field(default_factory=dict)
     loader_stats: dict[str, list[float]] = field(default_factory=dict)
     fetch: dict[str, list[float]] = field(default_factory=dict)
+    fetch_profile: FetchProfile | None = None  # where this process spent its time making batches
+    fetch_profile_loader: str | None = None  # the loader it fetched for (main process: its id)
+    forward_root: str | None = None  # the module whose outermost forward marks steps
 
 
 class EventReader:
@@ -174,6 +179,17 @@ class EventReader:
             proc.loader_stats = {str(k): list(v) for k, v in (e.get("stats") or {}).items()}
         elif kind == "fetch":
             proc.fetch = {str(k): list(v) for k, v in (e.get("stats") or {}).items()}
+        elif kind == "fetch_profile":
+            proc.fetch_profile = FetchProfile(
+                pid=pid, batches=int(e.get("batches") or 0), wall_s=float(e.get("wall_s") or 0.0),
+                worker=e.get("worker") if isinstance(e.get("worker"), int) else None,
+                functions=[FetchFunction(name=str(f[0]), file=str(f[1]), line=int(f[2]), own_s=float(f[3]),
+                                         cumulative_s=float(f[4]), calls=int(f[5]),
+                                         caller=str(f[6]) if f[6] is not None else None)
+                           for f in e.get("functions") or [] if isinstance(f, list) and len(f) >= 7])
+            proc.fetch_profile_loader = str(e["loader"]) if e.get("loader") is not None else None
+        elif kind == "forward_root":
+            proc.forward_root = str(e.get("module") or "") or None
         elif kind in ("exception", "oom") and len(self.errors) >= ERRORS_MAX:
             self.errors_dropped += 1
         elif kind in ("exception", "oom"):
@@ -239,8 +255,10 @@ class EventReader:
         if best is not None:
             pid, source = best
             steps = self.processes[pid].steps
-            # several optimizers per iteration (GANs): loader batches count iterations better
-            if source == "optimizer" and "loader" in steps and steps["optimizer"].count > 1.5 * steps["loader"].count:
+            # several optimizers (GANs) or backward calls per iteration: loader batches count
+            # iterations better
+            if source in ("optimizer", "backward") and "loader" in steps and \
+                    steps[source].count > 1.5 * steps["loader"].count:
                 return pid, "loader"
         return best
 
@@ -316,6 +334,13 @@ class EventReader:
                     loader.fetch_runqueue_s = (loader.fetch_runqueue_s or 0.0) + float(runqueue)
                 if pid != loader.pid and pid not in loader.worker_pids:
                     loader.worker_pids.append(pid)
+        for pid, proc in self.processes.items():
+            if proc.fetch_profile is None:
+                continue
+            profiled = proc.fetch_profile_loader if proc.fetch_profile_loader in self.loaders \
+                else self.worker_to_loader.get(pid)
+            if profiled is not None and profiled in self.loaders:
+                self.loaders[profiled].fetch_profile = proc.fetch_profile
         session.loaders = sorted(self.loaders.values(), key=lambda lo: lo.loader_id)
         if not session.loaders:
             session.unavailable.setdefault("loader", "no DataLoader was iterated")
@@ -326,21 +351,28 @@ class EventReader:
     def _apply_steps(self, session: Session) -> None:
         best = self.primary()
         if best is None:
-            session.unavailable.setdefault("steps", "no step boundaries seen (no optimizer.step, DataLoader batch or gpudoctor.step())")
+            session.unavailable.setdefault("steps", "no step boundaries seen (no gpudoctor.step(), optimizer.step(), "
+                                                    "backward(), DataLoader batch or module forward)")
             return
         pid, source = best
         data = self.processes[pid].steps[source]
+        if source == "forward":
+            session.notes.append(
+                f"steps are the outermost forwards of {self.processes[pid].forward_root or 'a module'} (no "
+                "gpudoctor.step(), optimizer, backward() or DataLoader marked them)")
         records = data.records
-        # steps inside the profiler window run slower (tracing, stack capture): keep them out
+        # steps inside the profiler windows run slower (tracing, stack capture): keep them out
+        left_out = 0
         for profile in self.profiles:
             if profile.get("pid") == pid and profile.get("t_start") and profile.get("t_end"):
                 lo, hi = float(profile["t_start"]) - self.t0, float(profile["t_end"]) - self.t0
                 kept = [r for r in records if not (lo <= r.t and r.t - r.duration_s <= hi + 0.5)]
                 if len(kept) >= 3 and len(kept) < len(records):
-                    session.notes.append(
-                        f"{len(records) - len(kept)} steps inside the profiler window are left out of step statistics"
-                    )
+                    left_out += len(records) - len(kept)
                     records = kept
+        if left_out:
+            session.notes.append(f"{left_out} steps inside the profiler window{'s' if len(self.profiles) > 1 else ''} "
+                                 "are left out of step statistics")
         session.steps = Steps(
             source=source,
             count=data.count + 1,  # the first boundary opens step 1 without a record
@@ -351,7 +383,8 @@ class EventReader:
         )
 
 
-_SOURCE_RANK = {"explicit": 3, "optimizer": 2, "loader": 1}
+# precedence of the step sources (gpudoctor/agent/stats.py says why this order)
+_SOURCE_RANK = {"explicit": 5, "optimizer": 4, "backward": 3, "loader": 2, "forward": 1}
 
 
 def _pid_from_name(name: str) -> int:

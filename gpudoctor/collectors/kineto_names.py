@@ -63,6 +63,8 @@ def frame_kind(path: str) -> str | None:
     norm = path.replace("\\", "/")
     if norm.startswith("<") or "site-packages/" in norm or "dist-packages/" in norm:
         return None
+    if "gpudoctor/agent/" in norm or "_gpudoctor_agent" in norm:
+        return None  # gpudoctor's own agent, wherever it is installed (an editable install too)
     top = norm.split("/", 1)[0]
     module = top.removesuffix(".py")
     if module in _SKIPPED_PACKAGES:

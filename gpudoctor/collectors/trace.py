@@ -43,6 +43,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.collectors.hotspots import add_hotspots
 from gpudoctor.collectors.kineto_names import (  # noqa: F401  (public names re-exported)
     _FRAME_NAME,
     _VERSION_SUFFIX,
@@ -67,6 +68,9 @@ log = logging.getLogger(__name__)
 KERNEL_TO_KERNEL_GAP_US = 30.0  # HTA: shorter gaps are the cost of launching back to back
 SHORT_LAUNCH_MAX_US = 50.0  # HTA: longer launch calls are outliers, not short-kernel evidence
 AGENT_FRAME = "gpudoctor/agent/"  # Python frames of gpudoctor's agent inside the workload
+# gpudoctor opening or closing its own window: its syncs are not the workload's (its wrappers
+# around the DataLoader, the fetchers and the safe points are transparent: the work inside is)
+AGENT_WINDOW_FRAME = "gpudoctor/agent/profiler"
 SMALL_COPY_BYTES = 64 * 1024  # Nsight Systems ignores synchronous H2D copies below this size
 SYNC_SLACK_US = 10.0  # host and GPU clocks agree to a few us only
 TOP_N = 10
@@ -98,7 +102,9 @@ def summarize_trace(source: str | Path | Mapping[str, Any] | list, steps: int = 
     if stats.malformed:
         log.debug("skipped %d malformed trace events", stats.malformed)
     stats.add_context(events)
-    return stats.summary(steps)
+    summary = stats.summary(steps)
+    add_hotspots(events, summary)
+    return summary
 
 
 def _number(value: Any) -> float | None:
@@ -317,7 +323,7 @@ class _TraceStats:
             around = _enclosing(self.around.get(thread, []), [ts for ts, _, _ in syncs])
             for (ts, dur, api), enclosing in zip(syncs, around):
                 frames = [i[3] for i in enclosing if i[2]]
-                if any(AGENT_FRAME in frame.replace("\\", "/") for frame in frames):
+                if any(AGENT_WINDOW_FRAME in frame.replace("\\", "/") for frame in frames):
                     continue  # gpudoctor's own (closing the profiler window), not the workload's
                 kept.append((thread, ts, dur, api))
                 label = next((i[3] for i in enclosing if not i[2] and i[3].startswith("aten::")), api)

@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
                "--steps", str(args.steps)]
     for name, value in (("duration", None), ("steps", None), ("grace", 10.0), ("interval", 0.5),
                         ("no_profile", False), ("profile_steps", 10), ("warmup_steps", 5), ("data", []),
-                        ("stepless_after", 10.0), ("stepless_window", 3.0)):
+                        ("stepless_after", 3.0), ("stepless_window", 2.0),
+                        ("profile_windows", 4), ("profile_later", 60.0), ("no_loader_profile", False)):
         setattr(args, name, value)
     print(f"gpudoctor demo: {' '.join(command[1:])}", file=sys.stderr)
     return diagnose_and_report(args, command, "demo" if args.workers == 0 else f"demo-workers{args.workers}")

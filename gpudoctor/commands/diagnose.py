@@ -67,11 +67,18 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="steps in the profiler window (default 10)")
     g.add_argument("--warmup-steps", type=non_negative_int, default=5, metavar="N",
                    help="steps before the profiler window opens (default 5)")
-    g.add_argument("--stepless-after", type=positive_float, default=10.0, metavar="SECONDS",
+    g.add_argument("--stepless-after", type=positive_float, default=3.0, metavar="SECONDS",
                    help="a run with no step boundary gets a time-bounded profiler window this long after "
-                        "CUDA starts (default 10)")
-    g.add_argument("--stepless-window", type=positive_float, default=3.0, metavar="SECONDS",
-                   help="length of that time-bounded window (default 3)")
+                        "CUDA starts (default 3)")
+    g.add_argument("--stepless-window", type=positive_float, default=2.0, metavar="SECONDS",
+                   help="length of that time-bounded window (default 2)")
+    g.add_argument("--profile-windows", type=positive_int, default=4, metavar="N",
+                   help="profiler windows at most: the start of steady state, each new phase (an evaluation "
+                        "loop, another DataLoader), one later (default 4)")
+    g.add_argument("--profile-later", type=positive_float, default=60.0, metavar="SECONDS",
+                   help="the later window opens at least this long after the first, at a new epoch (default 60)")
+    g.add_argument("--no-loader-profile", action="store_true",
+                   help="do not profile where a DataLoader process spends its time when the loop waits for data")
     g.add_argument("--data", action="append", default=[], metavar="PATH",
                    help="dataset location to probe (found automatically when the Dataset has a root path)")
 

@@ -1,110 +1,188 @@
-"""The agent's profiler window on CPU, driven the way the workload's thread drives it."""
+"""The agent's profiler windows on CPU, driven the way the workload's thread drives them."""
 
 from __future__ import annotations
 
+import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 import torch
+from agent_fakes import FakeHooks
 from torch.nn.modules import module as nn_module
-
-from gpudoctor.agent.profiler import ProfilerWindow
-
-
-class FakeHooks:
-    """What ProfilerWindow needs from the torch hooks: steps, CUDA state, the agent."""
-
-    def __init__(self, directory, **config):
-        self.torch = torch
-        self.events = []
-        self.agent = SimpleNamespace(config=config, directory=str(directory),
-                                     emit=lambda kind, **fields: self.events.append((kind, fields)))
-        self.steps = SimpleNamespace(count={"explicit": 0, "optimizer": 0, "loader": 0})
-        self.compile_used = False
-
-    def cuda_initialized(self):
-        return True
-
-    def allocator_snapshot(self, label):
-        return None
-
-    def profiles(self):
-        return [fields for kind, fields in self.events if kind == "profile"]
-
 
 MODEL = torch.nn.Linear(8, 8)
 
 
-def forward_for(seconds: float) -> None:
-    deadline = time.time() + seconds
-    with torch.inference_mode():
-        while time.time() < deadline:
-            MODEL(torch.ones(2, 8))
-
-
 @pytest.fixture
-def hooks(tmp_path):
-    made = FakeHooks(tmp_path, profile_no_step_after_s=0.0, profile_time_window_s=0.2)
-    yield made
-    assert not nn_module._global_forward_pre_hooks  # never left behind
+def make(tmp_path):
+    made = []
+
+    def build(**config):
+        defaults = dict(profile_warmup_steps=2, profile_warmup_s=0.0, profile_steps=3, profile_min_window_s=0.0,
+                        profile_no_step_after_s=0.0, profile_time_window_s=0.2)
+        hooks = FakeHooks(tmp_path, **{**defaults, **config})
+        made.append(hooks)
+        return hooks
+
+    yield build
+    for hooks in made:
+        hooks.safepoints.disarm()
+        if hooks.profiler.state == hooks.profiler.RUNNING:
+            hooks.profiler.stop("test end")
+    assert "to" not in torch.Tensor.__dict__ and "item" not in torch.Tensor.__dict__  # never left behind
+    assert not nn_module._global_forward_pre_hooks
 
 
-def test_a_stepless_run_gets_a_time_bounded_window_and_the_hook_goes(hooks, tmp_path):
-    window = ProfilerWindow(hooks)
-    window.poll()  # CUDA "started": due at once
-    window.poll()  # the agent's thread waits for the workload: still one hook
-    assert len(nn_module._global_forward_pre_hooks) == 1
-    forward_for(0.3)
-    while window.state == window.RUNNING:  # Kineto can take a while to start on a small machine
-        forward_for(0.1)
-    (profile,) = hooks.profiles()
-    assert profile["source"] == "time" and profile["why"] == "time", profile
-    assert 0.2 <= profile["t_end"] - profile["t_start"] < 2.0
-    assert (tmp_path / profile["path"]).is_file()
-    assert window.state == window.DONE and window.watch is None
+def steps(hooks, source, n, pause=0.0):
+    for _ in range(n):
+        hooks.steps.boundary(source)
+        if pause:
+            time.sleep(pause)
 
 
-def test_a_step_during_the_time_window_discards_it_for_the_step_window(hooks):
-    hooks.agent.config["profile_time_window_s"] = 60.0
-    window = ProfilerWindow(hooks)
-    window.poll()
-    MODEL(torch.ones(2, 8))
-    assert window.state == window.RUNNING and window.source == "time", hooks.events
-    hooks.steps.count["optimizer"] = 1
-    window.on_step("optimizer", 1)
-    assert window.state == window.IDLE and not hooks.profiles()  # discarded, nothing exported
-    assert window.watch is None
-    window.poll()  # steps exist now: no second time window
-    assert window.watch is None
+def test_a_step_window_opens_after_warmup_and_closes_after_its_steps(make, tmp_path):
+    hooks = make()
+    steps(hooks, "optimizer", 2)
+    assert hooks.profiler.state == "idle"
+    steps(hooks, "optimizer", 1)
+    assert hooks.profiler.state == "running"
+    steps(hooks, "optimizer", 3)
+    (window,) = hooks.windows()
+    assert window["label"] == "start" and window["source"] == "optimizer" and window["steps"] == 3
+    assert (tmp_path / window["path"]).is_file()
 
 
-def test_no_time_window_under_torch_compile(hooks):
+def test_a_short_window_waits_for_its_minimum_length(make):
+    hooks = make(profile_min_window_s=0.3, profile_max_steps=1000)
+    steps(hooks, "forward", 3)
+    assert hooks.profiler.state == "running"
+    steps(hooks, "forward", 10)
+    assert hooks.profiler.state == "running"  # 10 steps in no time: not yet 0.3 s
+    time.sleep(0.35)
+    steps(hooks, "forward", 1)
+    (window,) = hooks.windows()
+    assert window["steps"] == 11 and window["t_end"] - window["t_start"] >= 0.3
+
+
+def test_a_run_that_ends_inside_its_window_keeps_what_was_recorded(make, tmp_path):
+    hooks = make(profile_steps=1000)
+    steps(hooks, "optimizer", 5)
+    assert hooks.profiler.state == "running"
+    hooks.profiler.stop("exit")  # what the agent's exit handler does
+    (window,) = hooks.windows()
+    assert window["why"] == "exit" and window["steps"] == 2 and (tmp_path / window["path"]).is_file()
+
+
+def test_a_new_phase_gets_its_own_window_and_a_later_epoch_another(make):
+    hooks = make(profile_later_s=0.0)
+    hooks.tls.last_loader = "1:0"
+    hooks.loader_epochs["1:0"] = 1
+    steps(hooks, "loader", 6)  # training: start window
+    with torch.no_grad():
+        hooks.tls.last_loader = "1:1"  # an evaluation loader under no_grad
+        steps(hooks, "loader", 6)
+    hooks.tls.last_loader = "1:0"
+    steps(hooks, "loader", 6)  # training again: seen already, same epoch: nothing
+    hooks.loader_epochs["1:0"] = 2
+    steps(hooks, "loader", 6)  # a new epoch of the training loader: the later window
+    steps(hooks, "loader", 12)
+    labels = [(w["label"], w["loader"], w["grad"]) for w in hooks.windows()]
+    assert labels == [("start", "1:0", True), ("phase", "1:1", False), ("later", "1:0", True)]
+    assert [w["index"] for w in hooks.windows()] == [1, 2, 3]
+
+
+def test_windows_stop_at_the_maximum(make):
+    hooks = make(profile_max_windows=1)
+    steps(hooks, "optimizer", 6)
+    with torch.no_grad():
+        steps(hooks, "optimizer", 12)
+    assert len(hooks.windows()) == 1 and hooks.profiler.state == "done"
+
+
+def test_a_lower_precedence_source_does_not_drive_the_window(make):
+    hooks = make()
+    for _ in range(8):
+        hooks.steps.boundary("optimizer")
+        hooks.steps.boundary("forward")  # a forward inside each optimizer step
+    (window,) = hooks.windows()
+    assert window["source"] == "optimizer"
+
+
+def test_a_stepless_module_less_loop_gets_a_time_window_at_a_tensor_copy(make, tmp_path):
+    hooks = make(profile_time_max_calls=10**9)
+    hooks.profiler.poll()  # the agent's thread: due at once, arms the safe points
+    assert "to" in torch.Tensor.__dict__
+    x = torch.ones(4)
+    deadline = time.time() + 5
+    while not hooks.windows() and time.time() < deadline:
+        x = x.to(torch.float64).to(torch.float32)  # the main thread's copies open, then close it
+    (window,) = hooks.windows()
+    assert window["source"] == "time" and window["label"] == "start" and window["why"] == "time"
+    assert 0.2 <= window["t_end"] - window["t_start"] < 3.0
+    assert (tmp_path / window["path"]).is_file()
+    assert "to" not in torch.Tensor.__dict__  # disarmed once the window closed
+
+
+def test_the_time_window_also_closes_after_its_call_budget(make):
+    hooks = make(profile_time_window_s=60.0, profile_time_max_calls=20)
+    hooks.profiler.poll()
+    x = torch.ones(())
+    for _ in range(40):
+        x.item()
+    (window,) = hooks.windows()
+    assert window["why"] == "time" and window["t_end"] - window["t_start"] < 30
+
+
+def test_a_step_during_the_time_window_discards_it_for_the_step_window(make):
+    hooks = make(profile_time_window_s=60.0)
+    hooks.profiler.poll()
+    MODEL(torch.ones(2, 8))  # a forward is a safe point too
+    assert hooks.profiler.state == "running" and hooks.profiler.window.source == "time"
+    hooks.steps.boundary("optimizer")
+    assert hooks.profiler.state == "idle" and not hooks.windows()
+    assert "to" not in torch.Tensor.__dict__ and not nn_module._global_forward_pre_hooks
+    hooks.profiler.poll()  # steps are active now: no second time window
+    assert not hooks.safepoints.armed
+
+
+def test_no_time_window_under_torch_compile(make):
+    hooks = make()
     hooks.compile_used = True
-    window = ProfilerWindow(hooks)
-    window.poll()
-    assert window.watch is None and window.state == window.DONE
-    (profile,) = hooks.profiles()
-    assert "torch.compile" in profile["error"]
+    hooks.profiler.poll()
+    assert not hooks.safepoints.armed and hooks.profiler.state == "done"
+    (event,) = hooks.kind("profile")
+    assert "torch.compile" in event["error"]
 
 
-def test_a_run_with_steps_never_installs_the_hook(hooks):
-    hooks.steps.count["loader"] = 3
-    window = ProfilerWindow(hooks)
-    window.poll()
-    assert window.watch is None and window.state == window.IDLE
+def test_no_time_window_before_the_run_went_quiet(make):
+    hooks = make(profile_no_step_after_s=30.0)
+    hooks.profiler.poll()
+    assert not hooks.safepoints.armed
+    hooks.cuda = False
+    hooks.profiler.cuda_seen = 0.0  # long ago, but CUDA is not in use: no stepless window on CPU
+    hooks.profiler.poll()
+    assert not hooks.safepoints.armed
 
 
-def test_forwards_on_other_threads_neither_open_nor_close_the_window(hooks):
-    import threading
-
-    window = ProfilerWindow(hooks)
-    window.poll()
-    helper = threading.Thread(target=forward_for, args=(0.1,))  # as DataParallel's replicas run
+def test_calls_on_other_threads_neither_open_nor_close_the_time_window(make):
+    hooks = make()
+    hooks.profiler.poll()
+    helper = threading.Thread(target=lambda: [torch.ones(2).to(torch.float64) for _ in range(50)])
     helper.start()
     helper.join()
-    assert window.state == window.IDLE
-    MODEL(torch.ones(2, 8))  # the main thread's next forward opens it
-    assert window.state == window.RUNNING
-    window.stop("exit")
-    assert window.state == window.DONE and window.watch is None
+    assert hooks.profiler.state == "idle"
+    torch.ones(2).to(torch.float64)
+    assert hooks.profiler.state == "running"
+
+
+def test_a_window_on_another_thread_is_kept_when_that_thread_ends(make, tmp_path):
+    hooks = make(profile_steps=1000)
+
+    def loop():
+        steps(hooks, "explicit", 5)  # opens the window on this thread, never reaches its steps
+
+    worker = threading.Thread(target=loop)
+    worker.start()
+    worker.join()
+    (window,) = hooks.windows()
+    assert window["why"] == "thread-end" and (tmp_path / window["path"]).is_file()

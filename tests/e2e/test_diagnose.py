@@ -194,19 +194,35 @@ def test_ignore_silences_a_check(diagnose):
 
 def test_a_run_without_step_boundaries_gets_a_time_bounded_profiler_window(diagnose):
     run = diagnose("--interval", "0.2", "--stepless-after", "1", "--stepless-window", "1",
-                   str(WORKLOADS / "stepless_infer.py"), "10", "--fake-cuda")
+                   str(WORKLOADS / "stepless_infer.py"), "8", "--fake-cuda", "--no-module")
     assert run.returncode == 0, run.stderr
     assert "inferences" in run.stdout
     [session_path] = run.out.glob("*.session.json")
     session = json.loads(session_path.read_text())
+    assert session["steps"]["source"] is None  # no module, loader, optimizer or backward: no steps
     profile = session["profile"]
     assert profile is not None, session["unavailable"]
+    assert profile["step_source"] == "time" and profile["label"] == "start"
     length = profile["window_end_s"] - profile["window_start_s"]
-    # opened at a forward >= 1 s after "CUDA" started (starting Kineto takes seconds on a small CPU
-    # box), closed at the first forward 1 s later, long before the loop ends
+    # opened at a tensor copy >= 1 s after "CUDA" started (starting Kineto takes seconds on a small CPU
+    # box), closed at the first copy 1 s later, long before the loop ends
     assert 0.9 <= length <= 3.0, profile
     assert profile["window_start_s"] >= 1.0
     assert (run.out / profile["trace_file"]).is_file()
+    assert profile["call_sites"] and "stepless_infer.py" in profile["call_sites"][0]["site"]
+
+
+def test_an_inference_loop_with_a_module_gets_a_window_from_its_forwards(diagnose):
+    run = diagnose("--interval", "0.2", str(WORKLOADS / "stepless_infer.py"), "5")
+    assert run.returncode == 0, run.stderr
+    session = json.loads(next(run.out.glob("*.session.json")).read_text())
+    assert session["steps"]["source"] == "forward"
+    profile = session["profile"]
+    assert profile is not None and profile["step_source"] == "forward", session["unavailable"]
+    assert profile["window_start_s"] < 4.5  # early in a 5-second loop, not at its end
+    assert profile["top_cpu_ops"] and profile["top_cpu_ops"][0]["name"].startswith("aten::")
+    hotspots = run.report["evidence"]["hotspots"]
+    assert hotspots and hotspots[0]["cpu_ops"] and "Hotspots (profiled window 1" in run.stderr
 
 
 def test_no_time_bounded_window_under_torch_compile(diagnose):

@@ -16,6 +16,7 @@ from gpudoctor.model import CheckOutcome, Evidence, Finding, Remedy
 from gpudoctor.report import build_report
 from gpudoctor.session import (
     AllocatorSnapshot,
+    CallSite,
     CpuInfo,
     CpuSample,
     Environment,
@@ -93,6 +94,17 @@ def make_session(
         matmul_total_us=125_000.0,
         tf32_enabled=False,
         error=("partial window" + hostile) if hostile else None,
+        label="start",
+        index=1,
+        step_source="loader",
+        phase="DataLoader batches, DataLoader 100:1" + hostile + ", with gradients, on CUDA",
+        window_start_s=12.0,
+        window_end_s=13.2,
+        top_cpu_ops=[KernelStat("aten::addmm" + hostile, 300, 60_000.0, 200.0, 500.0),
+                     KernelStat("aten::copy_", 40, 9_000.0, 225.0, 400.0)],
+        call_sites=[CallSite("train_step (train.py:40)" + hostile, gpu_us=280_000.0, launches=4000,
+                             blocked_us=3_000.0, syncs=10, cpu_us=90_000.0),
+                    CallSite("(autograd engine: backward)", gpu_us=100_000.0, launches=200, cpu_us=20_000.0)],
     ) if with_profile else None
     unavailable: dict[str, str] = {} if with_gpu else {"gpu": "no NVIDIA driver found", "gpm": "no GPU", "allocator": "no CUDA device used"}
     if not with_profile:
@@ -126,6 +138,7 @@ def make_session(
         gpu_samples=gpu,
         gpu_sample_interval_s=sample_interval_s if with_gpu else None,
         profile=profile,
+        profiles=[profile] if profile is not None else [],
         allocator=[AllocatorSnapshot(t=30.0, label="steady", allocated_bytes=18 * 2**30, reserved_bytes=22 * 2**30, inactive_split_bytes=2**30, max_allocated_bytes=19 * 2**30, device_total_bytes=140 * 2**30)] if with_gpu else [],
         unavailable=unavailable,
         storage=[StorageProbe(path="data/train" + hostile, fs_type="ext4", kind="local", read_latency_p50_ms=0.4, read_latency_p95_ms=2.0, throughput_mb_s=900.0)],

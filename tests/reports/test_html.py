@@ -148,3 +148,24 @@ def test_ten_minute_session_stays_small() -> None:
     page = html.render(report)
     assert len(page.encode()) < 400_000
     assert len(render(report, "json").encode()) < 300_000
+
+
+def test_the_hotspot_tables_name_call_sites_kernels_and_operators(report) -> None:
+    from gpudoctor.reports import html
+
+    page = html.render(report)
+    section = page[page.index('id="hotspots"'):]
+    assert "profiled window 1 (start, 10 steps): DataLoader batches" in section
+    assert "<code>train_step (train.py:40)</code>" in section and "74%" in section
+    assert "<code>aten::addmm</code>" in section and "<code>ampere_sgemm_128x64_nn</code>" in section
+    assert "3.0 ms (10)" in section  # blocked in 10 syncs
+
+
+def test_the_json_report_carries_every_window_and_its_hotspots(report) -> None:
+    evidence = report["evidence"]
+    assert [p["index"] for p in evidence["profiles"]] == [1]
+    (table,) = evidence["hotspots"]
+    assert table["name"] == "profiled window 1 (start, 10 steps)"
+    assert table["call_sites"][0]["site"] == "train_step (train.py:40)"
+    assert table["cpu_ops"][0] == {"name": "aten::addmm", "count": 300, "self_us": 60_000.0,
+                                   "share_of_window": 0.05}

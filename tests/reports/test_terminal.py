@@ -65,3 +65,12 @@ def test_to_text_is_plain(report: dict[str, Any]) -> None:
     text = terminal.to_text(report)
     assert "\x1b[" not in text
     assert "GD102" in text
+
+
+def test_the_hotspot_line_names_the_top_kernel_operator_and_call_sites(report: dict[str, Any]) -> None:
+    out = " ".join(_render(report).split())
+    assert "Hotspots (profiled window 1 (start, 10 steps)):" in out
+    assert "kernel ampere_sgemm_128x64_nn 39% of kernel time" in out
+    assert "CPU op aten::addmm 60.0 ms self" in out
+    assert "train_step (train.py:40) launches 74% of GPU time" in out
+    assert "train_step (train.py:40) blocks 3.0 ms" in out

@@ -1,10 +1,12 @@
-"""An inference loop with no step boundary: no DataLoader, no optimizer, no gpudoctor.step().
+"""An inference loop with no DataLoader, no optimizer, no backward and no gpudoctor.step().
 
-gpudoctor profiles such a run through a time-bounded window. On a CPU machine the
-window would never open (it waits for CUDA), so with --fake-cuda this script says
-CUDA is initialised, as tests/faults/workloads/profiler_fails.py does.
+With a module (the default), the outermost module forward marks the steps. With
+--no-module nothing does: gpudoctor profiles it through a time-bounded window opened at
+one of the loop's own tensor calls. On a CPU machine that window would never open (it
+waits for CUDA), so with --fake-cuda this script says CUDA is initialised, as
+tests/faults/workloads/profiler_fails.py does.
 
-    python stepless_infer.py SECONDS [--fake-cuda] [--compile]
+    python stepless_infer.py SECONDS [--fake-cuda] [--compile] [--no-module]
 
 --compile wraps the model in torch.compile (the eager backend: no compiler needed).
 """
@@ -16,14 +18,22 @@ import torch
 if "--fake-cuda" in sys.argv:
     torch.cuda.is_initialized = lambda: True
 
-model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 16)).eval()
-if "--compile" in sys.argv:
-    model = torch.compile(model, backend="eager")
-x = torch.randn(64, 256)
+torch.set_num_threads(1)
 deadline = time.time() + float(sys.argv[1])
 count = 0
-with torch.inference_mode():
+if "--no-module" in sys.argv:
+    x = torch.randn(256, 512, dtype=torch.float64)
+    w = torch.randn(512, 512)
     while time.time() < deadline:
-        model(x)
+        (x.to(torch.float32) @ w).relu_()  # a copy (a safe point) and a matmul, no module
         count += 1
+else:
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 16)).eval()
+    if "--compile" in sys.argv:
+        model = torch.compile(model, backend="eager")
+    x = torch.randn(64, 256)
+    with torch.inference_mode():
+        while time.time() < deadline:
+            model(x)
+            count += 1
 print("inferences", count, flush=True)

@@ -1,0 +1,233 @@
+"""Step boundaries from backward() calls and from the outermost module forward.
+
+backward: ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped; an
+outermost call that returns marks a step. Calls made while another backward runs
+anywhere in the process (reentrant activation checkpointing calls backward from the
+autograd engine's threads) are not steps.
+
+forward: a module forward that starts while no other module's forward runs on its
+thread. Global forward hooks (never a hook stored on the user's modules: those would
+travel with ``torch.save(model)``) learn which module that is: a pre-hook and a
+post-hook keep the nesting depth per thread, and the first module to start
+``LEARN_CALLS`` forwards at depth 0 becomes the root. The post-hook then goes; the
+pre-hook stays and marks a step when the root starts a forward on its thread. While
+any global hook is registered, every module call takes torch's slower hooked path
+(about 1 us per module call on a CPU), so the forward hooks exist only while no
+higher-precedence source is active: the first optimizer step, backward call or
+loader batch removes them, and the agent's thread installs them again when every
+source has gone quiet (an evaluation phase with no loader, after training).
+
+Neither is installed under torch.compile (a hook changes what dynamo traces); the
+compile wrapper removes them before the compiled code first runs, and each hook does
+nothing while dynamo traces.
+"""
+
+import threading
+import weakref
+
+LEARN_CALLS = 4
+
+
+def _is_compiling(torch):
+    compiler = getattr(torch, "compiler", None)
+    check = getattr(compiler, "is_compiling", None)
+    if check is None:
+        check = getattr(getattr(torch, "_dynamo", None), "is_compiling", None)
+    return check if check is not None else (lambda: False)
+
+
+class BackwardSteps:
+    def __init__(self, hooks):
+        self.hooks = hooks
+        self.active = 0
+        self.lock = threading.Lock()
+        self.original = None
+
+    def install(self):
+        torch = self.hooks.torch
+        autograd = torch.autograd
+        original = autograd.backward
+        compiling = _is_compiling(torch)
+        this = self
+
+        def backward(*args, **kwargs):
+            if compiling():
+                return original(*args, **kwargs)
+            with this.lock:
+                outer = this.active == 0
+                this.active += 1
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                with this.lock:
+                    this.active -= 1
+            if outer:
+                try:
+                    this.hooks.steps.boundary("backward")
+                except Exception as exc:
+                    this.hooks.agent.error("backward_step", exc)
+            return result
+
+        for name in ("__name__", "__qualname__", "__doc__", "__module__"):
+            try:
+                setattr(backward, name, getattr(original, name))
+            except (AttributeError, TypeError):
+                pass
+        backward.__wrapped__ = original
+        self.original = original
+        autograd.backward = backward
+
+
+class ForwardSteps:
+    def __init__(self, hooks):
+        self.hooks = hooks
+        self.torch = hooks.torch
+        self.compiling = _is_compiling(hooks.torch)
+        self.tls = threading.local()
+        self.pre_handle = None
+        self.post_handle = None
+        self.generation = 0
+        self.root_id = None
+        self.root_thread = None
+        self.root_ref = None
+        self.root_name = None
+        self.candidates = {}  # (id(module), thread) -> [depth-0 calls, first seen order]
+        self.lock = threading.RLock()  # the root's weakref callback may run inside a locked section
+
+    @property
+    def installed(self):
+        return self.pre_handle is not None
+
+    def install(self):
+        """Start learning the root module (any thread: registering is one dict insert)."""
+        with self.lock:
+            if self.pre_handle is not None or self.hooks.compile_used:
+                return
+            from torch.nn.modules import module
+
+            self.generation += 1
+            self.root_id = self.root_thread = self.root_ref = None
+            self.candidates = {}
+            self.pre_handle = module.register_module_forward_pre_hook(self._pre)
+            try:
+                self.post_handle = module.register_module_forward_hook(self._post, always_call=True)
+            except TypeError:  # torch without always_call: a forward that raises leaves depth behind
+                self.post_handle = module.register_module_forward_hook(self._post)
+
+    def remove(self):
+        with self.lock:
+            pre, post = self.pre_handle, self.post_handle
+            self.pre_handle = self.post_handle = None
+            self.root_id = self.root_ref = None
+        for handle in (pre, post):
+            if handle is not None:
+                try:
+                    handle.remove()
+                except Exception:
+                    pass
+
+    def _depth(self):
+        state = getattr(self.tls, "state", None)
+        if state is None or state[0] != self.generation:
+            state = self.tls.state = [self.generation, 0]
+        return state
+
+    def _pre(self, module, args):
+        try:
+            root = self.root_id
+            if root is not None:  # the hot path: one id comparison per module call
+                if id(module) == root and threading.get_ident() == self.root_thread and not self.compiling():
+                    self.hooks.steps.boundary("forward")
+                return None
+            if self.compiling():
+                return None
+            state = self._depth()
+            state[1] += 1
+            if state[1] == 1:
+                self._learn(module)
+        except Exception as exc:
+            self.hooks.agent.error("forward_step", exc)
+        return None
+
+    def _post(self, module, args, output):
+        if self.compiling():
+            return None
+        try:
+            state = self._depth()
+            if state[1] > 0:
+                state[1] -= 1
+        except Exception:
+            pass
+        return None
+
+    def _learn(self, module):
+        if self.torch.utils.data.get_worker_info() is not None:
+            self.remove()  # a DataLoader worker's transforms are not the workload's steps
+            return
+        key = (id(module), threading.get_ident())
+        entry = self.candidates.setdefault(key, [0, len(self.candidates)])
+        entry[0] += 1
+        if entry[0] < LEARN_CALLS:
+            return
+        post = self.post_handle
+        self.post_handle = None
+        if post is not None:
+            post.remove()
+        self.root_thread = key[1]
+        self.root_name = type(module).__name__
+        try:
+            self.root_ref = weakref.ref(module, self._root_gone)
+        except TypeError:
+            self.root_ref = None
+        self.root_id = key[0]
+        self.hooks.agent.emit("forward_root", module=self.root_name, thread=threading.current_thread().name)
+        self.hooks.steps.boundary("forward")  # this call starts a step too
+
+    def _root_gone(self, ref):
+        if ref is self.root_ref:
+            self.remove()  # learned again by the agent's thread once the run goes quiet
+
+
+class StepSources:
+    """backward and forward sources together, and when the forward hooks may exist."""
+
+    def __init__(self, hooks):
+        self.hooks = hooks
+        self.backward = BackwardSteps(hooks)
+        self.forward = ForwardSteps(hooks)
+
+    def install(self):
+        self.backward.install()
+        if not self.hooks.compile_used:
+            self.forward.install()
+        try:
+            import os
+
+            os.register_at_fork(after_in_child=self.forked)
+        except (AttributeError, ValueError):
+            pass
+
+    def on_step(self, source):
+        if source != "forward" and self.forward.installed:
+            self.forward.remove()  # a better source is active: module calls go back to torch's fast path
+
+    def poll(self):
+        """On the agent's thread: learn the forward root again once every source went quiet."""
+        if not self.forward.installed and not self.hooks.compile_used and self.hooks.steps.active() is None:
+            self.forward.install()
+
+    def remove(self):
+        self.forward.remove()
+
+    def forked(self):
+        """In a forked child (a DataLoader worker): the parent's steps are not its own."""
+        try:
+            # a lock another thread of the parent held at the fork stays held in the child
+            self.forward.lock = threading.RLock()
+            self.forward.remove()
+            safepoints = getattr(self.hooks, "safepoints", None)
+            if safepoints is not None:
+                safepoints.lock = threading.Lock()
+                safepoints.disarm()
+        except Exception:
+            pass

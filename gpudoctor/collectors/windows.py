@@ -1,0 +1,134 @@
+"""The run's profiler windows, as the agent reported them, into `Session.profiles`.
+
+Each window the agent kept (gpudoctor/agent/profiler.py: "start", then "phase" and
+"later" ones) is summarised (collectors.trace) and replayed (gpudoctor.replay). The
+primary window, `Session.profile` as before, is the first one steps drove (else the
+first: a run without steps). A window's replay is calibrated to the step time
+measured outside it: the whole run's steady steps for the primary window; for a later
+one, the steps of the same source around it (its phase); none when its steps came
+from another source or it had none.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from gpudoctor import metrics
+from gpudoctor.session import ProfileSummary, ReplaySummary, Session
+
+log = logging.getLogger(__name__)
+
+SOURCE_WORDS = {
+    "explicit": "gpudoctor.step() steps", "optimizer": "optimizer steps", "backward": "backward() steps",
+    "loader": "DataLoader batches", "forward": "module forwards", "time": "no step boundaries (time-bounded)",
+}
+
+
+def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Session, t0: float) -> str | None:
+    """Fill `session.profile` and `session.profiles`; the primary window's trace file name, or None."""
+    usable = [p for p in profiles if p.get("path")]
+    if not usable:
+        session.unavailable["profile"] = _why_none(profiles, session)
+        return None
+    pid = usable[0].get("pid")
+    mine = sorted((p for p in usable if p.get("pid") == pid),
+                  key=lambda p: (int(p.get("index") or 0), float(p.get("t_start") or 0)))
+    try:
+        from gpudoctor.collectors.trace import load_trace, summarize_trace, trace_events
+        from gpudoctor.replay import replay_or_error
+    except ImportError:
+        session.unavailable["profile"] = "trace analysis is not available in this build"
+        return None
+    summaries: list[tuple[ProfileSummary, str]] = []
+    for n, event in enumerate(mine):
+        try:
+            data = load_trace(workdir / str(event["path"]))
+            summary = summarize_trace(data, steps=int(event.get("steps") or 0))
+            _describe(summary, event, t0, len(summaries) + 1)
+            _relative_sites(summary, session.cwd)
+            if summary.kernel_count == 0 and summary.gpu_busy_us <= 0:
+                summary.replay = ReplaySummary(steps=summary.steps, error="a CPU-only window: no GPU work to replay")
+            else:
+                first_stepped = summary.step_source != "time" and all(s.step_source == "time" for s, _ in summaries)
+                step_us, wait_us = _calibration(session, summary, primary=first_stepped)
+                summary.replay = replay_or_error(trace_events(data), summary.steps, step_us, wait_us)
+        except Exception as exc:  # a trace we cannot read must not cost the rest of the report
+            log.debug("trace analysis failed", exc_info=True)
+            why = f"the profiler trace could not be analysed: {type(exc).__name__}: {exc}"
+            if not summaries and n == len(mine) - 1:
+                session.unavailable["profile"] = why
+            else:
+                session.notes.append(f"profiler window {event.get('index') or n + 1}: {why}")
+            continue
+        summaries.append((summary, str(event["path"])))
+    if not summaries:
+        return None
+    session.profiles = [s for s, _ in summaries]
+    # the primary window is the first one that steps drove: a time-bounded window that came
+    # first may have caught the set-up (data moved to the GPU before the loop began)
+    primary = next((pair for pair in summaries if pair[0].step_source != "time"), summaries[0])
+    session.profile = primary[0]
+    session.unavailable.pop("profile", None)
+    return primary[1]
+
+
+def _describe(summary: ProfileSummary, event: dict[str, Any], t0: float, index: int) -> None:
+    summary.tf32_enabled = event.get("tf32")
+    summary.window_s = round(float(event.get("t_end", 0)) - float(event.get("t_start", 0)), 3)
+    if event.get("t_start") and event.get("t_end"):
+        summary.window_start_s = round(float(event["t_start"]) - t0, 3)
+        summary.window_end_s = round(float(event["t_end"]) - t0, 3)
+    summary.label = str(event.get("label") or "start")
+    summary.index = index
+    summary.step_source = str(event["source"]) if event.get("source") else None
+    summary.phase = phase_words(event)
+
+
+def _relative_sites(summary: ProfileSummary, cwd: str | None) -> None:
+    """Call sites under the run's working directory, as the user knows them (train.py:12)."""
+    if not cwd:
+        return
+    prefix = cwd.rstrip("/") + "/"
+    for site in summary.call_sites:
+        site.site = site.site.replace(f"({prefix}", "(")
+    for sync in summary.sync_sites:
+        if sync.site:
+            sync.site = sync.site.replace(f"({prefix}", "(")
+
+
+def phase_words(event: dict[str, Any]) -> str:
+    """'optimizer steps, DataLoader 123:0, with gradients, on CUDA' from a window's phase."""
+    source = str(event.get("source") or "")
+    parts = [SOURCE_WORDS.get(source, source or "unknown steps")]
+    if event.get("loader"):
+        parts.append(f"DataLoader {event['loader']}")
+    if event.get("grad") is not None:
+        parts.append("with gradients" if event["grad"] else "without gradients")
+    if event.get("cuda") is not None:
+        parts.append("on CUDA" if event["cuda"] else "CPU only")
+    return ", ".join(parts)
+
+
+def _calibration(session: Session, summary: ProfileSummary, primary: bool) -> tuple[float | None, float | None]:
+    if primary:
+        return metrics.unprofiled_step_us(session)
+    if summary.step_source != session.steps.source or summary.window_start_s is None or summary.window_end_s is None:
+        return None, None
+    return metrics.unprofiled_step_us_near(session, summary.window_start_s, summary.window_end_s)
+
+
+def _why_none(profiles: list[dict[str, Any]], session: Session) -> str:
+    errors = [str(p["error"]) for p in profiles if p.get("error")]
+    if errors:
+        return errors[0]
+    if session.torch_cuda_used and "steps" in session.unavailable:
+        return ("no step boundaries, and the run ended before the time-bounded window (--stepless-after after "
+                "CUDA started, opened at the main thread's next module forward, tensor copy or sync); mark steps "
+                "with gpudoctor.step()")
+    if session.steps.source is not None:
+        return "the profiler window did not complete (fewer steps than warm-up + window?)"
+    if session.torch_cuda_used:
+        return "the profiler window did not complete"
+    return "no profiler window: the workload used no GPU and marked no steps"

@@ -1,0 +1,75 @@
+"""Where batch production spends its time: cProfile's statistics into the fetch_profile event."""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import threading
+
+import torch
+
+from agent_fakes import FakeHooks
+
+from gpudoctor.agent.fetch_profile import FetchProfiler, short_path, top_functions
+
+
+class Normalize:
+    def __call__(self, x):
+        for _ in range(30):
+            x = torch.nn.functional.conv1d(x, torch.ones(1, 1, 3), padding=1)  # a builtin: its own time
+        return x
+
+
+class Cheap:
+    def __call__(self, x):
+        return x + 1
+
+
+def get_item(x):
+    return Cheap()(Normalize()(x))
+
+
+def test_the_costliest_function_owns_the_builtins_it_calls(tmp_path):
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(5):
+        get_item(torch.ones(1, 1, 4096))
+    prof.disable()
+    rows = top_functions(prof.getstats(), os.getcwd())
+    name, file, line, own, cumulative, calls, caller = rows[0]
+    assert name in ("Normalize.__call__", "__call__") and file == "tests/agent/test_fetch_profile.py"
+    assert calls == 5 and own > 0.5 * cumulative and caller.startswith(("get_item (", "get_item"))
+    assert all(r[3] >= rows[i + 1][3] for i, r in enumerate(rows[:-1]))
+
+
+def test_paths_as_a_reader_knows_them():
+    assert short_path("/venv/lib/python3.11/site-packages/torchvision/transforms/transforms.py", "/w") \
+        == "torchvision/transforms/transforms.py"
+    assert short_path("/w/data/aug.py", "/w") == "data/aug.py"
+    assert short_path("/usr/lib/python3.11/json/decoder.py", "/w") == "json/decoder.py"
+
+
+def test_one_process_claims_the_request_and_profiles_a_few_batches(tmp_path):
+    hooks = FakeHooks(tmp_path, fetch_profile_batches=3)
+    hooks.loader_lock = threading.Lock()
+    hooks.loader_stats = {}
+    hooks.agent.writer = type("W", (), {"flush": lambda self: None})()
+    profiler = FetchProfiler(hooks)
+    other = FetchProfiler(hooks)  # a second worker of the same run
+    assert profiler.begin() is False  # nothing requested
+    hooks.loader_stats = {"1:0": [5, 0.5, 0.1]}
+    profiler.poll()
+    hooks.loader_stats = {"1:0": [50, 5.0, 0.1]}
+    profiler.seen["1:0"] = (5, 0.5, profiler.seen["1:0"][2] - 2.0)  # two seconds ago
+    profiler.poll()
+    assert (tmp_path / "fetch-profile.request").read_text() == "1:0"
+    profiler.next_check = 0.0  # it looks for the request at most every 0.5 s
+    for _ in range(3):
+        assert profiler.begin() is True
+        get_item(torch.ones(1, 1, 256))
+        profiler.end(0.01)
+    other.next_check = 0.0
+    assert other.begin() is False and other.state == other.DONE  # claimed already
+    (event,) = hooks.kind("fetch_profile")
+    assert event["batches"] == 3 and event["wall_s"] == 0.03 and event["functions"]
+    assert profiler.begin() is False  # done for good

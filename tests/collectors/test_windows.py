@@ -1,0 +1,50 @@
+"""The agent's window events into Session.profiles: summaries, labels, phases, the primary window."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from gpudoctor.collectors.windows import apply_windows, phase_words
+from gpudoctor.session import Session
+
+WINDOWS = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "windows"
+
+
+def event(index, path, source, label, t_start, **fields):
+    return {"pid": 7, "index": index, "path": path, "source": source, "label": label, "steps": 10,
+            "t_start": t_start, "t_end": t_start + 0.5, **fields}
+
+
+def test_every_window_is_summarised_and_the_first_stepped_one_is_primary(tmp_path):
+    for name in ("item_sync", "tiny_kernels", "small_batch"):
+        shutil.copy(WINDOWS / f"{name}.trace.json.gz", tmp_path / f"{name}.json")
+    events = [
+        event(1, "item_sync.json", "time", "start", 103.0, steps=0),
+        event(2, "tiny_kernels.json", "optimizer", "phase", 110.0, loader="7:0", grad=True, cuda=True),
+        event(3, "small_batch.json", "loader", "phase", 130.0, loader="7:1", grad=False, cuda=True),
+        {"pid": 7, "error": "profiler failed to stop/export: boom"},
+    ]
+    session = Session(cwd="/nowhere")
+    primary = apply_windows(events, tmp_path, session, t0=100.0)
+    assert primary == "tiny_kernels.json"
+    assert [(p.index, p.label, p.step_source) for p in session.profiles] == [
+        (1, "start", "time"), (2, "phase", "optimizer"), (3, "phase", "loader")]
+    assert session.profile is session.profiles[1]
+    assert session.windows()[0] is session.profile and len(session.windows()) == 3
+    third = session.profiles[2]
+    assert third.phase == "DataLoader batches, DataLoader 7:1, without gradients, on CUDA"
+    assert (third.window_start_s, third.window_end_s) == (30.0, 30.5)
+    assert all(p.replay is not None for p in session.profiles)
+    assert "profile" not in session.unavailable
+
+
+def test_no_window_says_why():
+    session = Session(torch_cuda_used=True)
+    session.unavailable["steps"] = "no step boundaries seen"
+    assert apply_windows([], Path("."), session, 0.0) is None
+    assert "time-bounded window" in session.unavailable["profile"]
+
+
+def test_phase_words_of_a_stepless_window():
+    assert phase_words({"source": "time"}) == "no step boundaries (time-bounded)"

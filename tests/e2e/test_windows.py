@@ -1,0 +1,61 @@
+"""Step boundaries in every shape, profiler windows and where a loader spends its time, run for real (CPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import WORKLOADS
+
+
+def session_of(run) -> dict:
+    return json.loads(next(run.out.glob("*.session.json")).read_text())
+
+
+@pytest.mark.parametrize("mode", ["explicit", "optimizer", "backward", "loader", "forward"])
+def test_each_shape_of_step_boundary_is_seen_and_recorded(diagnose, mode):
+    run = diagnose("--interval", "0.2", str(WORKLOADS / "step_shapes.py"), mode, "3")
+    assert run.returncode == 0, run.stderr
+    session = session_of(run)
+    assert session["steps"]["source"] == mode, (session["steps"], session["notes"])
+    assert session["steps"]["count"] > 20
+    assert run.report["summary"]["step_source"] == mode
+    # a CPU-only run gets a CPU window from its steps, and the hotspot table from it
+    assert session["profile"] is not None and session["profile"]["step_source"] == mode
+    assert run.report["evidence"]["hotspots"][0]["cpu_ops"]
+
+
+def test_a_run_that_ends_inside_its_window_keeps_it(diagnose):
+    run = diagnose("--interval", "0.2", "--profile-steps", "1000000", str(WORKLOADS / "step_shapes.py"),
+                   "optimizer", "3")
+    assert run.returncode == 0, run.stderr
+    profile = session_of(run)["profile"]
+    assert profile is not None and profile["steps"] > 0 and profile["top_cpu_ops"]
+    assert (run.out / profile["trace_file"]).is_file()
+
+
+def test_a_long_run_gets_a_window_per_phase_and_a_later_one(diagnose):
+    run = diagnose("--interval", "0.2", "--profile-later", "1", str(WORKLOADS / "gpu" / "phases.py"),
+                   "--device", "cpu", "--epoch-s", "3.5", "--eval-s", "3.5")
+    assert run.returncode == 0, run.stderr
+    session = session_of(run)
+    windows = [(w["index"], w["label"], w["step_source"]) for w in session["profiles"]]
+    assert windows == [(1, "start", "optimizer"), (2, "later", "optimizer"), (3, "phase", "loader")], windows
+    assert "without gradients" in session["profiles"][2]["phase"]
+    assert session["profile"]["index"] == 1  # the primary window stays Session.profile
+    assert [h["index"] for h in run.report["evidence"]["hotspots"]] == [1, 2, 3]
+
+
+def test_an_input_bound_loop_shows_where_a_worker_spends_its_time(diagnose):
+    run = diagnose("--interval", "0.2", str(WORKLOADS / "loader_starved.py"), "--workers", "1", "--steps", "150")
+    assert run.returncode == 0, run.stderr
+    (loader,) = session_of(run)["loaders"]
+    profile = loader["fetch_profile"]
+    assert profile is not None and profile["batches"] == 8 and profile["worker"] == 0
+    assert profile["pid"] in loader["worker_pids"]
+    top = profile["functions"][0]
+    assert (top["name"], top["file"]) == ("HeavyDataset.__getitem__", "tests/workloads/loader_starved.py") or \
+        top["name"] == "__getitem__"
+    remedy = run.finding("GD102")["remedy"]["text"]
+    assert "loader_starved.py:23" in remedy and "of a batch" in remedy, remedy
