@@ -19,6 +19,7 @@ BUILTIN = [
     "gd302_host_sync",
     "gd303_copies",
     "gd304_fp32_matmul",
+    "gd305_optimizer_kernels",
     "gd401_fragmentation",
     "gd402_oom",
 ]

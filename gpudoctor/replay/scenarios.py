@@ -3,11 +3,14 @@
 - ``data``: every DataLoader wait gone (batches arrive instantly).
 - ``sync``: the workload's synchronisations and blocking device-to-host copies no
   longer block the host (values read rarely, kept on the GPU).
-- ``launch``: each chain of launches (operators that launched GPU work and the
-  short Python between them, up to the next blocking call, data wait or long
-  host work) issued as one captured graph: one launch call's host cost, the
-  kernels back to back at the GPU's measured queued gap. Launch cost only: what
-  fusion saves on the GPU is not counted.
+- ``launch``: each chain of launches outside ``optimizer.step()`` (operators that
+  launched GPU work and the Python between them, up to the next blocking call,
+  data wait or long user code) issued as one captured graph: one launch call's
+  host cost, the kernels back to back at the graph rate measured on an H200.
+  Launch cost only: what fusion saves on the GPU is not counted. This is what
+  compiling the model buys; the optimizer is not part of it.
+- ``optimizer``: the same for the launches inside each ``optimizer.step()``: what
+  a fused or foreach optimizer buys over per-parameter kernels.
 - ``pinned``: host-to-device copies of 64 KiB or more from pageable memory made
   pinned and asynchronous (at the pinned rate measured in the trace, else the
   rate in `rates`).
@@ -56,7 +59,8 @@ MAX_ITEMS = 2_000_000  # beyond this the replay is skipped (reported), the stati
 SCENARIOS: dict[str, str] = {
     "data": "if batches arrived instantly",
     "sync": "if the host never waited for the GPU",
-    "launch": "if each launch chain were one captured graph",
+    "launch": "if the model's launch chains were captured graphs",
+    "optimizer": "if each optimizer step were a few fused kernels",
     "pinned": "if pageable copies were pinned and asynchronous",
     "small_copies": "if small copies were stacked into one",
     "tf32": "if fp32 matmuls ran on TF32 tensor cores",
@@ -210,8 +214,24 @@ def _sync(timeline: Timeline, plan: Plan) -> tuple[int, str]:
 
 
 def _launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    """The model's launch chains as graphs (what torch.compile / CUDA graphs of the model buy)."""
+    changed, chains = _collapse(timeline, plan, optimizer=False)
+    glue = ("framework Python removed, the user's own Python kept" if timeline.stacks
+            else f"Python stretches under {GLUE_MAX_US:.0f} us removed")
+    return changed, (f"{chains:,} launch chains outside optimizer.step() issued as one graph each: the host cost "
+                     f"of one launch call, {glue}; {rates.GRAPH_SOURCE}")
+
+
+def _optimizer(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    """optimizer.step()'s launches as one chain each (a fused or foreach optimizer's few kernels)."""
+    changed, chains = _collapse(timeline, plan, optimizer=True)
+    return changed, (f"{chains:,} optimizer steps' launches issued back to back as one chain each (a fused or "
+                     f"foreach optimizer's few multi-tensor kernels); {rates.GRAPH_SOURCE}")
+
+
+def _collapse(timeline: Timeline, plan: Plan, *, optimizer: bool) -> tuple[int, int]:
     changed, chains = 0, 0
-    for chain in _chains(timeline, plan):
+    for chain in _chains(timeline, plan, optimizer):
         launches = [i for i in chain if timeline.items[i].kind == LAUNCH]
         if len(launches) < 2:
             continue  # one launch: nothing to capture, a compiled call costs what the launch did
@@ -226,21 +246,21 @@ def _launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:
                 plan.launch_at[j] = head
                 plan.ready[j] = timeline.launch_latency_us
                 plan.gap[j] = max(0.0, rates.GRAPH_KERNEL_US - plan.dur[j])
-    glue = ("framework Python removed, the user's own Python kept" if timeline.stacks
-            else f"Python stretches under {GLUE_MAX_US:.0f} us removed")
-    return changed, (f"{chains:,} launch chains issued as one graph each: the host cost of one launch call, "
-                     f"{glue}; {rates.GRAPH_SOURCE}")
+    return changed, chains
 
 
-def _chains(timeline: Timeline, plan: Plan) -> list[list[int]]:
+def _chains(timeline: Timeline, plan: Plan, optimizer: bool = False) -> list[list[int]]:
     """Per thread, maximal runs of items a captured graph would replace: launches, their
     dispatch, and the Python between them (framework Python whatever its length when the
     trace tells it from the user's, else short stretches only); the user's own long Python,
-    data waits and blocking calls end a chain."""
+    data waits and blocking calls end a chain, and so does crossing into or out of
+    optimizer.step() (`optimizer` picks which side is chained)."""
     chains: list[list[int]] = []
     current: dict[int, list[int]] = {}
     for i, item in enumerate(timeline.items):
-        if item.kind == LAUNCH:
+        if item.optimizer != optimizer:
+            joins = False
+        elif item.kind == LAUNCH:
             joins = not _copies(timeline, item, "HtoD_pageable")
         elif item.kind != CPU:
             joins = False
@@ -351,6 +371,7 @@ EDITS: dict[str, Callable[[Timeline, Plan], tuple[int, str]]] = {
     "data": _data,
     "sync": _sync,
     "launch": _launch,
+    "optimizer": _optimizer,
     "pinned": _pinned,
     "small_copies": _small_copies,
     "tf32": _tf32,

@@ -52,6 +52,7 @@ DEVICE_WIDE = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "hipDevice
 AGENT_WINDOW_FRAME = "gpudoctor/agent/profiler"  # gpudoctor closing its own window
 HELPER_IDLE_US = 50.0  # a helper thread's time outside any operator longer than this is idle, not work
 DATA_ANNOTATION = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
+OPTIMIZER_ANNOTATION = "Optimizer.step#"  # torch.optim wraps step() in record_function("Optimizer.step#Adam.step")
 _VERSION = re.compile(r"_v\d+$")
 _GPU = {"kernel": "k", "gpu_memcpy": "c", "memcpy": "c", "gpu_memset": "s", "memset": "s"}
 _API = frozenset({"cuda_runtime", "cuda_driver", "runtime", "driver"})
@@ -72,6 +73,7 @@ class HostItem:
     agent: bool = False  # gpudoctor's own (closing the profiler window): never edited
     api: str = ""
     read: tuple[float, float] | None = None  # SYNC: the operator that only read a value back (.item(), .cpu())
+    optimizer: bool = False  # inside an optimizer's step(): what a fused optimizer replaces, not a compiler
 
 
 @dataclass(slots=True)
@@ -115,6 +117,7 @@ class _Thread:
         self.calls: list[tuple[float, float, str, Any]] = []  # ts, dur, api, correlation
         self.ops: list[tuple[float, float]] = []
         self.data: list[tuple[float, float]] = []
+        self.optimizer: list[tuple[float, float]] = []
         self.agent: list[tuple[float, float]] = []
         self.frames: list[tuple[float, float, bool]] = []  # Python frames: start, end, the user's own?
         self.annotations = 0  # record_function ranges (DataLoader, optimizer, ProfilerStep)
@@ -168,6 +171,8 @@ def build(events: list) -> Timeline | None:
             thread.annotations += 1
             if DATA_ANNOTATION.match(name):
                 thread.data.append((ts, ts + dur))
+            elif name.startswith(OPTIMIZER_ANNOTATION):
+                thread.optimizer.append((ts, ts + dur))
         else:
             if AGENT_WINDOW_FRAME in name.replace("\\", "/"):
                 thread.agent.append((ts, ts + dur))
@@ -328,6 +333,12 @@ def _thread_items(number: int, thread: _Thread, corr_ops: dict[Any, list[int]], 
         last = item
         cursor = max(cursor, ts + dur)
     cpu(cursor, thread.last)
+    optimizer = _union(thread.optimizer)
+    if optimizer:
+        starts = [s for s, _ in optimizer]
+        for item in items:
+            if item.thread == number:
+                item.optimizer = _inside(optimizer, starts, item.ts)
     return launches
 
 

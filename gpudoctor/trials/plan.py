@@ -221,7 +221,9 @@ class _Planner:
 
     def _compile_spec(self) -> dict[str, Any]:
         backend = self.request.named.get("compile")
-        return {"compile": {"backend": backend} if backend else {"backend": None}}
+        # CUDA graphs as well as fusion: what the launch-chain replay (GD301's prediction) assumes
+        return {"compile": {"backend": backend, "mode": None} if backend else
+                {"backend": None, "mode": "reduce-overhead"}}
 
 
 def _evidence(f: Finding, key: str) -> Any:

@@ -55,7 +55,10 @@ def test_compile_is_opt_in_and_then_answers_the_launch_bound_finding():
     assert plans == {}
     assert "--try-only auto,compile" in untried["GD301"]
     plans, _ = planned("tiny_kernels", "auto,compile=eager")
-    assert plans["compile"].override == {"compile": {"backend": "eager"}}
+    assert plans["compile"].override == {"compile": {"backend": "eager", "mode": None}}
+    # without a backend: inductor with CUDA graphs, the captured chains GD301's replay predicts
+    plans, _ = planned("tiny_kernels", "auto,compile")
+    assert plans["compile"].override == {"compile": {"backend": None, "mode": "reduce-overhead"}}
     assert plans["compile"].findings == ["GD301"] and plans["compile"].numerics_change
 
 
