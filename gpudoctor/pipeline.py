@@ -126,9 +126,7 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
         except OSError as exc:
             session.notes.append(f"the profiler trace could not be saved: {exc.strerror or exc}")
     checks, plugin_errors = load_checks()
-    for error in plugin_errors:
-        session.notes.append(f"check plugin {error.name} failed to load: {error.reason}")
-    engine = run_checks(session, checks, ignore=split_ids(args.ignore))
+    engine = run_checks(session, checks, ignore=split_ids(args.ignore), load_errors=plugin_errors)
     report = build_report(session, engine, files=plan.relative_names())
     written, failure = _save(plan, report, session.to_dict(), trace_bytes, args.fail_on)
     if on_report is not None:
