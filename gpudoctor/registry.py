@@ -51,7 +51,7 @@ def load_checks() -> tuple[list[Check], list[PluginError]]:
     for ep in eps:
         try:
             check = ep.load()
-        except (Exception, SystemExit) as exc:  # a broken plugin must not break diagnosis
+        except (Exception, SystemExit) as exc:  # noqa: BLE001  (a broken plugin must not break diagnosis)
             errors.append(PluginError(ep.name, f"{_origin(ep)}{type(exc).__name__}: {exc}"))
             continue
         problem = check_problem(check)

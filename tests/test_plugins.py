@@ -10,13 +10,12 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
+from helpers import make_session, make_steps
 
 from gpudoctor import registry
 from gpudoctor.judging import judge
 from gpudoctor.reports import render
 from gpudoctor.session import CpuSample
-
-from helpers import make_session, make_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "gpudoctor-example-check"
@@ -156,11 +155,11 @@ def test_the_example_package_installs_with_pip_and_registers(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                     "--target", str(target), str(EXAMPLE)], check=True, capture_output=True, timeout=300)
     env = dict(os.environ, PYTHONPATH=str(target) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    listed = subprocess.run([sys.executable, "-m", "gpudoctor", "checks", "--plain"], env=env, cwd=tmp_path,
+    listed = subprocess.run([sys.executable, "-m", "gpudoctor", "checks", "--plain"], check=False, env=env, cwd=tmp_path,
                             capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0, listed.stderr
     assert "EX401\thost-memory\t4\tHost memory nearly full" in listed.stdout
     assert "failed to load" not in listed.stderr
-    page = subprocess.run([sys.executable, "-m", "gpudoctor", "explain", "EX401"], env=env, cwd=tmp_path,
+    page = subprocess.run([sys.executable, "-m", "gpudoctor", "explain", "EX401"], check=False, env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert page.returncode == 0 and "What to do" in page.stdout

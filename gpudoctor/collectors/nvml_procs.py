@@ -65,7 +65,7 @@ class ProcessGpuWatcher:
         wanted = set(pids)
         try:
             handles = self._open()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             self.use.error = f"NVML cannot list the GPUs: {nvml_device.describe(exc)}"
             return
         for handle, uuid in handles:
@@ -73,7 +73,7 @@ class ProcessGpuWatcher:
             for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
                 try:
                     processes = getattr(self.nv, name)(handle)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001
                     self.use.error = f"NVML cannot list the processes on GPU {uuid}: {nvml_device.describe(exc)}"
                     continue
                 for process in processes or ():
@@ -96,7 +96,7 @@ class ProcessGpuWatcher:
         since = self.use.last_seen_us.get(uuid, 0)
         try:
             samples = read(handle, since)
-        except Exception as exc:  # NOT_SUPPORTED on many GPUs, NOT_FOUND when nothing new
+        except Exception as exc:  # noqa: BLE001  (NOT_SUPPORTED on many GPUs, NOT_FOUND when nothing new)
             log.debug("process utilization on %s: %s", uuid, exc)
             return
         for sample in samples or ():
@@ -111,5 +111,5 @@ class ProcessGpuWatcher:
             self._initialized = False
             try:
                 self.nv.nvmlShutdown()
-            except Exception:
+            except Exception:  # noqa: BLE001, S110
                 pass

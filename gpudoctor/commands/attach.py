@@ -97,5 +97,5 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
 def _name(process: Any) -> str:
     try:
         return str(process.name())
-    except Exception:
+    except Exception:  # noqa: BLE001
         return str(process.pid)

@@ -43,7 +43,7 @@ class _OomForwarder:
         if target is not None:
             try:
                 target(*args)
-            except Exception:
+            except Exception:  # noqa: BLE001, S110
                 pass
 
 
@@ -84,7 +84,7 @@ class InProcessAgent:
         agent_module._AGENT = self.agent  # gpudoctor.step() reaches it through gpudoctor.agent.step
         try:
             import torch
-        except Exception as exc:  # not installed, or broken: sampling only
+        except Exception as exc:  # noqa: BLE001  (not installed, or broken: sampling only)
             self.torch_error = f"torch could not be imported: {type(exc).__name__}: {exc}"
             return True
         try:
@@ -118,7 +118,7 @@ class InProcessAgent:
         try:
             attach(_OOM)
             _OOM.attached = True
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             log.debug("oom observer: %s", exc)
             self._attach_forwarder = None
 
@@ -137,7 +137,7 @@ class InProcessAgent:
             if issubclass(exc_type, SystemExit):
                 return "exited"
             agent_module._record_exception(self.agent, exc_type, exc, tb, thread=None)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001
             log.debug("recording the exception failed: %s", error)
         return "crashed"
 

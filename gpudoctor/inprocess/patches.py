@@ -75,14 +75,14 @@ class TorchPatchGuard:
                     delattr(owner, name)
                 else:
                     setattr(owner, name, before)
-            except Exception as exc:  # a read-only owner: say so, go on with the rest
+            except Exception as exc:  # noqa: BLE001  (a read-only owner: say so, go on with the rest)
                 failed.append(f"{getattr(owner, '__name__', owner)}.{name}")
                 log.warning("gpudoctor: could not restore %s.%s: %s", owner, name, exc)
         for registry, keys in self._registries:
             try:
                 for key in [k for k in list(registry.keys()) if k not in keys]:
                     registry.pop(key, None)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001
                 failed.append("a torch hook registry")
                 log.warning("gpudoctor: could not clean a torch hook registry: %s", exc)
         return failed
@@ -91,7 +91,7 @@ class TorchPatchGuard:
 def _module(name: str) -> Any:
     try:
         return importlib.import_module(name)
-    except Exception:  # an older torch without this module: nothing to guard there
+    except Exception:  # noqa: BLE001  (an older torch without this module: nothing to guard there)
         return None
 
 

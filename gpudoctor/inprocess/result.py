@@ -106,7 +106,7 @@ class Report(Mapping[str, Any]):
     def _repr_html_(self) -> str:
         try:
             page = self.html()
-        except Exception as exc:  # a display must never raise into the notebook
+        except Exception as exc:  # noqa: BLE001  (a display must never raise into the notebook)
             return f"<pre>gpudoctor: the HTML report could not be rendered: {html.escape(repr(exc))}</pre>"
         return (f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
                 f'title="gpudoctor report" style="width:100%;height:{IFRAME_HEIGHT_PX}px;'
@@ -119,5 +119,5 @@ class Report(Mapping[str, Any]):
     def __str__(self) -> str:
         try:
             return self.text()
-        except Exception:
+        except Exception:  # noqa: BLE001
             return repr(self)

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from gpudoctor.inprocess.result import Report
 
@@ -73,12 +73,12 @@ class Watch:
         self.running = False
 
     # -- the context manager ---------------------------------------------------------
-    def __enter__(self) -> Watch:
+    def __enter__(self) -> Watch:  # noqa: PYI034  (3.10 has no typing.Self)
         self.start()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> bool:
+                 tb: TracebackType | None) -> Literal[False]:
         self._finish(exc_type, exc, tb)
         return False  # the block's exception, if any, is the user's: it propagates
 
@@ -88,7 +88,7 @@ class Watch:
             return self
         try:
             self._start()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             self._abandon(f"gpudoctor could not start watching: {type(exc).__name__}: {exc}", exc)
         return self
 
@@ -164,7 +164,7 @@ class Watch:
         self.running = False
         try:
             self._report = self._conclude(exc_type, exc, tb)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001
             self._abandon(f"gpudoctor could not build the report: {type(error).__name__}: {error}", error)
         finally:
             if self._workdir is not None:
@@ -191,7 +191,7 @@ class Watch:
             try:
                 self.files = report.save(self.out, formats=self.formats, name=self.name, force=self.force)
                 final += f" Report: {self.files.get('html') or next(iter(self.files.values()), '')}"
-            except Exception as error:  # the report object is still there, in memory
+            except Exception as error:  # noqa: BLE001  (the report object is still there, in memory)
                 self.error = f"the report could not be written: {error}"
                 log.warning("gpudoctor: %s", self.error)
         self._progress.stop(final)
@@ -209,7 +209,7 @@ class Watch:
                      lambda: self._recorder and self._recorder.stop_sampling()):
             try:
                 stop()
-            except Exception:
+            except Exception:  # noqa: BLE001, S110
                 pass
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
@@ -225,7 +225,7 @@ def _print_summary(report: Report) -> None:
         from gpudoctor.reports import terminal
 
         terminal.render(report.data, Console(stderr=True), written={k: str(v) for k, v in report.files.items()})
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001
         log.debug("summary: %s", exc)
         print(report.verdict, file=sys.stderr)
 
@@ -260,7 +260,7 @@ def diagnose_fn(fn: Callable[..., Any], *args: Any, steps: int | None = None,
     except BaseException as exc:
         try:
             exc.gpudoctor_report = w.report()  # type: ignore[attr-defined]
-        except Exception:
+        except Exception:  # noqa: BLE001, S110
             pass
         raise
     report = w.report()

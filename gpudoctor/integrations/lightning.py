@@ -15,7 +15,7 @@ try:
     from lightning.pytorch.callbacks import Callback
 except ImportError:  # the standalone package only
     try:
-        from pytorch_lightning.callbacks import Callback
+        from pytorch_lightning.callbacks import Callback  # type: ignore[assignment]
     except ImportError as exc:
         raise ImportError("gpudoctor.integrations.lightning needs Lightning: pip install lightning "
                           "(or pip install 'gpudoctor[integrations]')") from exc

@@ -51,10 +51,9 @@ def test_explicit_steps_inside_a_watch():
 
 
 def test_the_blocks_exception_propagates_and_becomes_gd001():
-    with pytest.raises(ValueError, match="boom"):
-        with gpudoctor.watch(interval=0.1) as w:
-            train(12)
-            raise ValueError("boom")
+    with pytest.raises(ValueError, match="boom"), gpudoctor.watch(interval=0.1) as w:
+        train(12)
+        raise ValueError("boom")
     report = w.report()
     finding = report.finding("GD001")
     assert finding is not None and "ValueError" in finding["message"]
@@ -62,17 +61,15 @@ def test_the_blocks_exception_propagates_and_becomes_gd001():
 
 
 def test_keyboard_interrupt_still_reports():
-    with pytest.raises(KeyboardInterrupt):
-        with gpudoctor.watch(interval=0.1) as w:
-            train(12)
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), gpudoctor.watch(interval=0.1) as w:
+        train(12)
+        raise KeyboardInterrupt
     assert w.report()["stop_reason"] == "interrupted"
 
 
 def test_a_nested_watch_records_nothing_and_the_outer_one_is_unaffected():
-    with gpudoctor.watch(interval=0.1) as outer:
-        with gpudoctor.watch(interval=0.1) as inner:
-            train(15)
+    with gpudoctor.watch(interval=0.1) as outer, gpudoctor.watch(interval=0.1) as inner:
+        train(15)
     assert inner.report() is None and "another gpudoctor watch" in inner.error
     assert outer.report().summary["steps"] >= 15
 

@@ -10,7 +10,7 @@ import pytest
 pl = pytest.importorskip("lightning.pytorch")
 torch = pytest.importorskip("torch")
 
-from gpudoctor.integrations.lightning import GpuDoctorCallback  # noqa: E402
+from gpudoctor.integrations.lightning import GpuDoctorCallback
 
 
 class Tiny(pl.LightningModule):
