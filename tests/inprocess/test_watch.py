@@ -165,3 +165,25 @@ def test_done_tells_the_loop_when_enough_steps_were_watched():
             gpudoctor.step()
             watch_module.time.sleep(0.002)
     assert 10 <= w.report().summary["steps"] < 2000
+
+
+def test_dataloader_workers_report_their_batches():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.randn(256, 16), torch.randn(256, 1))
+    with gpudoctor.watch(interval=0.1) as w:
+        for _ in DataLoader(data, batch_size=8, num_workers=2):
+            watch_module.time.sleep(0.005)
+    (loader,) = w.report().session.loaders
+    assert loader.num_workers == 2 and loader.batches == 32
+    assert loader.fetch_batches == 32 and len(loader.worker_pids) == 2
+
+
+def test_import_gpudoctor_stays_cheap():
+    import subprocess
+
+    code = ("import sys, gpudoctor; assert 'torch' not in sys.modules, 'torch';"
+            "assert 'gpudoctor.inprocess.watch' not in sys.modules; print(gpudoctor.watch.__module__)")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "gpudoctor.inprocess.watch"
