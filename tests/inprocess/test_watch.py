@@ -187,3 +187,14 @@ def test_import_gpudoctor_stays_cheap():
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "gpudoctor.inprocess.watch"
+
+
+def test_without_torch_the_watch_samples_what_it_can(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now fails, as where it is not installed
+    with gpudoctor.watch(interval=0.1) as w:
+        watch_module.time.sleep(0.4)
+    report = w.report()
+    assert report is not None
+    reasons = report["evidence"]["unavailable"]
+    assert reasons["steps"].startswith("torch could not be imported")
+    assert next(c for c in report.checks if c["id"] == "GD101")["status"] == "skipped"
