@@ -11,7 +11,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_DEV)"
-	$(PY) -m pip install -q -e '.[test]'
+	@# the integrations' requirements must keep the torch that is there (never pull another build)
+	$(PY) -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/constraints.txt
+	$(PY) -m pip install -q -e '.[test,integrations]' -c $(VENV)/constraints.txt
 	touch $@
 
 dev: $(VENV)/.installed

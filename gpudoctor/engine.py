@@ -25,9 +25,14 @@ import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpudoctor.model import Check, CheckOutcome, Finding, Skip, severity_rank
+from gpudoctor.plugins import PluginOutputError, load_error_outcomes, validated_findings
 from gpudoctor.session import Session
+
+if TYPE_CHECKING:
+    from gpudoctor.registry import PluginError
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +47,9 @@ class EngineResult:
     outcomes: list[CheckOutcome]
 
 
-def run_checks(session: Session, checks: Iterable[Check], ignore: Iterable[str] = ()) -> EngineResult:
+def run_checks(session: Session, checks: Iterable[Check], ignore: Iterable[str] = (),
+               load_errors: Iterable[PluginError] = ()) -> EngineResult:
+    """`load_errors` (plugins that did not load) become `error` outcomes, shown in every report."""
     ignored = {i.strip().upper() for i in ignore}
     checks = list(checks)
     findings: list[Finding] = []
@@ -58,19 +65,24 @@ def run_checks(session: Session, checks: Iterable[Check], ignore: Iterable[str] 
             outcomes.append(CheckOutcome(**base, status="skipped", reason=f"{fact}: {reason}"))
             continue
         try:
-            produced = list(check.run(session))
+            produced = validated_findings(check.run(session))
+            stamped = [dataclasses.replace(f, id=check.id, stage=check.stage) for f in produced]
         except Skip as skip:
             outcomes.append(CheckOutcome(**base, status="skipped", reason=str(skip)))
             continue
-        except Exception as exc:  # a broken check is reported, never fatal
+        except PluginOutputError as exc:  # garbage from a (third-party) check: said, never fatal
+            log.warning("check %s returned an unusable result: %s", check.id, exc)
+            outcomes.append(CheckOutcome(**base, status="error", reason=f"check returned an unusable result: {exc}"))
+            continue
+        except (Exception, SystemExit) as exc:  # a broken check is reported, never fatal
             log.exception("check %s failed", check.id)
             outcomes.append(
                 CheckOutcome(**base, status="error", reason=f"check failed: {type(exc).__name__}: {exc}")
             )
             continue
-        stamped = [dataclasses.replace(f, id=check.id, stage=check.stage) for f in produced]
         findings.extend(stamped)
         outcomes.append(CheckOutcome(**base, status="finding" if stamped else "pass"))
+    outcomes.extend(load_error_outcomes(load_errors))
     findings = _cap_severity(session, findings)
     explains = {c.id: c.explains for c in checks}
     return EngineResult(findings=order(findings, session, explains), outcomes=outcomes)

@@ -11,11 +11,12 @@ ITEM_FAILED = 3  # preflight: a checklist item failed (the same code: "the gate 
 USAGE = 64  # unknown or conflicting options; gpudoctor's options after the script, rejected by it
 BAD_DATA = 65  # corrupt, truncated or foreign session/report/trace file
 NOT_FOUND = 66  # script, module or file does not exist
-NOT_RUNNABLE = 69  # a directory, a non-Python file, a command that cannot be started
+NOT_RUNNABLE = 69  # a directory, a non-Python file, a command that cannot be started; attach: not Linux
 INTERNAL = 70  # a gpudoctor bug (please report it)
 CANNOT_WRITE = 73  # output directory missing or not writable
 OUTPUT_EXISTS = 74  # a report already exists at the requested path (use --force)
 DIFFERENT_RUNS = 75  # diff refused: reports from different GPUs or workloads (use --force)
+NO_PERMISSION = 77  # attach: this user may not read the process (EX_NOPERM)
 BAD_POLICY = 78  # preflight policy file unreadable, not TOML, or an unknown key/bad value (EX_CONFIG)
 WORKLOAD_UNKNOWN = 1  # the workload's exit status could not be determined
 
@@ -25,12 +26,14 @@ TABLE = [
     (USAGE, "usage error: unknown or conflicting options, or gpudoctor's options after the script "
             "that the script rejected (they go before it)"),
     (BAD_DATA, "input file is corrupt, truncated, empty, over the limits or not a gpudoctor file"),
-    (NOT_FOUND, "script, module or input file not found"),
-    (NOT_RUNNABLE, "not runnable: a directory, a non-Python file, a command that cannot start"),
+    (NOT_FOUND, "script, module or input file not found; attach: no such process"),
+    (NOT_RUNNABLE, ("not runnable: a directory, a non-Python file, a command that cannot start; "
+                    "attach: not possible on this platform (not Linux)")),
     (INTERNAL, "internal error in gpudoctor"),
     (CANNOT_WRITE, "output directory cannot be created or written"),
     (OUTPUT_EXISTS, "a report already exists at the output path (nothing was overwritten)"),
     (DIFFERENT_RUNS, "diff refused: the reports come from different GPUs or workloads"),
+    (NO_PERMISSION, "attach: no permission to read that process (run as its user or root)"),
     (BAD_POLICY, "preflight policy unreadable, not TOML, or with an unknown key or a bad value"),
 ]
 

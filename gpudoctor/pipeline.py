@@ -176,9 +176,7 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
         except OSError as exc:
             session.notes.append(f"the profiler trace could not be saved: {exc.strerror or exc}")
     checks, plugin_errors = load_checks()
-    for error in plugin_errors:
-        session.notes.append(f"check plugin {error.name} failed to load: {error.reason}")
-    engine = run_checks(session, checks, ignore=split_ids(args.ignore))
+    engine = run_checks(session, checks, ignore=split_ids(args.ignore), load_errors=plugin_errors)
     if trials is not None:
         from gpudoctor.trials.runner import run_trials
 

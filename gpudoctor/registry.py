@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib
 import logging
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 
 from gpudoctor.model import Check
+from gpudoctor.plugins import check_problem
 
 log = logging.getLogger(__name__)
 
@@ -50,17 +51,26 @@ def load_checks() -> tuple[list[Check], list[PluginError]]:
     for ep in eps:
         try:
             check = ep.load()
-        except Exception as exc:  # a broken plugin must not break diagnosis
-            errors.append(PluginError(ep.name, f"{type(exc).__name__}: {exc}"))
+        except (Exception, SystemExit) as exc:  # noqa: BLE001  (a broken plugin must not break diagnosis)
+            errors.append(PluginError(ep.name, f"{_origin(ep)}{type(exc).__name__}: {exc}"))
             continue
-        if not isinstance(check, Check):
-            errors.append(PluginError(ep.name, "entry point is not a gpudoctor.model.Check"))
+        problem = check_problem(check)
+        if problem:
+            errors.append(PluginError(ep.name, _origin(ep) + problem))
             continue
         if check.id in found and found[check.id] is not check:
             errors.append(PluginError(ep.name, f"check ID {check.id} is already taken"))
             continue
         found[check.id] = check
     return sorted(found.values(), key=lambda c: c.id), errors
+
+
+def _origin(ep: EntryPoint) -> str:
+    """ "package 1.2: " for a plugin's message, so the user knows what to fix or uninstall."""
+    dist = getattr(ep, "dist", None)
+    name = getattr(dist, "name", None) if dist is not None else None
+    version = getattr(dist, "version", None) if dist is not None else None
+    return f"{name} {version}: " if name else ""
 
 
 def find_check(key: str) -> Check | None:

@@ -223,6 +223,9 @@ class ProfilerWindow:
 
     # -- opening and closing ------------------------------------------------------
     def start(self, source, n, label, key):
+        if getattr(self.hooks, "finished", False):
+            self.state = self.DONE  # hooks already finished (an in-process watch that ended): never reopen
+            return
         torch = self.torch
         try:
             if torch.autograd._profiler_enabled():

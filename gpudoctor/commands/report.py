@@ -116,7 +116,7 @@ def judge(session: Session, ignore: list[str]) -> dict[str, Any]:
         print(f"gpudoctor: warning: check plugin {err.name} not loaded: {err.reason}", file=sys.stderr)
     # --ignore takes IDs or slugs; hand the engine IDs (it upper-cases what it is given)
     by_slug = {c.slug.lower(): c.id for c in checks}
-    result = run_checks(session, checks, ignore=[by_slug.get(i.lower(), i) for i in ignore])
+    result = run_checks(session, checks, ignore=[by_slug.get(i.lower(), i) for i in ignore], load_errors=errors)
     docs = {c.id: c.doc.strip() for c in checks if c.doc and c.doc.strip()}
     return build_report(session, result, slugs={c.id: c.slug for c in checks}, docs=docs)
 
