@@ -55,6 +55,15 @@ def step_summary(session: Session) -> StepSummary | None:
     if total <= 0:
         return None
     first = session.steps.warmup_steps + 1
+    rate = len(records) / total
+    # CUDA is asynchronous: a host that queued its steps long before the GPU ran them (a short
+    # run of long GPU steps) measured its own speed, not the steps'. When the GPU kept working
+    # well past the last step, the steps took until the GPU was done with them.
+    window = steady_window(session)
+    # (beyond a few sampling intervals: the samples after the last step cover their whole interval)
+    margin = max(HOST_AHEAD_SHARE * total, HOST_AHEAD_SAMPLES * (session.gpu_sample_interval_s or 0.5))
+    if window is not None and window[1] - records[-1].t > margin:
+        rate = len(records) / max(total, window[1] - window[0])
     return StepSummary(
         count=len(records),
         first_index=first,
@@ -63,8 +72,12 @@ def step_summary(session: Session) -> StepSummary | None:
         step_time_p90_s=percentile(durations, 90) or 0.0,
         data_wait_share=sum(waits) / total,
         data_wait_median_s=statistics.median(waits),
-        steps_per_s=len(records) / total,
+        steps_per_s=rate,
     )
+
+
+HOST_AHEAD_SHARE = 0.1  # the GPU busy past the last step by more than this share of the steps' time
+HOST_AHEAD_SAMPLES = 5  # ... and by more than this many GPU sampling intervals
 
 
 def loader_wait_share(session: Session) -> float | None:

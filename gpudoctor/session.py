@@ -376,6 +376,8 @@ class Session:
     allocator: list[AllocatorSnapshot] = field(default_factory=list)
     errors: list[ErrorEvent] = field(default_factory=list)
     torch_cuda_used: bool | None = None  # the workload put work on a CUDA device
+    # the workload's main process ended on the KeyboardInterrupt of gpudoctor's --steps/--duration stop
+    interrupted_by_gpudoctor: bool | None = None
     # fact name -> reason it is unavailable ("gpu": "no NVIDIA driver found")
     unavailable: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)

@@ -72,6 +72,7 @@ class EventReader:
         self.torch_versions: dict[int, tuple[str | None, str | None]] = {}
         self.agent_errors: list[str] = []
         self.interrupted = False
+        self.interrupted_by_gpudoctor: set[int] = set()  # processes that ended on our stop's KeyboardInterrupt
         self.malformed_lines = 0
         self.byes: set[int] = set()  # processes whose Python exit handlers ran
         self.errors_dropped = 0
@@ -209,6 +210,8 @@ class EventReader:
                 self._alloc(dict(e["allocator"], label="oom"), t)
         elif kind == "interrupt":
             self.interrupted = True
+            if e.get("by_gpudoctor"):
+                self.interrupted_by_gpudoctor.add(pid)
         elif kind == "alloc":
             self._alloc(e, t)
         elif kind == "cuda":
@@ -300,6 +303,10 @@ class EventReader:
             session.environment.cuda = session.environment.cuda or cuda
         session.torch_cuda_used = bool(self.cuda_devices) if self.torch_versions else None
         session.overrides = list(self.overrides)
+        roots = [pid for pid, proc in self.processes.items() if proc.info.role == "main"
+                 and proc.info.ppid not in self.processes]
+        if any(pid in self.interrupted_by_gpudoctor for pid in roots):
+            session.interrupted_by_gpudoctor = True
         if self.agent_errors:
             session.notes.extend(f"agent: {msg}" for msg in self.agent_errors[:10])
         if self.errors_dropped:
