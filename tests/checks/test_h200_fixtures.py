@@ -267,3 +267,32 @@ def test_replaying_a_recorded_window_again_gives_the_stored_prediction(name):
     assert {s.name: s.span_us for s in again.scenarios} == pytest.approx(
         {s.name: s.span_us for s in stored.scenarios}, rel=1e-6)
     assert again.combined == pytest.approx(stored.combined, rel=1e-6)
+
+
+# ---- issue 11's shapes, recorded on the H200: every run gets its kernel-level diagnosis ----
+def test_ten_second_batch1_inference_loop_gets_a_window_and_its_launch_bound_verdict(checks):
+    session, result = diagnose(checks, "infer_10s")
+    assert session.steps.source == "forward"  # no loader, no optimizer: the outermost module forward
+    assert session.profile is not None and session.profile.kernel_count > 1000
+    top = result.findings[0]
+    assert (top.id, top.severity) == ("GD301", "critical") and top.prediction.method == "replay"
+
+
+def test_module_less_small_copies_loop_gets_a_stepless_window_and_gd303(checks):
+    session, result = diagnose(checks, "small_copies")
+    assert session.steps.count == 0 and session.profiles and session.profile is not None
+    copies = next(f for f in result.findings if f.id == "GD303")
+    assert "per second" in copies.message or "/s" in str(copies.evidence)
+
+
+def test_backward_only_loop_steps_on_backward(checks):
+    session, result = diagnose(checks, "backward_only")
+    assert session.steps.source == "backward"
+    assert result.findings[0].id == "GD301"
+
+
+def test_a_phase_change_gets_its_own_window_and_findings_say_which(checks):
+    session, result = diagnose(checks, "phases")
+    labels = [p.label for p in session.profiles]
+    assert labels[0] == "start" and "phase" in labels and len(labels) >= 2
+    assert any("window 3 (phase" in (f.window or "") for f in result.findings)
