@@ -123,20 +123,12 @@ def prediction_text(finding: Mapping[str, Any]) -> str | None:
     now, after = _real(prediction.get("step_time_s")), _real(prediction.get("predicted_step_time_s"))
     gain = _real(prediction.get("gain"))
     if now is not None and after is not None:
-        text = f"step {format_seconds(now)} now, {format_seconds(after)} predicted {label}"
+        text = f"step {format_duration(now)} now, {format_duration(after)} predicted {label}"
     elif gain is not None:
         text = f"{gain:.2f}x predicted {label}"
     else:
         return None
     return text + (f" ({method})" if method else "")
-
-
-def format_seconds(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds:.3g} s"
 
 
 def primary_findings(report: Mapping[str, Any]) -> list[dict[str, Any]]:
