@@ -131,7 +131,10 @@ def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, 
     top = primary[0]
     if top.id in INPUT_STALL_IDS and summary.get("data_wait_share") is not None:
         return f"{STAGE_VERDICT[1]}: " + "; ".join(numbers) + caveat + "."
-    head = f"{STAGE_VERDICT.get(top.stage, 'Problem')}: {_lower(top.title)}"
+    stage = STAGE_VERDICT.get(top.stage, "Problem")
+    if top.stage == 1 and summary.get("data_wait_share") is None:
+        stage = "Host-bound"  # stage 1 without a DataLoader: the host itself (Python, staging copies)
+    head = f"{stage}: {_lower(top.title)}"
     return head + ("; " + "; ".join(numbers) if numbers else "") + caveat + "."
 
 
