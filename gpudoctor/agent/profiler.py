@@ -20,10 +20,10 @@ Safety rules:
 
 When: steps come from the highest-precedence active source (stats.StepTracker:
 explicit > optimizer > backward > loader > forward). A window opens after
-`profile_warmup_steps` steps and `profile_warmup_s` seconds of a phase, or twice
+`profile_warmup_steps` steps and `profile_warmup_s` seconds of a phase, or ten times
 those steps (the first iterations of a fast loop are not steady: allocator growth,
-library handles; a GPU-bound loop of a few dozen steps queues them all within its first
-second, and must still get a window), and closes after at least `profile_steps`
+library handles); on CUDA twice those steps (a GPU-bound loop of a few dozen steps
+queues them all within its first second, and must still get a window), and closes after at least `profile_steps`
 steps and `profile_min_window_s` seconds (at most `profile_max_steps` steps, or
 `profile_max_window_s`). A phase is (step source, the DataLoader last iterated on that
 thread, grad mode, CUDA in use): the first window is "start"; a phase not seen before
@@ -132,9 +132,10 @@ class ProfilerWindow:
             self.phase = (key, n, time.time())
             return
         done = n - self.phase[1]
-        # twice the warm-up steps is enough when the host runs ahead of a busy GPU: a run of a few
-        # dozen long GPU steps queues them all within the first second and would get no window
-        if done < self.warmup or (time.time() - self.phase[2] < self.warmup_s and done < 2 * self.warmup):
+        # on CUDA twice the warm-up steps is enough: a host running ahead of a busy GPU queues a few
+        # dozen long steps within the first second, and such a run would get no window at all
+        steps_instead = (2 if key[3] else 10) * self.warmup
+        if done < self.warmup or (time.time() - self.phase[2] < self.warmup_s and done < steps_instead):
             return
         epoch = self.hooks.loader_epochs.get(key[1], 0) if key[1] is not None else 0
         if self.epoch is None or self.epoch[0] != epoch:

@@ -19,6 +19,10 @@ from gpudoctor.fsutil import unreadable_reason
 MAX_TRACE_BYTES = 512 << 20
 MAX_TRACE_OBJECTS = 2_000_000  # about a million events (each with its args)
 MAX_TRACE_VALUES = 24_000_000
+# a window gpudoctor's own agent recorded is no hostile input, and losing it costs the whole
+# kernel-level diagnosis: a fast loop traced with stacks for its full 20 s reaches millions of
+# events. Still bounded (memory), three times the limits for a trace given to `analyze`.
+OWN_WINDOW_SCALE = 3
 
 
 class TraceError(Exception):
@@ -29,10 +33,12 @@ class TraceError(Exception):
         self.not_found = not_found
 
 
-def load_trace(path: str | Path, max_bytes: int | None = None) -> Any:
-    """Read a Chrome trace (.json, or gzip told apart by its content) into plain JSON data."""
+def load_trace(path: str | Path, max_bytes: int | None = None, *, own_window: bool = False) -> Any:
+    """Read a Chrome trace (.json, or gzip told apart by its content) into plain JSON data.
+    `own_window`: the agent's own window of this run (larger limits, see OWN_WINDOW_SCALE)."""
     path = Path(path)
-    limit = MAX_TRACE_BYTES if max_bytes is None else max_bytes
+    scale = OWN_WINDOW_SCALE if own_window else 1
+    limit = (MAX_TRACE_BYTES if max_bytes is None else max_bytes) * scale
     try:
         is_dir = stat.S_ISDIR(os.stat(path).st_mode)
     except OSError as exc:  # missing, a symbolic link loop, no permission
@@ -45,7 +51,8 @@ def load_trace(path: str | Path, max_bytes: int | None = None) -> Any:
         with open(path, "rb") as fh:
             compressed = fh.read(2) == b"\x1f\x8b"
         with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
-            raw = read_bounded(fh, Limits(limit, MAX_TRACE_OBJECTS, MAX_TRACE_VALUES, "profiler trace"))
+            raw = read_bounded(fh, Limits(limit, MAX_TRACE_OBJECTS * scale, MAX_TRACE_VALUES * scale,
+                                          "profiler trace"))
     except InputTooLarge as exc:
         raise TraceError(f"{path}: trace (uncompressed) {exc}; profile fewer steps and try again") from None
     except (EOFError, zlib.error, gzip.BadGzipFile):

@@ -44,7 +44,7 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
     summaries: list[tuple[ProfileSummary, str]] = []
     for n, event in enumerate(mine):
         try:
-            data = load_trace(workdir / str(event["path"]))
+            data = load_trace(workdir / str(event["path"]), own_window=True)
             summary = summarize_trace(data, steps=int(event.get("steps") or 0))
             _describe(summary, event, t0, len(summaries) + 1)
             _relative_sites(summary, session.cwd)

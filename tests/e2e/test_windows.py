@@ -27,8 +27,10 @@ def test_each_shape_of_step_boundary_is_seen_and_recorded(diagnose, mode):
 
 
 def test_a_run_that_ends_inside_its_window_keeps_it(diagnose):
+    # a 1 s loop of 0.3 ms steps: traced with stacks to its end, the window holds millions of
+    # events already (3 s of it exceeded even the limit for gpudoctor's own traces)
     run = diagnose("--interval", "0.2", "--profile-steps", "1000000", str(WORKLOADS / "step_shapes.py"),
-                   "optimizer", "3")
+                   "optimizer", "1")
     assert run.returncode == 0, run.stderr
     profile = session_of(run)["profile"]
     assert profile is not None and profile["steps"] > 0 and profile["top_cpu_ops"]
