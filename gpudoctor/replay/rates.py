@@ -17,15 +17,17 @@ PAGEABLE_TO_PINNED_SOURCE = "pinned 55.3 vs pageable 13.8 GB/s, measured on an H
 
 # fp32 GEMM kernel time against the same GEMM with TF32 allowed, by the fp32 kernel's own
 # duration (a short kernel is bound by memory or launch, not by the math), measured on an
-# H200 with torch 2.11: square matmuls from 512 to 8192.
+# H200 with torch 2.11 (benchmarks/rates.py): square matmuls of 512 (28 us in fp32, 1.33x),
+# 1024 (73 us, 2.23x), 2048 (358 us, 5.4x), 4096 (2.7 ms, 7.45x) and 8192 (21.7 ms, 7.83x).
 TF32_BY_FP32_US: tuple[tuple[float, float], ...] = (
     (0.0, 1.0),
-    (20.0, 1.5),
-    (100.0, 3.0),
-    (1000.0, 6.0),
-    (2500.0, 7.9),
+    (28.0, 1.33),
+    (73.0, 2.23),
+    (358.0, 5.4),
+    (2706.0, 7.45),
+    (21748.0, 7.83),
 )
-TF32_SOURCE = "TF32 vs fp32 GEMM time by kernel duration, measured on an H200 (7.9x at 4096^3)"
+TF32_SOURCE = "TF32 vs fp32 GEMM time by kernel duration, measured on an H200 (7.45x at 4096^3)"
 
 
 # A captured CUDA graph of 1000 tiny elementwise kernels replayed in 1.13 ms on an H200
