@@ -29,7 +29,7 @@ from gpudoctor.agent import STOP_MARKER
 from gpudoctor.agent.redact import env_secrets, redact_argv, redact_text
 from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.events import EventReader
-from gpudoctor.collectors.storage import probe as probe_storage
+from gpudoctor.collectors.storage import probe_in_background
 from gpudoctor.collectors.windows import apply_windows
 from gpudoctor.gpu import GpuMonitor
 from gpudoctor.process_tree import TreeWatch, leftover_note
@@ -317,16 +317,7 @@ class Supervisor:
             say(printable(f"gpudoctor: {leftover_note(self.leftovers)}"))
 
     def _probe_storage(self, path: str) -> None:
-        if path in self.storage or len(self.storage) >= 4:
-            return
-        self.storage[path] = StorageProbe(path=path, error="probe did not finish")
-
-        def work() -> None:
-            self.storage[path] = probe_storage(path)
-
-        thread = threading.Thread(target=work, name="gpudoctor-storage", daemon=True)
-        self._storage_threads.append(thread)
-        thread.start()
+        probe_in_background(self.storage, self._storage_threads, path)
 
     def _trace_path(self) -> Path | None:
         """The primary window's raw trace (saved beside the report)."""

@@ -81,10 +81,15 @@ def render(report: Mapping[str, Any], *, fail_on: str | None = None) -> str:
             else:
                 out = ET.SubElement(case, "system-out")
                 out.text = _clean("\n\n".join(_describe(f) for f in findings))
+    return close_suites(suites, suite, counts, report.get("duration_s"))
+
+
+def close_suites(suites: ET.Element, suite: ET.Element, counts: Mapping[str, int], duration_s: Any) -> str:
+    """The counts on both elements, the suite's time, and the document."""
     for key, value in counts.items():
         suite.set(key, str(value))
         suites.set(key, str(value))
-    suite.set("time", f"{float(report.get('duration_s') or 0):.3f}")
+    suite.set("time", f"{float(duration_s or 0):.3f}")
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
-from .junit import _clean
+from .junit import _clean, close_suites
 
 
 def render(report: Mapping[str, Any]) -> str:
@@ -38,12 +38,7 @@ def render(report: Mapping[str, Any]) -> str:
         else:
             out = ET.SubElement(case, "system-out")
             out.text = _clean(("WARN: " if status == "warn" else "") + _describe(item))
-    for key, value in counts.items():
-        suite.set(key, str(value))
-        suites.set(key, str(value))
-    suite.set("time", f"{float(report.get('duration_s') or 0):.3f}")
-    ET.indent(suites)
-    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+    return close_suites(suites, suite, counts, report.get("duration_s"))
 
 
 def _describe(item: Mapping[str, Any]) -> str:

@@ -13,6 +13,7 @@ import logging
 import mmap
 import os
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -186,3 +187,21 @@ def probe(path: str) -> StorageProbe:
         log.debug("storage probe failed", exc_info=True)
         result.error = f"{type(exc).__name__}: {exc}"
     return result
+
+
+MAX_PROBES = 4  # dataset locations probed per run
+
+
+def probe_in_background(storage: dict[str, StorageProbe], threads: list[threading.Thread], path: str) -> None:
+    """Probe `path` on a daemon thread (once per path, at most MAX_PROBES); until it finishes the
+    entry says the probe did not finish, so a run that ends first still reports why."""
+    if path in storage or len(storage) >= MAX_PROBES:
+        return
+    storage[path] = StorageProbe(path=path, error="probe did not finish")
+
+    def work() -> None:
+        storage[path] = probe(path)
+
+    thread = threading.Thread(target=work, name="gpudoctor-storage", daemon=True)
+    threads.append(thread)
+    thread.start()

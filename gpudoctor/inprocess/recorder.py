@@ -28,14 +28,13 @@ from gpudoctor import __version__
 from gpudoctor.agent.redact import redact_argv
 from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.events import EventReader
-from gpudoctor.collectors.storage import probe as probe_storage
+from gpudoctor.collectors.storage import probe_in_background
 from gpudoctor.gpu import GpuMonitor
 from gpudoctor.session import Environment, Session, StorageProbe
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
-MAX_PROBES = 4
 
 
 @dataclass(frozen=True)
@@ -109,16 +108,7 @@ class Recorder:
             self.on_tick(Progress(time.time() - self.t0, self.steps, wait, self.gpu.latest_util()))
 
     def _probe(self, path: str) -> None:
-        if path in self.storage or len(self.storage) >= MAX_PROBES:
-            return
-        self.storage[path] = StorageProbe(path=path, error="probe did not finish")
-
-        def work() -> None:
-            self.storage[path] = probe_storage(path)
-
-        thread = threading.Thread(target=work, name="gpudoctor-storage", daemon=True)
-        self._storage_threads.append(thread)
-        thread.start()
+        probe_in_background(self.storage, self._storage_threads, path)
 
     def stop_sampling(self) -> tuple[object, float]:
         """Stop the threads; the GPU result and the duration (seconds since start)."""
