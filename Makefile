@@ -26,11 +26,11 @@ demo: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(PY) -m pip install -q ruff
-	$(VENV)/bin/ruff check gpudoctor checks reports tests
+	$(VENV)/bin/ruff check gpudoctor tests
 
 typecheck: $(VENV)/.installed
 	$(PY) -m pip install -q mypy
-	$(VENV)/bin/mypy gpudoctor checks reports
+	$(VENV)/bin/mypy gpudoctor
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/overhead.py

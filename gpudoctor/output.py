@@ -10,7 +10,6 @@ instead of failing and losing the diagnosis.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -322,9 +321,8 @@ def _write_copy(path: Path, data: bytes, force: bool) -> Path:
 
 
 def _default_renderer(fail_on: str | None) -> Callable[[Mapping[str, Any], str], str]:
-    # imported late (the renderers pull in matplotlib), by name: gpudoctor.reports is
-    # mapped from the top-level reports/ folder, which type checkers do not follow
-    reports = importlib.import_module("gpudoctor.reports")
+    # imported late: the renderers pull in matplotlib
+    from gpudoctor import reports
 
     return lambda report, fmt: reports.render(report, fmt, fail_on=fail_on)
 

@@ -1,4 +1,4 @@
-"""`pip install .` and `pip install -e .` both work with checks/ and reports/ at the top level."""
+"""`pip install .`, `pip install -e .` and a plain checkout (no install) all find gpudoctor.checks and gpudoctor.reports."""
 
 from __future__ import annotations
 
@@ -13,12 +13,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_editable_install_maps_top_level_packages():
-    import gpudoctor.checks
-    import gpudoctor.reports
-
-    assert Path(gpudoctor.checks.__file__).resolve().parent == ROOT / "checks"
-    assert Path(gpudoctor.reports.__file__).resolve().parent == ROOT / "reports"
+def test_plain_checkout_imports_checks_and_reports(tmp_path):
+    code = (
+        "import gpudoctor.checks, gpudoctor.reports, gpudoctor.checks.gd102_input_stall as m;"
+        "print(gpudoctor.checks.__file__); print(gpudoctor.reports.__file__); print(m.CHECK.id)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(ROOT)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, cwd=tmp_path).stdout.split()
+    assert Path(out[0]).resolve().parent == ROOT / "gpudoctor" / "checks"
+    assert Path(out[1]).resolve().parent == ROOT / "gpudoctor" / "reports"
+    assert out[2] == "GD102"
 
 
 @pytest.mark.slow
