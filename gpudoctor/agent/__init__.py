@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import time
+import types
 
 from .events import EventWriter
 
@@ -150,6 +151,33 @@ def _format_exception(exc_type, exc, tb):
     return redact_text(text[-8000:], env_secrets(os.environ)) if text else None
 
 
+# The agent's wrappers that call through to the workload's code (DataLoader.__next__,
+# autograd.backward): a workload error raised below them passes through their frames.
+_CALL_THROUGH = frozenset(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), name) for name in ("torch_hooks.py", "step_sources.py")
+)
+
+
+def _strip_call_through(exc):
+    """Drop the agent's call-through frames from exc's traceback and from the causes and
+    contexts it chains: the workload's error prints as it would have without gpudoctor."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        frames = []
+        tb = exc.__traceback__
+        while tb is not None:
+            frames.append(tb)
+            tb = tb.tb_next
+        kept = [t for t in frames if os.path.abspath(t.tb_frame.f_code.co_filename) not in _CALL_THROUGH]
+        if len(kept) < len(frames):
+            rebuilt = None
+            for t in reversed(kept):
+                rebuilt = types.TracebackType(rebuilt, t.tb_frame, t.tb_lasti, t.tb_lineno)
+            exc.__traceback__ = rebuilt
+        exc = exc.__cause__ or exc.__context__
+
+
 def _install_exception_hooks(agent):
     previous = sys.excepthook
 
@@ -165,6 +193,11 @@ def _install_exception_hooks(agent):
         except Exception:
             pass
         if not quiet:
+            try:
+                _strip_call_through(exc)
+                tb = exc.__traceback__ if exc is not None else tb
+            except Exception:
+                pass
             previous(exc_type, exc, tb)
 
     sys.excepthook = excepthook

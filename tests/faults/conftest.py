@@ -29,9 +29,13 @@ def _own_code_dirs() -> tuple[str, ...]:
     return tuple(str(Path(m.__file__).resolve().parent) + os.sep for m in (gpudoctor, gpudoctor.checks, gpudoctor.reports))
 
 
-# The agent's DataLoader wrapper sits in the workload's own tracebacks (it calls the real
-# __next__): a frame there is the workload's error passing through, not a crash of ours.
+# A DataLoader worker formats its error's traceback as text before the main process sees it,
+# so the agent's fetch wrapper (which calls the real fetch) stays in that text: the
+# workload's error passing through, not a crash of ours. Main-process tracebacks have no
+# frame of the agent's wrappers (its excepthook drops them).
 _PASS_THROUGH = ("agent" + os.sep + "torch_hooks.py",)
+
+
 
 
 def own_frames(stderr: str) -> list[str]:

@@ -115,6 +115,15 @@ def test_dataloader_worker_exception_names_the_original_error(gd):
     assert "OSError: fault: sample 24 is unreadable" in finding["message"]
 
 
+def test_error_inside_backward_prints_the_workloads_traceback(gd):
+    run = gd(str(WORKLOADS / "backward_raises.py"), timeout=90)
+    assert run.returncode == 1, run.stderr
+    run.assert_saved()  # no frame of ours: the agent wraps autograd.backward
+    assert 'backward_raises.py", line' in run.stderr and "loss.backward()" in run.stderr, run.stderr
+    assert "RuntimeError: fault in backward" in run.stderr
+    assert run.report["summary"]["steps"] >= 4  # the steps before the fault, from backward() and step()
+
+
 def test_spawn_start_method_workers_are_measured(gd):
     run = gd(str(WORKLOADS / "loader.py"), "spawn", timeout=120)
     assert run.returncode == 0, run.stderr
