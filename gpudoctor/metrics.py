@@ -56,28 +56,47 @@ def step_summary(session: Session) -> StepSummary | None:
         return None
     first = session.steps.warmup_steps + 1
     rate = len(records) / total
+    median, p90 = statistics.median(durations), percentile(durations, 90) or 0.0
     # CUDA is asynchronous: a host that queued its steps long before the GPU ran them (a short
-    # run of long GPU steps) measured its own speed, not the steps'. When the GPU kept working
-    # well past the last step, the steps took until the GPU was done with them.
+    # run of long GPU steps) measured its own speed, not the steps'. No step is shorter than
+    # its GPU work: where the profiled window says what that is, the steps took that long.
+    gpu_step = gpu_step_s(session)
     window = steady_window(session)
     # (beyond a few sampling intervals: the samples after the last step cover their whole interval)
     margin = max(HOST_AHEAD_SHARE * total, HOST_AHEAD_SAMPLES * (session.gpu_sample_interval_s or 0.5))
-    if window is not None and window[1] - records[-1].t > margin:
+    if gpu_step is not None and median < HOST_AHEAD_GPU_SHARE * gpu_step[0]:
+        rate, median, p90 = 1.0 / gpu_step[1], gpu_step[1], max(p90, gpu_step[1])
+    elif window is not None and window[1] - records[-1].t > margin:
+        # else, when the GPU kept working well past the last step, the steps took until it was done
         rate = len(records) / max(total, window[1] - window[0])
     return StepSummary(
         count=len(records),
         first_index=first,
         last_index=first + len(records) - 1,
-        step_time_median_s=statistics.median(durations),
-        step_time_p90_s=percentile(durations, 90) or 0.0,
+        step_time_median_s=median,
+        step_time_p90_s=p90,
         data_wait_share=sum(waits) / total,
         data_wait_median_s=statistics.median(waits),
         steps_per_s=rate,
     )
 
 
+# The host's steady steps shorter than half the GPU work per step (profiled window): clearly
+# the host ran ahead, queueing work the GPU did later.
+HOST_AHEAD_GPU_SHARE = 0.5
 HOST_AHEAD_SHARE = 0.1  # the GPU busy past the last step by more than this share of the steps' time
 HOST_AHEAD_SAMPLES = 5  # ... and by more than this many GPU sampling intervals
+
+
+def gpu_step_s(session: Session) -> tuple[float, float] | None:
+    """(GPU busy, GPU span) per step of the profiled window, in seconds: kernel, copy and memset
+    time, and that plus the short gaps between back-to-back kernels (launch latency the GPU
+    waits out even with work queued). None without a window of at least 3 steps."""
+    profile = session.profile
+    if profile is None or profile.steps < 3 or profile.gpu_busy_us <= 0:
+        return None
+    busy = profile.gpu_busy_us / profile.steps / 1e6
+    return busy, busy + profile.idle_gap_kernel_to_kernel_us / profile.steps / 1e6
 
 
 def loader_wait_share(session: Session) -> float | None:

@@ -122,7 +122,8 @@ def _run(session: Session) -> list[Finding]:
     parts = []
     for kind, v in sorted(kinds.items(), key=lambda kv: -float(kv[1].get("us", 0))):
         us, moved = float(v.get("us", 0)), float(v.get("bytes", 0))
-        rate = moved / us / 1e3 if us > 0 else None  # bytes/us = MB/s; /1e3 = GB/s
+        # bytes/us = MB/s; /1e3 = GB/s. Traces time copies to the nanosecond: less was not measured
+        rate = moved / us / 1e3 if us >= 1e-3 else None
         evidence[f"{kind}_bandwidth"] = Evidence(round(rate, 2) if rate is not None else None, "GB/s", window,
                                                  f"{kind}: {int(float(v.get('count', 0)))} copies, "
                                                  f"{format_bytes(moved)}")
