@@ -84,8 +84,7 @@ def run_checks(session: Session, checks: Iterable[Check], ignore: Iterable[str] 
         outcomes.append(CheckOutcome(**base, status="finding" if stamped else "pass"))
     outcomes.extend(load_error_outcomes(load_errors))
     findings = _cap_severity(session, findings)
-    explains = {c.id: c.explains for c in checks}
-    return EngineResult(findings=order(findings, session, explains), outcomes=outcomes)
+    return EngineResult(findings=order(findings, session, {c.id: c for c in checks}), outcomes=outcomes)
 
 
 def _cap_severity(session: Session, findings: list[Finding]) -> list[Finding]:
@@ -106,12 +105,13 @@ def _gain(f: Finding) -> float:
 
 
 def order(findings: list[Finding], session: Session | None = None,
-          explains: Mapping[str, tuple[str, ...]] | None = None) -> list[Finding]:
-    if explains is None:
-        explains = _declared()
+          checks: Mapping[str, Check] | None = None) -> list[Finding]:
+    """`checks` (by ID) say what explains what where no replay can tell; all installed ones by default."""
+    if checks is None:
+        checks = _declared()
     roots = sorted((f for f in findings if severity_rank(f.severity) >= severity_rank("warning")),
                    key=lambda f: -_gain(f))
-    relation = _Relation(session, explains)
+    relation = _Relation(session, checks)
     marked = []
     for f in findings:
         causes = [r for r in roots if r.id != f.id and relation.explains(r, f)]
@@ -138,24 +138,21 @@ def order(findings: list[Finding], session: Session | None = None,
 class _Relation:
     """Does root finding A explain finding B? The replay where it can tell, else the declarations."""
 
-    def __init__(self, session: Session | None, explains: Mapping[str, tuple[str, ...]]) -> None:
+    def __init__(self, session: Session | None, checks: Mapping[str, Check]) -> None:
         from gpudoctor.analysis.prediction import replay_of
 
         self.replay = replay_of(session) if session is not None else None
-        self.explains_table = explains
+        self.checks = checks
 
     def explains(self, root: Finding, finding: Finding) -> bool:
         told = self._replayed(root, finding)
         if told is not None:
             return told
-        if finding.id not in self.explains_table.get(root.id, ()):
+        declared = self.checks.get(root.id)
+        if declared is None or finding.id not in declared.explains:
             return False
-        if root.id == "GD102" and finding.id == "GD103":
-            # with num_workers=0 the main thread *is* the loader: its pegged core is the stall itself;
-            # saturated cores (other processes, too many workers) stay a root cause of their own
-            saturation = finding.evidence.get("saturation")
-            return saturation is not None and saturation.value == "main-thread"
-        return True
+        condition = declared.explains_only_if.get(finding.id)
+        return condition is None or bool(condition(finding))
 
     def _replayed(self, root: Finding, finding: Finding) -> bool | None:
         replay = self.replay
@@ -188,15 +185,15 @@ def _scenario(f: Finding) -> str | None:
     return prediction.scenario if prediction is not None and prediction.method != "rule" else None
 
 
-def _declared() -> dict[str, tuple[str, ...]]:
-    """What each installed check declares it explains."""
+def _declared() -> dict[str, Check]:
+    """The installed checks by ID, for what each declares it explains."""
     try:
         from gpudoctor.registry import load_checks
 
         checks, _ = load_checks()
     except Exception:  # noqa: BLE001  (ordering must never fail on a broken plugin)
         return {}
-    return {c.id: c.explains for c in checks}
+    return {c.id: c for c in checks}
 
 
 def exit_status(workload_exit: int | None, findings: list[Finding], fail_on: str | None,

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gpudoctor.session import Session
+from gpudoctor.thresholds import AnyThreshold, Threshold, CountThreshold, thresholds_in  # noqa: F401
 
 if TYPE_CHECKING:
     from gpudoctor.analysis.prediction import Prediction
+
+RunFn = Callable[[Session], Sequence["Finding"]]
 
 SEVERITIES = ("info", "warning", "critical")
 
@@ -98,6 +103,52 @@ class Check:
     # checks whose findings this one's explains, where no replay of the window can tell
     # (a starved loader explains an idle GPU; an OOM explains allocation retries)
     explains: tuple[str, ...] = ()
+    # a condition on one of `explains`: the relation holds only when it is true of that finding
+    # (GD102 explains GD103 only when the saturated core is the main thread, the loader itself)
+    explains_only_if: Mapping[str, Callable[[Finding], bool]] = field(default_factory=dict, hash=False,
+                                                                      compare=False)
+    # the limits the check compares against, printed by `gpudoctor explain`; left empty, they are
+    # the Threshold constants bound in the module that defines `run` (see thresholds_of)
+    thresholds: tuple[AnyThreshold, ...] = ()
+
+
+def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str] = (),
+          explains: Sequence[str] = (), explains_only_if: Mapping[str, Callable[[Finding], bool]] | None = None,
+          thresholds: Sequence[AnyThreshold] = ()) -> Callable[[RunFn], RunFn]:
+    """Declare a check once, on its function; the module docstring is its page.
+
+        @check("GD102", "input-stall", stage=1, title="Input pipeline stall", requires=("loader",))
+        def run(session: Session) -> list[Finding]: ...
+
+    The function stays a plain function of a Session (tests call it directly); the
+    declaration is `run.check`, which the registry finds in every module of gpudoctor.checks.
+    """
+
+    def declare(run: RunFn) -> RunFn:
+        module = sys.modules.get(run.__module__)
+        declared = Check(id=id, slug=slug, stage=stage, title=title, run=run, requires=tuple(requires),
+                         doc=(module.__doc__ if module is not None else None) or "", explains=tuple(explains),
+                         explains_only_if=dict(explains_only_if or {}), thresholds=tuple(thresholds))
+        run.check = declared  # type: ignore[attr-defined]
+        return run
+
+    return declare
+
+
+def declared_check(obj: object) -> Check | None:
+    """The Check an object declares: itself, or the one `@check` put on a function."""
+    if isinstance(obj, Check):
+        return obj
+    found = getattr(obj, "check", None) if callable(obj) else None
+    return found if isinstance(found, Check) else None
+
+
+def thresholds_of(declared: Check) -> tuple[AnyThreshold, ...]:
+    """The thresholds a check declares, else those bound in the module of its function."""
+    if declared.thresholds:
+        return declared.thresholds
+    module = sys.modules.get(getattr(declared.run, "__module__", "") or "")
+    return thresholds_in(vars(module)) if module is not None else ()
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_plain_checkout_imports_checks_and_reports(tmp_path):
     code = (
         "import gpudoctor.checks, gpudoctor.reports, gpudoctor.checks.gd102_input_stall as m;"
-        "print(gpudoctor.checks.__file__); print(gpudoctor.reports.__file__); print(m.CHECK.id)"
+        "print(gpudoctor.checks.__file__); print(gpudoctor.reports.__file__); print(m.run.check.id)"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(ROOT)

@@ -36,7 +36,7 @@ import re
 import signal
 import statistics
 
-from gpudoctor.model import Check, Evidence, Finding, Remedy
+from gpudoctor.model import Evidence, Finding, Remedy, check
 from gpudoctor.session import ErrorEvent, Session
 
 STOPPED_BY_REQUEST = {"duration", "steps", "interrupted", "terminated"}
@@ -65,6 +65,7 @@ def _first_line(text: str | None) -> str:
     return lines[0].strip()[:300] if lines else ""
 
 
+@check("GD001", "run-failed", stage=0, title="The workload crashed, was killed, hung or exited non-zero")
 def run(session: Session) -> list[Finding]:
     code = session.exit_code
     crashes = sorted((e for e in session.errors if e.kind == "exception"),
@@ -245,13 +246,3 @@ def _ignored_stop(session: Session) -> Finding | None:
         evidence={"exit_code": Evidence(code, label="exit code"), "signal": Evidence(name)},
         remedy=Remedy("Let the training loop end on KeyboardInterrupt (SIGINT): save, then exit."),
     )
-
-
-CHECK = Check(
-    id="GD001",
-    slug="run-failed",
-    stage=0,
-    title="The workload crashed, was killed, hung or exited non-zero",
-    run=run,
-    doc=__doc__ or "",
-)

@@ -98,7 +98,7 @@ from gpudoctor.analysis.input_pipeline import (
     worker_plan,
 )
 from gpudoctor.analysis.prediction import severity_for
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import LoaderInfo, Session
 
 
@@ -131,6 +131,8 @@ def _cores_text(cores: float, ranks: int) -> str:
     return f"{per_rank:.3g} usable core{'s' if per_rank != 1 else ''} per rank ({cores:g} usable, {ranks} ranks)"
 
 
+@check("GD101", "loader-workers", stage=1, title="DataLoader workers vs usable cores",
+       requires=("loader",), explains=("GD201", "GD202"))
 def run(session: Session) -> list[Finding]:
     if not session.loaders:
         raise Skip("no DataLoader seen")
@@ -287,15 +289,3 @@ def _too_many(session: Session, loader: LoaderInfo, cores: float, ranks: int,
                                        deeper_prefetch=False)),
         estimated_gain=None,
     )
-
-
-CHECK = Check(
-    id="GD101",
-    slug="loader-workers",
-    stage=1,
-    title="DataLoader workers vs usable cores",
-    run=run,
-    requires=("loader",),
-    doc=__doc__ or "",
-    explains=("GD201", "GD202"),
-)

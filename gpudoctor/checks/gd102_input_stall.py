@@ -96,7 +96,7 @@ from gpudoctor.analysis.input_pipeline import (
     worker_plan,
 )
 from gpudoctor.analysis.prediction import Prediction, severity_for
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import LoaderInfo, Session
 
 BURST_MEDIAN_SHARE = 0.5  # median wait below half the mean wait: a few long waits dominate
@@ -194,6 +194,16 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1e3, 3)
 
 
+def _main_thread_saturated(finding: Finding) -> bool:
+    """With num_workers=0 the main thread *is* the loader: its pegged core is the stall itself;
+    saturated cores (other processes, too many workers) stay a root cause of their own."""
+    saturation = finding.evidence.get("saturation")
+    return saturation is not None and saturation.value == "main-thread"
+
+
+@check("GD102", "input-stall", stage=1, title="Input pipeline stall",
+       requires=("loader",), explains=("GD201", "GD202", "GD203", "GD103"),
+       explains_only_if={"GD103": _main_thread_saturated})
 def run(session: Session) -> list[Finding]:
     if not session.loaders:
         raise Skip("no DataLoader seen")
@@ -291,15 +301,3 @@ def _capacity_note(session: Session, found: InputStall) -> str:
     return (f" The workers could produce {produced:.1f} batches/s against {needed:.1f} needed, so the wait "
             "is probably in handing batches over (large batches pickled between processes, the pin-memory "
             "thread) or in bursts.")
-
-
-CHECK = Check(
-    id="GD102",
-    slug="input-stall",
-    stage=1,
-    title="Input pipeline stall",
-    run=run,
-    requires=("loader",),
-    doc=__doc__ or "",
-    explains=("GD201", "GD202", "GD203", "GD103"),
-)

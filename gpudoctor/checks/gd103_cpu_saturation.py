@@ -78,7 +78,7 @@ from gpudoctor.analysis.input_pipeline import (
     workload_cores,
 )
 from gpudoctor.analysis.prediction import Prediction, predict, severity_for
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
 
 MAIN_THREAD_PEGGED_PERCENT = 90.0  # of one core
@@ -86,6 +86,8 @@ GPU_IDLE_UTIL_PERCENT = 50.0  # duty cycle below this: the GPU idles (TensorBoar
 OTHER_PROCESSES_SHARE = 0.5  # the workload uses less than half of the busy CPU
 
 
+@check("GD103", "cpu-saturation", stage=1, title="CPU saturation",
+       requires=("cpu",), explains=("GD201", "GD202", "GD203"))
 def run(session: Session) -> list[Finding]:
     samples = metrics.cpu_samples_steady(session)
     if not samples:
@@ -232,15 +234,3 @@ def _main_thread_finding(session: Session, severity: str, main_thread: float, sy
         code = "model = torch.compile(model)  # fewer, fused kernel launches per step"
     return Finding(severity=severity, title=title, message=message, evidence=evidence,
                    remedy=Remedy(text=text, code=code), prediction=prediction)
-
-
-CHECK = Check(
-    id="GD103",
-    slug="cpu-saturation",
-    stage=1,
-    title="CPU saturation",
-    run=run,
-    requires=("cpu",),
-    doc=__doc__ or "",
-    explains=("GD201", "GD202", "GD203"),
-)

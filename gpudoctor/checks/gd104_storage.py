@@ -56,7 +56,7 @@ from __future__ import annotations
 from gpudoctor import metrics
 from gpudoctor.analysis.input_pipeline import InputStall, data_prediction, input_stall
 from gpudoctor.analysis.prediction import GAIN_WARNING
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session, StorageProbe
 
 SLOW_LATENCY_MS = 5.0  # hard-disk seek time
@@ -95,6 +95,7 @@ def slow_reasons(probe: StorageProbe) -> list[str]:
     return reasons
 
 
+@check("GD104", "slow-storage", stage=1, title="Slow or network storage", requires=("storage",))
 def run(session: Session) -> list[Finding]:
     if not session.storage:
         raise Skip("no storage probe (dataset location unknown)")
@@ -191,14 +192,3 @@ def _finding(session: Session, probe: StorageProbe, network: bool, reasons: list
                       "with more workers and a larger prefetch_factor.", code=code),
         prediction=prediction if waiting else None,
     )
-
-
-CHECK = Check(
-    id="GD104",
-    slug="slow-storage",
-    stage=1,
-    title="Slow or network storage",
-    run=run,
-    requires=("storage",),
-    doc=__doc__ or "",
-)

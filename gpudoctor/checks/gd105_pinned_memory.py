@@ -61,7 +61,7 @@ from dataclasses import dataclass
 
 from gpudoctor import metrics
 from gpudoctor.analysis.prediction import predict, severity_for
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import LoaderInfo, ProfileSummary, Session
 
 SMALL_COPY_BYTES = 64 * 1024  # Nsight Systems ignores synchronous copies below 64 KB
@@ -111,6 +111,8 @@ def profile_measured(profile: ProfileSummary | None) -> bool:
     return profile is not None and profile.error is None and (profile.kernel_count > 0 or bool(profile.memcpy))
 
 
+@check("GD105", "pageable-memory", stage=1, title="Pageable host memory for H2D copies",
+       requires=(), explains=("GD103", "GD201"))
 def run(session: Session) -> list[Finding]:
     if session.torch_cuda_used is False:
         raise Skip("the run used no GPU")
@@ -212,15 +214,3 @@ def _profile_finding(session: Session, profile: ProfileSummary, unpinned: list[L
         remedy=_remedy(unpinned),
         prediction=prediction,
     )
-
-
-CHECK = Check(
-    id="GD105",
-    slug="pageable-memory",
-    stage=1,
-    title="Pageable host memory for H2D copies",
-    run=run,
-    requires=(),
-    doc=__doc__ or "",
-    explains=("GD103", "GD201"),
-)

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 from gpudoctor.analysis.gpu_state import GpuActivity, gpu_activity, in_words
 from gpudoctor.analysis.prediction import bound_prediction
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
 
 BUSY_WARNING = 50.0  # % busy: TensorBoard profiler plugin, "more work per step" below it
@@ -73,6 +73,7 @@ MAX_GAIN = 10.0
 MIN_SAMPLES = 3
 
 
+@check("GD201", "gpu-idle", stage=2, title="GPU idle or SMs barely used", requires=("gpu",))
 def run(session: Session) -> list[Finding]:
     if session.torch_cuda_used is False:
         raise Skip("the workload put no work on a CUDA device")
@@ -166,14 +167,4 @@ REMEDY = Remedy(
     "or CUDA graphs fuse the small ones (GD301).",
     code="model = torch.compile(model)  # fuses small kernels, fewer launches\n"
     "loader = DataLoader(dataset, batch_size=4 * B, num_workers=W, pin_memory=True)  # if memory allows (GD202)",
-)
-
-CHECK = Check(
-    id="GD201",
-    slug="gpu-idle",
-    stage=2,
-    title="GPU idle or SMs barely used",
-    run=run,
-    requires=("gpu",),
-    doc=__doc__ or "",
 )

@@ -61,7 +61,7 @@ import shlex
 from gpudoctor.analysis.gpu_state import GpuActivity, gpu_activity, in_words
 
 from gpudoctor import metrics
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import AllocatorSnapshot, Session
 
 PEAK_SHARE_MAX = 0.50  # peak at or above half the device: little headroom
@@ -113,6 +113,8 @@ def script_target(command: list[str]) -> str:
     return "<your_module>.py:build"
 
 
+@check("GD202", "batch-headroom", stage=2, title="Batch far below what memory allows",
+       requires=("allocator",), explains=("GD301", "GD201"))
 def run(session: Session) -> list[Finding]:
     if oom_seen(session):
         raise Skip("the run hit out-of-memory (see GD402): there is no headroom to recommend")
@@ -204,16 +206,3 @@ def _message(batch: int, peak: int, footprint: int, total: int, baseline: float,
              f"activation memory grows linearly with the batch. Start measuring at half of that, {start}, and "
              "climb to the stable edge. For online serving, the latency budget caps the batch, not memory.")
     return text
-
-
-CHECK = Check(
-    id="GD202",
-    slug="batch-headroom",
-    stage=2,
-    title="Batch far below what memory allows",
-    run=run,
-    requires=("allocator",),
-    doc=__doc__ or "",
-    # playbook: raise the batch first; tiny kernels are what a tiny batch looks like
-    explains=("GD301", "GD201"),
-)

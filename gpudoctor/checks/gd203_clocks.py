@@ -54,7 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudoctor import metrics
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import GpuInfo, GpuSample, Session
 
 BUSY_PERCENT = 50.0  # utilization (or SM activity) at which clocks matter
@@ -107,6 +107,8 @@ def reason_stats(busy: list[GpuSample], names: tuple[str, ...], gpus: dict[int, 
     )
 
 
+@check("GD203", "clocks-held", stage=2, title="Clocks held down (power cap, thermal or HW slowdown)",
+       requires=("gpu",))
 def run(session: Session) -> list[Finding]:
     if session.fact("clock_events"):
         raise Skip(session.fact("clock_events") or "clock-event reasons not read")
@@ -233,14 +235,3 @@ def _low_power(busy: list[GpuSample], gpus: dict[int, GpuInfo], window: str) -> 
         remedy=Remedy(text="Give each kernel more work: larger batches (GD202) and fused kernels "
                       "(torch.compile, CUDA graphs; GD301)."),
     )
-
-
-CHECK = Check(
-    id="GD203",
-    slug="clocks-held",
-    stage=2,
-    title="Clocks held down (power cap, thermal or HW slowdown)",
-    run=run,
-    requires=("gpu",),
-    doc=__doc__ or "",
-)

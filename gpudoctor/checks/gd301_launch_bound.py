@@ -75,7 +75,7 @@ from __future__ import annotations
 
 from gpudoctor.analysis.prediction import predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
 
 MIN_KERNELS = 100  # below this there is no distribution to judge
@@ -163,15 +163,6 @@ def _run(session: Session) -> list[Finding]:
                     prediction=prediction, estimated_gain=gain)]
 
 
-run = per_window(_run)
-
-CHECK = Check(
-    id="GD301",
-    slug="launch-bound",
-    stage=3,
-    title="Launch-bound (many tiny kernels)",
-    run=run,
-    requires=("profile",),
-    doc=__doc__ or "",
-    explains=("GD201", "GD103"),  # a launch-bound loop is what pegs its main thread
-)
+# a launch-bound loop is what pegs its main thread
+run = check("GD301", "launch-bound", stage=3, title="Launch-bound (many tiny kernels)",
+            requires=("profile",), explains=("GD201", "GD103"))(per_window(_run))

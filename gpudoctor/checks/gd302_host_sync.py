@@ -73,7 +73,7 @@ from __future__ import annotations
 from gpudoctor.analysis.prediction import predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_duration
-from gpudoctor.model import Check, Evidence, Finding, Remedy
+from gpudoctor.model import Evidence, Finding, Remedy, check
 from gpudoctor.session import Session
 
 PER_STEP = 2.0  # more than the customary one loss.item() per step
@@ -150,15 +150,5 @@ def _run(session: Session) -> list[Finding]:
                     prediction=prediction)]
 
 
-run = per_window(_run)
-
-CHECK = Check(
-    id="GD302",
-    slug="host-sync",
-    stage=3,
-    title="Host synchronisations in the loop",
-    run=run,
-    requires=("profile",),
-    doc=__doc__ or "",
-    explains=("GD201",),
-)
+run = check("GD302", "host-sync", stage=3, title="Host synchronisations in the loop",
+            requires=("profile",), explains=("GD201",))(per_window(_run))

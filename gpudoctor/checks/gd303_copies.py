@@ -61,7 +61,7 @@ from __future__ import annotations
 from gpudoctor.analysis.prediction import predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_bytes, format_duration
-from gpudoctor.model import Check, Evidence, Finding, Remedy
+from gpudoctor.model import Evidence, Finding, Remedy, check
 from gpudoctor.session import Session
 
 SHARE_WARNING = 0.20
@@ -158,15 +158,5 @@ def _run(session: Session) -> list[Finding]:
                     prediction=prediction, estimated_gain=gain)]
 
 
-run = per_window(_run)
-
-CHECK = Check(
-    id="GD303",
-    slug="copy-bound",
-    stage=3,
-    title="Memory copies dominate",
-    run=run,
-    requires=("profile",),
-    doc=__doc__ or "",
-    explains=("GD103", "GD201"),
-)
+run = check("GD303", "copy-bound", stage=3, title="Memory copies dominate",
+            requires=("profile",), explains=("GD103", "GD201"))(per_window(_run))

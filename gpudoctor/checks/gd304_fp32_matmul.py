@@ -61,7 +61,7 @@ from __future__ import annotations
 from gpudoctor.analysis.prediction import predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name
 from gpudoctor.collectors.trace import classify_gemm
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
 
 SHARE_INFO = 0.10  # fp32 GEMM time / kernel time: worth saying
@@ -132,14 +132,5 @@ def _run(session: Session) -> list[Finding]:
                     message=message, evidence=evidence, remedy=REMEDY, prediction=prediction, estimated_gain=gain)]
 
 
-run = per_window(_run)
-
-CHECK = Check(
-    id="GD304",
-    slug="fp32-matmul",
-    stage=3,
-    title="Full-fp32 matmuls (no tensor cores)",
-    run=run,
-    requires=("profile",),
-    doc=__doc__ or "",
-)
+run = check("GD304", "fp32-matmul", stage=3, title="Full-fp32 matmuls (no tensor cores)",
+            requires=("profile",))(per_window(_run))

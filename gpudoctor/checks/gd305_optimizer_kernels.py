@@ -44,7 +44,7 @@ Example
 from __future__ import annotations
 
 from gpudoctor.analysis.prediction import GAIN_WARNING, predict, replay_of, severity_for
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
 
 REMEDY = Remedy(
@@ -55,6 +55,8 @@ REMEDY = Remedy(
 )
 
 
+@check("GD305", "optimizer-kernels", stage=3, title="Per-parameter optimizer kernels",
+       requires=("profile",), explains=("GD201",))
 def run(session: Session) -> list[Finding]:
     replay = replay_of(session)
     if replay is None:
@@ -76,15 +78,3 @@ def run(session: Session) -> list[Finding]:
                "does not change this; a fused or foreach optimizer does.")
     return [Finding(severity=severity_for(prediction.gain), title="The optimizer updates parameters one at a time",
                     message=message, evidence=evidence, remedy=REMEDY, prediction=prediction)]
-
-
-CHECK = Check(
-    id="GD305",
-    slug="optimizer-kernels",
-    stage=3,
-    title="Per-parameter optimizer kernels",
-    run=run,
-    requires=("profile",),
-    doc=__doc__ or "",
-    explains=("GD201",),
-)

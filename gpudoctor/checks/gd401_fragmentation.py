@@ -48,7 +48,7 @@ Example
 from __future__ import annotations
 
 from gpudoctor import metrics
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import AllocatorSnapshot, Session
 
 FRAGMENTATION_SHARE = 0.20  # inactive split / reserved
@@ -81,6 +81,8 @@ def expandable_remedy(enabled: bool | None, extra: str = "") -> Remedy:
     )
 
 
+@check("GD401", "allocator-fragmentation", stage=4, title="Allocator fragmentation or allocation retries",
+       requires=("allocator",))
 def run(session: Session) -> list[Finding]:
     snapshots = [s for s in session.allocator if s.label != "oom"]
     if not snapshots:
@@ -136,14 +138,3 @@ def _window(snap: AllocatorSnapshot) -> str:
 def _device_total(session: Session) -> int | None:
     totals = [g.memory_total_bytes for g in session.environment.gpus if g.memory_total_bytes]
     return min(totals) if totals else None
-
-
-CHECK = Check(
-    id="GD401",
-    slug="allocator-fragmentation",
-    stage=4,
-    title="Allocator fragmentation or allocation retries",
-    run=run,
-    requires=("allocator",),
-    doc=__doc__ or "",
-)

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from gpudoctor.checks.gd401_fragmentation import ENV_FIX, expandable_remedy
 
 from gpudoctor import metrics
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import AllocatorSnapshot, ErrorEvent, Session
 
 FRAGMENTATION_CONTRIBUTED = 0.10  # reserved-but-unallocated / reserved
@@ -195,6 +195,8 @@ def cause(facts: OomFacts) -> str:
     return "capacity"
 
 
+@check("GD402", "out-of-memory", stage=4, title="Out of GPU memory",
+       requires=(), explains=("GD401", "GD202"))
 def run(session: Session) -> list[Finding]:
     facts = oom_facts(session)
     if facts is None:
@@ -289,16 +291,3 @@ def _remedy(kind: str, expandable: bool | None) -> Remedy:
     extra = " If it still fails, shrink the working set: " + CAPACITY.text[len("Shrink the working set: "):]
     return Remedy(text=f"Set {ENV_FIX} first (free), then measure again." + extra,
                   code=f"export {ENV_FIX}\n" + (CAPACITY.code or ""))
-
-
-CHECK = Check(
-    id="GD402",
-    slug="out-of-memory",
-    stage=4,
-    title="Out of GPU memory",
-    run=run,
-    requires=(),
-    doc=__doc__ or "",
-    # an OOM comes with allocation retries: they are its symptom, GD402 says the cause
-    explains=("GD401", "GD202"),
-)

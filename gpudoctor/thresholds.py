@@ -1,0 +1,82 @@
+"""A threshold is a number that carries where it comes from.
+
+A check's limits (a 5% data wait, 64 KB copies, 90% of the device) are written once, as
+``Threshold`` (a float) or ``CountThreshold`` (an int) module constants. The code compares
+against them like any number; ``gpudoctor explain ID`` prints the same objects with their
+unit and source, so the page cannot drift from what the check does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+
+class Threshold(float):
+    """A float limit: `Threshold("data wait worth a look", 0.05, "share of step time", "TensorBoard...")`."""
+
+    name: str
+    unit: str
+    source: str
+
+    def __new__(cls, name: str, value: float, unit: str = "", source: str = "") -> Threshold:
+        obj = super().__new__(cls, value)
+        obj.name, obj.unit, obj.source = name, unit, source
+        return obj
+
+    def __getnewargs__(self) -> tuple[Any, ...]:  # copy and pickle rebuild it with its description
+        return (self.name, float(self), self.unit, self.source)
+
+    @property
+    def value(self) -> float:
+        return float(self)
+
+    def shown(self) -> str:
+        return _shown(float(self), self.unit)
+
+
+class CountThreshold(int):
+    """An integer limit (a count, a size in bytes), described like `Threshold`."""
+
+    name: str
+    unit: str
+    source: str
+
+    def __new__(cls, name: str, value: int, unit: str = "", source: str = "") -> CountThreshold:
+        obj = super().__new__(cls, value)
+        obj.name, obj.unit, obj.source = name, unit, source
+        return obj
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return (self.name, int(self), self.unit, self.source)
+
+    @property
+    def value(self) -> int:
+        return int(self)
+
+    def shown(self) -> str:
+        return _shown(int(self), self.unit)
+
+
+AnyThreshold = Union[Threshold, CountThreshold]
+THRESHOLD_TYPES = (Threshold, CountThreshold)
+
+
+def _shown(value: float, unit: str) -> str:
+    if unit == "bytes":
+        for size, suffix in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+            if value >= size and value % size == 0:
+                return f"{value // size:g} {suffix}"
+        return f"{value:g} bytes"
+    if unit == "share":
+        return f"{value:.4g} ({value * 100:.3g}%)"
+    number = f"{value:g}" if isinstance(value, float) else str(value)
+    return f"{number} {unit}".strip() if unit not in ("", "%") else number + unit
+
+
+def thresholds_in(namespace: dict[str, Any]) -> tuple[AnyThreshold, ...]:
+    """The thresholds bound in a module's namespace (its own and those it imports), once each."""
+    seen: dict[int, AnyThreshold] = {}
+    for value in namespace.values():
+        if isinstance(value, THRESHOLD_TYPES) and id(value) not in seen:
+            seen[id(value)] = value
+    return tuple(seen.values())
