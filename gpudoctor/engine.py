@@ -7,8 +7,9 @@ time without the cause, gpudoctor.analysis.prediction), then playbook stage.
 A finding is a consequence of another when removing that other cause removes
 it. Where the profiled window was replayed, the replay decides: a cause whose
 extra gain, once the other is fixed, is under 1.05x is explained by it (the one
-with the larger gain of the two is the root); the idle GPU (GD201) is explained
-by a cause whose removal takes away at least half of the window's idle time.
+with the larger gain of the two is the root); the idle GPU (a check that declares
+``measures_idle``, GD201) is explained by a cause whose removal takes away at least
+half of the window's idle time.
 Where no replay can tell (memory, batch size, clocks, runs without a window),
 each check declares what its findings explain (``Check.explains``). A
 consequence is kept, marked, never shouted as a second root cause.
@@ -37,8 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MARGINAL_GAIN = 1.05  # what a second fix must still buy, once the first is made, to stand on its own
-IDLE_EXPLAINED = 0.5  # share of the GPU's idle time a cause must remove to explain GD201
-IDLE_SYMPTOM = "GD201"
+IDLE_EXPLAINED = 0.5  # share of the GPU's idle time a cause must remove to explain the idle GPU
 
 
 @dataclass(frozen=True)
@@ -162,8 +162,9 @@ class _Relation:
         spans = {s.name: s for s in replay.scenarios}
         if cause not in spans:
             return None
-        if finding.id == IDLE_SYMPTOM:
-            # GD201 is about the SMs: time without a kernel (copies keep the copy engines busy, not the SMs)
+        symptom = self.checks.get(finding.id)
+        if symptom is not None and symptom.measures_idle:
+            # the idle GPU is about the SMs: time without a kernel (copies keep the copy engines busy, not the SMs)
             scenario = spans[cause]
             busy_now, busy_after = replay.baseline_kernel_busy_us, scenario.kernel_busy_us
             if busy_now is None or busy_after is None:  # replays recorded before kernels were told apart

@@ -110,11 +110,14 @@ class Check:
     # the limits the check compares against, printed by `gpudoctor explain`; left empty, they are
     # the Threshold constants bound in the module that defines `run` (see thresholds_of)
     thresholds: tuple[AnyThreshold, ...] = ()
+    # its findings are the GPU's idle time itself (GD201): in a replayed window, a cause explains
+    # them when removing that cause takes away at least half of the idle time (gpudoctor.engine)
+    measures_idle: bool = False
 
 
 def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str] = (),
           explains: Sequence[str] = (), explains_only_if: Mapping[str, Callable[[Finding], bool]] | None = None,
-          thresholds: Sequence[AnyThreshold] = ()) -> Callable[[RunFn], RunFn]:
+          thresholds: Sequence[AnyThreshold] = (), measures_idle: bool = False) -> Callable[[RunFn], RunFn]:
     """Declare a check once, on its function; the module docstring is its page.
 
         @check("GD102", "input-stall", stage=1, title="Input pipeline stall", requires=("loader",))
@@ -128,7 +131,8 @@ def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str]
         module = sys.modules.get(run.__module__)
         declared = Check(id=id, slug=slug, stage=stage, title=title, run=run, requires=tuple(requires),
                          doc=(module.__doc__ if module is not None else None) or "", explains=tuple(explains),
-                         explains_only_if=dict(explains_only_if or {}), thresholds=tuple(thresholds))
+                         explains_only_if=dict(explains_only_if or {}), thresholds=tuple(thresholds),
+                         measures_idle=measures_idle)
         run.check = declared  # type: ignore[attr-defined]
         return run
 

@@ -100,7 +100,7 @@ from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import LoaderInfo, Session
 
 BURST_MEDIAN_SHARE = 0.5  # median wait below half the mean wait: a few long waits dominate
-__all__ = ["WAIT_SHARE_CRITICAL", "WAIT_SHARE_WARNING", "run", "CHECK"]
+__all__ = ["CHECK", "WAIT_SHARE_CRITICAL", "WAIT_SHARE_WARNING", "run"]
 
 
 TITLES = {

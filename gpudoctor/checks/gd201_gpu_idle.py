@@ -73,7 +73,8 @@ MAX_GAIN = 10.0
 MIN_SAMPLES = 3
 
 
-@check("GD201", "gpu-idle", stage=2, title="GPU idle or SMs barely used", requires=("gpu",))
+@check("GD201", "gpu-idle", stage=2, title="GPU idle or SMs barely used", requires=("gpu",),
+       measures_idle=True)
 def run(session: Session) -> list[Finding]:
     if session.torch_cuda_used is False:
         raise Skip("the workload put no work on a CUDA device")

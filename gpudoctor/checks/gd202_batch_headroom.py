@@ -58,9 +58,9 @@ import math
 import os
 import shlex
 
-from gpudoctor.analysis.gpu_state import GpuActivity, gpu_activity, in_words
-
 from gpudoctor import metrics
+from gpudoctor.analysis.gpu_state import GpuActivity, gpu_activity, in_words
+from gpudoctor.analysis.memory import gpu_memory_total, oom_seen
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import AllocatorSnapshot, Session
 
@@ -71,11 +71,6 @@ BUSY_DUTY_CYCLE = 90.0  # %, NVML utilization when GPM is missing
 BUSY_WARNING = 50.0  # % busy: below it the GPU needs more work per step (as GD201)
 MIN_SCALING_SHARE = 0.02  # peak - baseline below 2% of peak: no measurable batch-dependent part
 GIB = 2**30
-
-
-def oom_seen(session: Session) -> bool:
-    return any(e.kind == "oom" for e in session.errors) or any(
-        s.label == "oom" or s.num_ooms > 0 for s in session.allocator)
 
 
 def batch_size(session: Session) -> int | None:
@@ -89,8 +84,7 @@ def device_total(session: Session, snapshots: list[AllocatorSnapshot]) -> int | 
     for snap in snapshots:
         if snap.device_total_bytes:
             return snap.device_total_bytes
-    totals = [g.memory_total_bytes for g in session.environment.gpus if g.memory_total_bytes]
-    return min(totals) if totals else None
+    return gpu_memory_total(session)
 
 
 def round_start(bound: int, batch: int) -> int:

@@ -58,6 +58,8 @@ Example
 
 from __future__ import annotations
 
+import math
+
 from gpudoctor.analysis.prediction import predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_bytes, format_duration
@@ -123,6 +125,7 @@ def _run(session: Session) -> list[Finding]:
     for kind, v in sorted(kinds.items(), key=lambda kv: -float(kv[1].get("us", 0))):
         us, moved = float(v.get("us", 0)), float(v.get("bytes", 0))
         rate = moved / us / 1e3 if us > 0 else None  # bytes/us = MB/s; /1e3 = GB/s
+        rate = rate if rate is not None and math.isfinite(rate) else None  # a denormal copy time
         evidence[f"{kind}_bandwidth"] = Evidence(round(rate, 2) if rate is not None else None, "GB/s", window,
                                                  f"{kind}: {int(float(v.get('count', 0)))} copies, "
                                                  f"{format_bytes(moved)}")

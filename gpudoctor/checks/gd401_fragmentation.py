@@ -48,7 +48,8 @@ Example
 from __future__ import annotations
 
 from gpudoctor import metrics
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.analysis.memory import expandable_remedy, fragmentation, gpu_memory_total
+from gpudoctor.model import Evidence, Finding, Skip, check
 from gpudoctor.session import AllocatorSnapshot, Session
 
 FRAGMENTATION_SHARE = 0.20  # inactive split / reserved
@@ -57,29 +58,6 @@ MIN_RESERVED = 2**30  # below, ratios are noise
 TIGHT_DEVICE_SHARE = 0.80  # reserved / device: fragmentation turns into OOMs
 CACHED_GAP_SHARE = 0.50  # (reserved - allocated) / reserved
 MIN_CACHED_GAP = 2**30
-
-ENV_FIX = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-
-
-def fragmentation(snap: AllocatorSnapshot) -> float | None:
-    return snap.inactive_split_bytes / snap.reserved_bytes if snap.reserved_bytes > 0 else None
-
-
-def expandable_remedy(enabled: bool | None, extra: str = "") -> Remedy:
-    if enabled:
-        return Remedy(
-            text="expandable_segments is already on. Keep tensor shapes stable (pad variable-length batches to "
-            "a few bucket sizes, drop_last=True), lower the peak (smaller batch with gradient accumulation, "
-            "activation checkpointing) and drop references to large temporaries early." + extra,
-        )
-    return Remedy(
-        text="Let the allocator grow segments instead of carving fixed ones" +
-        (" (it may already be set: the run did not say)" if enabled is None else "") +
-        ". If fragmentation remains, keep tensor shapes stable (pad variable-length batches to a few bucket "
-        "sizes, drop_last=True)." + extra,
-        code=f"export {ENV_FIX}\npython train.py   # or: {ENV_FIX} gpudoctor diagnose train.py",
-    )
-
 
 @check("GD401", "allocator-fragmentation", stage=4, title="Allocator fragmentation or allocation retries",
        requires=("allocator",))
@@ -96,7 +74,7 @@ def run(session: Session) -> list[Finding]:
     if not retries and not fragmented:
         return []
     shown = worst if worst is not None else max(snapshots, key=lambda s: s.reserved_bytes)
-    total = shown.device_total_bytes or _device_total(session)
+    total = shown.device_total_bytes or gpu_memory_total(session)
     tight = bool(total) and shown.reserved_bytes >= TIGHT_DEVICE_SHARE * (total or 1)
     fmt = metrics.format_bytes
     parts = []
@@ -133,8 +111,3 @@ def run(session: Session) -> list[Finding]:
 
 def _window(snap: AllocatorSnapshot) -> str:
     return f"{snap.label} snapshot at t={snap.t:.1f} s"
-
-
-def _device_total(session: Session) -> int | None:
-    totals = [g.memory_total_bytes for g in session.environment.gpus if g.memory_total_bytes]
-    return min(totals) if totals else None

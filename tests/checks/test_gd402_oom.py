@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpudoctor.checks import gd401_fragmentation
-from gpudoctor.checks.gd402_oom import parse_oom_message, run
+from gpudoctor.analysis.memory import parse_oom_message
+from gpudoctor.checks.gd402_oom import run
 from helpers import make_session, run_check
 
 from gpudoctor.engine import run_checks
