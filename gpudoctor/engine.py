@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpudoctor.analysis.shared import Analyses, shared_for
 from gpudoctor.model import Check, CheckOutcome, Finding, Skip, severity_rank
 from gpudoctor.plugins import PluginOutputError, load_error_outcomes, validated_findings
 from gpudoctor.session import Session
@@ -50,8 +51,13 @@ class EngineResult:
 def run_checks(session: Session, checks: Iterable[Check], ignore: Iterable[str] = (),
                load_errors: Iterable[PluginError] = ()) -> EngineResult:
     """`load_errors` (plugins that did not load) become `error` outcomes, shown in every report."""
+    with shared_for(session) as shared:  # each stage analysis once, whichever checks read it
+        return _run_checks(session, list(checks), ignore, load_errors, shared)
+
+
+def _run_checks(session: Session, checks: list[Check], ignore: Iterable[str],
+                load_errors: Iterable[PluginError], shared: Analyses) -> EngineResult:
     ignored = {i.strip().upper() for i in ignore}
-    checks = list(checks)
     findings: list[Finding] = []
     outcomes: list[CheckOutcome] = []
     for check in checks:
@@ -83,18 +89,17 @@ def run_checks(session: Session, checks: Iterable[Check], ignore: Iterable[str] 
         findings.extend(stamped)
         outcomes.append(CheckOutcome(**base, status="finding" if stamped else "pass"))
     outcomes.extend(load_error_outcomes(load_errors))
-    findings = _cap_severity(session, findings)
+    findings = _cap_severity(session, findings, shared)
     return EngineResult(findings=order(findings, session, {c.id: c for c in checks}), outcomes=outcomes)
 
 
-def _cap_severity(session: Session, findings: list[Finding]) -> list[Finding]:
+def _cap_severity(session: Session, findings: list[Finding], shared: Analyses) -> list[Finding]:
     """No critical finding while the GPU is fully used, or from too few steady steps to be sure."""
     from gpudoctor import metrics
-    from gpudoctor.analysis.gpu_state import fully_used
 
     steady = metrics.steady_step_count(session)
     few = session.steps.source is not None and 0 < steady < metrics.MIN_STEADY_STEPS
-    if fully_used(session) is None and not few:
+    if shared.fully_used is None and not few:
         return findings
     return [dataclasses.replace(f, severity="warning")
             if f.severity == "critical" and not f.ended_run and f.stage > 0 else f for f in findings]

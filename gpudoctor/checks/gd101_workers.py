@@ -89,7 +89,6 @@ from gpudoctor.analysis.input_pipeline import (
     InputStall,
     WorkerPlan,
     cores_busy_percent,
-    input_stall,
     light_workers,
     loader_line,
     ranks_with_loaders,
@@ -98,6 +97,7 @@ from gpudoctor.analysis.input_pipeline import (
     worker_plan,
 )
 from gpudoctor.analysis.prediction import severity_for
+from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import LoaderInfo, Session
 
@@ -141,7 +141,7 @@ def run(session: Session) -> list[Finding]:
         raise Skip("no DataLoader produced a batch")
     cores = metrics.usable_cores(session)
     ranks = ranks_with_loaders(session)
-    found = input_stall(session)
+    found = analyses(session).input_stall
     if cores and total_workers(session) > OVERSUBSCRIBED * cores:
         if not light_workers(found) or total_workers(session) > worker_cap(cores, ranks, found) * ranks:
             return [_too_many(session, loader, cores, ranks, found)]

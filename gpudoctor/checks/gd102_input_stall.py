@@ -91,16 +91,16 @@ from gpudoctor.analysis.input_pipeline import (
     WorkerPlan,
     batches_per_step,
     data_prediction,
-    input_stall,
     loader_line,
     worker_plan,
 )
 from gpudoctor.analysis.prediction import Prediction, severity_for
+from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import LoaderInfo, Session
 
 BURST_MEDIAN_SHARE = 0.5  # median wait below half the mean wait: a few long waits dominate
-__all__ = ["CHECK", "WAIT_SHARE_CRITICAL", "WAIT_SHARE_WARNING", "run"]
+__all__ = ["WAIT_SHARE_CRITICAL", "WAIT_SHARE_WARNING", "run"]
 
 
 TITLES = {
@@ -207,7 +207,7 @@ def _main_thread_saturated(finding: Finding) -> bool:
 def run(session: Session) -> list[Finding]:
     if not session.loaders:
         raise Skip("no DataLoader seen")
-    found = input_stall(session)
+    found = analyses(session).input_stall
     if found is None:
         raise Skip("neither step times nor loader wait were measured")
     if not found.significant:

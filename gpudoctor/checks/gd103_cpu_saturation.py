@@ -72,12 +72,12 @@ from gpudoctor.analysis.input_pipeline import (
     InputStall,
     cores_busy_percent,
     data_prediction,
-    input_stall,
     loader_line,
     worker_plan,
     workload_cores,
 )
 from gpudoctor.analysis.prediction import Prediction, predict, severity_for
+from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
 
@@ -99,7 +99,7 @@ def run(session: Session) -> list[Finding]:
     if not (cores_saturated or main_pegged):
         return []
 
-    found = input_stall(session) if session.loaders else None
+    found = analyses(session).input_stall if session.loaders else None
     gpu_util = metrics.gpu_metric_mean(metrics.gpu_samples_steady(session), "util_percent")
     if found is None and gpu_util is None:
         # a CPU-only loop with no DataLoader: the CPU *is* the compute engine, nothing waits on it
@@ -210,7 +210,7 @@ def _main_thread_finding(session: Session, severity: str, main_thread: float, sy
     head = (f"The main Python thread used {main_thread:.0f}% of one core over {window} while the usable "
             f"cores were only {system:.0f}% busy")
     loader = metrics.main_loader(session)
-    found = input_stall(session) if loader is not None else None
+    found = analyses(session).input_stall if loader is not None else None
     plan = worker_plan(session, loader, found) if loader is not None and found is not None else None
     if loader is not None and loader.num_workers == 0:
         title = f"Main Python thread pegged at {main_thread:.0f}% of a core, producing batches itself"

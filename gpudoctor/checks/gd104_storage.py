@@ -54,8 +54,9 @@ Example
 from __future__ import annotations
 
 from gpudoctor import metrics
-from gpudoctor.analysis.input_pipeline import InputStall, data_prediction, input_stall
+from gpudoctor.analysis.input_pipeline import InputStall, data_prediction
 from gpudoctor.analysis.prediction import GAIN_WARNING
+from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session, StorageProbe
 
@@ -102,7 +103,7 @@ def run(session: Session) -> list[Finding]:
     probes = [p for p in session.storage if p.error is None]
     if not probes:
         raise Skip(f"storage probe failed: {session.storage[0].error}")
-    found = input_stall(session) if session.loaders else None
+    found = analyses(session).input_stall if session.loaders else None
     findings = []
     seen: set[str] = set()
     for probe in probes:

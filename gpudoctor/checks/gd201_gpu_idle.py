@@ -60,8 +60,9 @@ Example
 
 from __future__ import annotations
 
-from gpudoctor.analysis.gpu_state import GpuActivity, gpu_activity, in_words
+from gpudoctor.analysis.gpu_state import GpuActivity, in_words
 from gpudoctor.analysis.prediction import bound_prediction
+from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
 
@@ -78,7 +79,7 @@ MIN_SAMPLES = 3
 def run(session: Session) -> list[Finding]:
     if session.torch_cuda_used is False:
         raise Skip("the workload put no work on a CUDA device")
-    act = gpu_activity(session)
+    act = analyses(session).gpu_activity
     if act is None:
         raise Skip("no GPU samples were taken")
     if act.samples < MIN_SAMPLES:

@@ -59,8 +59,9 @@ import os
 import shlex
 
 from gpudoctor import metrics
-from gpudoctor.analysis.gpu_state import GpuActivity, gpu_activity, in_words
-from gpudoctor.analysis.memory import gpu_memory_total, oom_seen
+from gpudoctor.analysis.gpu_state import GpuActivity, in_words
+from gpudoctor.analysis.memory import gpu_memory_total
+from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import AllocatorSnapshot, Session
 
@@ -110,7 +111,7 @@ def script_target(command: list[str]) -> str:
 @check("GD202", "batch-headroom", stage=2, title="Batch far below what memory allows",
        requires=("allocator",), explains=("GD301", "GD201"))
 def run(session: Session) -> list[Finding]:
-    if oom_seen(session):
+    if analyses(session).oom_seen:
         raise Skip("the run hit out-of-memory (see GD402): there is no headroom to recommend")
     batch = batch_size(session)
     if not batch:
@@ -127,7 +128,7 @@ def run(session: Session) -> list[Finding]:
         raise Skip("no allocation recorded")
     if footprint >= PEAK_SHARE_MAX * total:
         return []
-    act = gpu_activity(session)
+    act = analyses(session).gpu_activity
     busy, busy_name = _busy(act)
     if busy is not None and busy >= (BUSY_SM_ACTIVITY if busy_name == "SM activity" else BUSY_DUTY_CYCLE):
         return []

@@ -48,7 +48,8 @@ What to do
 from __future__ import annotations
 
 from gpudoctor import metrics
-from gpudoctor.analysis.memory import ENV_FIX, OomFacts, expandable_remedy, oom_facts
+from gpudoctor.analysis.memory import ENV_FIX, OomFacts, expandable_remedy
+from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
 
@@ -77,7 +78,7 @@ def cause(facts: OomFacts) -> str:
 @check("GD402", "out-of-memory", stage=4, title="Out of GPU memory",
        requires=(), explains=("GD401", "GD202"))
 def run(session: Session) -> list[Finding]:
-    facts = oom_facts(session)
+    facts = analyses(session).oom
     if facts is None:
         if session.fact("allocator"):
             # an uncaught OOM would show as an error; a caught one only in the allocator's counters
