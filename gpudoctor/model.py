@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gpudoctor.session import Session
-from gpudoctor.thresholds import AnyThreshold, Threshold, CountThreshold, thresholds_in  # noqa: F401
+from gpudoctor.thresholds import AnyThreshold, CountThreshold, Threshold, thresholds_in  # noqa: F401
 
 if TYPE_CHECKING:
     from gpudoctor.analysis.prediction import Prediction

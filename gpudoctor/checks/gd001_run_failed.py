@@ -38,10 +38,15 @@ import statistics
 
 from gpudoctor.model import Evidence, Finding, Remedy, check
 from gpudoctor.session import ErrorEvent, Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
 STOPPED_BY_REQUEST = {"duration", "steps", "interrupted", "terminated"}
-HANG_MIN_S = 5.0  # no step for this long (and HANG_STEPS median steps) before the stop: a hang
-HANG_STEPS = 20
+HANG_MIN_S = Threshold(
+    "no step for at least this long before the stop: a hang", 5.0, "s",
+    "gpudoctor: longer than a checkpoint flush or a log line")
+HANG_STEPS = CountThreshold(
+    "... and at least this many median steps", 20, "steps",
+    "gpudoctor: far outside step-to-step variation")
 
 _WORKER_DIED = re.compile(r"DataLoader worker \(pids?(?:\(s\))? ([\d, ]+)\) (is killed by signal: ([^.]+)|exited unexpectedly[^.]*)")
 # a worker that dies while handing over a batch breaks the connection instead

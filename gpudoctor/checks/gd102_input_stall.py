@@ -98,8 +98,11 @@ from gpudoctor.analysis.prediction import Prediction, severity_for
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import LoaderInfo, Session
+from gpudoctor.thresholds import Threshold
 
-BURST_MEDIAN_SHARE = 0.5  # median wait below half the mean wait: a few long waits dominate
+BURST_MEDIAN_SHARE = Threshold(
+    "median wait below this share of the mean wait: bursts", 0.5, "share",
+    "gpudoctor: a few long waits dominate the mean")
 __all__ = ["WAIT_SHARE_CRITICAL", "WAIT_SHARE_WARNING", "run"]
 
 

@@ -80,10 +80,18 @@ from gpudoctor.analysis.prediction import Prediction, predict, severity_for
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
+from gpudoctor.thresholds import Threshold
 
-MAIN_THREAD_PEGGED_PERCENT = 90.0  # of one core
-GPU_IDLE_UTIL_PERCENT = 50.0  # duty cycle below this: the GPU idles (TensorBoard plugin)
-OTHER_PROCESSES_SHARE = 0.5  # the workload uses less than half of the busy CPU
+MAIN_THREAD_PEGGED_PERCENT = Threshold(
+    "main thread busy: pegged at or above", 90.0, "% of one core",
+    "the same margin as for the cores (psutil); a thread in cudaStreamSynchronize also spins at"
+    " 100%")
+GPU_IDLE_UTIL_PERCENT = Threshold(
+    "GPU duty cycle below this: the GPU idles", 50.0, "%",
+    "TensorBoard profiler plugin: busy below 50% means more work per step")
+OTHER_PROCESSES_SHARE = Threshold(
+    "the workload uses less than this share of the busy CPU: other processes", 0.5, "share",
+    "gpudoctor: the saturation is someone else's")
 
 
 @check("GD103", "cpu-saturation", stage=1, title="CPU saturation",

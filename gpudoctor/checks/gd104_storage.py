@@ -59,10 +59,19 @@ from gpudoctor.analysis.prediction import GAIN_WARNING
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session, StorageProbe
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-SLOW_LATENCY_MS = 5.0  # hard-disk seek time
-SLOW_THROUGHPUT_MB_S = 100.0  # below one hard disk's streaming rate
-MIN_BYTES_FOR_THROUGHPUT = 4 * 1024 * 1024
+SLOW_LATENCY_MS = Threshold(
+    "median read latency: slow at or above", 5.0, "ms",
+    "the seek time of a hard disk (4-10 ms); local SSDs answer in under 0.5 ms, NVMe in about "
+    "0.1 ms")
+SLOW_THROUGHPUT_MB_S = Threshold(
+    "read throughput: slow below", 100.0, "MB/s",
+    "below what one hard disk streams (100-200 MB/s); SATA SSDs give about 500 MB/s, NVMe "
+    "several GB/s")
+MIN_BYTES_FOR_THROUGHPUT = CountThreshold(
+    "bytes the probe must read to judge throughput", 4 * 1024 * 1024, "bytes",
+    "gpudoctor: on less, throughput is per-file latency in disguise")
 LOCAL_COPY = "/local_nvme/dataset"  # a placeholder in the remedy: the user's fast local disk
 
 NETWORK_FS = frozenset({

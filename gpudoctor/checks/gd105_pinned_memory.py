@@ -63,10 +63,18 @@ from gpudoctor import metrics
 from gpudoctor.analysis.prediction import predict, severity_for
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import LoaderInfo, ProfileSummary, Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-SMALL_COPY_BYTES = 64 * 1024  # Nsight Systems ignores synchronous copies below 64 KB
-PAGEABLE_SHARE_WARNING = 0.05  # of the profiled window, as GD102's 5%
-MAX_SHARE_FOR_GAIN = 0.99
+SMALL_COPY_BYTES = CountThreshold(
+    "copies below this size are ignored", 64 * 1024, "bytes",
+    "Nsight Systems' expert rules skip synchronous copies below 64 KB (launch latency "
+    "dominates)")
+PAGEABLE_SHARE_WARNING = Threshold(
+    "pageable copy time in the window: a warning at or above", 0.05, "share",
+    "the same \"worth a finding\" line as the data wait (GD102, TensorBoard profiler plugin)")
+MAX_SHARE_FOR_GAIN = Threshold(
+    "copy share cap in 1 / (1 - share)", 0.99, "share",
+    "keeps the gain finite")
 
 
 @dataclass(frozen=True)

@@ -65,13 +65,24 @@ from gpudoctor.analysis.prediction import bound_prediction
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-BUSY_WARNING = 50.0  # % busy: TensorBoard profiler plugin, "more work per step" below it
-BUSY_CRITICAL = 10.0  # %: the GPU idles nine tenths of the time
-GAP_POINTS = 10.0  # duty cycle this far above SM activity: explain the difference
-MEMORY_FULL = 0.80  # share of device memory in use
-MAX_GAIN = 10.0
-MIN_SAMPLES = 3
+BUSY_WARNING = Threshold(
+    "busy share below this: a warning", 50.0, "%",
+    "TensorBoard profiler plugin: busy below 50% suggests more work per step")
+BUSY_CRITICAL = Threshold(
+    "busy share below this: critical", 10.0, "%",
+    "gpudoctor: the GPU idles nine tenths of the time, every other GPU-side finding is moot")
+GAP_POINTS = Threshold(
+    "duty cycle this many points above SM activity: the gap is explained", 10.0, "points",
+    "gpudoctor: kernels too small to fill the GPU (see GD301)")
+MEMORY_FULL = Threshold(
+    "memory in use for \"memory full but idle\"", 0.80, "share",
+    "gpudoctor: a full memory does not mean a working GPU (playbook step 1.4)")
+MAX_GAIN = Threshold(
+    "cap on the predicted gain (100 / duty cycle)", 10.0, "x",
+    "gpudoctor: an upper bound, not a promise")
+MIN_SAMPLES = CountThreshold("GPU samples needed", 3, "samples", "gpudoctor: fewer are a transient")
 
 
 @check("GD201", "gpu-idle", stage=2, title="GPU idle or SMs barely used", requires=("gpu",),

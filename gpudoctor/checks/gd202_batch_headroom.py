@@ -64,13 +64,27 @@ from gpudoctor.analysis.memory import gpu_memory_total
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import AllocatorSnapshot, Session
+from gpudoctor.thresholds import Threshold
 
-PEAK_SHARE_MAX = 0.50  # peak at or above half the device: little headroom
-USABLE_SHARE = 0.90  # peak above 90% of the device is close to OOM
-BUSY_SM_ACTIVITY = 80.0  # %, GPM: the GPU is already busy
-BUSY_DUTY_CYCLE = 90.0  # %, NVML utilization when GPM is missing
-BUSY_WARNING = 50.0  # % busy: below it the GPU needs more work per step (as GD201)
-MIN_SCALING_SHARE = 0.02  # peak - baseline below 2% of peak: no measurable batch-dependent part
+PEAK_SHARE_MAX = Threshold(
+    "peak memory below this share of the device: headroom", 0.50, "share",
+    "gpudoctor: room for about twice the batch; above it a sweep finds little")
+USABLE_SHARE = Threshold(
+    "usable share of device memory", 0.90, "share",
+    "peak above 90% of the device is close to OOM (kernel workspaces, fragmentation, the CUDA "
+    "context)")
+BUSY_SM_ACTIVITY = Threshold(
+    "SM activity of a GPU already busy (GPM)", 80.0, "%",
+    "DCGM: 80% SM activity is effective use")
+BUSY_DUTY_CYCLE = Threshold(
+    "duty cycle of a GPU already busy (without GPM)", 90.0, "%",
+    "gpudoctor: a kernel ran nearly all the time")
+BUSY_WARNING = Threshold(
+    "busy share below this: a warning, else a note", 50.0, "%",
+    "TensorBoard profiler plugin's 50% line, as GD201")
+MIN_SCALING_SHARE = Threshold(
+    "peak - baseline below this share of the peak: no batch-dependent part measured", 0.02, "share",
+    "gpudoctor: within allocator noise")
 GIB = 2**30
 
 

@@ -56,15 +56,28 @@ from dataclasses import dataclass
 from gpudoctor import metrics
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import GpuInfo, GpuSample, Session
+from gpudoctor.thresholds import Threshold
 
-BUSY_PERCENT = 50.0  # utilization (or SM activity) at which clocks matter
-REASON_SHARE = 0.10  # share of busy samples with a reason before it is reported
+BUSY_PERCENT = Threshold(
+    "utilization (or SM activity) at which clocks matter", 50.0, "%",
+    "gpudoctor: clocks only matter under load")
+REASON_SHARE = Threshold(
+    "share of busy samples with a clock-event reason before it is reported", 0.10, "share",
+    "gpudoctor: one 0.5 s sample is a transient, a tenth of the busy time is not")
 SLOWDOWNS = ("HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown", "HwPowerBrakeSlowdown")
 POWER_CAP = "SwPowerCap"
-FULLY_USED_SM = 80.0  # % SM activity under the power cap: the chip is fully used
-FULLY_USED_POWER = 0.90  # share of the power limit
-LOW_POWER_SHARE = 0.50  # below this share of the limit while "busy": small kernels
-LOW_POWER_UTIL = 90.0  # utilization at which the GPU claims to be busy
+FULLY_USED_SM = Threshold(
+    "SM activity under the power cap: the chip is fully used", 80.0, "%",
+    "DCGM: 80% SM activity is effective use")
+FULLY_USED_POWER = Threshold(
+    "power under the cap: the chip is fully used", 0.90, "share",
+    "playbook: 80-90% of the rated limit under load is a fully used chip")
+LOW_POWER_SHARE = Threshold(
+    "mean power below this share of the limit while busy: small kernels", 0.50, "share",
+    "gpudoctor; idle H200 measured at about 121 W of 700 W")
+LOW_POWER_UTIL = Threshold(
+    "utilization at which the GPU claims to be busy", 90.0, "%",
+    "NVML's duty cycle (not SM activity)")
 
 
 @dataclass(frozen=True)

@@ -77,12 +77,22 @@ from gpudoctor.analysis.prediction import predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-MIN_KERNELS = 100  # below this there is no distribution to judge
-SHORT_SHARE = 0.5  # share of kernels shorter than their own launch
-TINY_MEDIAN_US = 10.0  # HTA: a launch costs 5-20 us
-IDLE_WARNING = 0.20
-MAX_GAIN = 10.0
+MIN_KERNELS = CountThreshold(
+    "kernels in the window needed to judge", 100, "kernels",
+    "gpudoctor: fewer give no distribution")
+SHORT_SHARE = Threshold(
+    "share of kernels shorter than their own launch", 0.5, "share",
+    "Holistic Trace Analysis: a short kernel runs for less than its CPU launch; half of the "
+    "work then drains faster than it is queued")
+TINY_MEDIAN_US = Threshold(
+    "median kernel below this: tiny", 10.0, "us",
+    "Holistic Trace Analysis: a launch costs 5-20 us")
+IDLE_WARNING = Threshold(
+    "GPU idle share needed to look at all", 0.20, "share",
+    "TensorBoard profiler plugin calls a GPU under 50% busy under-used")
+MAX_GAIN = Threshold("cap on the rule-based gain", 10.0, "x", "gpudoctor: an upper bound")
 
 REMEDY = Remedy(
     text="Fuse the small kernels and take the host out of the loop: torch.compile merges elementwise "

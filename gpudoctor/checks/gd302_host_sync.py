@@ -75,10 +75,15 @@ from gpudoctor.checks._profile import gpu_profile, per_window, window_name, wind
 from gpudoctor.metrics import format_duration
 from gpudoctor.model import Evidence, Finding, Remedy, check
 from gpudoctor.session import Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-PER_STEP = 2.0  # more than the customary one loss.item() per step
-IN_WINDOW = 10  # when the window's steps are unknown
-MAX_GAIN = 10.0
+PER_STEP = Threshold(
+    "synchronisations per step: more is a finding", 2.0, "syncs/step",
+    "more than the customary one loss.item() per step (and one spare)")
+IN_WINDOW = CountThreshold(
+    "synchronisations in the window when its steps are unknown", 10, "syncs",
+    "gpudoctor")
+MAX_GAIN = Threshold("cap on the rule-based gain", 10.0, "x", "gpudoctor: an upper bound")
 MAX_SITES = 3
 
 REMEDY = Remedy(

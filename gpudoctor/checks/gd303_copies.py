@@ -65,13 +65,24 @@ from gpudoctor.checks._profile import gpu_profile, per_window, window_name, wind
 from gpudoctor.metrics import format_bytes, format_duration
 from gpudoctor.model import Evidence, Finding, Remedy, check
 from gpudoctor.session import Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-SHARE_WARNING = 0.20
-SHARE_CRITICAL = 0.50
-SMALL_PER_STEP = 10
-SMALL_IN_WINDOW = 50
-SMALL_SHARE_WARNING = 0.10
-MAX_GAIN = 10.0
+SHARE_WARNING = Threshold(
+    "copy time / (copy + kernel time): a warning", 0.20, "share",
+    "gpudoctor: a fifth of the GPU's time moving data")
+SHARE_CRITICAL = Threshold(
+    "copy time / (copy + kernel time): critical", 0.50, "share",
+    "gpudoctor: copies take as long as the compute")
+SMALL_PER_STEP = CountThreshold(
+    "small copies per step: many", 10, "copies/step",
+    "Nsight Systems' 64 KB line for a small copy; gpudoctor's count")
+SMALL_IN_WINDOW = CountThreshold(
+    "small copies in a window without steps: many", 50, "copies",
+    "gpudoctor")
+SMALL_SHARE_WARNING = Threshold(
+    "small copies' share of the window for a warning", 0.10, "share",
+    "gpudoctor")
+MAX_GAIN = Threshold("cap on the rule-based gain", 10.0, "x", "gpudoctor: an upper bound")
 
 REMEDY = Remedy(
     text="Pin host memory and copy asynchronously (pin_memory=True, non_blocking=True); gather small "

@@ -63,10 +63,13 @@ from gpudoctor.checks._profile import gpu_profile, per_window, window_name
 from gpudoctor.collectors.trace import classify_gemm
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
+from gpudoctor.thresholds import Threshold
 
-SHARE_INFO = 0.10  # fp32 GEMM time / kernel time: worth saying
-SPAN_WARNING = 0.25  # fp32 GEMM time / GPU span: worth doing first
-TENSOR_CORE_SPEEDUP = 8.0  # TF32 vs fp32 peak on A100/H100; 7.9x measured on an H200 at 4096^3
+SHARE_INFO = Threshold("fp32 GEMM time / kernel time worth saying", 0.10, "share", "gpudoctor")
+SPAN_WARNING = Threshold("fp32 GEMM time / GPU span worth doing first", 0.25, "share", "gpudoctor")
+TENSOR_CORE_SPEEDUP = Threshold(
+    "TF32 over fp32 matmul speed-up", 8.0, "x",
+    "TF32 vs fp32 peak on A100/H100; 7.9x measured on an H200 at 4096^3")
 
 REMEDY = Remedy(
     text="Let fp32 matmuls use TF32 tensor cores, or run the forward pass under bf16 autocast (check "

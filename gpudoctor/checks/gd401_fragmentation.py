@@ -51,13 +51,26 @@ from gpudoctor import metrics
 from gpudoctor.analysis.memory import expandable_remedy, fragmentation, gpu_memory_total
 from gpudoctor.model import Evidence, Finding, Skip, check
 from gpudoctor.session import AllocatorSnapshot, Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-FRAGMENTATION_SHARE = 0.20  # inactive split / reserved
-MIN_INACTIVE_SPLIT = 512 * 2**20
-MIN_RESERVED = 2**30  # below, ratios are noise
-TIGHT_DEVICE_SHARE = 0.80  # reserved / device: fragmentation turns into OOMs
-CACHED_GAP_SHARE = 0.50  # (reserved - allocated) / reserved
-MIN_CACHED_GAP = 2**30
+FRAGMENTATION_SHARE = Threshold(
+    "inactive split / reserved: fragmented at or above", 0.20, "share",
+    "PyTorch documents the counters, not a line: gpudoctor's starting point")
+MIN_INACTIVE_SPLIT = CountThreshold(
+    "inactive split memory needed for a finding", 512 * 2**20, "bytes",
+    "gpudoctor's starting point")
+MIN_RESERVED = CountThreshold(
+    "reserved memory below which ratios are noise", 2**30, "bytes",
+    "gpudoctor's starting point")
+TIGHT_DEVICE_SHARE = Threshold(
+    "reserved / device memory: fragmentation turns into OOMs", 0.80, "share",
+    "gpudoctor's starting point")
+CACHED_GAP_SHARE = Threshold(
+    "(reserved - allocated) / reserved held back by the cache", 0.50, "share",
+    "gpudoctor's starting point")
+MIN_CACHED_GAP = CountThreshold(
+    "cached memory held back worth a mention", 2**30, "bytes",
+    "gpudoctor's starting point")
 
 @check("GD401", "allocator-fragmentation", stage=4, title="Allocator fragmentation or allocation retries",
        requires=("allocator",))

@@ -52,8 +52,11 @@ from gpudoctor.analysis.memory import ENV_FIX, OomFacts, expandable_remedy
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
+from gpudoctor.thresholds import Threshold
 
-FRAGMENTATION_CONTRIBUTED = 0.10  # reserved-but-unallocated / reserved
+FRAGMENTATION_CONTRIBUTED = Threshold(
+    "reserved-but-unallocated / reserved: fragmentation contributed", 0.10, "share",
+    "gpudoctor: a tenth of the reserved memory unusable")
 
 
 def cause(facts: OomFacts) -> str:
