@@ -107,8 +107,8 @@ class Check:
     # (GD102 explains GD103 only when the saturated core is the main thread, the loader itself)
     explains_only_if: Mapping[str, Callable[[Finding], bool]] = field(default_factory=dict, hash=False,
                                                                       compare=False)
-    # the limits the check compares against, printed by `gpudoctor explain`; left empty, they are
-    # the Threshold constants bound in the module that defines `run` (see thresholds_of)
+    # limits from shared analyses the check relies on without naming them in its module; with the
+    # Threshold constants bound in its module, they are what `gpudoctor explain` prints (thresholds_of)
     thresholds: tuple[AnyThreshold, ...] = ()
     # its findings are the GPU's idle time itself (GD201): in a replayed window, a cause explains
     # them when removing that cause takes away at least half of the idle time (gpudoctor.engine)
@@ -148,11 +148,14 @@ def declared_check(obj: object) -> Check | None:
 
 
 def thresholds_of(declared: Check) -> tuple[AnyThreshold, ...]:
-    """The thresholds a check declares, else those bound in the module of its function."""
-    if declared.thresholds:
-        return declared.thresholds
+    """The limits a check compares against: those it declares (the shared analyses' limits
+    it relies on), then the Threshold constants bound in the module of its function."""
     module = sys.modules.get(getattr(declared.run, "__module__", "") or "")
-    return thresholds_in(vars(module)) if module is not None else ()
+    bound = thresholds_in(vars(module)) if module is not None else ()
+    seen: dict[int, AnyThreshold] = {}
+    for limit in (*declared.thresholds, *bound):
+        seen.setdefault(id(limit), limit)
+    return tuple(seen.values())
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,8 @@ def _shown(value: float, unit: str) -> str:
             if value >= size and value % size == 0:
                 return f"{value // size:g} {suffix}"
         return f"{value:g} bytes"
+    if unit == "x":
+        return f"{value:.4g}x"
     if unit == "share":
         return f"{value:.4g} ({value * 100:.3g}%)"
     number = f"{value:g}" if isinstance(value, float) else str(value)

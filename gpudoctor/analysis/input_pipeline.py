@@ -76,6 +76,10 @@ HANDOFF_PERCENTILE = CountThreshold(
 HANDOFF_READY_SHARE = Threshold(
     "that percentile must be below this share of the median wait", 0.5, "share",
     "gpudoctor: only when ready batches are clearly told apart")
+# what the stall classification and the worker plan compare against, for the checks' pages
+STALL_LIMITS = (WAIT_SHARE_WARNING, WAIT_SHARE_CRITICAL, CPU_BOUND_RATIO, WAITING_RATIO, MAX_SHARE_FOR_GAIN)
+WORKER_LIMITS = (HEADROOM, TOO_FEW_CORE_SHARE, OVERSUBSCRIBED, LIGHT_WORKERS_PER_CORE, DEEPER_PREFETCH, HANDOFF_S,
+                 HANDOFF_PERCENTILE, HANDOFF_READY_SHARE, CORES_SATURATED_PERCENT)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ MAX_GAIN = Threshold(
     "cap on any predicted gain", 100.0, "x",
     "gpudoctor: beyond it the prediction says nothing useful")
 
+SEVERITY_GAINS = (GAIN_WARNING, GAIN_CRITICAL)  # what severity_for grades by, for the checks' pages
+
 
 @dataclass(frozen=True)
 class Prediction:

@@ -86,6 +86,8 @@ from gpudoctor.analysis.input_pipeline import (
     CORES_SATURATED_PERCENT,
     HEADROOM,
     OVERSUBSCRIBED,
+    STALL_LIMITS,
+    WORKER_LIMITS,
     InputStall,
     WorkerPlan,
     cores_busy_percent,
@@ -96,7 +98,7 @@ from gpudoctor.analysis.input_pipeline import (
     worker_cap,
     worker_plan,
 )
-from gpudoctor.analysis.prediction import severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, severity_for
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import LoaderInfo, Session
@@ -132,7 +134,8 @@ def _cores_text(cores: float, ranks: int) -> str:
 
 
 @check("GD101", "loader-workers", stage=1, title="DataLoader workers vs usable cores",
-       requires=("loader",), explains=("GD201", "GD202"))
+       requires=("loader",), explains=("GD201", "GD202"),
+       thresholds=(*STALL_LIMITS, *WORKER_LIMITS, *SEVERITY_GAINS))
 def run(session: Session) -> list[Finding]:
     if not session.loaders:
         raise Skip("no DataLoader seen")

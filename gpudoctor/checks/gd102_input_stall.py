@@ -85,6 +85,7 @@ from __future__ import annotations
 
 from gpudoctor import metrics
 from gpudoctor.analysis.input_pipeline import (
+    STALL_LIMITS,
     WAIT_SHARE_CRITICAL,
     WAIT_SHARE_WARNING,
     InputStall,
@@ -94,7 +95,7 @@ from gpudoctor.analysis.input_pipeline import (
     loader_line,
     worker_plan,
 )
-from gpudoctor.analysis.prediction import Prediction, severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, Prediction, severity_for
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import LoaderInfo, Session
@@ -206,7 +207,8 @@ def _main_thread_saturated(finding: Finding) -> bool:
 
 @check("GD102", "input-stall", stage=1, title="Input pipeline stall",
        requires=("loader",), explains=("GD201", "GD202", "GD203", "GD103"),
-       explains_only_if={"GD103": _main_thread_saturated})
+       explains_only_if={"GD103": _main_thread_saturated},
+       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS))
 def run(session: Session) -> list[Finding]:
     if not session.loaders:
         raise Skip("no DataLoader seen")

@@ -69,6 +69,7 @@ from __future__ import annotations
 from gpudoctor import metrics
 from gpudoctor.analysis.input_pipeline import (
     CORES_SATURATED_PERCENT,
+    STALL_LIMITS,
     InputStall,
     cores_busy_percent,
     data_prediction,
@@ -76,7 +77,7 @@ from gpudoctor.analysis.input_pipeline import (
     worker_plan,
     workload_cores,
 )
-from gpudoctor.analysis.prediction import Prediction, predict, severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, Prediction, predict, severity_for
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
@@ -95,7 +96,8 @@ OTHER_PROCESSES_SHARE = Threshold(
 
 
 @check("GD103", "cpu-saturation", stage=1, title="CPU saturation",
-       requires=("cpu",), explains=("GD201", "GD202", "GD203"))
+       requires=("cpu",), explains=("GD201", "GD202", "GD203"),
+       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS))
 def run(session: Session) -> list[Finding]:
     samples = metrics.cpu_samples_steady(session)
     if not samples:

@@ -54,8 +54,8 @@ Example
 from __future__ import annotations
 
 from gpudoctor import metrics
-from gpudoctor.analysis.input_pipeline import InputStall, data_prediction
-from gpudoctor.analysis.prediction import GAIN_WARNING
+from gpudoctor.analysis.input_pipeline import STALL_LIMITS, InputStall, data_prediction
+from gpudoctor.analysis.prediction import GAIN_WARNING, SEVERITY_GAINS
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session, StorageProbe
@@ -105,7 +105,8 @@ def slow_reasons(probe: StorageProbe) -> list[str]:
     return reasons
 
 
-@check("GD104", "slow-storage", stage=1, title="Slow or network storage", requires=("storage",))
+@check("GD104", "slow-storage", stage=1, title="Slow or network storage", requires=("storage",),
+       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS))
 def run(session: Session) -> list[Finding]:
     if not session.storage:
         raise Skip("no storage probe (dataset location unknown)")

@@ -60,7 +60,7 @@ import re
 from dataclasses import dataclass
 
 from gpudoctor import metrics
-from gpudoctor.analysis.prediction import predict, severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import LoaderInfo, ProfileSummary, Session
 from gpudoctor.thresholds import CountThreshold, Threshold
@@ -120,7 +120,8 @@ def profile_measured(profile: ProfileSummary | None) -> bool:
 
 
 @check("GD105", "pageable-memory", stage=1, title="Pageable host memory for H2D copies",
-       requires=(), explains=("GD103", "GD201"))
+       requires=(), explains=("GD103", "GD201"),
+       thresholds=SEVERITY_GAINS)
 def run(session: Session) -> list[Finding]:
     if session.torch_cuda_used is False:
         raise Skip("the run used no GPU")

@@ -73,7 +73,7 @@ Example
 
 from __future__ import annotations
 
-from gpudoctor.analysis.prediction import predict, severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
@@ -175,4 +175,5 @@ def _run(session: Session) -> list[Finding]:
 
 # a launch-bound loop is what pegs its main thread
 run = check("GD301", "launch-bound", stage=3, title="Launch-bound (many tiny kernels)",
-            requires=("profile",), explains=("GD201", "GD103"))(per_window(_run))
+            requires=("profile",), explains=("GD201", "GD103"),
+            thresholds=SEVERITY_GAINS)(per_window(_run))

@@ -70,7 +70,7 @@ Example
 
 from __future__ import annotations
 
-from gpudoctor.analysis.prediction import predict, severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_duration
 from gpudoctor.model import Evidence, Finding, Remedy, check
@@ -156,4 +156,5 @@ def _run(session: Session) -> list[Finding]:
 
 
 run = check("GD302", "host-sync", stage=3, title="Host synchronisations in the loop",
-            requires=("profile",), explains=("GD201",))(per_window(_run))
+            requires=("profile",), explains=("GD201",),
+            thresholds=SEVERITY_GAINS)(per_window(_run))

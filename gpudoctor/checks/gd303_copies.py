@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import math
 
-from gpudoctor.analysis.prediction import predict, severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_bytes, format_duration
 from gpudoctor.model import Evidence, Finding, Remedy, check
@@ -173,4 +173,5 @@ def _run(session: Session) -> list[Finding]:
 
 
 run = check("GD303", "copy-bound", stage=3, title="Memory copies dominate",
-            requires=("profile",), explains=("GD103", "GD201"))(per_window(_run))
+            requires=("profile",), explains=("GD103", "GD201"),
+            thresholds=SEVERITY_GAINS)(per_window(_run))

@@ -58,7 +58,7 @@ Example
 
 from __future__ import annotations
 
-from gpudoctor.analysis.prediction import predict, severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name
 from gpudoctor.collectors.trace import classify_gemm
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
@@ -136,4 +136,5 @@ def _run(session: Session) -> list[Finding]:
 
 
 run = check("GD304", "fp32-matmul", stage=3, title="Full-fp32 matmuls (no tensor cores)",
-            requires=("profile",))(per_window(_run))
+            requires=("profile",),
+            thresholds=SEVERITY_GAINS)(per_window(_run))

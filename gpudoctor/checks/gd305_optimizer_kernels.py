@@ -43,7 +43,13 @@ Example
 
 from __future__ import annotations
 
-from gpudoctor.analysis.prediction import GAIN_WARNING, predict, replay_of, severity_for
+from gpudoctor.analysis.prediction import (
+    GAIN_WARNING,
+    SEVERITY_GAINS,
+    predict,
+    replay_of,
+    severity_for,
+)
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
 
@@ -56,7 +62,8 @@ REMEDY = Remedy(
 
 
 @check("GD305", "optimizer-kernels", stage=3, title="Per-parameter optimizer kernels",
-       requires=("profile",), explains=("GD201",))
+       requires=("profile",), explains=("GD201",),
+       thresholds=SEVERITY_GAINS)
 def run(session: Session) -> list[Finding]:
     replay = replay_of(session)
     if replay is None:
