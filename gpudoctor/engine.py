@@ -61,36 +61,39 @@ def _run_checks(session: Session, checks: list[Check], ignore: Iterable[str],
     findings: list[Finding] = []
     outcomes: list[CheckOutcome] = []
     for check in checks:
-        base = dict(id=check.id, slug=check.slug, stage=check.stage, title=check.title)
-        if check.id.upper() in ignored or check.slug.upper() in ignored:
-            outcomes.append(CheckOutcome(**base, status="skipped", reason="ignored (--ignore)"))
-            continue
-        missing = [(fact, session.fact(fact)) for fact in check.requires if session.fact(fact)]
-        if missing:
-            fact, reason = missing[0]
-            outcomes.append(CheckOutcome(**base, status="skipped", reason=f"{fact}: {reason}"))
-            continue
-        try:
-            produced = validated_findings(check.run(session))
-            stamped = [dataclasses.replace(f, id=check.id, stage=check.stage) for f in produced]
-        except Skip as skip:
-            outcomes.append(CheckOutcome(**base, status="skipped", reason=str(skip)))
-            continue
-        except PluginOutputError as exc:  # garbage from a (third-party) check: said, never fatal
-            log.warning("check %s returned an unusable result: %s", check.id, exc)
-            outcomes.append(CheckOutcome(**base, status="error", reason=f"check returned an unusable result: {exc}"))
-            continue
-        except (Exception, SystemExit) as exc:  # a broken check is reported, never fatal
-            log.exception("check %s failed", check.id)
-            outcomes.append(
-                CheckOutcome(**base, status="error", reason=f"check failed: {type(exc).__name__}: {exc}")
-            )
-            continue
-        findings.extend(stamped)
-        outcomes.append(CheckOutcome(**base, status="finding" if stamped else "pass"))
+        outcome, produced = _run_one(session, check, ignored)
+        outcomes.append(outcome)
+        findings.extend(produced)
     outcomes.extend(load_error_outcomes(load_errors))
     findings = _cap_severity(session, findings, shared)
     return EngineResult(findings=order(findings, session, {c.id: c for c in checks}), outcomes=outcomes)
+
+
+def _run_one(session: Session, check: Check, ignored: set[str]) -> tuple[CheckOutcome, list[Finding]]:
+    """One check's outcome and its findings (stamped with its ID and stage)."""
+
+    def outcome(status: str, reason: str | None = None) -> CheckOutcome:
+        return CheckOutcome(id=check.id, slug=check.slug, stage=check.stage, title=check.title, status=status,
+                            reason=reason)
+
+    if check.id.upper() in ignored or check.slug.upper() in ignored:
+        return outcome("skipped", "ignored (--ignore)"), []
+    missing = [(fact, session.fact(fact)) for fact in check.requires if session.fact(fact)]
+    if missing:
+        fact, reason = missing[0]
+        return outcome("skipped", f"{fact}: {reason}"), []
+    try:
+        produced = validated_findings(check.run(session))
+        stamped = [dataclasses.replace(f, id=check.id, stage=check.stage) for f in produced]
+    except Skip as skip:
+        return outcome("skipped", str(skip)), []
+    except PluginOutputError as exc:  # garbage from a (third-party) check: said, never fatal
+        log.warning("check %s returned an unusable result: %s", check.id, exc)
+        return outcome("error", f"check returned an unusable result: {exc}"), []
+    except (Exception, SystemExit) as exc:  # a broken check is reported, never fatal
+        log.exception("check %s failed", check.id)
+        return outcome("error", f"check failed: {type(exc).__name__}: {exc}"), []
+    return outcome("finding" if stamped else "pass"), stamped
 
 
 def _cap_severity(session: Session, findings: list[Finding], shared: Analyses) -> list[Finding]:

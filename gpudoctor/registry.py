@@ -57,7 +57,7 @@ def _builtin_checks(errors: list[PluginError]) -> list[Check]:
     for name in builtin_module_names():
         try:
             found = module_check(importlib.import_module(f"gpudoctor.checks.{name}"))
-        except Exception as exc:  # reported like a broken plugin, never fatal
+        except Exception as exc:  # noqa: BLE001  (reported like a broken plugin, never fatal)
             errors.append(PluginError(name, f"{type(exc).__name__}: {exc}"))
             continue
         problem = check_problem(found) if found is not None else "the module declares no check"

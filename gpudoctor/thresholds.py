@@ -8,7 +8,7 @@ unit and source, so the page cannot drift from what the check does.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 
 class Threshold(float):
@@ -18,7 +18,7 @@ class Threshold(float):
     unit: str
     source: str
 
-    def __new__(cls, name: str, value: float, unit: str = "", source: str = "") -> Threshold:
+    def __new__(cls, name: str, value: float, unit: str = "", source: str = "") -> Threshold:  # noqa: PYI034
         obj = super().__new__(cls, value)
         obj.name, obj.unit, obj.source = name, unit, source
         return obj
@@ -41,7 +41,7 @@ class CountThreshold(int):
     unit: str
     source: str
 
-    def __new__(cls, name: str, value: int, unit: str = "", source: str = "") -> CountThreshold:
+    def __new__(cls, name: str, value: int, unit: str = "", source: str = "") -> CountThreshold:  # noqa: PYI034
         obj = super().__new__(cls, value)
         obj.name, obj.unit, obj.source = name, unit, source
         return obj
@@ -57,7 +57,7 @@ class CountThreshold(int):
         return _shown(int(self), self.unit)
 
 
-AnyThreshold = Union[Threshold, CountThreshold]
+AnyThreshold = Threshold | CountThreshold
 THRESHOLD_TYPES = (Threshold, CountThreshold)
 
 

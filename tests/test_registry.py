@@ -63,7 +63,7 @@ def test_a_plain_checkout_finds_the_builtins_without_metadata(tmp_path):
 
 def test_pyproject_lists_no_builtin_check():
     text = (ROOT / "pyproject.toml").read_text()
-    assert "gpudoctor.checks." not in text and not re.search(r"^GD\d{3}\s*=", text, re.M)
+    assert "gpudoctor.checks." not in text and not re.search(r"^GD\d{3}\s*=", text, re.MULTILINE)
 
 
 def test_stale_metadata_naming_the_builtins_is_ignored(monkeypatch):
