@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gpudoctor.session import Session
-from gpudoctor.thresholds import AnyThreshold, CountThreshold, Threshold, thresholds_in  # noqa: F401
+from gpudoctor.thresholds import AnyThreshold, CountThreshold, Threshold, fill_page, thresholds_in  # noqa: F401
 
 if TYPE_CHECKING:
     from gpudoctor.analysis.prediction import Prediction
@@ -118,7 +118,8 @@ class Check:
 def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str] = (),
           explains: Sequence[str] = (), explains_only_if: Mapping[str, Callable[[Finding], bool]] | None = None,
           thresholds: Sequence[AnyThreshold] = (), measures_idle: bool = False) -> Callable[[RunFn], RunFn]:
-    """Declare a check once, on its function; the module docstring is its page.
+    """Declare a check once, on its function; the module docstring is its page, where
+    ``{{NAME}}`` stands for the value of threshold NAME (gpudoctor.thresholds.fill_page).
 
         @check("GD102", "input-stall", stage=1, title="Input pipeline stall", requires=("loader",))
         def run(session: Session) -> list[Finding]: ...
@@ -129,8 +130,9 @@ def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str]
 
     def declare(run: RunFn) -> RunFn:
         module = sys.modules.get(run.__module__)
+        page = fill_page(module.__doc__ or "", vars(module), thresholds) if module is not None else ""
         declared = Check(id=id, slug=slug, stage=stage, title=title, run=run, requires=tuple(requires),
-                         doc=(module.__doc__ if module is not None else None) or "", explains=tuple(explains),
+                         doc=page, explains=tuple(explains),
                          explains_only_if=dict(explains_only_if or {}), thresholds=tuple(thresholds),
                          measures_idle=measures_idle)
         run.check = declared  # type: ignore[attr-defined]

@@ -8,6 +8,9 @@ unit and source, so the page cannot drift from what the check does.
 
 from __future__ import annotations
 
+import re
+import sys
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -17,10 +20,12 @@ class Threshold(float):
     name: str
     unit: str
     source: str
+    module: str | None  # where it is defined, so a page can name it ({{NAME}}, see fill_page)
 
     def __new__(cls, name: str, value: float, unit: str = "", source: str = "") -> Threshold:  # noqa: PYI034
         obj = super().__new__(cls, value)
         obj.name, obj.unit, obj.source = name, unit, source
+        obj.module = _caller_module()
         return obj
 
     def __getnewargs__(self) -> tuple[Any, ...]:  # copy and pickle rebuild it with its description
@@ -40,10 +45,12 @@ class CountThreshold(int):
     name: str
     unit: str
     source: str
+    module: str | None  # where it is defined, so a page can name it ({{NAME}}, see fill_page)
 
     def __new__(cls, name: str, value: int, unit: str = "", source: str = "") -> CountThreshold:  # noqa: PYI034
         obj = super().__new__(cls, value)
         obj.name, obj.unit, obj.source = name, unit, source
+        obj.module = _caller_module()
         return obj
 
     def __getnewargs__(self) -> tuple[Any, ...]:
@@ -70,9 +77,15 @@ def _shown(value: float, unit: str) -> str:
     if unit == "x":
         return f"{value:.4g}x"
     if unit == "share":
-        return f"{value:.4g} ({value * 100:.3g}%)"
+        return f"{value * 100:.3g}%"
+    if unit == "percentile":
+        return f"{value:g}th percentile"
+    if unit == "s" and 0 < value < 0.1:
+        return f"{value * 1e3:g} ms"
     number = f"{value:g}" if isinstance(value, float) else str(value)
-    return f"{number} {unit}".strip() if unit not in ("", "%") else number + unit
+    if unit in ("", "ratio"):
+        return number
+    return number + "%" if unit == "%" else f"{number} {unit}"
 
 
 def thresholds_in(namespace: dict[str, Any]) -> tuple[AnyThreshold, ...]:
@@ -82,3 +95,34 @@ def thresholds_in(namespace: dict[str, Any]) -> tuple[AnyThreshold, ...]:
         if isinstance(value, THRESHOLD_TYPES) and id(value) not in seen:
             seen[id(value)] = value
     return tuple(seen.values())
+
+
+def _caller_module() -> str | None:
+    try:
+        return sys._getframe(2).f_globals.get("__name__")
+    except ValueError:  # no such frame (created from C)
+        return None
+
+
+MARKER = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
+
+
+def fill_page(text: str, namespace: Mapping[str, Any], also: Iterable[AnyThreshold] = ()) -> str:
+    """A check's page with each ``{{NAME}}`` replaced by that threshold's value and unit.
+
+    NAME is looked up in `namespace` (the check module's), then in the modules that define
+    the thresholds in `also` (the shared analyses' limits the check declares). The page
+    thus states the numbers the code compares against; an unknown NAME stays as written.
+    """
+    names: dict[str, Any] = {}
+    for limit in also:
+        module = sys.modules.get(limit.module or "")
+        if module is not None:
+            names.update(vars(module))
+    names.update(namespace)
+
+    def value(match: re.Match[str]) -> str:
+        found = names.get(match.group(1))
+        return found.shown() if isinstance(found, THRESHOLD_TYPES) else match.group(0)
+
+    return MARKER.sub(value, text)

@@ -139,7 +139,7 @@ def test_thresholds_are_numbers_with_their_source():
     count = CountThreshold("small copy", 64 * 1024, "bytes", "Nsight Systems")
     assert share == 0.05 and 0.2 > share and share * 100 == 5.0 and f"{share:.0%}" == "5%"
     assert count == 65536 and f"{count}" == "65536" and count.shown() == "64 KiB"
-    assert share.shown() == "0.05 (5%)"
+    assert share.shown() == "5%"
     for thing in (share, count):
         for again in (copy.deepcopy(thing), pickle.loads(pickle.dumps(thing))):
             assert again == thing and again.source == thing.source and type(again) is type(thing)
@@ -171,3 +171,16 @@ def test_the_decorator_declares_once_and_keeps_the_function(monkeypatch):
         "ZZ901", "decorated", 2, ("gpu",), ("GD201",))
     assert declared.doc == (sys.modules[__name__].__doc__ or "")
     assert thresholds_of(declared)[0] is limit
+
+
+def test_every_page_states_the_numbers_of_the_thresholds_it_names():
+    """A page writes {{NAME}} where it states a threshold: filled from the object the code uses."""
+    from gpudoctor.checks import gd104_storage, gd201_gpu_idle
+
+    checks, _ = registry.load_checks()
+    for declared in checks:
+        assert not re.findall(r"\{\{\w+\}\}", declared.doc), declared.id
+    assert f"Median read latency >= {gd104_storage.SLOW_LATENCY_MS.shown()}:" in gd104_storage.run.check.doc
+    assert "Median read latency >= 5 ms:" in gd104_storage.run.check.doc
+    assert "{{SLOW_LATENCY_MS}}" in (gd104_storage.__doc__ or "")  # the source names it, once
+    assert f"busy share < {gd201_gpu_idle.BUSY_CRITICAL.shown()}: critical" in gd201_gpu_idle.run.check.doc

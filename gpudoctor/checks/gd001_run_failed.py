@@ -20,7 +20,7 @@ How it is measured
     exceptions (type, message, traceback, with secrets redacted) in every Python
     process, whether Python's exit handlers ran, and when the last step ended.
     A run that gpudoctor itself stopped (--duration, --steps, Ctrl-C, SIGTERM) is
-    not a failure; it is a hang when no step ended in the last 5 s (and 20 median
+    not a failure; it is a hang when no step ended in the last {{HANG_MIN_S}} (and {{HANG_STEPS}} median
     steps) before the stop.
 
 What to do

@@ -46,13 +46,13 @@ How it is measured
     its share of a batch ("Normalize.forward in transforms.py:123 costs 62% of a batch").
 
 Thresholds, and where they come from
-    - share >= 5%: worth a look. This is the TensorBoard profiler plugin's line for
+    - share >= {{WAIT_SHARE_WARNING}}: worth a look. This is the TensorBoard profiler plugin's line for
       "your program is input-bound"; below it, the gain (< 1.05x) is within
       run-to-run noise.
-    - severity by the predicted gain: 1.053x (a 5% wait removed) or more is a
-      warning, 1.43x (a 30% wait removed) or more critical; under 1.053x the wait is
+    - severity by the predicted gain: {{GAIN_WARNING}} (a 5% wait removed) or more is a
+      warning, {{GAIN_CRITICAL}} (a 30% wait removed) or more critical; under it the wait is
       hidden by queued GPU work (info).
-    - CPU time / wall time per batch >= 0.7: cpu-bound; <= 0.3: waiting; in between:
+    - CPU time / wall time per batch >= {{CPU_BOUND_RATIO}}: cpu-bound; <= {{WAITING_RATIO}}: waiting; in between:
       mixed. The bands leave a margin on each side of "half the time on CPU", since
       page faults, GIL hand-offs and short I/O always cost some wall time without CPU.
     - Worker processes busy (psutil, share of min(workers, cores)) below 30% while

@@ -30,15 +30,15 @@ How it is measured
     impact comes from the data-wait share (GD102) and the GPU's duty cycle (NVML).
 
 Thresholds, and where they come from
-    - Cores busy >= 90% (mean): psutil's system-wide busy share rarely exceeds
+    - Cores busy >= {{CORES_SATURATED_PERCENT}} (mean): psutil's system-wide busy share rarely exceeds
       90-95% even when every core is runnable, because of interrupts and scheduler
       idle moments; 90% is "no room left".
-    - Main thread >= 90% of one core: the same margin, for a single thread. Note that
+    - Main thread >= {{MAIN_THREAD_PEGGED_PERCENT}} of one core: the same margin, for a single thread. Note that
       a thread waiting in ``cudaStreamSynchronize`` also spins at 100%, so a pegged
       main thread counts only while the GPU idles or the loop waits for data.
-    - Impact: data wait >= 5% of step time (TensorBoard profiler plugin, as GD102), or
-      GPU duty cycle below 50% (the TensorBoard plugin's "busy below 50%" line).
-      Critical when the data wait reaches 30% (GD102's critical line). When neither
+    - Impact: data wait >= {{WAIT_SHARE_WARNING}} of step time (TensorBoard profiler plugin, as GD102), or
+      GPU duty cycle below {{GPU_IDLE_UTIL_PERCENT}} (the TensorBoard plugin's "busy below 50%" line).
+      Critical when the data wait reaches {{WAIT_SHARE_CRITICAL}} (GD102's critical line). When neither
       was measured the saturation is reported as a note.
 
 What to do

@@ -25,12 +25,12 @@ How it is measured
     classification of the stall (CPU time far below wall time while producing batches).
 
 Thresholds, and where they come from
-    - Median read latency >= 5 ms: the seek time of a hard disk (4-10 ms); local SSDs
+    - Median read latency >= {{SLOW_LATENCY_MS}}: the seek time of a hard disk (4-10 ms); local SSDs
       answer in well under 0.5 ms, NVMe in about 0.1 ms.
-    - Throughput < 100 MB/s: below what a single hard disk streams (100-200 MB/s);
+    - Throughput < {{SLOW_THROUGHPUT_MB_S}}: below what a single hard disk streams (100-200 MB/s);
       SATA SSDs give about 500 MB/s, NVMe several GB/s. Judged only when the probe read
-      at least 4 MiB, since on less the figure is per-file latency in disguise.
-    - Severity: a warning when the loop waits for data (>= 5% of the step, GD102) and
+      at least {{MIN_BYTES_FOR_THROUGHPUT}}, since on less the figure is per-file latency in disguise.
+    - Severity: a warning when the loop waits for data (>= {{WAIT_SHARE_WARNING}} of the step, GD102) and
       the stall is classified ``waiting`` (storage is then the likely cause); a note
       otherwise, because slow storage that the loader already hides costs nothing.
 

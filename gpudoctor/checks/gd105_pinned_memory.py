@@ -23,11 +23,11 @@ How it is measured
     work on a CUDA device is skipped.
 
 Thresholds, and where they come from
-    - Copies under 64 KB are ignored (counted by the trace reader; from the mean
+    - Copies under {{SMALL_COPY_BYTES}} are ignored (counted by the trace reader; from the mean
       size when it did not count them): Nsight Systems' expert rules skip
       synchronous copies below 64 KB, where launch latency, not pinning, dominates
       (many small copies are GD303's business).
-    - Pageable copy time >= 5% of the profiled window is a warning (the same "worth a
+    - Pageable copy time >= {{PAGEABLE_SHARE_WARNING}} of the profiled window is a warning (the same "worth a
       finding" line as the data wait, GD102); below that, a note.
     - The gain: the profiled window replayed with those copies pinned and
       asynchronous (the trace's own pinned rate, else 55.3 vs 13.8 GB/s measured on an

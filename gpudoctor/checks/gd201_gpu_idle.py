@@ -25,16 +25,16 @@ How it is measured
     time window are averaged over every GPU the workload used.
 
 Thresholds, and where they come from
-    - busy share < 50%: a finding (warning). Busy share is the SM activity when GPM
+    - busy share < {{BUSY_WARNING}}: a finding (warning). Busy share is the SM activity when GPM
       measured it, else the duty cycle. "Busy below 50% suggests more work per step"
       is the TensorBoard profiler plugin's line (its GPU utilization advice).
-    - busy share < 10%: critical. The GPU is idle nine tenths of the time or more
+    - busy share < {{BUSY_CRITICAL}}: critical. The GPU is idle nine tenths of the time or more
       (gpudoctor's own line: at that point every other GPU-side finding is moot).
-    - duty cycle 10 points or more above the SM activity: the message explains the
+    - duty cycle {{GAP_POINTS}} or more above the SM activity: the message explains the
       gap (kernels too small to fill the GPU, see GD301).
-    - memory used >= 80% of the device while busy share < 50%: "memory full but idle".
-    - predicted gain (a bound): 100 / duty cycle (capped at 10x) when the duty cycle
-      is below 50%: the speed-up if the idle time vanished. Unknown (none) when only
+    - memory used >= {{MEMORY_FULL}} of the device while busy share < {{BUSY_WARNING}}: "memory full but idle".
+    - predicted gain (a bound): 100 / duty cycle (capped at {{MAX_GAIN}}) when the duty cycle
+      is below {{BUSY_WARNING}}: the speed-up if the idle time vanished. Unknown (none) when only
       SM activity is low: filling the SMs depends on the kernels. The idle GPU is a
       symptom: a cause whose replay removes at least half of the window's idle time
       (GD102, GD301, GD302, ...) explains it and is shown first.

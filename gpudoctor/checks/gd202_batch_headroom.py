@@ -31,15 +31,15 @@ How it is measured
     per_sample``.
 
 Thresholds, and where they come from
-    - peak (allocated or reserved, whichever is larger) < 50% of the device: room
+    - peak (allocated or reserved, whichever is larger) < {{PEAK_SHARE_MAX}} of the device: room
       for at least about twice the batch; above it, the sweep would find little.
-    - usable memory = 90% of the device: peak above 90% of the device is close to
+    - usable memory = {{USABLE_SHARE}} of the device: peak above 90% of the device is close to
       OOM (kernel workspaces, fragmentation and the CUDA context live there).
-    - the GPU counts as busy (no finding) at SM activity >= 80%, or, without GPM,
-      utilization >= 90%: a busy GPU gains little from a bigger batch.
+    - the GPU counts as busy (no finding) at SM activity >= {{BUSY_SM_ACTIVITY}}, or, without GPM,
+      utilization >= {{BUSY_DUTY_CYCLE}}: a busy GPU gains little from a bigger batch.
     - start = half of the bound (playbook: "start measuring at half that bound and
       climb to the stable edge"), rounded down to a multiple of 8 for tensor cores.
-    - warning when the GPU's busy share is below 50% (GD201's line), info otherwise.
+    - warning when the GPU's busy share is below {{BUSY_WARNING}} (GD201's line), info otherwise.
     - no finding after an out-of-memory (GD402) or when the bound is under twice the
       batch.
 

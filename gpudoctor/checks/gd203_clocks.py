@@ -30,15 +30,15 @@ How it is measured
     an idle GPU lowers its clocks on purpose (``Idle``).
 
 Thresholds, and where they come from
-    - a reason present in >= 10% of busy samples is reported (gpudoctor's own line:
+    - a reason present in >= {{REASON_SHARE}} of busy samples is reported (gpudoctor's own line:
       a single 0.5 s sample is a transient, a tenth of the busy time is not).
     - estimated gain for slowdowns: ``1 / (1 - s + s * clock / max_clock)`` with ``s``
       the share of busy samples slowed and ``clock`` their mean SM clock: the speed-up
       if those samples ran at the maximum clock, an upper bound (compute-bound code).
-    - power-cap "fully used": SM activity >= 80% or power >= 90% of the limit in the
+    - power-cap "fully used": SM activity >= {{FULLY_USED_SM}} or power >= {{FULLY_USED_POWER}} of the limit in the
       capped samples (playbook: 80-90% of the limit under load is a fully used chip).
-    - power far below the limit: mean power < 50% of the limit in samples with
-      utilization >= 90%, without GPM.
+    - power far below the limit: mean power < {{LOW_POWER_SHARE}} of the limit in samples with
+      utilization >= {{LOW_POWER_UTIL}}, without GPM.
 
 What to do
     - Thermal / HW slowdown: check cooling (airflow, fan failures, inlet

@@ -32,14 +32,14 @@ How it is measured
     in each; the finding says which window it comes from, and when it holds only there.
 
 Thresholds, and where they come from
-    - at least 100 kernels in the window: fewer give no distribution to judge;
-    - tiny-kernel evidence, any of: at least 50% of the kernels are short (half of
-      the work drains faster than it is queued); the median kernel is below 10 us
+    - at least {{MIN_KERNELS}} kernels in the window: fewer give no distribution to judge;
+    - tiny-kernel evidence, any of: at least {{SHORT_SHARE}} of the kernels are short (half of
+      the work drains faster than it is queued); the median kernel is below {{TINY_MEDIAN_US}}
       (launch cost is typically 5-20 us: HTA); the median kernel is shorter than the
       mean launch call;
-    - GPU idle share >= 20% to look at all (the TensorBoard profiler plugin calls a
+    - GPU idle share >= {{IDLE_WARNING}} to look at all (the TensorBoard profiler plugin calls a
       GPU under 50% busy under-used).
-    - severity by the predicted gain (1.053x warning, 1.43x critical, below it a
+    - severity by the predicted gain ({{GAIN_WARNING}} warning, {{GAIN_CRITICAL}} critical, below it a
       note). The gain is the step time now over the step time with each chain of
       launches issued as one captured graph: the profiled window replayed with the
       host cost of one launch call per chain (operators, their dispatch and the

@@ -24,10 +24,10 @@ How it is measured
     time per kind; small copies are those under 64 KiB.
 
 Thresholds, and where they come from
-    - copy share >= 20%: warning; >= 50%: critical. gpudoctor's starting points:
+    - copy share >= {{SHARE_WARNING}}: warning; >= {{SHARE_CRITICAL}}: critical. gpudoctor's starting points:
       at 20% the copies cost more than most kernel-level changes gain.
-    - 10 or more small copies per step (50 in the window when steps are unknown):
-      a finding (info; warning when copies also take >= 10% of the GPU's time).
+    - {{SMALL_PER_STEP}} or more small copies per step ({{SMALL_IN_WINDOW}} in the window when steps are unknown):
+      a finding (info; warning when copies also take >= {{SMALL_SHARE_WARNING}} of the GPU's time).
       Nsight Systems ignores synchronous host-to-device copies under 64 KiB one at a
       time; in numbers they add up. A window without steps (a module-less loop shipping
       tensors one by one, profiled by time) gives copies per second instead.

@@ -25,15 +25,15 @@ How it is measured
     when a TF32 kernel ran.
 
 Thresholds, and where they come from
-    - fp32 GEMM time >= 10% of all kernel time: a finding (info): the matmuls
+    - fp32 GEMM time >= {{SHARE_INFO}} of all kernel time: a finding (info): the matmuls
       themselves would speed up.
-    - fp32 GEMM time >= 25% of the GPU span (first to last activity, idle included)
+    - fp32 GEMM time >= {{SPAN_WARNING}} of the GPU span (first to last activity, idle included)
       for a warning; a GPU that mostly waits for the host gains little from faster
-      matmuls. Severity above that follows the predicted gain (1.43x critical).
+      matmuls. Severity above that follows the predicted gain ({{GAIN_CRITICAL}} critical).
     The gain: the profiled window replayed with each fp32 GEMM kernel at the TF32
     rate measured on an H200 for a kernel of its duration (1.33x for a 28 us kernel,
     2.2x at 73 us, 5.4x at 358 us, 7.45x at 2.7 ms, 7.8x at 22 ms: short GEMMs are bound
-    by memory, not by the math). Without a replay, Amdahl with the GEMMs 8x faster (the TF32:fp32
+    by memory, not by the math). Without a replay, Amdahl with the GEMMs {{TENSOR_CORE_SPEEDUP}} faster (the TF32:fp32
     peak ratio of the A100 and H100): 1 / ((1 - f) + f / 8), f = fp32 GEMM time / span. Measured on an
     H200, one 4096x4096x4096 matmul: 2.68 ms in fp32 (sm80_xmma_gemm_f32f32_..._ffma),
     0.34 ms in TF32 (sm90_xmma_gemm_f32f32_tf32f32), 0.17 ms in bf16 (nvjet_sm90_tst).

@@ -22,8 +22,8 @@ How it is measured
     more than a host-side fix can buy while the GPU was busy.
 
 Thresholds, and where they come from
-    - at least 2 launches per parameter-update chain, and a predicted gain of 1.053x
-      or more (a 5% step, the same line as every other finding): warning; 1.43x or
+    - at least 2 launches per parameter-update chain, and a predicted gain of {{GAIN_WARNING}}
+      or more (a 5% step, the same line as every other finding): warning; {{GAIN_CRITICAL}} or
       more: critical.
 
 What to do

@@ -28,10 +28,10 @@ Thresholds, and where they come from
     points, to tune with measurements:
 
     - any allocation retry: warning (each one is a full cache flush and a device sync).
-    - fragmentation >= 20% with >= 512 MiB inactive split in a snapshot whose
-      reserved memory is >= 1 GiB: a finding; warning when the reserved memory is
-      >= 80% of the device (fragmentation then turns into OOMs), info otherwise.
-    - reserved - allocated >= 50% of reserved and >= 1 GiB, with reserved >= 80% of
+    - fragmentation >= {{FRAGMENTATION_SHARE}} with >= {{MIN_INACTIVE_SPLIT}} inactive split in a snapshot whose
+      reserved memory is >= {{MIN_RESERVED}}: a finding; warning when the reserved memory is
+      >= {{TIGHT_DEVICE_SHARE}} of the device (fragmentation then turns into OOMs), info otherwise.
+    - reserved - allocated >= {{CACHED_GAP_SHARE}} of reserved and >= {{MIN_CACHED_GAP}}, with reserved >= {{TIGHT_DEVICE_SHARE}} of
       the device: reported as cached memory held back.
 
 What to do

@@ -32,7 +32,7 @@ Thresholds, and where they come from
       cached whole segments and retries; only split segments stay, so the memory
       existed but not in one piece (PyTorch's own message says "if reserved but
       unallocated memory is large try setting expandable_segments").
-    - reserved-but-unallocated >= 10% of reserved (but below the request):
+    - reserved-but-unallocated >= {{FRAGMENTATION_CONTRIBUTED}} of reserved (but below the request):
       fragmentation contributed; both remedies apply.
     - otherwise: capacity.
 
