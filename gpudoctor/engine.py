@@ -7,8 +7,9 @@ time without the cause, gpudoctor.analysis.prediction), then playbook stage.
 A finding is a consequence of another when removing that other cause removes
 it. Where the profiled window was replayed, the replay decides: a cause whose
 extra gain, once the other is fixed, is under 1.05x is explained by it (the one
-with the larger gain of the two is the root); the idle GPU (GD201) is explained
-by a cause whose removal takes away at least half of the window's idle time.
+with the larger gain of the two is the root); the idle GPU (a check that declares
+``measures_idle``, GD201) is explained by a cause whose removal takes away at least
+half of the window's idle time.
 Where no replay can tell (memory, batch size, clocks, runs without a window),
 each check declares what its findings explain (``Check.explains``). A
 consequence is kept, marked, never shouted as a second root cause.
@@ -27,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpudoctor.analysis.shared import Analyses, shared_for
 from gpudoctor.model import Check, CheckOutcome, Finding, Skip, severity_rank
 from gpudoctor.plugins import PluginOutputError, load_error_outcomes, validated_findings
 from gpudoctor.session import Session
@@ -37,8 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MARGINAL_GAIN = 1.05  # what a second fix must still buy, once the first is made, to stand on its own
-IDLE_EXPLAINED = 0.5  # share of the GPU's idle time a cause must remove to explain GD201
-IDLE_SYMPTOM = "GD201"
+IDLE_EXPLAINED = 0.5  # share of the GPU's idle time a cause must remove to explain the idle GPU
 
 
 @dataclass(frozen=True)
@@ -50,52 +51,58 @@ class EngineResult:
 def run_checks(session: Session, checks: Iterable[Check], ignore: Iterable[str] = (),
                load_errors: Iterable[PluginError] = ()) -> EngineResult:
     """`load_errors` (plugins that did not load) become `error` outcomes, shown in every report."""
+    with shared_for(session) as shared:  # each stage analysis once, whichever checks read it
+        return _run_checks(session, list(checks), ignore, load_errors, shared)
+
+
+def _run_checks(session: Session, checks: list[Check], ignore: Iterable[str],
+                load_errors: Iterable[PluginError], shared: Analyses) -> EngineResult:
     ignored = {i.strip().upper() for i in ignore}
-    checks = list(checks)
     findings: list[Finding] = []
     outcomes: list[CheckOutcome] = []
     for check in checks:
-        base = dict(id=check.id, slug=check.slug, stage=check.stage, title=check.title)
-        if check.id.upper() in ignored or check.slug.upper() in ignored:
-            outcomes.append(CheckOutcome(**base, status="skipped", reason="ignored (--ignore)"))
-            continue
-        missing = [(fact, session.fact(fact)) for fact in check.requires if session.fact(fact)]
-        if missing:
-            fact, reason = missing[0]
-            outcomes.append(CheckOutcome(**base, status="skipped", reason=f"{fact}: {reason}"))
-            continue
-        try:
-            produced = validated_findings(check.run(session))
-            stamped = [dataclasses.replace(f, id=check.id, stage=check.stage) for f in produced]
-        except Skip as skip:
-            outcomes.append(CheckOutcome(**base, status="skipped", reason=str(skip)))
-            continue
-        except PluginOutputError as exc:  # garbage from a (third-party) check: said, never fatal
-            log.warning("check %s returned an unusable result: %s", check.id, exc)
-            outcomes.append(CheckOutcome(**base, status="error", reason=f"check returned an unusable result: {exc}"))
-            continue
-        except (Exception, SystemExit) as exc:  # a broken check is reported, never fatal
-            log.exception("check %s failed", check.id)
-            outcomes.append(
-                CheckOutcome(**base, status="error", reason=f"check failed: {type(exc).__name__}: {exc}")
-            )
-            continue
-        findings.extend(stamped)
-        outcomes.append(CheckOutcome(**base, status="finding" if stamped else "pass"))
+        outcome, produced = _run_one(session, check, ignored)
+        outcomes.append(outcome)
+        findings.extend(produced)
     outcomes.extend(load_error_outcomes(load_errors))
-    findings = _cap_severity(session, findings)
-    explains = {c.id: c.explains for c in checks}
-    return EngineResult(findings=order(findings, session, explains), outcomes=outcomes)
+    findings = _cap_severity(session, findings, shared)
+    return EngineResult(findings=order(findings, session, {c.id: c for c in checks}), outcomes=outcomes)
 
 
-def _cap_severity(session: Session, findings: list[Finding]) -> list[Finding]:
+def _run_one(session: Session, check: Check, ignored: set[str]) -> tuple[CheckOutcome, list[Finding]]:
+    """One check's outcome and its findings (stamped with its ID and stage)."""
+
+    def outcome(status: str, reason: str | None = None) -> CheckOutcome:
+        return CheckOutcome(id=check.id, slug=check.slug, stage=check.stage, title=check.title, status=status,
+                            reason=reason)
+
+    if check.id.upper() in ignored or check.slug.upper() in ignored:
+        return outcome("skipped", "ignored (--ignore)"), []
+    missing = [(fact, session.fact(fact)) for fact in check.requires if session.fact(fact)]
+    if missing:
+        fact, reason = missing[0]
+        return outcome("skipped", f"{fact}: {reason}"), []
+    try:
+        produced = validated_findings(check.run(session))
+        stamped = [dataclasses.replace(f, id=check.id, stage=check.stage) for f in produced]
+    except Skip as skip:
+        return outcome("skipped", str(skip)), []
+    except PluginOutputError as exc:  # garbage from a (third-party) check: said, never fatal
+        log.warning("check %s returned an unusable result: %s", check.id, exc)
+        return outcome("error", f"check returned an unusable result: {exc}"), []
+    except (Exception, SystemExit) as exc:  # a broken check is reported, never fatal
+        log.exception("check %s failed", check.id)
+        return outcome("error", f"check failed: {type(exc).__name__}: {exc}"), []
+    return outcome("finding" if stamped else "pass"), stamped
+
+
+def _cap_severity(session: Session, findings: list[Finding], shared: Analyses) -> list[Finding]:
     """No critical finding while the GPU is fully used, or from too few steady steps to be sure."""
     from gpudoctor import metrics
-    from gpudoctor.analysis.gpu_state import fully_used
 
     steady = metrics.steady_step_count(session)
     few = session.steps.source is not None and 0 < steady < metrics.MIN_STEADY_STEPS
-    if fully_used(session) is None and not few:
+    if shared.fully_used is None and not few:
         return findings
     return [dataclasses.replace(f, severity="warning")
             if f.severity == "critical" and not f.ended_run and f.stage > 0 else f for f in findings]
@@ -106,12 +113,13 @@ def _gain(f: Finding) -> float:
 
 
 def order(findings: list[Finding], session: Session | None = None,
-          explains: Mapping[str, tuple[str, ...]] | None = None) -> list[Finding]:
-    if explains is None:
-        explains = _declared()
+          checks: Mapping[str, Check] | None = None) -> list[Finding]:
+    """`checks` (by ID) say what explains what where no replay can tell; all installed ones by default."""
+    if checks is None:
+        checks = _declared()
     roots = sorted((f for f in findings if severity_rank(f.severity) >= severity_rank("warning")),
                    key=lambda f: -_gain(f))
-    relation = _Relation(session, explains)
+    relation = _Relation(session, checks)
     marked = []
     for f in findings:
         causes = [r for r in roots if r.id != f.id and relation.explains(r, f)]
@@ -138,24 +146,21 @@ def order(findings: list[Finding], session: Session | None = None,
 class _Relation:
     """Does root finding A explain finding B? The replay where it can tell, else the declarations."""
 
-    def __init__(self, session: Session | None, explains: Mapping[str, tuple[str, ...]]) -> None:
+    def __init__(self, session: Session | None, checks: Mapping[str, Check]) -> None:
         from gpudoctor.analysis.prediction import replay_of
 
         self.replay = replay_of(session) if session is not None else None
-        self.explains_table = explains
+        self.checks = checks
 
     def explains(self, root: Finding, finding: Finding) -> bool:
         told = self._replayed(root, finding)
         if told is not None:
             return told
-        if finding.id not in self.explains_table.get(root.id, ()):
+        declared = self.checks.get(root.id)
+        if declared is None or finding.id not in declared.explains:
             return False
-        if root.id == "GD102" and finding.id == "GD103":
-            # with num_workers=0 the main thread *is* the loader: its pegged core is the stall itself;
-            # saturated cores (other processes, too many workers) stay a root cause of their own
-            saturation = finding.evidence.get("saturation")
-            return saturation is not None and saturation.value == "main-thread"
-        return True
+        condition = declared.explains_only_if.get(finding.id)
+        return condition is None or bool(condition(finding))
 
     def _replayed(self, root: Finding, finding: Finding) -> bool | None:
         replay = self.replay
@@ -165,8 +170,9 @@ class _Relation:
         spans = {s.name: s for s in replay.scenarios}
         if cause not in spans:
             return None
-        if finding.id == IDLE_SYMPTOM:
-            # GD201 is about the SMs: time without a kernel (copies keep the copy engines busy, not the SMs)
+        symptom = self.checks.get(finding.id)
+        if symptom is not None and symptom.measures_idle:
+            # the idle GPU is about the SMs: time without a kernel (copies keep the copy engines busy, not the SMs)
             scenario = spans[cause]
             busy_now, busy_after = replay.baseline_kernel_busy_us, scenario.kernel_busy_us
             if busy_now is None or busy_after is None:  # replays recorded before kernels were told apart
@@ -188,15 +194,15 @@ def _scenario(f: Finding) -> str | None:
     return prediction.scenario if prediction is not None and prediction.method != "rule" else None
 
 
-def _declared() -> dict[str, tuple[str, ...]]:
-    """What each installed check declares it explains."""
+def _declared() -> dict[str, Check]:
+    """The installed checks by ID, for what each declares it explains."""
     try:
         from gpudoctor.registry import load_checks
 
         checks, _ = load_checks()
     except Exception:  # noqa: BLE001  (ordering must never fail on a broken plugin)
         return {}
-    return {c.id: c.explains for c in checks}
+    return {c.id: c for c in checks}
 
 
 def exit_status(workload_exit: int | None, findings: list[Finding], fail_on: str | None,

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gpudoctor.session import Session
+from gpudoctor.thresholds import AnyThreshold, CountThreshold, Threshold, fill_page, thresholds_in  # noqa: F401
 
 if TYPE_CHECKING:
     from gpudoctor.analysis.prediction import Prediction
+
+RunFn = Callable[[Session], Sequence["Finding"]]
 
 SEVERITIES = ("info", "warning", "critical")
 
@@ -98,6 +103,61 @@ class Check:
     # checks whose findings this one's explains, where no replay of the window can tell
     # (a starved loader explains an idle GPU; an OOM explains allocation retries)
     explains: tuple[str, ...] = ()
+    # a condition on one of `explains`: the relation holds only when it is true of that finding
+    # (GD102 explains GD103 only when the saturated core is the main thread, the loader itself)
+    explains_only_if: Mapping[str, Callable[[Finding], bool]] = field(default_factory=dict, hash=False,
+                                                                      compare=False)
+    # limits from shared analyses the check relies on without naming them in its module; with the
+    # Threshold constants bound in its module, they are what `gpudoctor explain` prints (thresholds_of)
+    thresholds: tuple[AnyThreshold, ...] = ()
+    # its findings are the GPU's idle time itself (GD201): in a replayed window, a cause explains
+    # them when removing that cause takes away at least half of the idle time (gpudoctor.engine)
+    measures_idle: bool = False
+
+
+def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str] = (),
+          explains: Sequence[str] = (), explains_only_if: Mapping[str, Callable[[Finding], bool]] | None = None,
+          thresholds: Sequence[AnyThreshold] = (), measures_idle: bool = False) -> Callable[[RunFn], RunFn]:
+    """Declare a check once, on its function; the module docstring is its page, where
+    ``{{NAME}}`` stands for the value of threshold NAME (gpudoctor.thresholds.fill_page).
+
+        @check("GD102", "input-stall", stage=1, title="Input pipeline stall", requires=("loader",))
+        def run(session: Session) -> list[Finding]: ...
+
+    The function stays a plain function of a Session (tests call it directly); the
+    declaration is `run.check`, which the registry finds in every module of gpudoctor.checks.
+    """
+
+    def declare(run: RunFn) -> RunFn:
+        module = sys.modules.get(run.__module__)
+        page = fill_page(module.__doc__ or "", vars(module), thresholds) if module is not None else ""
+        declared = Check(id=id, slug=slug, stage=stage, title=title, run=run, requires=tuple(requires),
+                         doc=page, explains=tuple(explains),
+                         explains_only_if=dict(explains_only_if or {}), thresholds=tuple(thresholds),
+                         measures_idle=measures_idle)
+        run.check = declared  # type: ignore[attr-defined]
+        return run
+
+    return declare
+
+
+def declared_check(obj: object) -> Check | None:
+    """The Check an object declares: itself, or the one `@check` put on a function."""
+    if isinstance(obj, Check):
+        return obj
+    found = getattr(obj, "check", None) if callable(obj) else None
+    return found if isinstance(found, Check) else None
+
+
+def thresholds_of(declared: Check) -> tuple[AnyThreshold, ...]:
+    """The limits a check compares against: those it declares (the shared analyses' limits
+    it relies on), then the Threshold constants bound in the module of its function."""
+    module = sys.modules.get(getattr(declared.run, "__module__", "") or "")
+    bound = thresholds_in(vars(module)) if module is not None else ()
+    seen: dict[int, AnyThreshold] = {}
+    for limit in (*declared.thresholds, *bound):
+        seen.setdefault(id(limit), limit)
+    return tuple(seen.values())
 
 
 @dataclass(frozen=True)

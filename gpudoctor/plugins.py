@@ -19,11 +19,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from numbers import Real
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.model import STAGES, Check, CheckOutcome, Evidence, Finding, Remedy
+from gpudoctor.thresholds import THRESHOLD_TYPES
 
 if TYPE_CHECKING:
     from gpudoctor.registry import PluginError
@@ -56,6 +57,15 @@ def check_problem(check: object) -> str | None:
             return f"check {check.id}: {name} must be a tuple of strings, not {_kind(value)}"
     if not isinstance(check.doc, str):
         return f"check {check.id}: doc must be a string"
+    conditions = check.explains_only_if
+    if not isinstance(conditions, Mapping) or not all(isinstance(k, str) and callable(v)
+                                                      for k, v in conditions.items()):
+        return f"check {check.id}: explains_only_if must map check IDs to functions of a Finding"
+    if not isinstance(check.thresholds, (tuple, list)) or not all(isinstance(t, THRESHOLD_TYPES)
+                                                                  for t in check.thresholds):
+        return f"check {check.id}: thresholds must be a tuple of gpudoctor.thresholds.Threshold"
+    if not isinstance(check.measures_idle, bool):
+        return f"check {check.id}: measures_idle must be True or False"
     return None
 
 

@@ -1,19 +1,24 @@
-"""Find and load checks: built-in and third-party alike, through entry points.
+"""Find and load checks: the built-ins by scanning their package, plugins through entry points.
 
-Built-in checks are declared under the entry point group ``gpudoctor.checks`` in
-pyproject.toml, the same way a plugin package declares its own. When gpudoctor runs
-from a source tree without installed metadata, the built-in list is read from
-``gpudoctor.checks.BUILTIN`` instead.
+Every module of ``gpudoctor.checks`` whose name does not start with ``_`` holds one
+check, declared once (``@check(...)`` on its function, or a module-level
+``CHECK = Check(...)``). The package is scanned, not listed, so a wheel, an editable
+install and a plain checkout without installed metadata all find the same built-ins.
+Third-party checks register under the entry point group ``gpudoctor.checks``
+(docs/plugins.md) and are loaded, validated and reported on failure the same way:
+a broken built-in is an error outcome like a broken plugin, never a crash.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import pkgutil
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
+from types import ModuleType
 
-from gpudoctor.model import Check
+from gpudoctor.model import Check, declared_check
 from gpudoctor.plugins import check_problem
 
 log = logging.getLogger(__name__)
@@ -27,33 +32,61 @@ class PluginError:
     reason: str
 
 
-def _builtin_checks(errors: list[PluginError]) -> list[Check]:
-    from gpudoctor import checks as builtin
+def module_check(module: ModuleType) -> Check | None:
+    """The check a module declares: its ``CHECK``, or the function ``@check`` marked."""
+    found = declared_check(getattr(module, "CHECK", None))
+    if found is not None:
+        return found
+    for value in vars(module).values():
+        found = declared_check(value)
+        if found is not None and getattr(found.run, "__module__", None) == module.__name__:
+            return found
+    return None
 
+
+def builtin_module_names() -> list[str]:
+    """The modules of gpudoctor.checks that hold a check (helpers start with ``_``)."""
+    from gpudoctor import checks as package
+
+    return sorted(info.name for info in pkgutil.iter_modules(package.__path__)
+                  if not info.name.startswith("_") and not info.ispkg)
+
+
+def _builtin_checks(errors: list[PluginError]) -> list[Check]:
     loaded = []
-    for module_name in builtin.BUILTIN:
+    for name in builtin_module_names():
         try:
-            module = importlib.import_module(f"gpudoctor.checks.{module_name}")
-            loaded.append(module.CHECK)
-        except Exception as exc:  # reported like a broken plugin, never fatal
-            errors.append(PluginError(module_name, f"{type(exc).__name__}: {exc}"))
+            found = module_check(importlib.import_module(f"gpudoctor.checks.{name}"))
+        except Exception as exc:  # noqa: BLE001  (reported like a broken plugin, never fatal)
+            errors.append(PluginError(name, f"{type(exc).__name__}: {exc}"))
+            continue
+        problem = check_problem(found) if found is not None else "the module declares no check"
+        if problem:
+            errors.append(PluginError(name, problem))
+            continue
+        assert found is not None
+        loaded.append(found)
     return loaded
 
 
 def load_checks() -> tuple[list[Check], list[PluginError]]:
-    """All checks, ordered by ID, plus the plugins that failed to load (with why)."""
+    """All checks, ordered by ID, plus the checks that failed to load (with why)."""
     errors: list[PluginError] = []
     found: dict[str, Check] = {}
-    eps = list(entry_points(group=GROUP))
-    if not any(ep.value.startswith("gpudoctor.checks.") for ep in eps):
-        # a source tree without installed metadata: find the built-ins by module name
-        found = {c.id: c for c in _builtin_checks(errors)}
-    for ep in eps:
+    for builtin in _builtin_checks(errors):
+        if builtin.id in found:
+            errors.append(PluginError(builtin.id, f"check ID {builtin.id} is declared twice"))
+            continue
+        found[builtin.id] = builtin
+    for ep in entry_points(group=GROUP):
+        if ep.value.startswith("gpudoctor.checks."):
+            continue  # an old install's metadata listing the built-ins: already found by the scan
         try:
-            check = ep.load()
+            loaded = ep.load()
         except (Exception, SystemExit) as exc:  # noqa: BLE001  (a broken plugin must not break diagnosis)
             errors.append(PluginError(ep.name, f"{_origin(ep)}{type(exc).__name__}: {exc}"))
             continue
+        check = declared_check(loaded) or loaded
         problem = check_problem(check)
         if problem:
             errors.append(PluginError(ep.name, _origin(ep) + problem))

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_plain_checkout_imports_checks_and_reports(tmp_path):
     code = (
         "import gpudoctor.checks, gpudoctor.reports, gpudoctor.checks.gd102_input_stall as m;"
-        "print(gpudoctor.checks.__file__); print(gpudoctor.reports.__file__); print(m.CHECK.id)"
+        "print(gpudoctor.checks.__file__); print(gpudoctor.reports.__file__); print(m.run.check.id)"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(ROOT)
@@ -34,6 +34,9 @@ def test_wheel_contains_everything_and_runs(tmp_path):
                    check=True, capture_output=True, timeout=300)
     (wheel,) = wheels.glob("gpudoctor-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
+    metadata = zipfile.ZipFile(wheel)
+    entry_points = next((metadata.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt")), "")
+    assert "gpudoctor.checks" not in entry_points  # the built-ins are found by scanning the package
     for expected in (
         "gpudoctor/checks/gd102_input_stall.py",
         "gpudoctor/reports/html.py",
@@ -49,9 +52,10 @@ def test_wheel_contains_everything_and_runs(tmp_path):
     code = (
         "import gpudoctor, gpudoctor.checks; from gpudoctor.registry import load_checks;"
         "checks, errors = load_checks(); assert not errors, errors;"
-        "print(gpudoctor.__file__); print(len(checks))"
+        "print(gpudoctor.__file__); print(len(checks)); print(checks[1].run.__module__)"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                          cwd=tmp_path).stdout.split()
     assert out[0].startswith(str(target))
-    assert int(out[1]) >= 15
+    assert int(out[1]) >= 16
+    assert out[2] == "gpudoctor.checks.gd101_workers"

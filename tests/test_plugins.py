@@ -84,7 +84,7 @@ def _session(rss_share: float):
 
 
 def test_the_example_plugin_is_loaded_like_a_builtin(plugins):
-    plugins(EX401="gpudoctor_example_check:CHECK")
+    plugins(EX401="gpudoctor_example_check:run")
     checks, errors = registry.load_checks()
     assert not errors and "EX401" in {c.id for c in checks} and "GD102" in {c.id for c in checks}
     assert registry.find_check("host-memory").id == "EX401"

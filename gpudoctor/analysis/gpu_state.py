@@ -20,13 +20,24 @@ from dataclasses import dataclass
 
 from gpudoctor import metrics
 from gpudoctor.session import GpuSample, Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-SM_ACTIVITY_FULL = 80.0  # %, DCGM: necessary for effective use
-POWER_SHARE_FULL = 0.90  # of the enforced power limit
-DUTY_CYCLE_BUSY = 90.0  # %: a kernel ran nearly all the time
+SM_ACTIVITY_FULL = Threshold(
+    "SM activity of a fully used GPU", 80.0, "%",
+    "DCGM: 80% SM activity is necessary for effective use")
+POWER_SHARE_FULL = Threshold(
+    "power of a fully used GPU", 0.90, "share",
+    "playbook: 80-90% of the rated limit under load is a fully used chip")
+DUTY_CYCLE_BUSY = Threshold(
+    "duty cycle of a busy GPU", 90.0, "%",
+    "gpudoctor: a kernel ran nearly all the time")
 POWER_CAP_REASON = "SwPowerCap"
-REASON_MAJORITY = 0.5
-MIN_SAMPLES = 3
+REASON_MAJORITY = Threshold(
+    "share of samples with the power-cap reason", 0.5, "share",
+    "gpudoctor: most of the busy samples")
+MIN_SAMPLES = CountThreshold(
+    "GPU samples needed to judge the load", 3, "samples",
+    "gpudoctor: fewer are a transient")
 
 
 @dataclass(frozen=True)

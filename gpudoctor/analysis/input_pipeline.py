@@ -22,27 +22,64 @@ from dataclasses import dataclass, replace
 from gpudoctor import metrics
 from gpudoctor.analysis.prediction import GAIN_WARNING, Prediction, predict
 from gpudoctor.session import CpuSample, LoaderInfo, Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-WAIT_SHARE_WARNING = 0.05  # TensorBoard profiler plugin: input-bound above 5%
-WAIT_SHARE_CRITICAL = 0.30  # upper-bound gain > 1.4x: fix the input pipeline first
-CPU_BOUND_RATIO = 0.7  # fetch CPU time / wall time at or above: CPU-bound
-WAITING_RATIO = 0.3  # at or below: waiting on I/O, network or sleep
-MAX_SHARE_FOR_GAIN = 0.99  # keeps 1 / (1 - share) finite when the loop only waits
-CORES_SATURATED_PERCENT = 90.0  # psutil rarely reads above 90-95% even when every core is runnable
+WAIT_SHARE_WARNING = Threshold(
+    "data wait worth a finding", 0.05, "share",
+    "TensorBoard profiler plugin: input-bound above 5% of step time; below it the gain (< "
+    "1.05x) is run-to-run noise")
+WAIT_SHARE_CRITICAL = Threshold(
+    "data wait that is critical", 0.30, "share",
+    "gpudoctor: an upper-bound gain above 1.4x, fix the input pipeline first")
+CPU_BOUND_RATIO = Threshold(
+    "fetch CPU time / wall time: CPU-bound at or above", 0.7, "ratio",
+    "gpudoctor: a margin above half the time on CPU (page faults and GIL hand-offs cost wall "
+    "time without CPU)")
+WAITING_RATIO = Threshold(
+    "fetch CPU time / wall time: waiting at or below", 0.3, "ratio",
+    "gpudoctor: a margin below half the time on CPU")
+MAX_SHARE_FOR_GAIN = Threshold(
+    "data wait share cap in 1 / (1 - share)", 0.99, "share",
+    "keeps the gain finite when the loop only waits")
+CORES_SATURATED_PERCENT = Threshold(
+    "cores busy: saturated at or above", 90.0, "%",
+    "psutil rarely reads above 90-95% even when every core is runnable (interrupts, scheduler "
+    "idle)")
 
-HEADROOM = 1.2  # absorbs jitter in the per-batch cost
-TOO_FEW_CORE_SHARE = 0.7  # SageMaker Debugger: workers below 70% of cores (fallback only)
-OVERSUBSCRIBED = 2.0  # SageMaker Debugger: workers above 200% of cores
-LIGHT_WORKERS_PER_CORE = 8  # workers measured waiting use a fraction of a core each
-DEEPER_PREFETCH = 4  # default is 2; more batches in flight hide bursty or I/O-bound fetches
+HEADROOM = Threshold(
+    "worker count margin over F / C", 1.2, "x",
+    "gpudoctor: absorbs jitter in the per-batch cost")
+TOO_FEW_CORE_SHARE = Threshold(
+    "workers below this share of usable cores: too few (fallback)", 0.7, "share",
+    "SageMaker Debugger's 70-200% band, used only when F or C was not measured")
+OVERSUBSCRIBED = Threshold(
+    "workers above this many times the usable cores: too many", 2.0, "x",
+    "SageMaker Debugger's 70-200% band, its top")
+LIGHT_WORKERS_PER_CORE = CountThreshold(
+    "workers per core when measured waiting", 8, "workers/core",
+    "gpudoctor: workers measured waiting use a fraction of a core each")
+DEEPER_PREFETCH = CountThreshold(
+    "prefetch_factor recommended for bursty or I/O-bound fetches", 4, "batches",
+    "PyTorch's default is 2; more batches in flight hide bursty fetches")
 # What the consuming loop pays per batch received from a worker (queue, unpickling, tensors
 # rebuilt from shared memory), when the run had no worker to measure it on. Measured with
 # torch 2.13 on a 2-core machine: a TensorDataset batch of 64 cost the loop 0.16 ms produced
 # in-process and 0.9-1.1 ms received from 1-2 workers.
-HANDOFF_S = 0.9e-3
+HANDOFF_S = Threshold(
+    "hand-off cost of a batch received from a worker (default)", 0.9e-3, "s",
+    "a batch received from a worker cost the loop 0.9-1.1 ms (TensorDataset, batch 64, torch "
+    "2.13, measured on a 2-core machine and a 16-core H200 host)")
 HANDOFF_SOURCE = "a batch received from a worker cost the loop 0.9-1.1 ms (TensorDataset, batch 64, measured)"
-HANDOFF_PERCENTILE = 10  # of per-step waits, when the run had workers: the batches that were ready
-HANDOFF_READY_SHARE = 0.5  # ... and only when those waits are well below the median wait
+HANDOFF_PERCENTILE = CountThreshold(
+    "percentile of per-step waits taken as the measured hand-off", 10, "percentile",
+    "gpudoctor: the batches that were ready when asked for")
+HANDOFF_READY_SHARE = Threshold(
+    "that percentile must be below this share of the median wait", 0.5, "share",
+    "gpudoctor: only when ready batches are clearly told apart")
+# what the stall classification and the worker plan compare against, for the checks' pages
+STALL_LIMITS = (WAIT_SHARE_WARNING, WAIT_SHARE_CRITICAL, CPU_BOUND_RATIO, WAITING_RATIO, MAX_SHARE_FOR_GAIN)
+WORKER_LIMITS = (HEADROOM, TOO_FEW_CORE_SHARE, OVERSUBSCRIBED, LIGHT_WORKERS_PER_CORE, DEEPER_PREFETCH, HANDOFF_S,
+                 HANDOFF_PERCENTILE, HANDOFF_READY_SHARE, CORES_SATURATED_PERCENT)
 
 
 @dataclass(frozen=True)

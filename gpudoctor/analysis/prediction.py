@@ -27,10 +27,19 @@ from gpudoctor.analysis.gpu_state import gpu_load
 from gpudoctor.replay.scenarios import SCENARIOS
 from gpudoctor.replay.scenarios import gain as replay_gain
 from gpudoctor.session import ReplaySummary, Session
+from gpudoctor.thresholds import Threshold
 
-GAIN_WARNING = 1.0 / (1.0 - 0.05)  # 1.053x: a 5% data wait removed
-GAIN_CRITICAL = 1.0 / (1.0 - 0.30)  # 1.43x: a 30% data wait removed
-MAX_GAIN = 100.0
+GAIN_WARNING = Threshold(
+    "predicted gain for a warning", 1.0 / (1.0 - 0.05), "x",
+    "a 5% data wait removed, 1 / (1 - 0.05) (TensorBoard profiler plugin's line)")
+GAIN_CRITICAL = Threshold(
+    "predicted gain for a critical finding", 1.0 / (1.0 - 0.30), "x",
+    "a 30% data wait removed, 1 / (1 - 0.30)")
+MAX_GAIN = Threshold(
+    "cap on any predicted gain", 100.0, "x",
+    "gpudoctor: beyond it the prediction says nothing useful")
+
+SEVERITY_GAINS = (GAIN_WARNING, GAIN_CRITICAL)  # what severity_for grades by, for the checks' pages
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ the others: "only in window 2 (phase: DataLoader batches, without gradients)".
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 
 from gpudoctor.analysis.windows import describe_window, window_name, window_seconds  # noqa: F401
@@ -33,6 +34,7 @@ def gpu_profile(session: Session) -> ProfileSummary:
 def per_window(check: CheckFn) -> CheckFn:
     """Run `check` on every window; one window's findings, saying where they hold."""
 
+    @functools.wraps(check)  # keeps the check's module, name and docstring
     def run(session: Session) -> list[Finding]:
         windows = session.windows()
         if len(windows) <= 1:
@@ -61,7 +63,6 @@ def per_window(check: CheckFn) -> CheckFn:
             note = f" It holds in every profiled window ({_names([chosen, *also])})."
         return [_stamp(f, chosen, note) for f in found]
 
-    run.__doc__ = check.__doc__
     return run
 
 

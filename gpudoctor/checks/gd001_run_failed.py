@@ -20,7 +20,7 @@ How it is measured
     exceptions (type, message, traceback, with secrets redacted) in every Python
     process, whether Python's exit handlers ran, and when the last step ended.
     A run that gpudoctor itself stopped (--duration, --steps, Ctrl-C, SIGTERM) is
-    not a failure; it is a hang when no step ended in the last 5 s (and 20 median
+    not a failure; it is a hang when no step ended in the last {{HANG_MIN_S}} (and {{HANG_STEPS}} median
     steps) before the stop.
 
 What to do
@@ -36,12 +36,17 @@ import re
 import signal
 import statistics
 
-from gpudoctor.model import Check, Evidence, Finding, Remedy
+from gpudoctor.model import Evidence, Finding, Remedy, check
 from gpudoctor.session import ErrorEvent, Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
 STOPPED_BY_REQUEST = {"duration", "steps", "interrupted", "terminated"}
-HANG_MIN_S = 5.0  # no step for this long (and HANG_STEPS median steps) before the stop: a hang
-HANG_STEPS = 20
+HANG_MIN_S = Threshold(
+    "no step for at least this long before the stop: a hang", 5.0, "s",
+    "gpudoctor: longer than a checkpoint flush or a log line")
+HANG_STEPS = CountThreshold(
+    "... and at least this many median steps", 20, "steps",
+    "gpudoctor: far outside step-to-step variation")
 
 _WORKER_DIED = re.compile(r"DataLoader worker \(pids?(?:\(s\))? ([\d, ]+)\) (is killed by signal: ([^.]+)|exited unexpectedly[^.]*)")
 # a worker that dies while handing over a batch breaks the connection instead
@@ -65,6 +70,7 @@ def _first_line(text: str | None) -> str:
     return lines[0].strip()[:300] if lines else ""
 
 
+@check("GD001", "run-failed", stage=0, title="The workload crashed, was killed, hung or exited non-zero")
 def run(session: Session) -> list[Finding]:
     code = session.exit_code
     crashes = sorted((e for e in session.errors if e.kind == "exception"),
@@ -245,13 +251,3 @@ def _ignored_stop(session: Session) -> Finding | None:
         evidence={"exit_code": Evidence(code, label="exit code"), "signal": Evidence(name)},
         remedy=Remedy("Let the training loop end on KeyboardInterrupt (SIGINT): save, then exit."),
     )
-
-
-CHECK = Check(
-    id="GD001",
-    slug="run-failed",
-    stage=0,
-    title="The workload crashed, was killed, hung or exited non-zero",
-    run=run,
-    doc=__doc__ or "",
-)

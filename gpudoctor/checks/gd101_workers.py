@@ -38,7 +38,7 @@ How it is measured
       durable fix is still faster storage (GD104).
 
 Thresholds, and where they come from
-    - Too few: data-wait share >= 5% (TensorBoard profiler plugin, as GD102) and the
+    - Too few: data-wait share >= {{WAIT_SHARE_WARNING}} (TensorBoard profiler plugin, as GD102) and the
       needed workers exceed the current count. The finding carries the step time
       predicted with the recommended workers: per batch the loop computes (``C``),
       receives the batch from a worker (the hand-off ``H``: unpickling it and
@@ -46,21 +46,21 @@ Thresholds, and where they come from
       meanwhile, ``C + H + max(0, F / w - (C + H))``, against the same model of the
       current setting (``C + F`` with no workers), and never faster than the step
       with batches arriving instantly (GD102's prediction, bounded by what the GPU
-      allows). Graded by that gain: critical from 1.43x, warning from 1.053x; under
+      allows). Graded by that gain: critical from {{GAIN_CRITICAL}}, warning from {{GAIN_WARNING}}; under
       it, no advice (more workers would not pay), and GD102 says what to change instead.
     - ``H`` is measured from the run when it had workers and some batches were ready
-      (the 10th percentile of the per-step wait, when well below the median), else
-      0.9 ms: what a TensorDataset batch of 64 cost the loop received from 1-8 workers,
+      (the {{HANDOFF_PERCENTILE}} of the per-step wait, when below {{HANDOFF_READY_SHARE}} of the median), else
+      {{HANDOFF_S}}: what a TensorDataset batch of 64 cost the loop received from 1-8 workers,
       measured on a 2-core machine and on a 16-core H200 host. A dataset whose items
       are already tensors in memory produces a batch faster than that in the loop, so
       it is not told to add workers: batched indexing helps it instead.
-    - When ``F`` or ``C`` was not measured, a count below 70% of the usable cores is
+    - When ``F`` or ``C`` was not measured, a count below {{TOO_FEW_CORE_SHARE}} of the usable cores is
       "too few" (SageMaker Debugger's 70-200% band) and the recommendation is the cap.
-    - Too many: above 200% of the usable cores (the top of SageMaker Debugger's band),
+    - Too many: above {{OVERSUBSCRIBED}} the usable cores (the top of SageMaker Debugger's band),
       unless the workers were measured waiting and their CPU use fits the cores.
       Inside the band workers that mostly wait on I/O are harmless, so only a real
       oversubscription is flagged; it is a warning when the pipeline stalls or the CPU
-      is saturated (>= 90%), a note otherwise.
+      is saturated (>= {{CORES_SATURATED_PERCENT}}), a note otherwise.
 
 What to do
     Set ``num_workers`` to the number given, keep the workers alive across epochs
@@ -86,10 +86,11 @@ from gpudoctor.analysis.input_pipeline import (
     CORES_SATURATED_PERCENT,
     HEADROOM,
     OVERSUBSCRIBED,
+    STALL_LIMITS,
+    WORKER_LIMITS,
     InputStall,
     WorkerPlan,
     cores_busy_percent,
-    input_stall,
     light_workers,
     loader_line,
     ranks_with_loaders,
@@ -97,8 +98,9 @@ from gpudoctor.analysis.input_pipeline import (
     worker_cap,
     worker_plan,
 )
-from gpudoctor.analysis.prediction import severity_for
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, severity_for
+from gpudoctor.analysis.shared import analyses
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import LoaderInfo, Session
 
 
@@ -131,6 +133,9 @@ def _cores_text(cores: float, ranks: int) -> str:
     return f"{per_rank:.3g} usable core{'s' if per_rank != 1 else ''} per rank ({cores:g} usable, {ranks} ranks)"
 
 
+@check("GD101", "loader-workers", stage=1, title="DataLoader workers vs usable cores",
+       requires=("loader",), explains=("GD201", "GD202"),
+       thresholds=(*STALL_LIMITS, *WORKER_LIMITS, *SEVERITY_GAINS))
 def run(session: Session) -> list[Finding]:
     if not session.loaders:
         raise Skip("no DataLoader seen")
@@ -139,7 +144,7 @@ def run(session: Session) -> list[Finding]:
         raise Skip("no DataLoader produced a batch")
     cores = metrics.usable_cores(session)
     ranks = ranks_with_loaders(session)
-    found = input_stall(session)
+    found = analyses(session).input_stall
     if cores and total_workers(session) > OVERSUBSCRIBED * cores:
         if not light_workers(found) or total_workers(session) > worker_cap(cores, ranks, found) * ranks:
             return [_too_many(session, loader, cores, ranks, found)]
@@ -287,15 +292,3 @@ def _too_many(session: Session, loader: LoaderInfo, cores: float, ranks: int,
                                        deeper_prefetch=False)),
         estimated_gain=None,
     )
-
-
-CHECK = Check(
-    id="GD101",
-    slug="loader-workers",
-    stage=1,
-    title="DataLoader workers vs usable cores",
-    run=run,
-    requires=("loader",),
-    doc=__doc__ or "",
-    explains=("GD201", "GD202"),
-)

@@ -46,13 +46,13 @@ How it is measured
     its share of a batch ("Normalize.forward in transforms.py:123 costs 62% of a batch").
 
 Thresholds, and where they come from
-    - share >= 5%: worth a look. This is the TensorBoard profiler plugin's line for
+    - share >= {{WAIT_SHARE_WARNING}}: worth a look. This is the TensorBoard profiler plugin's line for
       "your program is input-bound"; below it, the gain (< 1.05x) is within
       run-to-run noise.
-    - severity by the predicted gain: 1.053x (a 5% wait removed) or more is a
-      warning, 1.43x (a 30% wait removed) or more critical; under 1.053x the wait is
+    - severity by the predicted gain: {{GAIN_WARNING}} (a 5% wait removed) or more is a
+      warning, {{GAIN_CRITICAL}} (a 30% wait removed) or more critical; under it the wait is
       hidden by queued GPU work (info).
-    - CPU time / wall time per batch >= 0.7: cpu-bound; <= 0.3: waiting; in between:
+    - CPU time / wall time per batch >= {{CPU_BOUND_RATIO}}: cpu-bound; <= {{WAITING_RATIO}}: waiting; in between:
       mixed. The bands leave a margin on each side of "half the time on CPU", since
       page faults, GIL hand-offs and short I/O always cost some wall time without CPU.
     - Worker processes busy (psutil, share of min(workers, cores)) below 30% while
@@ -85,22 +85,26 @@ from __future__ import annotations
 
 from gpudoctor import metrics
 from gpudoctor.analysis.input_pipeline import (
+    STALL_LIMITS,
     WAIT_SHARE_CRITICAL,
     WAIT_SHARE_WARNING,
     InputStall,
     WorkerPlan,
     batches_per_step,
     data_prediction,
-    input_stall,
     loader_line,
     worker_plan,
 )
-from gpudoctor.analysis.prediction import Prediction, severity_for
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, Prediction, severity_for
+from gpudoctor.analysis.shared import analyses
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import LoaderInfo, Session
+from gpudoctor.thresholds import Threshold
 
-BURST_MEDIAN_SHARE = 0.5  # median wait below half the mean wait: a few long waits dominate
-__all__ = ["WAIT_SHARE_CRITICAL", "WAIT_SHARE_WARNING", "run", "CHECK"]
+BURST_MEDIAN_SHARE = Threshold(
+    "median wait below this share of the mean wait: bursts", 0.5, "share",
+    "gpudoctor: a few long waits dominate the mean")
+__all__ = ["WAIT_SHARE_CRITICAL", "WAIT_SHARE_WARNING", "run"]
 
 
 TITLES = {
@@ -194,10 +198,21 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1e3, 3)
 
 
+def _main_thread_saturated(finding: Finding) -> bool:
+    """With num_workers=0 the main thread *is* the loader: its pegged core is the stall itself;
+    saturated cores (other processes, too many workers) stay a root cause of their own."""
+    saturation = finding.evidence.get("saturation")
+    return saturation is not None and saturation.value == "main-thread"
+
+
+@check("GD102", "input-stall", stage=1, title="Input pipeline stall",
+       requires=("loader",), explains=("GD201", "GD202", "GD203", "GD103"),
+       explains_only_if={"GD103": _main_thread_saturated},
+       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS))
 def run(session: Session) -> list[Finding]:
     if not session.loaders:
         raise Skip("no DataLoader seen")
-    found = input_stall(session)
+    found = analyses(session).input_stall
     if found is None:
         raise Skip("neither step times nor loader wait were measured")
     if not found.significant:
@@ -291,15 +306,3 @@ def _capacity_note(session: Session, found: InputStall) -> str:
     return (f" The workers could produce {produced:.1f} batches/s against {needed:.1f} needed, so the wait "
             "is probably in handing batches over (large batches pickled between processes, the pin-memory "
             "thread) or in bursts.")
-
-
-CHECK = Check(
-    id="GD102",
-    slug="input-stall",
-    stage=1,
-    title="Input pipeline stall",
-    run=run,
-    requires=("loader",),
-    doc=__doc__ or "",
-    explains=("GD201", "GD202", "GD203", "GD103"),
-)

@@ -30,15 +30,15 @@ How it is measured
     impact comes from the data-wait share (GD102) and the GPU's duty cycle (NVML).
 
 Thresholds, and where they come from
-    - Cores busy >= 90% (mean): psutil's system-wide busy share rarely exceeds
+    - Cores busy >= {{CORES_SATURATED_PERCENT}} (mean): psutil's system-wide busy share rarely exceeds
       90-95% even when every core is runnable, because of interrupts and scheduler
       idle moments; 90% is "no room left".
-    - Main thread >= 90% of one core: the same margin, for a single thread. Note that
+    - Main thread >= {{MAIN_THREAD_PEGGED_PERCENT}} of one core: the same margin, for a single thread. Note that
       a thread waiting in ``cudaStreamSynchronize`` also spins at 100%, so a pegged
       main thread counts only while the GPU idles or the loop waits for data.
-    - Impact: data wait >= 5% of step time (TensorBoard profiler plugin, as GD102), or
-      GPU duty cycle below 50% (the TensorBoard plugin's "busy below 50%" line).
-      Critical when the data wait reaches 30% (GD102's critical line). When neither
+    - Impact: data wait >= {{WAIT_SHARE_WARNING}} of step time (TensorBoard profiler plugin, as GD102), or
+      GPU duty cycle below {{GPU_IDLE_UTIL_PERCENT}} (the TensorBoard plugin's "busy below 50%" line).
+      Critical when the data wait reaches {{WAIT_SHARE_CRITICAL}} (GD102's critical line). When neither
       was measured the saturation is reported as a note.
 
 What to do
@@ -69,23 +69,35 @@ from __future__ import annotations
 from gpudoctor import metrics
 from gpudoctor.analysis.input_pipeline import (
     CORES_SATURATED_PERCENT,
+    STALL_LIMITS,
     InputStall,
     cores_busy_percent,
     data_prediction,
-    input_stall,
     loader_line,
     worker_plan,
     workload_cores,
 )
-from gpudoctor.analysis.prediction import Prediction, predict, severity_for
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, Prediction, predict, severity_for
+from gpudoctor.analysis.shared import analyses
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
+from gpudoctor.thresholds import Threshold
 
-MAIN_THREAD_PEGGED_PERCENT = 90.0  # of one core
-GPU_IDLE_UTIL_PERCENT = 50.0  # duty cycle below this: the GPU idles (TensorBoard plugin)
-OTHER_PROCESSES_SHARE = 0.5  # the workload uses less than half of the busy CPU
+MAIN_THREAD_PEGGED_PERCENT = Threshold(
+    "main thread busy: pegged at or above", 90.0, "% of one core",
+    "the same margin as for the cores (psutil); a thread in cudaStreamSynchronize also spins at"
+    " 100%")
+GPU_IDLE_UTIL_PERCENT = Threshold(
+    "GPU duty cycle below this: the GPU idles", 50.0, "%",
+    "TensorBoard profiler plugin: busy below 50% means more work per step")
+OTHER_PROCESSES_SHARE = Threshold(
+    "the workload uses less than this share of the busy CPU: other processes", 0.5, "share",
+    "gpudoctor: the saturation is someone else's")
 
 
+@check("GD103", "cpu-saturation", stage=1, title="CPU saturation",
+       requires=("cpu",), explains=("GD201", "GD202", "GD203"),
+       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS))
 def run(session: Session) -> list[Finding]:
     samples = metrics.cpu_samples_steady(session)
     if not samples:
@@ -97,7 +109,7 @@ def run(session: Session) -> list[Finding]:
     if not (cores_saturated or main_pegged):
         return []
 
-    found = input_stall(session) if session.loaders else None
+    found = analyses(session).input_stall if session.loaders else None
     gpu_util = metrics.gpu_metric_mean(metrics.gpu_samples_steady(session), "util_percent")
     if found is None and gpu_util is None:
         # a CPU-only loop with no DataLoader: the CPU *is* the compute engine, nothing waits on it
@@ -208,7 +220,7 @@ def _main_thread_finding(session: Session, severity: str, main_thread: float, sy
     head = (f"The main Python thread used {main_thread:.0f}% of one core over {window} while the usable "
             f"cores were only {system:.0f}% busy")
     loader = metrics.main_loader(session)
-    found = input_stall(session) if loader is not None else None
+    found = analyses(session).input_stall if loader is not None else None
     plan = worker_plan(session, loader, found) if loader is not None and found is not None else None
     if loader is not None and loader.num_workers == 0:
         title = f"Main Python thread pegged at {main_thread:.0f}% of a core, producing batches itself"
@@ -232,15 +244,3 @@ def _main_thread_finding(session: Session, severity: str, main_thread: float, sy
         code = "model = torch.compile(model)  # fewer, fused kernel launches per step"
     return Finding(severity=severity, title=title, message=message, evidence=evidence,
                    remedy=Remedy(text=text, code=code), prediction=prediction)
-
-
-CHECK = Check(
-    id="GD103",
-    slug="cpu-saturation",
-    stage=1,
-    title="CPU saturation",
-    run=run,
-    requires=("cpu",),
-    doc=__doc__ or "",
-    explains=("GD201", "GD202", "GD203"),
-)

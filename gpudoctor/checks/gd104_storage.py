@@ -25,12 +25,12 @@ How it is measured
     classification of the stall (CPU time far below wall time while producing batches).
 
 Thresholds, and where they come from
-    - Median read latency >= 5 ms: the seek time of a hard disk (4-10 ms); local SSDs
+    - Median read latency >= {{SLOW_LATENCY_MS}}: the seek time of a hard disk (4-10 ms); local SSDs
       answer in well under 0.5 ms, NVMe in about 0.1 ms.
-    - Throughput < 100 MB/s: below what a single hard disk streams (100-200 MB/s);
+    - Throughput < {{SLOW_THROUGHPUT_MB_S}}: below what a single hard disk streams (100-200 MB/s);
       SATA SSDs give about 500 MB/s, NVMe several GB/s. Judged only when the probe read
-      at least 4 MiB, since on less the figure is per-file latency in disguise.
-    - Severity: a warning when the loop waits for data (>= 5% of the step, GD102) and
+      at least {{MIN_BYTES_FOR_THROUGHPUT}}, since on less the figure is per-file latency in disguise.
+    - Severity: a warning when the loop waits for data (>= {{WAIT_SHARE_WARNING}} of the step, GD102) and
       the stall is classified ``waiting`` (storage is then the likely cause); a note
       otherwise, because slow storage that the loader already hides costs nothing.
 
@@ -54,14 +54,24 @@ Example
 from __future__ import annotations
 
 from gpudoctor import metrics
-from gpudoctor.analysis.input_pipeline import InputStall, data_prediction, input_stall
-from gpudoctor.analysis.prediction import GAIN_WARNING
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.analysis.input_pipeline import STALL_LIMITS, InputStall, data_prediction
+from gpudoctor.analysis.prediction import GAIN_WARNING, SEVERITY_GAINS
+from gpudoctor.analysis.shared import analyses
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session, StorageProbe
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-SLOW_LATENCY_MS = 5.0  # hard-disk seek time
-SLOW_THROUGHPUT_MB_S = 100.0  # below one hard disk's streaming rate
-MIN_BYTES_FOR_THROUGHPUT = 4 * 1024 * 1024
+SLOW_LATENCY_MS = Threshold(
+    "median read latency: slow at or above", 5.0, "ms",
+    "the seek time of a hard disk (4-10 ms); local SSDs answer in under 0.5 ms, NVMe in about "
+    "0.1 ms")
+SLOW_THROUGHPUT_MB_S = Threshold(
+    "read throughput: slow below", 100.0, "MB/s",
+    "below what one hard disk streams (100-200 MB/s); SATA SSDs give about 500 MB/s, NVMe "
+    "several GB/s")
+MIN_BYTES_FOR_THROUGHPUT = CountThreshold(
+    "bytes the probe must read to judge throughput", 4 * 1024 * 1024, "bytes",
+    "gpudoctor: on less, throughput is per-file latency in disguise")
 LOCAL_COPY = "/local_nvme/dataset"  # a placeholder in the remedy: the user's fast local disk
 
 NETWORK_FS = frozenset({
@@ -95,13 +105,15 @@ def slow_reasons(probe: StorageProbe) -> list[str]:
     return reasons
 
 
+@check("GD104", "slow-storage", stage=1, title="Slow or network storage", requires=("storage",),
+       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS))
 def run(session: Session) -> list[Finding]:
     if not session.storage:
         raise Skip("no storage probe (dataset location unknown)")
     probes = [p for p in session.storage if p.error is None]
     if not probes:
         raise Skip(f"storage probe failed: {session.storage[0].error}")
-    found = input_stall(session) if session.loaders else None
+    found = analyses(session).input_stall if session.loaders else None
     findings = []
     seen: set[str] = set()
     for probe in probes:
@@ -191,14 +203,3 @@ def _finding(session: Session, probe: StorageProbe, network: bool, reasons: list
                       "with more workers and a larger prefetch_factor.", code=code),
         prediction=prediction if waiting else None,
     )
-
-
-CHECK = Check(
-    id="GD104",
-    slug="slow-storage",
-    stage=1,
-    title="Slow or network storage",
-    run=run,
-    requires=("storage",),
-    doc=__doc__ or "",
-)

@@ -23,11 +23,11 @@ How it is measured
     work on a CUDA device is skipped.
 
 Thresholds, and where they come from
-    - Copies under 64 KB are ignored (counted by the trace reader; from the mean
+    - Copies under {{SMALL_COPY_BYTES}} are ignored (counted by the trace reader; from the mean
       size when it did not count them): Nsight Systems' expert rules skip
       synchronous copies below 64 KB, where launch latency, not pinning, dominates
       (many small copies are GD303's business).
-    - Pageable copy time >= 5% of the profiled window is a warning (the same "worth a
+    - Pageable copy time >= {{PAGEABLE_SHARE_WARNING}} of the profiled window is a warning (the same "worth a
       finding" line as the data wait, GD102); below that, a note.
     - The gain: the profiled window replayed with those copies pinned and
       asynchronous (the trace's own pinned rate, else 55.3 vs 13.8 GB/s measured on an
@@ -60,13 +60,21 @@ import re
 from dataclasses import dataclass
 
 from gpudoctor import metrics
-from gpudoctor.analysis.prediction import predict, severity_for
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import LoaderInfo, ProfileSummary, Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-SMALL_COPY_BYTES = 64 * 1024  # Nsight Systems ignores synchronous copies below 64 KB
-PAGEABLE_SHARE_WARNING = 0.05  # of the profiled window, as GD102's 5%
-MAX_SHARE_FOR_GAIN = 0.99
+SMALL_COPY_BYTES = CountThreshold(
+    "copies below this size are ignored", 64 * 1024, "bytes",
+    "Nsight Systems' expert rules skip synchronous copies below 64 KB (launch latency "
+    "dominates)")
+PAGEABLE_SHARE_WARNING = Threshold(
+    "pageable copy time in the window: a warning at or above", 0.05, "share",
+    "the same \"worth a finding\" line as the data wait (GD102, TensorBoard profiler plugin)")
+MAX_SHARE_FOR_GAIN = Threshold(
+    "copy share cap in 1 / (1 - share)", 0.99, "share",
+    "keeps the gain finite")
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,9 @@ def profile_measured(profile: ProfileSummary | None) -> bool:
     return profile is not None and profile.error is None and (profile.kernel_count > 0 or bool(profile.memcpy))
 
 
+@check("GD105", "pageable-memory", stage=1, title="Pageable host memory for H2D copies",
+       requires=(), explains=("GD103", "GD201"),
+       thresholds=SEVERITY_GAINS)
 def run(session: Session) -> list[Finding]:
     if session.torch_cuda_used is False:
         raise Skip("the run used no GPU")
@@ -212,15 +223,3 @@ def _profile_finding(session: Session, profile: ProfileSummary, unpinned: list[L
         remedy=_remedy(unpinned),
         prediction=prediction,
     )
-
-
-CHECK = Check(
-    id="GD105",
-    slug="pageable-memory",
-    stage=1,
-    title="Pageable host memory for H2D copies",
-    run=run,
-    requires=(),
-    doc=__doc__ or "",
-    explains=("GD103", "GD201"),
-)

@@ -25,16 +25,16 @@ How it is measured
     time window are averaged over every GPU the workload used.
 
 Thresholds, and where they come from
-    - busy share < 50%: a finding (warning). Busy share is the SM activity when GPM
+    - busy share < {{BUSY_WARNING}}: a finding (warning). Busy share is the SM activity when GPM
       measured it, else the duty cycle. "Busy below 50% suggests more work per step"
       is the TensorBoard profiler plugin's line (its GPU utilization advice).
-    - busy share < 10%: critical. The GPU is idle nine tenths of the time or more
+    - busy share < {{BUSY_CRITICAL}}: critical. The GPU is idle nine tenths of the time or more
       (gpudoctor's own line: at that point every other GPU-side finding is moot).
-    - duty cycle 10 points or more above the SM activity: the message explains the
+    - duty cycle {{GAP_POINTS}} or more above the SM activity: the message explains the
       gap (kernels too small to fill the GPU, see GD301).
-    - memory used >= 80% of the device while busy share < 50%: "memory full but idle".
-    - predicted gain (a bound): 100 / duty cycle (capped at 10x) when the duty cycle
-      is below 50%: the speed-up if the idle time vanished. Unknown (none) when only
+    - memory used >= {{MEMORY_FULL}} of the device while busy share < {{BUSY_WARNING}}: "memory full but idle".
+    - predicted gain (a bound): 100 / duty cycle (capped at {{MAX_GAIN}}) when the duty cycle
+      is below {{BUSY_WARNING}}: the speed-up if the idle time vanished. Unknown (none) when only
       SM activity is low: filling the SMs depends on the kernels. The idle GPU is a
       symptom: a cause whose replay removes at least half of the window's idle time
       (GD102, GD301, GD302, ...) explains it and is shown first.
@@ -60,23 +60,37 @@ Example
 
 from __future__ import annotations
 
-from gpudoctor.analysis.gpu_state import GpuActivity, gpu_activity, in_words
+from gpudoctor.analysis.gpu_state import GpuActivity, in_words
 from gpudoctor.analysis.prediction import bound_prediction
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.analysis.shared import analyses
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-BUSY_WARNING = 50.0  # % busy: TensorBoard profiler plugin, "more work per step" below it
-BUSY_CRITICAL = 10.0  # %: the GPU idles nine tenths of the time
-GAP_POINTS = 10.0  # duty cycle this far above SM activity: explain the difference
-MEMORY_FULL = 0.80  # share of device memory in use
-MAX_GAIN = 10.0
-MIN_SAMPLES = 3
+BUSY_WARNING = Threshold(
+    "busy share below this: a warning", 50.0, "%",
+    "TensorBoard profiler plugin: busy below 50% suggests more work per step")
+BUSY_CRITICAL = Threshold(
+    "busy share below this: critical", 10.0, "%",
+    "gpudoctor: the GPU idles nine tenths of the time, every other GPU-side finding is moot")
+GAP_POINTS = Threshold(
+    "duty cycle this many points above SM activity: the gap is explained", 10.0, "points",
+    "gpudoctor: kernels too small to fill the GPU (see GD301)")
+MEMORY_FULL = Threshold(
+    "memory in use for \"memory full but idle\"", 0.80, "share",
+    "gpudoctor: a full memory does not mean a working GPU (playbook step 1.4)")
+MAX_GAIN = Threshold(
+    "cap on the predicted gain (100 / duty cycle)", 10.0, "x",
+    "gpudoctor: an upper bound, not a promise")
+MIN_SAMPLES = CountThreshold("GPU samples needed", 3, "samples", "gpudoctor: fewer are a transient")
 
 
+@check("GD201", "gpu-idle", stage=2, title="GPU idle or SMs barely used", requires=("gpu",),
+       measures_idle=True)
 def run(session: Session) -> list[Finding]:
     if session.torch_cuda_used is False:
         raise Skip("the workload put no work on a CUDA device")
-    act = gpu_activity(session)
+    act = analyses(session).gpu_activity
     if act is None:
         raise Skip("no GPU samples were taken")
     if act.samples < MIN_SAMPLES:
@@ -166,14 +180,4 @@ REMEDY = Remedy(
     "or CUDA graphs fuse the small ones (GD301).",
     code="model = torch.compile(model)  # fuses small kernels, fewer launches\n"
     "loader = DataLoader(dataset, batch_size=4 * B, num_workers=W, pin_memory=True)  # if memory allows (GD202)",
-)
-
-CHECK = Check(
-    id="GD201",
-    slug="gpu-idle",
-    stage=2,
-    title="GPU idle or SMs barely used",
-    run=run,
-    requires=("gpu",),
-    doc=__doc__ or "",
 )

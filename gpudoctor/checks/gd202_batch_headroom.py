@@ -31,15 +31,15 @@ How it is measured
     per_sample``.
 
 Thresholds, and where they come from
-    - peak (allocated or reserved, whichever is larger) < 50% of the device: room
+    - peak (allocated or reserved, whichever is larger) < {{PEAK_SHARE_MAX}} of the device: room
       for at least about twice the batch; above it, the sweep would find little.
-    - usable memory = 90% of the device: peak above 90% of the device is close to
+    - usable memory = {{USABLE_SHARE}} of the device: peak above 90% of the device is close to
       OOM (kernel workspaces, fragmentation and the CUDA context live there).
-    - the GPU counts as busy (no finding) at SM activity >= 80%, or, without GPM,
-      utilization >= 90%: a busy GPU gains little from a bigger batch.
+    - the GPU counts as busy (no finding) at SM activity >= {{BUSY_SM_ACTIVITY}}, or, without GPM,
+      utilization >= {{BUSY_DUTY_CYCLE}}: a busy GPU gains little from a bigger batch.
     - start = half of the bound (playbook: "start measuring at half that bound and
       climb to the stable edge"), rounded down to a multiple of 8 for tensor cores.
-    - warning when the GPU's busy share is below 50% (GD201's line), info otherwise.
+    - warning when the GPU's busy share is below {{BUSY_WARNING}} (GD201's line), info otherwise.
     - no finding after an out-of-memory (GD402) or when the bound is under twice the
       batch.
 
@@ -58,24 +58,34 @@ import math
 import os
 import shlex
 
-from gpudoctor.analysis.gpu_state import GpuActivity, gpu_activity, in_words
-
 from gpudoctor import metrics
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.analysis.gpu_state import GpuActivity, in_words
+from gpudoctor.analysis.memory import gpu_memory_total
+from gpudoctor.analysis.shared import analyses
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import AllocatorSnapshot, Session
+from gpudoctor.thresholds import Threshold
 
-PEAK_SHARE_MAX = 0.50  # peak at or above half the device: little headroom
-USABLE_SHARE = 0.90  # peak above 90% of the device is close to OOM
-BUSY_SM_ACTIVITY = 80.0  # %, GPM: the GPU is already busy
-BUSY_DUTY_CYCLE = 90.0  # %, NVML utilization when GPM is missing
-BUSY_WARNING = 50.0  # % busy: below it the GPU needs more work per step (as GD201)
-MIN_SCALING_SHARE = 0.02  # peak - baseline below 2% of peak: no measurable batch-dependent part
+PEAK_SHARE_MAX = Threshold(
+    "peak memory below this share of the device: headroom", 0.50, "share",
+    "gpudoctor: room for about twice the batch; above it a sweep finds little")
+USABLE_SHARE = Threshold(
+    "usable share of device memory", 0.90, "share",
+    "peak above 90% of the device is close to OOM (kernel workspaces, fragmentation, the CUDA "
+    "context)")
+BUSY_SM_ACTIVITY = Threshold(
+    "SM activity of a GPU already busy (GPM)", 80.0, "%",
+    "DCGM: 80% SM activity is effective use")
+BUSY_DUTY_CYCLE = Threshold(
+    "duty cycle of a GPU already busy (without GPM)", 90.0, "%",
+    "gpudoctor: a kernel ran nearly all the time")
+BUSY_WARNING = Threshold(
+    "busy share below this: a warning, else a note", 50.0, "%",
+    "TensorBoard profiler plugin's 50% line, as GD201")
+MIN_SCALING_SHARE = Threshold(
+    "peak - baseline below this share of the peak: no batch-dependent part measured", 0.02, "share",
+    "gpudoctor: within allocator noise")
 GIB = 2**30
-
-
-def oom_seen(session: Session) -> bool:
-    return any(e.kind == "oom" for e in session.errors) or any(
-        s.label == "oom" or s.num_ooms > 0 for s in session.allocator)
 
 
 def batch_size(session: Session) -> int | None:
@@ -89,8 +99,7 @@ def device_total(session: Session, snapshots: list[AllocatorSnapshot]) -> int | 
     for snap in snapshots:
         if snap.device_total_bytes:
             return snap.device_total_bytes
-    totals = [g.memory_total_bytes for g in session.environment.gpus if g.memory_total_bytes]
-    return min(totals) if totals else None
+    return gpu_memory_total(session)
 
 
 def round_start(bound: int, batch: int) -> int:
@@ -113,8 +122,10 @@ def script_target(command: list[str]) -> str:
     return "<your_module>.py:build"
 
 
+@check("GD202", "batch-headroom", stage=2, title="Batch far below what memory allows",
+       requires=("allocator",), explains=("GD301", "GD201"))
 def run(session: Session) -> list[Finding]:
-    if oom_seen(session):
+    if analyses(session).oom_seen:
         raise Skip("the run hit out-of-memory (see GD402): there is no headroom to recommend")
     batch = batch_size(session)
     if not batch:
@@ -131,7 +142,7 @@ def run(session: Session) -> list[Finding]:
         raise Skip("no allocation recorded")
     if footprint >= PEAK_SHARE_MAX * total:
         return []
-    act = gpu_activity(session)
+    act = analyses(session).gpu_activity
     busy, busy_name = _busy(act)
     if busy is not None and busy >= (BUSY_SM_ACTIVITY if busy_name == "SM activity" else BUSY_DUTY_CYCLE):
         return []
@@ -204,16 +215,3 @@ def _message(batch: int, peak: int, footprint: int, total: int, baseline: float,
              f"activation memory grows linearly with the batch. Start measuring at half of that, {start}, and "
              "climb to the stable edge. For online serving, the latency budget caps the batch, not memory.")
     return text
-
-
-CHECK = Check(
-    id="GD202",
-    slug="batch-headroom",
-    stage=2,
-    title="Batch far below what memory allows",
-    run=run,
-    requires=("allocator",),
-    doc=__doc__ or "",
-    # playbook: raise the batch first; tiny kernels are what a tiny batch looks like
-    explains=("GD301", "GD201"),
-)

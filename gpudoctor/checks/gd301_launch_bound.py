@@ -32,14 +32,14 @@ How it is measured
     in each; the finding says which window it comes from, and when it holds only there.
 
 Thresholds, and where they come from
-    - at least 100 kernels in the window: fewer give no distribution to judge;
-    - tiny-kernel evidence, any of: at least 50% of the kernels are short (half of
-      the work drains faster than it is queued); the median kernel is below 10 us
+    - at least {{MIN_KERNELS}} kernels in the window: fewer give no distribution to judge;
+    - tiny-kernel evidence, any of: at least {{SHORT_SHARE}} of the kernels are short (half of
+      the work drains faster than it is queued); the median kernel is below {{TINY_MEDIAN_US}}
       (launch cost is typically 5-20 us: HTA); the median kernel is shorter than the
       mean launch call;
-    - GPU idle share >= 20% to look at all (the TensorBoard profiler plugin calls a
+    - GPU idle share >= {{IDLE_WARNING}} to look at all (the TensorBoard profiler plugin calls a
       GPU under 50% busy under-used).
-    - severity by the predicted gain (1.053x warning, 1.43x critical, below it a
+    - severity by the predicted gain ({{GAIN_WARNING}} warning, {{GAIN_CRITICAL}} critical, below it a
       note). The gain is the step time now over the step time with each chain of
       launches issued as one captured graph: the profiled window replayed with the
       host cost of one launch call per chain (operators, their dispatch and the
@@ -73,16 +73,26 @@ Example
 
 from __future__ import annotations
 
-from gpudoctor.analysis.prediction import predict, severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-MIN_KERNELS = 100  # below this there is no distribution to judge
-SHORT_SHARE = 0.5  # share of kernels shorter than their own launch
-TINY_MEDIAN_US = 10.0  # HTA: a launch costs 5-20 us
-IDLE_WARNING = 0.20
-MAX_GAIN = 10.0
+MIN_KERNELS = CountThreshold(
+    "kernels in the window needed to judge", 100, "kernels",
+    "gpudoctor: fewer give no distribution")
+SHORT_SHARE = Threshold(
+    "share of kernels shorter than their own launch", 0.5, "share",
+    "Holistic Trace Analysis: a short kernel runs for less than its CPU launch; half of the "
+    "work then drains faster than it is queued")
+TINY_MEDIAN_US = Threshold(
+    "median kernel below this: tiny", 10.0, "us",
+    "Holistic Trace Analysis: a launch costs 5-20 us")
+IDLE_WARNING = Threshold(
+    "GPU idle share needed to look at all", 0.20, "share",
+    "TensorBoard profiler plugin calls a GPU under 50% busy under-used")
+MAX_GAIN = Threshold("cap on the rule-based gain", 10.0, "x", "gpudoctor: an upper bound")
 
 REMEDY = Remedy(
     text="Fuse the small kernels and take the host out of the loop: torch.compile merges elementwise "
@@ -163,15 +173,7 @@ def _run(session: Session) -> list[Finding]:
                     prediction=prediction, estimated_gain=gain)]
 
 
-run = per_window(_run)
-
-CHECK = Check(
-    id="GD301",
-    slug="launch-bound",
-    stage=3,
-    title="Launch-bound (many tiny kernels)",
-    run=run,
-    requires=("profile",),
-    doc=__doc__ or "",
-    explains=("GD201", "GD103"),  # a launch-bound loop is what pegs its main thread
-)
+# a launch-bound loop is what pegs its main thread
+run = check("GD301", "launch-bound", stage=3, title="Launch-bound (many tiny kernels)",
+            requires=("profile",), explains=("GD201", "GD103"),
+            thresholds=SEVERITY_GAINS)(per_window(_run))

@@ -31,12 +31,12 @@ How it is measured
 Thresholds, and where they come from
     - idle after syncs >= 10% of the GPU span: warning; >= 30%: critical. Below 10%
       the syncs cost the GPU little (it is the bottleneck anyway).
-    - 2 or more synchronisations per step (10 in the window when steps are unknown;
+    - {{PER_STEP}} or more synchronisations per step ({{IN_WINDOW}} in the window when steps are unknown;
       a window without steps gives syncs per second) with less idle: info. One ``loss.item()`` per step for logging is customary; two
       or more mean the loop synchronises *inside* the step. Nsight Systems' expert
       rules flag every synchronising API call; gpudoctor reports them when they
       repeat or cost GPU time.
-    Severity by the predicted gain (1.053x warning, 1.43x critical): the profiled
+    Severity by the predicted gain ({{GAIN_WARNING}} warning, {{GAIN_CRITICAL}} critical): the profiled
     window replayed with the workload's syncs no longer blocking and operators that
     only read a value back (``.item()``, ``.cpu()`` of a result) gone, so the host runs
     ahead and the GPU's queue stays full; never more than a host-side fix can buy
@@ -70,15 +70,20 @@ Example
 
 from __future__ import annotations
 
-from gpudoctor.analysis.prediction import predict, severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_duration
-from gpudoctor.model import Check, Evidence, Finding, Remedy
+from gpudoctor.model import Evidence, Finding, Remedy, check
 from gpudoctor.session import Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-PER_STEP = 2.0  # more than the customary one loss.item() per step
-IN_WINDOW = 10  # when the window's steps are unknown
-MAX_GAIN = 10.0
+PER_STEP = Threshold(
+    "synchronisations per step: more is a finding", 2.0, "syncs/step",
+    "more than the customary one loss.item() per step (and one spare)")
+IN_WINDOW = CountThreshold(
+    "synchronisations in the window when its steps are unknown", 10, "syncs",
+    "gpudoctor")
+MAX_GAIN = Threshold("cap on the rule-based gain", 10.0, "x", "gpudoctor: an upper bound")
 MAX_SITES = 3
 
 REMEDY = Remedy(
@@ -150,15 +155,6 @@ def _run(session: Session) -> list[Finding]:
                     prediction=prediction)]
 
 
-run = per_window(_run)
-
-CHECK = Check(
-    id="GD302",
-    slug="host-sync",
-    stage=3,
-    title="Host synchronisations in the loop",
-    run=run,
-    requires=("profile",),
-    doc=__doc__ or "",
-    explains=("GD201",),
-)
+run = check("GD302", "host-sync", stage=3, title="Host synchronisations in the loop",
+            requires=("profile",), explains=("GD201",),
+            thresholds=SEVERITY_GAINS)(per_window(_run))

@@ -24,10 +24,10 @@ How it is measured
     time per kind; small copies are those under 64 KiB.
 
 Thresholds, and where they come from
-    - copy share >= 20%: warning; >= 50%: critical. gpudoctor's starting points:
+    - copy share >= {{SHARE_WARNING}}: warning; >= {{SHARE_CRITICAL}}: critical. gpudoctor's starting points:
       at 20% the copies cost more than most kernel-level changes gain.
-    - 10 or more small copies per step (50 in the window when steps are unknown):
-      a finding (info; warning when copies also take >= 10% of the GPU's time).
+    - {{SMALL_PER_STEP}} or more small copies per step ({{SMALL_IN_WINDOW}} in the window when steps are unknown):
+      a finding (info; warning when copies also take >= {{SMALL_SHARE_WARNING}} of the GPU's time).
       Nsight Systems ignores synchronous host-to-device copies under 64 KiB one at a
       time; in numbers they add up. A window without steps (a module-less loop shipping
       tensors one by one, profiled by time) gives copies per second instead.
@@ -58,18 +58,30 @@ Example
 
 from __future__ import annotations
 
-from gpudoctor.analysis.prediction import predict, severity_for
+
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_bytes, format_duration
-from gpudoctor.model import Check, Evidence, Finding, Remedy
+from gpudoctor.model import Evidence, Finding, Remedy, check
 from gpudoctor.session import Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-SHARE_WARNING = 0.20
-SHARE_CRITICAL = 0.50
-SMALL_PER_STEP = 10
-SMALL_IN_WINDOW = 50
-SMALL_SHARE_WARNING = 0.10
-MAX_GAIN = 10.0
+SHARE_WARNING = Threshold(
+    "copy time / (copy + kernel time): a warning", 0.20, "share",
+    "gpudoctor: a fifth of the GPU's time moving data")
+SHARE_CRITICAL = Threshold(
+    "copy time / (copy + kernel time): critical", 0.50, "share",
+    "gpudoctor: copies take as long as the compute")
+SMALL_PER_STEP = CountThreshold(
+    "small copies per step: many", 10, "copies/step",
+    "Nsight Systems' 64 KB line for a small copy; gpudoctor's count")
+SMALL_IN_WINDOW = CountThreshold(
+    "small copies in a window without steps: many", 50, "copies",
+    "gpudoctor")
+SMALL_SHARE_WARNING = Threshold(
+    "small copies' share of the window for a warning", 0.10, "share",
+    "gpudoctor")
+MAX_GAIN = Threshold("cap on the rule-based gain", 10.0, "x", "gpudoctor: an upper bound")
 
 REMEDY = Remedy(
     text="Pin host memory and copy asynchronously (pin_memory=True, non_blocking=True); gather small "
@@ -159,15 +171,6 @@ def _run(session: Session) -> list[Finding]:
                     prediction=prediction, estimated_gain=gain)]
 
 
-run = per_window(_run)
-
-CHECK = Check(
-    id="GD303",
-    slug="copy-bound",
-    stage=3,
-    title="Memory copies dominate",
-    run=run,
-    requires=("profile",),
-    doc=__doc__ or "",
-    explains=("GD103", "GD201"),
-)
+run = check("GD303", "copy-bound", stage=3, title="Memory copies dominate",
+            requires=("profile",), explains=("GD103", "GD201"),
+            thresholds=SEVERITY_GAINS)(per_window(_run))

@@ -25,15 +25,15 @@ How it is measured
     when a TF32 kernel ran.
 
 Thresholds, and where they come from
-    - fp32 GEMM time >= 10% of all kernel time: a finding (info): the matmuls
+    - fp32 GEMM time >= {{SHARE_INFO}} of all kernel time: a finding (info): the matmuls
       themselves would speed up.
-    - fp32 GEMM time >= 25% of the GPU span (first to last activity, idle included)
+    - fp32 GEMM time >= {{SPAN_WARNING}} of the GPU span (first to last activity, idle included)
       for a warning; a GPU that mostly waits for the host gains little from faster
-      matmuls. Severity above that follows the predicted gain (1.43x critical).
+      matmuls. Severity above that follows the predicted gain ({{GAIN_CRITICAL}} critical).
     The gain: the profiled window replayed with each fp32 GEMM kernel at the TF32
     rate measured on an H200 for a kernel of its duration (1.33x for a 28 us kernel,
     2.2x at 73 us, 5.4x at 358 us, 7.45x at 2.7 ms, 7.8x at 22 ms: short GEMMs are bound
-    by memory, not by the math). Without a replay, Amdahl with the GEMMs 8x faster (the TF32:fp32
+    by memory, not by the math). Without a replay, Amdahl with the GEMMs {{TENSOR_CORE_SPEEDUP}} faster (the TF32:fp32
     peak ratio of the A100 and H100): 1 / ((1 - f) + f / 8), f = fp32 GEMM time / span. Measured on an
     H200, one 4096x4096x4096 matmul: 2.68 ms in fp32 (sm80_xmma_gemm_f32f32_..._ffma),
     0.34 ms in TF32 (sm90_xmma_gemm_f32f32_tf32f32), 0.17 ms in bf16 (nvjet_sm90_tst).
@@ -58,15 +58,18 @@ Example
 
 from __future__ import annotations
 
-from gpudoctor.analysis.prediction import predict, severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name
 from gpudoctor.collectors.trace import classify_gemm
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
+from gpudoctor.thresholds import Threshold
 
-SHARE_INFO = 0.10  # fp32 GEMM time / kernel time: worth saying
-SPAN_WARNING = 0.25  # fp32 GEMM time / GPU span: worth doing first
-TENSOR_CORE_SPEEDUP = 8.0  # TF32 vs fp32 peak on A100/H100; 7.9x measured on an H200 at 4096^3
+SHARE_INFO = Threshold("fp32 GEMM time / kernel time worth saying", 0.10, "share", "gpudoctor")
+SPAN_WARNING = Threshold("fp32 GEMM time / GPU span worth doing first", 0.25, "share", "gpudoctor")
+TENSOR_CORE_SPEEDUP = Threshold(
+    "TF32 over fp32 matmul speed-up", 8.0, "x",
+    "TF32 vs fp32 peak on A100/H100; 7.9x measured on an H200 at 4096^3")
 
 REMEDY = Remedy(
     text="Let fp32 matmuls use TF32 tensor cores, or run the forward pass under bf16 autocast (check "
@@ -132,14 +135,6 @@ def _run(session: Session) -> list[Finding]:
                     message=message, evidence=evidence, remedy=REMEDY, prediction=prediction, estimated_gain=gain)]
 
 
-run = per_window(_run)
-
-CHECK = Check(
-    id="GD304",
-    slug="fp32-matmul",
-    stage=3,
-    title="Full-fp32 matmuls (no tensor cores)",
-    run=run,
-    requires=("profile",),
-    doc=__doc__ or "",
-)
+run = check("GD304", "fp32-matmul", stage=3, title="Full-fp32 matmuls (no tensor cores)",
+            requires=("profile",),
+            thresholds=SEVERITY_GAINS)(per_window(_run))

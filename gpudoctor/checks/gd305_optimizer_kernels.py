@@ -22,8 +22,8 @@ How it is measured
     more than a host-side fix can buy while the GPU was busy.
 
 Thresholds, and where they come from
-    - at least 2 launches per parameter-update chain, and a predicted gain of 1.053x
-      or more (a 5% step, the same line as every other finding): warning; 1.43x or
+    - at least 2 launches per parameter-update chain, and a predicted gain of {{GAIN_WARNING}}
+      or more (a 5% step, the same line as every other finding): warning; {{GAIN_CRITICAL}} or
       more: critical.
 
 What to do
@@ -43,8 +43,14 @@ Example
 
 from __future__ import annotations
 
-from gpudoctor.analysis.prediction import GAIN_WARNING, predict, replay_of, severity_for
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.analysis.prediction import (
+    GAIN_WARNING,
+    SEVERITY_GAINS,
+    predict,
+    replay_of,
+    severity_for,
+)
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
 
 REMEDY = Remedy(
@@ -55,6 +61,9 @@ REMEDY = Remedy(
 )
 
 
+@check("GD305", "optimizer-kernels", stage=3, title="Per-parameter optimizer kernels",
+       requires=("profile",), explains=("GD201",),
+       thresholds=SEVERITY_GAINS)
 def run(session: Session) -> list[Finding]:
     replay = replay_of(session)
     if replay is None:
@@ -76,15 +85,3 @@ def run(session: Session) -> list[Finding]:
                "does not change this; a fused or foreach optimizer does.")
     return [Finding(severity=severity_for(prediction.gain), title="The optimizer updates parameters one at a time",
                     message=message, evidence=evidence, remedy=REMEDY, prediction=prediction)]
-
-
-CHECK = Check(
-    id="GD305",
-    slug="optimizer-kernels",
-    stage=3,
-    title="Per-parameter optimizer kernels",
-    run=run,
-    requires=("profile",),
-    doc=__doc__ or "",
-    explains=("GD201",),
-)

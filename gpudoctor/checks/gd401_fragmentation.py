@@ -28,10 +28,10 @@ Thresholds, and where they come from
     points, to tune with measurements:
 
     - any allocation retry: warning (each one is a full cache flush and a device sync).
-    - fragmentation >= 20% with >= 512 MiB inactive split in a snapshot whose
-      reserved memory is >= 1 GiB: a finding; warning when the reserved memory is
-      >= 80% of the device (fragmentation then turns into OOMs), info otherwise.
-    - reserved - allocated >= 50% of reserved and >= 1 GiB, with reserved >= 80% of
+    - fragmentation >= {{FRAGMENTATION_SHARE}} with >= {{MIN_INACTIVE_SPLIT}} inactive split in a snapshot whose
+      reserved memory is >= {{MIN_RESERVED}}: a finding; warning when the reserved memory is
+      >= {{TIGHT_DEVICE_SHARE}} of the device (fragmentation then turns into OOMs), info otherwise.
+    - reserved - allocated >= {{CACHED_GAP_SHARE}} of reserved and >= {{MIN_CACHED_GAP}}, with reserved >= {{TIGHT_DEVICE_SHARE}} of
       the device: reported as cached memory held back.
 
 What to do
@@ -48,39 +48,32 @@ Example
 from __future__ import annotations
 
 from gpudoctor import metrics
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.analysis.memory import expandable_remedy, fragmentation, gpu_memory_total
+from gpudoctor.model import Evidence, Finding, Skip, check
 from gpudoctor.session import AllocatorSnapshot, Session
+from gpudoctor.thresholds import CountThreshold, Threshold
 
-FRAGMENTATION_SHARE = 0.20  # inactive split / reserved
-MIN_INACTIVE_SPLIT = 512 * 2**20
-MIN_RESERVED = 2**30  # below, ratios are noise
-TIGHT_DEVICE_SHARE = 0.80  # reserved / device: fragmentation turns into OOMs
-CACHED_GAP_SHARE = 0.50  # (reserved - allocated) / reserved
-MIN_CACHED_GAP = 2**30
+FRAGMENTATION_SHARE = Threshold(
+    "inactive split / reserved: fragmented at or above", 0.20, "share",
+    "PyTorch documents the counters, not a line: gpudoctor's starting point")
+MIN_INACTIVE_SPLIT = CountThreshold(
+    "inactive split memory needed for a finding", 512 * 2**20, "bytes",
+    "gpudoctor's starting point")
+MIN_RESERVED = CountThreshold(
+    "reserved memory below which ratios are noise", 2**30, "bytes",
+    "gpudoctor's starting point")
+TIGHT_DEVICE_SHARE = Threshold(
+    "reserved / device memory: fragmentation turns into OOMs", 0.80, "share",
+    "gpudoctor's starting point")
+CACHED_GAP_SHARE = Threshold(
+    "(reserved - allocated) / reserved held back by the cache", 0.50, "share",
+    "gpudoctor's starting point")
+MIN_CACHED_GAP = CountThreshold(
+    "cached memory held back worth a mention", 2**30, "bytes",
+    "gpudoctor's starting point")
 
-ENV_FIX = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-
-
-def fragmentation(snap: AllocatorSnapshot) -> float | None:
-    return snap.inactive_split_bytes / snap.reserved_bytes if snap.reserved_bytes > 0 else None
-
-
-def expandable_remedy(enabled: bool | None, extra: str = "") -> Remedy:
-    if enabled:
-        return Remedy(
-            text="expandable_segments is already on. Keep tensor shapes stable (pad variable-length batches to "
-            "a few bucket sizes, drop_last=True), lower the peak (smaller batch with gradient accumulation, "
-            "activation checkpointing) and drop references to large temporaries early." + extra,
-        )
-    return Remedy(
-        text="Let the allocator grow segments instead of carving fixed ones" +
-        (" (it may already be set: the run did not say)" if enabled is None else "") +
-        ". If fragmentation remains, keep tensor shapes stable (pad variable-length batches to a few bucket "
-        "sizes, drop_last=True)." + extra,
-        code=f"export {ENV_FIX}\npython train.py   # or: {ENV_FIX} gpudoctor diagnose train.py",
-    )
-
-
+@check("GD401", "allocator-fragmentation", stage=4, title="Allocator fragmentation or allocation retries",
+       requires=("allocator",))
 def run(session: Session) -> list[Finding]:
     snapshots = [s for s in session.allocator if s.label != "oom"]
     if not snapshots:
@@ -94,7 +87,7 @@ def run(session: Session) -> list[Finding]:
     if not retries and not fragmented:
         return []
     shown = worst if worst is not None else max(snapshots, key=lambda s: s.reserved_bytes)
-    total = shown.device_total_bytes or _device_total(session)
+    total = shown.device_total_bytes or gpu_memory_total(session)
     tight = bool(total) and shown.reserved_bytes >= TIGHT_DEVICE_SHARE * (total or 1)
     fmt = metrics.format_bytes
     parts = []
@@ -131,19 +124,3 @@ def run(session: Session) -> list[Finding]:
 
 def _window(snap: AllocatorSnapshot) -> str:
     return f"{snap.label} snapshot at t={snap.t:.1f} s"
-
-
-def _device_total(session: Session) -> int | None:
-    totals = [g.memory_total_bytes for g in session.environment.gpus if g.memory_total_bytes]
-    return min(totals) if totals else None
-
-
-CHECK = Check(
-    id="GD401",
-    slug="allocator-fragmentation",
-    stage=4,
-    title="Allocator fragmentation or allocation retries",
-    run=run,
-    requires=("allocator",),
-    doc=__doc__ or "",
-)

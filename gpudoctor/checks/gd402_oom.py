@@ -32,7 +32,7 @@ Thresholds, and where they come from
       cached whole segments and retries; only split segments stay, so the memory
       existed but not in one piece (PyTorch's own message says "if reserved but
       unallocated memory is large try setting expandable_segments").
-    - reserved-but-unallocated >= 10% of reserved (but below the request):
+    - reserved-but-unallocated >= {{FRAGMENTATION_CONTRIBUTED}} of reserved (but below the request):
       fragmentation contributed; both remedies apply.
     - otherwise: capacity.
 
@@ -47,133 +47,16 @@ What to do
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
-from gpudoctor.checks.gd401_fragmentation import ENV_FIX, expandable_remedy
-
 from gpudoctor import metrics
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
-from gpudoctor.session import AllocatorSnapshot, ErrorEvent, Session
+from gpudoctor.analysis.memory import ENV_FIX, OomFacts, expandable_remedy
+from gpudoctor.analysis.shared import analyses
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.session import Session
+from gpudoctor.thresholds import Threshold
 
-FRAGMENTATION_CONTRIBUTED = 0.10  # reserved-but-unallocated / reserved
-_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9}
-_SIZE = r"([\d.]+) ?(B|KiB|MiB|GiB|TiB|KB|MB|GB)"
-_PATTERNS = {  # PyTorch >= 2.1 wording first, then the older one
-    "requested": [rf"Tried to allocate {_SIZE}"],
-    "total": [rf"total capacity of {_SIZE}", rf"{_SIZE} total capacity"],
-    "free": [rf"of which {_SIZE} is free", rf"{_SIZE} free;"],
-    "allocated": [rf"{_SIZE} is allocated by PyTorch", rf"{_SIZE} already allocated"],
-    "unallocated": [rf"{_SIZE} is reserved by PyTorch but unallocated"],
-    "reserved": [rf"{_SIZE} reserved in total by PyTorch"],
-    "allowed": [rf"{_SIZE} allowed"],  # a per-process cap (set_per_process_memory_fraction)
-}
-
-
-_OBSERVER = re.compile(r"allocation of (\d+) bytes failed(?: \(device free (\d+) bytes\))?")
-
-
-@dataclass
-class OomFacts:
-    uncaught: bool  # the exception reached the top (the agent's excepthook recorded it)
-    count: int
-    requested: int | None = None
-    allocated: int | None = None
-    reserved: int | None = None
-    free: int | None = None
-    total: int | None = None
-    allowed: int | None = None  # the process's cap, when one was set
-    inactive_split: int | None = None
-    expandable: bool | None = None
-    message: str | None = None
-
-    @property
-    def cached_unused(self) -> int | None:
-        if self.reserved is None or self.allocated is None:
-            return None
-        return max(0, self.reserved - self.allocated)
-
-    @property
-    def obtainable(self) -> int | None:
-        """What the process could still have taken from CUDA: the device's free memory, within its cap."""
-        if self.allowed is None or self.reserved is None:
-            return self.free
-        headroom = max(0, self.allowed - self.reserved)
-        return headroom if self.free is None else min(self.free, headroom)
-
-
-def parse_oom_message(text: str) -> dict[str, int]:
-    found: dict[str, int] = {}
-    for key, patterns in _PATTERNS.items():
-        for pattern in patterns:
-            match = re.search(pattern, text)
-            if match:
-                found[key] = int(float(match.group(1)) * _UNITS[match.group(2)])
-                break
-    return found
-
-
-def is_uncaught(error: ErrorEvent) -> bool:
-    """The excepthook's record (traceback, PyTorch's wording), not the OOM observer's.
-
-    PyTorch's OOM observer fires for every OOM, caught or not; the agent's excepthook
-    only for an exception that ended a thread or the program.
-    """
-    return bool(error.traceback) or "out of memory" in (error.message or "").lower()
-
-
-def oom_facts(session: Session) -> OomFacts | None:
-    errors: list[ErrorEvent] = [e for e in session.errors if e.kind == "oom"]
-    uncaught = [e for e in errors if is_uncaught(e)]
-    observed = [e for e in errors if not is_uncaught(e)]
-    at_oom: list[AllocatorSnapshot] = [s for s in session.allocator if s.label == "oom"]
-    counted = max((s.num_ooms for s in session.allocator), default=0)
-    if not errors and not at_oom and counted <= 0:
-        return None
-    facts = OomFacts(uncaught=bool(uncaught), count=max(counted, len(observed), 1))
-    if at_oom:
-        snap = _snapshot_at_failure(at_oom, observed)
-        facts.requested = snap.requested_bytes
-        facts.allocated, facts.reserved = snap.allocated_bytes, snap.reserved_bytes
-        facts.inactive_split = snap.inactive_split_bytes
-        facts.free, facts.total = snap.device_free_bytes, snap.device_total_bytes
-        facts.expandable = snap.expandable_segments
-    for error in observed[-1:]:
-        match = _OBSERVER.search(error.message or "")
-        if match:
-            facts.requested = facts.requested or int(match.group(1))
-            if facts.free is None and match.group(2):
-                facts.free = int(match.group(2))
-    if uncaught:
-        facts.message = uncaught[-1].message
-        parsed = parse_oom_message(uncaught[-1].message or "")
-        facts.requested = facts.requested or parsed.get("requested")
-        facts.total = facts.total or parsed.get("total")
-        facts.free = facts.free if facts.free is not None else parsed.get("free")
-        facts.allowed = parsed.get("allowed")
-        if facts.allocated is None and "allocated" in parsed:
-            facts.allocated = parsed["allocated"]
-            reserved = parsed.get("reserved")
-            if reserved is None and "unallocated" in parsed:
-                reserved = parsed["allocated"] + parsed["unallocated"]
-            facts.reserved = reserved
-    if facts.expandable is None:
-        facts.expandable = next((s.expandable_segments for s in reversed(session.allocator)
-                                 if s.expandable_segments is not None), None)
-    if facts.total is None:
-        totals = [g.memory_total_bytes for g in session.environment.gpus if g.memory_total_bytes]
-        facts.total = min(totals) if totals else None
-    return facts
-
-
-def _snapshot_at_failure(at_oom: list[AllocatorSnapshot], observed: list[ErrorEvent]) -> AllocatorSnapshot:
-    """The snapshot of the failure itself, not one taken after the exception unwound and freed tensors."""
-    if observed:
-        t = observed[-1].t
-        after = [s for s in at_oom if t is not None and s.t >= t - 0.05]
-        if after:
-            return min(after, key=lambda s: s.t)
-    return at_oom[-1]
+FRAGMENTATION_CONTRIBUTED = Threshold(
+    "reserved-but-unallocated / reserved: fragmentation contributed", 0.10, "share",
+    "gpudoctor: a tenth of the reserved memory unusable")
 
 
 def cause(facts: OomFacts) -> str:
@@ -195,8 +78,10 @@ def cause(facts: OomFacts) -> str:
     return "capacity"
 
 
+@check("GD402", "out-of-memory", stage=4, title="Out of GPU memory",
+       requires=(), explains=("GD401", "GD202"))
 def run(session: Session) -> list[Finding]:
-    facts = oom_facts(session)
+    facts = analyses(session).oom
     if facts is None:
         if session.fact("allocator"):
             # an uncaught OOM would show as an error; a caught one only in the allocator's counters
@@ -289,16 +174,3 @@ def _remedy(kind: str, expandable: bool | None) -> Remedy:
     extra = " If it still fails, shrink the working set: " + CAPACITY.text[len("Shrink the working set: "):]
     return Remedy(text=f"Set {ENV_FIX} first (free), then measure again." + extra,
                   code=f"export {ENV_FIX}\n" + (CAPACITY.code or ""))
-
-
-CHECK = Check(
-    id="GD402",
-    slug="out-of-memory",
-    stage=4,
-    title="Out of GPU memory",
-    run=run,
-    requires=(),
-    doc=__doc__ or "",
-    # an OOM comes with allocation retries: they are its symptom, GD402 says the cause
-    explains=("GD401", "GD202"),
-)

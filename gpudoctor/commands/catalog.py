@@ -11,7 +11,7 @@ from rich.table import Table
 
 from gpudoctor import exitcodes
 from gpudoctor.exitcodes import GpudoctorError
-from gpudoctor.model import STAGES
+from gpudoctor.model import STAGES, Check, thresholds_of
 from gpudoctor.registry import find_check, load_checks
 from gpudoctor.reports.console import is_terminal, show
 
@@ -51,8 +51,19 @@ def explain(args: argparse.Namespace) -> int:
         raise GpudoctorError(f"no check named {args.check!r} (see `gpudoctor checks`)", exitcodes.NOT_FOUND)
     page = inspect.cleandoc(check.doc or "") or check.title
     header = f"# {check.id} {check.slug}: {check.title}\n\nStage {check.stage} ({STAGES.get(check.stage, '')}).\n\n"
+    text = header + page + thresholds_section(check)
     if is_terminal(sys.stdout):
-        show(lambda console: console.print(Markdown(header + page)), sys.stdout)
+        show(lambda console: console.print(Markdown(text)), sys.stdout)
     else:
-        print(header + page)
+        print(text)
     return exitcodes.OK
+
+
+def thresholds_section(check: Check) -> str:
+    """The limits the check's code compares against: the same objects, with unit and source."""
+    limits = thresholds_of(check)
+    if not limits:
+        return ""
+    lines = [f"- {t.name}: **{t.shown()}** ({t.source})" if t.source else f"- {t.name}: **{t.shown()}**"
+             for t in limits]
+    return "\n\nThresholds in force (read from the code)\n\n" + "\n".join(lines) + "\n"

@@ -13,6 +13,10 @@ from gpudoctor.model import Check, Finding
 from gpudoctor.report import build_report
 from gpudoctor.session import ProfileSummary, ReplayScenario, ReplaySummary
 
+# the idle GPU, declared as such (measures_idle) and explaining nothing: only the replay relates findings
+IDLE_ONLY = {"GD201": Check(id="GD201", slug="gpu-idle", stage=2, title="GPU idle", run=lambda s: [],
+                            measures_idle=True)}
+
 
 def replay(**spans: float) -> ProfileSummary:
     """A profile whose replay took 100 ms as measured and `spans[name]` ms without each cause."""
@@ -86,11 +90,11 @@ def test_the_idle_gpu_is_explained_by_the_cause_that_removes_most_of_its_idle_ti
     # idle now 80 of 100 ms; without data waits the window is 25 ms with 20 ms busy: 5 ms idle
     session = make_session(profile=replay(data=25.0))
     idle = Finding(severity="critical", title="GPU mostly idle", message="", id="GD201", stage=2)
-    ordered = order([idle, finding("GD102", "critical", "data", 4.0)], session, {})
+    ordered = order([idle, finding("GD102", "critical", "data", 4.0)], session, IDLE_ONLY)
     assert ordered[0].id == "GD102" and ordered[1].consequence_of == "GD102"
     # a cause that leaves most of the idle time in place does not explain it
     session = make_session(profile=replay(data=90.0))
-    ordered = order([idle, finding("GD102", "warning", "data", 1.11)], session, {})
+    ordered = order([idle, finding("GD102", "warning", "data", 1.11)], session, IDLE_ONLY)
     assert all(f.consequence_of is None for f in ordered)
 
 

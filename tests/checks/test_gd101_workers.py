@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpudoctor.analysis.input_pipeline import HANDOFF_S
 from gpudoctor.checks import gd102_input_stall as gd102
-from gpudoctor.checks.gd101_workers import CHECK, run
+from gpudoctor.checks.gd101_workers import run
 from gpudoctor.model import Skip
 
 
@@ -22,7 +22,7 @@ def test_num_workers_zero_gets_a_measured_worker_count():
     loader = make_loader(num_workers=0, batches=50, batch_size=64, fetch_s_per_batch=0.060, fetch_cpu_ratio=0.9)
     session = make_session(steps=make_steps(50, 0.100, 0.060), loaders=[loader], usable_cores=8,
                            torch_cuda_used=True)
-    outcome, findings = run_check(CHECK, session)
+    outcome, findings = run_check(run.check, session)
     assert outcome.status == "finding"
     (f,) = findings
     assert f.severity == "critical"  # 60% data wait
@@ -168,7 +168,7 @@ def test_ranks_on_one_host_share_the_cores():
 
 
 def test_skips_without_loader():
-    outcome, _ = run_check(CHECK, make_session(steps=make_steps(10, 0.1)))
+    outcome, _ = run_check(run.check, make_session(steps=make_steps(10, 0.1)))
     assert outcome.status == "skipped"
     with pytest.raises(Skip):
         run(make_session(loaders=[make_loader(batches=0)]))

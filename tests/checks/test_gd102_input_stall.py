@@ -7,7 +7,7 @@ from helpers import make_cpu_samples, make_gpu_samples, make_loader, make_sessio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudoctor.checks.gd102_input_stall import CHECK, run
+from gpudoctor.checks.gd102_input_stall import run
 from gpudoctor.model import Skip
 
 
@@ -19,7 +19,7 @@ def stalled(step_s: float = 0.100, wait_s: float = 0.040, **loader_kw) -> object
 
 def test_cpu_bound_stall_is_critical_with_gain_and_evidence():
     session = stalled(fetch_s_per_batch=0.300, fetch_cpu_ratio=0.95)
-    outcome, findings = run_check(CHECK, session)
+    outcome, findings = run_check(run.check, session)
     assert outcome.status == "finding"
     (f,) = findings
     assert f.severity == "critical"  # 40% >= 30%
@@ -135,7 +135,7 @@ def test_capacity_note_when_workers_could_keep_up():
 
 def test_skips_without_loader():
     session = make_session(steps=make_steps(50, 0.1, 0.0))
-    outcome, findings = run_check(CHECK, session)
+    outcome, findings = run_check(run.check, session)
     assert outcome.status == "skipped" and "DataLoader" in (outcome.reason or "")
     assert findings == []
     with pytest.raises(Skip, match="no DataLoader seen"):

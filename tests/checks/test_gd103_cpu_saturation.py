@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import make_cpu_samples, make_gpu_samples, make_loader, make_session, make_steps, run_check
 
-from gpudoctor.checks.gd103_cpu_saturation import CHECK, run
+from gpudoctor.checks.gd103_cpu_saturation import run
 from gpudoctor.model import Skip
 
 
@@ -23,7 +23,7 @@ def session_with(cpu: dict, *, wait_s: float = 0.040, gpu: dict | None = None, l
 def test_saturated_cores_while_the_loop_waits():
     session = session_with({"system_percent": 97.0, "main_thread_percent": 40.0, "tree_percent": 760.0,
                             "workers_percent": 700.0})
-    outcome, findings = run_check(CHECK, session)
+    outcome, findings = run_check(run.check, session)
     assert outcome.status == "finding"
     (f,) = findings
     assert f.severity == "critical"  # the loop waits 40% of each step
@@ -78,7 +78,7 @@ def test_saturation_with_nothing_to_starve_is_skipped():
 
 
 def test_skips_without_cpu_samples():
-    outcome, _ = run_check(CHECK, make_session(steps=make_steps(50, 0.1, 0.05)))
+    outcome, _ = run_check(run.check, make_session(steps=make_steps(50, 0.1, 0.05)))
     assert outcome.status == "skipped" and outcome.reason and outcome.reason.startswith("cpu")
     with pytest.raises(Skip):
         run(make_session(steps=make_steps(50, 0.1, 0.05), mark_missing=False))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import make_loader, make_session, make_steps, run_check
 
-from gpudoctor.checks.gd104_storage import CHECK, is_network, run
+from gpudoctor.checks.gd104_storage import is_network, run
 from gpudoctor.model import Skip
 from gpudoctor.session import StorageProbe
 
@@ -38,7 +38,7 @@ def test_rotational_flag_alone_is_never_a_finding():
 def test_network_filesystem_while_the_loader_waits_is_a_warning():
     p = probe(path="/mnt/nfs/train", mount_point="/mnt/nfs", fs_type="nfs4", kind="network", device="srv:/export",
               read_latency_p50_ms=3.1, throughput_mb_s=180.0)
-    outcome, findings = run_check(CHECK, session_with(p))
+    outcome, findings = run_check(run.check, session_with(p))
     assert outcome.status == "finding"
     (f,) = findings
     assert f.severity == "warning"
@@ -94,7 +94,7 @@ def test_without_loader_timing_the_finding_says_so():
 
 
 def test_skips_without_probe_or_when_the_probe_failed():
-    outcome, _ = run_check(CHECK, make_session())
+    outcome, _ = run_check(run.check, make_session())
     assert outcome.status == "skipped"
     with pytest.raises(Skip, match="probe failed"):
         run(make_session(storage=[probe(error="permission denied")]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import make_loader, make_session, make_steps, run_check
 
-from gpudoctor.checks.gd105_pinned_memory import CHECK, run
+from gpudoctor.checks.gd105_pinned_memory import run
 from gpudoctor.model import Skip
 from gpudoctor.session import ProfileSummary
 
@@ -29,7 +29,7 @@ def test_large_pageable_copies_are_a_warning_with_gain():
     # 20 copies of 8 MiB taking 40 ms of a 500 ms window: 8%
     prof = profile({"HtoD_pageable": {"count": 20, "bytes": 20 * 8 * MIB, "us": 40_000.0},
                     "HtoD_pinned": {"count": 2, "bytes": 2 * MIB, "us": 200.0}})
-    outcome, findings = run_check(CHECK, cuda_session(prof=prof))
+    outcome, findings = run_check(run.check, cuda_session(prof=prof))
     assert outcome.status == "finding"
     (f,) = findings
     assert f.severity == "warning"
@@ -82,7 +82,7 @@ def test_unrecorded_pin_memory_is_not_assumed_false():
 
 
 def test_cpu_only_run_is_skipped():
-    outcome, findings = run_check(CHECK, cuda_session(used=False))
+    outcome, findings = run_check(run.check, cuda_session(used=False))
     assert outcome.status == "skipped" and outcome.reason == "the run used no GPU"
     assert findings == []
 

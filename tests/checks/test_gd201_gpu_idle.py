@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gpudoctor.checks.gd201_gpu_idle import CHECK, run
+from gpudoctor.checks.gd201_gpu_idle import run
 from helpers import make_gpu_samples, make_session, make_steps, run_check
 
 from gpudoctor.session import GpuInfo
@@ -22,7 +22,7 @@ def session_with(samples, **kwargs):
 def test_tiny_kernel_loop_duty_cycle_17_but_sm_activity_002_is_critical():
     session = session_with(make_gpu_samples(20, util_percent=17.0, sm_activity=0.02, tensor_activity=0.0,
                                             memory_used_bytes=2 * GIB))
-    outcome, findings = run_check(CHECK, session)
+    outcome, findings = run_check(run.check, session)
     assert outcome.status == "finding"
     (f,) = findings
     assert f.severity == "critical"
@@ -44,7 +44,7 @@ def test_busy_duty_cycle_with_idle_sms_is_a_warning_without_gain():
 
 def test_bf16_matmuls_pass():
     session = session_with(make_gpu_samples(20, util_percent=100.0, sm_activity=96.0, tensor_activity=93.0))
-    outcome, findings = run_check(CHECK, session)
+    outcome, findings = run_check(run.check, session)
     assert outcome.status == "pass" and findings == []
 
 
@@ -74,23 +74,23 @@ def test_only_steady_samples_count():
 
 
 def test_skipped_without_gpu_samples():
-    outcome, _ = run_check(CHECK, make_session(unavailable={"gpu": "no NVIDIA driver found"}))
+    outcome, _ = run_check(run.check, make_session(unavailable={"gpu": "no NVIDIA driver found"}))
     assert outcome.status == "skipped" and "no NVIDIA driver found" in (outcome.reason or "")
 
 
 def test_skipped_when_the_workload_used_no_cuda():
     session = make_session(gpu_samples=make_gpu_samples(20, util_percent=0.0), torch_cuda_used=False)
-    outcome, _ = run_check(CHECK, session)
+    outcome, _ = run_check(run.check, session)
     assert outcome.status == "skipped" and "no work on a CUDA device" in (outcome.reason or "")
 
 
 def test_skipped_with_too_few_samples():
-    outcome, _ = run_check(CHECK, session_with(make_gpu_samples(2, util_percent=5.0)))
+    outcome, _ = run_check(run.check, session_with(make_gpu_samples(2, util_percent=5.0)))
     assert outcome.status == "skipped" and "too few" in (outcome.reason or "")
 
 
 def test_skipped_in_mig_mode_without_any_activity_value():
-    outcome, _ = run_check(CHECK, session_with(make_gpu_samples(10, memory_used_bytes=GIB)))
+    outcome, _ = run_check(run.check, session_with(make_gpu_samples(10, memory_used_bytes=GIB)))
     assert outcome.status == "skipped" and "MIG" in (outcome.reason or "")
 
 
@@ -105,5 +105,5 @@ def test_steps_shorter_than_the_sample_interval_are_not_judged_on_start_up_sampl
 
     # only the sample that straddles the steps measured them; never the whole run
     assert [s.t for s in metrics.gpu_samples_steady(session)] == [9.75]
-    outcome, _ = run_check(CHECK, session)
+    outcome, _ = run_check(run.check, session)
     assert outcome.status == "skipped" and "too few" in (outcome.reason or "")

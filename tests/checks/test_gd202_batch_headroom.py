@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudoctor.checks.gd202_batch_headroom import CHECK, round_start, run, script_target
+from gpudoctor.checks.gd202_batch_headroom import round_start, run, script_target
 from helpers import make_gpu_samples, make_loader, make_session, run_check
 
 from gpudoctor.session import AllocatorSnapshot, ErrorEvent, GpuInfo
@@ -32,7 +32,7 @@ def headroom_session(batch: int | None = 32, allocator=None, util: float = 40.0,
 
 
 def test_headroom_gives_the_bound_the_start_and_the_sweep_command():
-    outcome, findings = run_check(CHECK, headroom_session())
+    outcome, findings = run_check(run.check, headroom_session())
     assert outcome.status == "finding"
     (f,) = findings
     # baseline 4 GiB (lowest allocation), (12 - 4) GiB / 32 = 256 MiB per sample,
@@ -73,7 +73,7 @@ def test_no_gpm_uses_the_duty_cycle_and_is_info_when_half_busy():
 
 
 def test_memory_already_half_used_passes():
-    outcome, findings = run_check(CHECK, headroom_session(allocator=snapshots(peak=30, reserved=42)))
+    outcome, findings = run_check(run.check, headroom_session(allocator=snapshots(peak=30, reserved=42)))
     assert outcome.status == "pass" and findings == []
 
 
@@ -84,18 +84,18 @@ def test_busy_gpu_passes():
 def test_skipped_after_an_oom():
     session = headroom_session()
     session.errors = [ErrorEvent(pid=1, kind="oom", type="torch.OutOfMemoryError", message="CUDA out of memory.")]
-    outcome, _ = run_check(CHECK, session)
+    outcome, _ = run_check(run.check, session)
     assert outcome.status == "skipped" and "GD402" in (outcome.reason or "")
 
 
 def test_skipped_without_batch_size():
-    outcome, _ = run_check(CHECK, headroom_session(batch=None))
+    outcome, _ = run_check(run.check, headroom_session(batch=None))
     assert outcome.status == "skipped" and "batch size unknown" in (outcome.reason or "")
 
 
 def test_skipped_without_allocator_statistics():
     session = headroom_session(allocator=[], unavailable={"allocator": "no CUDA caching-allocator statistics"})
-    outcome, _ = run_check(CHECK, session)
+    outcome, _ = run_check(run.check, session)
     assert outcome.status == "skipped" and "allocator" in (outcome.reason or "")
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gpudoctor.checks.gd203_clocks import CHECK, run
+from gpudoctor.checks.gd203_clocks import run
 from helpers import make_gpu_samples, make_session, run_check
 
 from gpudoctor.session import GpuInfo
@@ -22,7 +22,7 @@ def test_power_cap_at_full_load_is_info_fully_used():
     # bf16 8192^3 matmuls on an H200: 631 W of 700 W, SM activity 93%, clocks 1477 of 1980 MHz
     samples = make_gpu_samples(15, util_percent=100.0, sm_activity=93.0, power_w=631.0, sm_clock_mhz=1477,
                                clock_event_reasons=["SwPowerCap"])
-    outcome, findings = run_check(CHECK, clocks_session(samples))
+    outcome, findings = run_check(run.check, clocks_session(samples))
     assert outcome.status == "finding"
     (f,) = findings
     assert f.severity == "info"
@@ -53,7 +53,7 @@ def test_hw_slowdown_and_power_cap_together_give_two_findings():
 
 def test_busy_at_full_clock_passes():
     samples = make_gpu_samples(20, util_percent=100.0, sm_activity=96.0, power_w=500.0, sm_clock_mhz=1980)
-    outcome, findings = run_check(CHECK, clocks_session(samples))
+    outcome, findings = run_check(run.check, clocks_session(samples))
     assert outcome.status == "pass" and findings == []
 
 
@@ -65,7 +65,7 @@ def test_a_transient_reason_is_ignored():
 
 def test_idle_clocks_do_not_count():
     samples = make_gpu_samples(20, util_percent=0.0, sm_activity=0.0, sm_clock_mhz=345, clock_event_reasons=["Idle"])
-    outcome, _ = run_check(CHECK, clocks_session(samples))
+    outcome, _ = run_check(run.check, clocks_session(samples))
     assert outcome.status == "skipped" and "never busy" in (outcome.reason or "")
 
 
@@ -84,10 +84,10 @@ def test_with_gpm_low_power_is_left_to_gd201():
 def test_skipped_when_reasons_were_not_read():
     samples = make_gpu_samples(20, util_percent=100.0, sm_clock_mhz=1980)
     session = clocks_session(samples, unavailable={"clock_events": "clock-event reasons unavailable: Not Supported"})
-    outcome, _ = run_check(CHECK, session)
+    outcome, _ = run_check(run.check, session)
     assert outcome.status == "skipped" and "Not Supported" in (outcome.reason or "")
 
 
 def test_skipped_without_gpu():
-    outcome, _ = run_check(CHECK, make_session(unavailable={"gpu": "no NVIDIA GPU found"}))
+    outcome, _ = run_check(run.check, make_session(unavailable={"gpu": "no NVIDIA GPU found"}))
     assert outcome.status == "skipped"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudoctor.checks.gd401_fragmentation import CHECK, run
+from gpudoctor.checks.gd401_fragmentation import run
 from helpers import make_session, run_check
 
 from gpudoctor.session import AllocatorSnapshot
@@ -26,7 +26,7 @@ def alloc_session(*snaps: AllocatorSnapshot, **kw):
 
 
 def test_allocation_retries_are_a_warning_with_expandable_segments():
-    outcome, findings = run_check(CHECK, alloc_session(snap(), snap("end", retries=3, t=30.0)))
+    outcome, findings = run_check(run.check, alloc_session(snap(), snap("end", retries=3, t=30.0)))
     assert outcome.status == "finding"
     (f,) = findings
     assert f.severity == "warning"
@@ -56,7 +56,7 @@ def test_expandable_segments_already_on_changes_the_remedy():
 
 
 def test_healthy_allocator_passes():
-    outcome, findings = run_check(CHECK, alloc_session(snap(inactive=0.3), snap("end", inactive=0.1)))
+    outcome, findings = run_check(run.check, alloc_session(snap(inactive=0.3), snap("end", inactive=0.1)))
     assert outcome.status == "pass" and findings == []
 
 
@@ -65,11 +65,11 @@ def test_small_footprints_are_not_judged_on_ratios():
 
 
 def test_skipped_with_only_an_oom_snapshot():
-    outcome, _ = run_check(CHECK, alloc_session(snap("oom", inactive=5)))
+    outcome, _ = run_check(run.check, alloc_session(snap("oom", inactive=5)))
     assert outcome.status == "skipped" and "out-of-memory" in (outcome.reason or "")
 
 
 def test_skipped_without_allocator_statistics():
     session = alloc_session(unavailable={"allocator": "no CUDA caching-allocator statistics"})
-    outcome, _ = run_check(CHECK, session)
+    outcome, _ = run_check(run.check, session)
     assert outcome.status == "skipped" and "allocator" in (outcome.reason or "")

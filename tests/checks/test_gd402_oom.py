@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpudoctor.checks import gd401_fragmentation
-from gpudoctor.checks.gd402_oom import CHECK, parse_oom_message, run
+from gpudoctor.analysis.memory import parse_oom_message
+from gpudoctor.checks.gd402_oom import run
 from helpers import make_session, run_check
 
 from gpudoctor.engine import run_checks
@@ -52,7 +53,7 @@ def oom_session(errors=(), allocator=(), **kw):
 
 
 def test_uncaught_capacity_oom_from_the_exception_message():
-    outcome, findings = run_check(CHECK, oom_session([oom_error()], batch_size=512, exit_code=1))
+    outcome, findings = run_check(run.check, oom_session([oom_error()], batch_size=512, exit_code=1))
     assert outcome.status == "finding"
     (f,) = findings
     assert f.severity == "critical" and "crashed" in f.title
@@ -127,13 +128,13 @@ def test_old_message_fills_reserved():
 def test_no_oom_passes():
     other = ErrorEvent(pid=1, kind="exception", type="ValueError", message="bad input")
     snap = AllocatorSnapshot(t=30.0, label="end", allocated_bytes=GIB, reserved_bytes=2 * GIB)
-    outcome, findings = run_check(CHECK, oom_session([other], allocator=[snap]))
+    outcome, findings = run_check(run.check, oom_session([other], allocator=[snap]))
     assert outcome.status == "pass" and findings == []
 
 
 def test_skipped_when_caught_ooms_cannot_be_seen():
     session = oom_session(unavailable={"allocator": "no CUDA caching-allocator statistics"})
-    outcome, _ = run_check(CHECK, session)
+    outcome, _ = run_check(run.check, session)
     assert outcome.status == "skipped" and "allocator" in (outcome.reason or "")
 
 
@@ -143,7 +144,7 @@ def test_fragmentation_finding_explains_the_oom():
                           inactive_split_bytes=20 * GIB, num_alloc_retries=4, device_total_bytes=80 * GIB),
         oom_snapshot(allocated=60, reserved=75, requested=2),
     ])
-    result = run_checks(session, [gd401_fragmentation.CHECK, CHECK])
+    result = run_checks(session, [gd401_fragmentation.run.check, run.check])
     # the OOM is the root finding (its message names fragmentation as the cause);
     # the allocation retries that preceded it are shown as its consequence
     oom = next(f for f in result.findings if f.id == "GD402")
@@ -192,5 +193,5 @@ def test_an_oom_that_ended_the_run_comes_before_earlier_stages():
                              gpu_busy_us=950_000.0, gpu_idle_us=50_000.0, matmul_fp32_us=800_000.0,
                              matmul_total_us=800_000.0, matmul_tensor_core_us=0.0, tf32_enabled=False)
     session = oom_session([oom_error()], exit_code=1, profile=profile)
-    result = run_checks(session, [gd304.CHECK, CHECK])
+    result = run_checks(session, [gd304.run.check, run.check])
     assert [f.id for f in result.findings][:2] == ["GD402", "GD304"], [(f.id, f.severity) for f in result.findings]

@@ -17,7 +17,7 @@ from gpudoctor.model import Skip
 from gpudoctor.registry import load_checks
 from gpudoctor.session import KernelStat, ProfileSummary, SyncSite
 
-CHECKS = [gd301_launch_bound.CHECK, gd302_host_sync.CHECK, gd303_copies.CHECK, gd304_fp32_matmul.CHECK]
+CHECKS = [gd301_launch_bound.run.check, gd302_host_sync.run.check, gd303_copies.run.check, gd304_fp32_matmul.run.check]
 
 
 def profile(**fields) -> ProfileSummary:
@@ -85,7 +85,7 @@ def launch_bound(**fields) -> ProfileSummary:
 
 
 def test_gd301_many_tiny_kernels_and_an_idle_gpu_is_critical():
-    outcome, (f,) = run_check(gd301_launch_bound.CHECK, make_session(profile=launch_bound()))
+    outcome, (f,) = run_check(gd301_launch_bound.run.check, make_session(profile=launch_bound()))
     assert outcome.status == "finding" and f.id == "GD301" and f.severity == "critical"
     assert f.estimated_gain == pytest.approx(10_000 / 4_000)  # every launch-bound gap removed
     ev = f.evidence
@@ -100,14 +100,14 @@ def test_gd301_many_tiny_kernels_and_an_idle_gpu_is_critical():
 
 def test_gd301_gaps_after_syncs_are_left_to_gd302():
     p = launch_bound(idle_after_sync_us=4000.0)  # 4 of the 5 ms of host waits follow a sync
-    _, (f,) = run_check(gd301_launch_bound.CHECK, make_session(profile=p))
+    _, (f,) = run_check(gd301_launch_bound.run.check, make_session(profile=p))
     assert f.estimated_gain == pytest.approx(10_000 / (10_000 - 2_000))
 
 
 def test_gd301_graded_by_its_predicted_gain():
     # 2.5 of 10 ms idle from launches: 10 / 7.5 = 1.33x, under the 1.43x (30% of the step) critical line
     p = launch_bound(gpu_busy_us=7500.0, gpu_idle_us=2500.0, idle_gap_host_wait_us=1500.0)
-    _, (f,) = run_check(gd301_launch_bound.CHECK, make_session(profile=p))
+    _, (f,) = run_check(gd301_launch_bound.run.check, make_session(profile=p))
     assert f.estimated_gain == pytest.approx(10_000 / 7_500)
     assert f.severity == "warning"
     assert f.prediction is not None and f.prediction.method == "rule"  # no replay, no GPU samples
@@ -116,13 +116,13 @@ def test_gd301_graded_by_its_predicted_gain():
 def test_gd301_passes_when_the_queue_stays_full_or_kernels_are_long():
     busy_gpu = launch_bound(gpu_busy_us=9500.0, gpu_idle_us=500.0, idle_gap_host_wait_us=0.0,
                             idle_gap_kernel_to_kernel_us=500.0)
-    assert run_check(gd301_launch_bound.CHECK, make_session(profile=busy_gpu))[0].status == "pass"
+    assert run_check(gd301_launch_bound.run.check, make_session(profile=busy_gpu))[0].status == "pass"
     long_kernels = launch_bound(kernel_median_us=400.0, short_kernel_count=0)  # idle, but not from launches
-    assert run_check(gd301_launch_bound.CHECK, make_session(profile=long_kernels))[0].status == "pass"
+    assert run_check(gd301_launch_bound.run.check, make_session(profile=long_kernels))[0].status == "pass"
 
 
 def test_gd301_skips_with_too_few_kernels():
-    outcome, _ = run_check(gd301_launch_bound.CHECK, make_session(profile=launch_bound(kernel_count=40)))
+    outcome, _ = run_check(gd301_launch_bound.run.check, make_session(profile=launch_bound(kernel_count=40)))
     assert outcome.status == "skipped" and "only 40 kernels" in (outcome.reason or "")
 
 
@@ -138,7 +138,7 @@ def syncing(**fields) -> ProfileSummary:
 
 
 def test_gd302_syncs_that_empty_the_queue_are_critical_with_their_sites():
-    outcome, (f,) = run_check(gd302_host_sync.CHECK, make_session(profile=syncing()))
+    outcome, (f,) = run_check(gd302_host_sync.run.check, make_session(profile=syncing()))
     assert outcome.status == "finding" and f.severity == "critical"  # 35% >= 30%
     assert f.estimated_gain == pytest.approx(10_000 / 6_500)
     assert f.evidence["syncs_per_step"].value == pytest.approx(3.0)
@@ -156,14 +156,14 @@ def test_gd302_syncs_that_empty_the_queue_are_critical_with_their_sites():
 ])
 def test_gd302_severity(idle_after, steps, syncs, expected):
     p = syncing(idle_after_sync_us=idle_after, steps=steps, sync_count=syncs)
-    _, (f,) = run_check(gd302_host_sync.CHECK, make_session(profile=p))
+    _, (f,) = run_check(gd302_host_sync.run.check, make_session(profile=p))
     assert f.severity == expected
 
 
 def test_gd302_passes_on_one_cheap_sync_per_step_or_none():
     one_per_step = syncing(sync_count=10, idle_after_sync_us=100.0)
-    assert run_check(gd302_host_sync.CHECK, make_session(profile=one_per_step))[0].status == "pass"
-    assert run_check(gd302_host_sync.CHECK, make_session(profile=profile()))[0].status == "pass"
+    assert run_check(gd302_host_sync.run.check, make_session(profile=one_per_step))[0].status == "pass"
+    assert run_check(gd302_host_sync.run.check, make_session(profile=profile()))[0].status == "pass"
 
 
 # ---- GD303 copy-bound -----------------------------------------------------------------------
@@ -176,7 +176,7 @@ def copying(**fields) -> ProfileSummary:
 
 
 def test_gd303_copies_dominating_the_gpu_are_critical_with_bandwidth():
-    outcome, (f,) = run_check(gd303_copies.CHECK, make_session(profile=copying()))
+    outcome, (f,) = run_check(gd303_copies.run.check, make_session(profile=copying()))
     assert outcome.status == "finding" and f.severity == "critical"
     assert f.evidence["copy_share"].value == pytest.approx(60.0, abs=0.1)
     assert f.evidence["HtoD_pageable_bandwidth"].value == pytest.approx(10.0)  # 1.2 GB in 120 ms
@@ -188,15 +188,15 @@ def test_gd303_copies_dominating_the_gpu_are_critical_with_bandwidth():
 
 def test_gd303_many_small_copies_per_step_are_reported():
     memcpy = {"HtoD_pinned": {"count": 500, "bytes": 500 * 400, "us": 1000.0, "small_count": 500}}
-    _, (f,) = run_check(gd303_copies.CHECK, make_session(profile=copying(memcpy=memcpy)))
+    _, (f,) = run_check(gd303_copies.run.check, make_session(profile=copying(memcpy=memcpy)))
     assert f.severity == "info" and "small" in f.title
     assert f.evidence["small_copies_per_step"].value == pytest.approx(50.0)
 
 
 def test_gd303_passes_on_few_cheap_copies_and_on_none():
     memcpy = {"HtoD_pinned": {"count": 10, "bytes": 1e8, "us": 2000.0, "small_count": 0}}
-    assert run_check(gd303_copies.CHECK, make_session(profile=copying(memcpy=memcpy)))[0].status == "pass"
-    assert run_check(gd303_copies.CHECK, make_session(profile=profile()))[0].status == "pass"
+    assert run_check(gd303_copies.run.check, make_session(profile=copying(memcpy=memcpy)))[0].status == "pass"
+    assert run_check(gd303_copies.run.check, make_session(profile=profile()))[0].status == "pass"
 
 
 # ---- GD304 fp32-matmul ----------------------------------------------------------------------
@@ -208,7 +208,7 @@ def fp32(**fields) -> ProfileSummary:
 
 
 def test_gd304_fp32_matmuls_filling_the_gpu_are_critical():
-    outcome, (f,) = run_check(gd304_fp32_matmul.CHECK, make_session(profile=fp32()))
+    outcome, (f,) = run_check(gd304_fp32_matmul.run.check, make_session(profile=fp32()))
     assert outcome.status == "finding" and f.severity == "critical"  # 80% of the span
     assert f.estimated_gain == pytest.approx(1 / (0.2 + 0.8 / 8))
     assert f.evidence["fp32_matmul_share"].value == pytest.approx(80.0)
@@ -220,22 +220,22 @@ def test_gd304_fp32_matmuls_filling_the_gpu_are_critical():
 
 def test_gd304_is_only_info_when_the_gpu_mostly_waits():
     p = fp32(gpu_busy_us=200_000.0, gpu_idle_us=1_800_000.0, tf32_enabled=None)  # 8% of a 2 s span
-    _, (f,) = run_check(gd304_fp32_matmul.CHECK, make_session(profile=p))
+    _, (f,) = run_check(gd304_fp32_matmul.run.check, make_session(profile=p))
     assert f.severity == "info" and f.estimated_gain < 1.1
     assert "not recorded" in f.message
 
 
 def test_gd304_says_so_when_tf32_is_on_but_kernels_are_fp32():
-    _, (f,) = run_check(gd304_fp32_matmul.CHECK, make_session(profile=fp32(tf32_enabled=True)))
+    _, (f,) = run_check(gd304_fp32_matmul.run.check, make_session(profile=fp32(tf32_enabled=True)))
     assert "predate Ampere" in f.message
 
 
 def test_gd304_passes_on_tensor_core_matmuls_and_skips_without_matmuls():
     tc = profile(matmul_fp32_us=0.0, matmul_tensor_core_us=150_000.0, matmul_total_us=150_000.0)
-    assert run_check(gd304_fp32_matmul.CHECK, make_session(profile=tc))[0].status == "pass"
+    assert run_check(gd304_fp32_matmul.run.check, make_session(profile=tc))[0].status == "pass"
     small = fp32(matmul_fp32_us=10_000.0, matmul_total_us=150_000.0)  # 5% of kernel time
-    assert run_check(gd304_fp32_matmul.CHECK, make_session(profile=small))[0].status == "pass"
-    outcome, _ = run_check(gd304_fp32_matmul.CHECK, make_session(profile=profile()))
+    assert run_check(gd304_fp32_matmul.run.check, make_session(profile=small))[0].status == "pass"
+    outcome, _ = run_check(gd304_fp32_matmul.run.check, make_session(profile=profile()))
     assert outcome.status == "skipped" and "no matrix-multiply" in (outcome.reason or "")
 
 

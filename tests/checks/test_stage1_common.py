@@ -24,12 +24,12 @@ PAGE_SECTIONS = ("What it detects", "Why it matters", "How it is measured", "Thr
 
 
 def stage1_checks() -> list[Check]:
-    return [importlib.import_module(f"gpudoctor.checks.{name}").CHECK for name in STAGE1]
+    return [importlib.import_module(f"gpudoctor.checks.{name}").run.check for name in STAGE1]
 
 
 @pytest.mark.parametrize("module", sorted(STAGE1))
 def test_metadata_and_documentation_page(module: str):
-    check = importlib.import_module(f"gpudoctor.checks.{module}").CHECK
+    check = importlib.import_module(f"gpudoctor.checks.{module}").run.check
     assert (check.id, check.slug) == STAGE1[module]
     assert check.stage == 1
     assert check.doc.startswith(f"{check.id} {check.slug}:")

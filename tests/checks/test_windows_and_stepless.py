@@ -26,7 +26,7 @@ def small_copies_window() -> ProfileSummary:
 
 
 def test_gd303_fires_on_many_small_copies_without_steps_per_second():
-    outcome, (f,) = run_check(gd303_copies.CHECK, make_session(profile=small_copies_window()))
+    outcome, (f,) = run_check(gd303_copies.run.check, make_session(profile=small_copies_window()))
     assert outcome.status == "finding"
     assert f.evidence["small_copies"].value == 4800
     assert f.evidence["small_copies_per_second"].value == 2400
@@ -35,7 +35,7 @@ def test_gd303_fires_on_many_small_copies_without_steps_per_second():
 
 
 def test_gd302_gives_syncs_per_second_without_steps():
-    outcome, (f,) = run_check(gd302_host_sync.CHECK, make_session(profile=small_copies_window()))
+    outcome, (f,) = run_check(gd302_host_sync.run.check, make_session(profile=small_copies_window()))
     assert outcome.status == "finding" and f.severity == "critical"
     assert f.evidence["syncs_per_second"].value == 2400.0
     assert "2,400 per second" in f.message and "syncs_per_step" not in f.evidence
@@ -43,7 +43,7 @@ def test_gd302_gives_syncs_per_second_without_steps():
 
 def test_gd301_gives_launches_per_second_without_steps():
     p = stepless(short_kernel_count=400, idle_gap_host_wait_us=150_000.0, idle_gap_kernel_to_kernel_us=5_000.0)
-    outcome, (f,) = run_check(gd301_launch_bound.CHECK, make_session(profile=p))
+    outcome, (f,) = run_check(gd301_launch_bound.run.check, make_session(profile=p))
     assert outcome.status == "finding"
     assert f.evidence["launches_per_second"].value == 250
     assert "250 launches per second" in f.message
@@ -63,7 +63,7 @@ def test_a_finding_that_holds_in_one_phase_only_says_so():
     train = syncing_window(1, "start", 0, 0.0, "optimizer steps, with gradients")
     evaluation = syncing_window(2, "phase", 30, 3500.0, "DataLoader batches, without gradients")
     session = make_session(profile=train, profiles=[train, evaluation])
-    outcome, (f,) = run_check(gd302_host_sync.CHECK, session)
+    outcome, (f,) = run_check(gd302_host_sync.run.check, session)
     assert outcome.status == "finding"
     assert f.window is not None and f.window.startswith("profiled window 2 (phase, 10 steps)")
     assert "only in window 2 (phase: DataLoader batches, without gradients)" in f.message
@@ -74,7 +74,7 @@ def test_a_finding_that_holds_in_one_phase_only_says_so():
 def test_a_finding_of_the_primary_window_says_where_else_it_holds():
     first = syncing_window(1, "start", 30, 3500.0, "optimizer steps")
     later = syncing_window(2, "later", 30, 3000.0, "optimizer steps")
-    _, (f,) = run_check(gd302_host_sync.CHECK, make_session(profile=first, profiles=[first, later]))
+    _, (f,) = run_check(gd302_host_sync.run.check, make_session(profile=first, profiles=[first, later]))
     assert f.window is not None and f.window.startswith("profiled window 1 (start")
     assert "holds in every profiled window" in f.message
 
@@ -84,5 +84,5 @@ def test_windows_without_gpu_work_are_skipped_not_passed():
                          label="start")
     also_cpu = ProfileSummary(window_s=0.2, error="no GPU activity in the trace: a CPU-only profile", index=2,
                               label="phase")
-    outcome, findings = run_check(gd302_host_sync.CHECK, make_session(profile=cpu, profiles=[cpu, also_cpu]))
+    outcome, findings = run_check(gd302_host_sync.run.check, make_session(profile=cpu, profiles=[cpu, also_cpu]))
     assert outcome.status == "skipped" and not findings and "CPU-only" in (outcome.reason or "")

@@ -20,13 +20,19 @@ What to do
 
 from __future__ import annotations
 
-from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
+from gpudoctor.thresholds import Threshold
 
-WARN_SHARE = 0.8
-CRITICAL_SHARE = 0.9
+# written once: the code compares against these, `gpudoctor explain EX401` prints them
+WARN_SHARE = Threshold("peak resident memory of the tree: a warning", 0.8, "share",
+                       "the kernel starts reclaiming page cache well before memory is full")
+CRITICAL_SHARE = Threshold("peak resident memory of the tree: critical", 0.9, "share",
+                           "the out-of-memory killer is close")
 
 
+# skipped with the sampler's reason when there are no CPU samples (requires)
+@check("EX401", "host-memory", stage=4, title="Host memory nearly full", requires=("cpu",))
 def run(session: Session) -> list[Finding]:
     total = session.environment.host_memory_total_bytes
     peaks = [s.tree_rss_bytes for s in session.cpu_samples if s.tree_rss_bytes]
@@ -51,12 +57,5 @@ def run(session: Session) -> list[Finding]:
     ]
 
 
-CHECK = Check(
-    id="EX401",
-    slug="host-memory",
-    stage=4,
-    title="Host memory nearly full",
-    run=run,
-    requires=("cpu",),  # skipped with the sampler's reason when there are no CPU samples
-    doc=__doc__ or "",
-)
+
+CHECK = run.check  # what the entry point named before @check existed ("gpudoctor_example_check:CHECK")
