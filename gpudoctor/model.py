@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, get_args
 
 from gpudoctor.session import Session
 
 if TYPE_CHECKING:
     from gpudoctor.analysis.prediction import Prediction
 
-SEVERITIES = ("info", "warning", "critical")
+Severity = Literal["info", "warning", "critical"]  # in rising order
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
+CheckStatus = Literal["pass", "finding", "skipped", "error"]
+CHECK_STATUSES: tuple[CheckStatus, ...] = get_args(CheckStatus)
 
 STAGES = {
     0: "the run itself",
@@ -22,8 +25,9 @@ STAGES = {
 }
 
 
-def severity_rank(severity: str) -> int:
-    return SEVERITIES.index(severity)
+def severity_rank(severity: str | None) -> int:
+    """0 info, 1 warning, 2 critical; -1 for anything else (no severity, or an unknown one)."""
+    return SEVERITIES.index(severity) if severity in SEVERITIES else -1  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class Evidence:
 class Finding:
     """What a check found. The engine stamps `id`, `stage` and the ordering."""
 
-    severity: str  # info | warning | critical
+    severity: Severity
     title: str
     message: str  # with the measured numbers
     evidence: dict[str, Evidence] = field(default_factory=dict)
@@ -106,5 +110,5 @@ class CheckOutcome:
     slug: str
     stage: int
     title: str
-    status: str  # pass | finding | skipped | error
+    status: CheckStatus
     reason: str | None = None
