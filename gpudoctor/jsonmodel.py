@@ -10,7 +10,9 @@ writes the JSON Schema, so the three can never disagree.
 Field options (``json_field``): the JSON key when it is not the field name (``try``), a
 description for the schema, and ``omit_none`` for an optional section that is left out
 of the JSON when absent (how a new optional section is added without changing the shape
-of older documents). A field named ``extra`` marked ``extra=True`` keeps every key the
+of older documents). A model with ``json_all_written = True`` (a ClassVar) is always
+written with every key, so its schema lists them all as required; decoding still accepts
+a document that lacks them (the defaults), as older gpudoctors read newer files. A field named ``extra`` marked ``extra=True`` keeps every key the
 model does not know, in order, so a document from a newer gpudoctor round-trips intact:
 fields are only ever added.
 """
@@ -230,7 +232,10 @@ def _object_schema(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
     if doc and not doc.startswith(cls.__name__ + "("):
         out["description"] = " ".join(doc.split())
     out["properties"] = props
-    required = [f.key for f in fields if f.required]
+    # a model that is always written whole (json_all_written) publishes every key it
+    # writes as required, while the decoder still reads older or hand-made documents
+    written = getattr(cls, "json_all_written", False)
+    required = [f.key for f in fields if f.required or (written and not f.omit_none)]
     if required:
         out["required"] = required
     out["additionalProperties"] = extra is not None

@@ -33,6 +33,8 @@ SCHEMA_ID = "https://gpudoctor.dev/schemas/report-v1.schema.json"
 class Tool:
     """The gpudoctor that wrote the report."""
 
+    json_all_written: ClassVar[bool] = True
+
     name: str = "gpudoctor"
     version: str = ""
     extra: Mapping[str, Any] = extra_field()
@@ -41,6 +43,8 @@ class Tool:
 @dataclass(frozen=True)
 class EvidenceValue:
     """One measured value, with its unit and the window it covers."""
+
+    json_all_written: ClassVar[bool] = True
 
     value: Any = json_field(None, doc="the measured value; null when it could not be measured")
     unit: str | None = json_field(None, omit_none=True)
@@ -53,6 +57,8 @@ class EvidenceValue:
 class RemedyRecord:
     """What to change: a sentence or two, and a copyable snippet."""
 
+    json_all_written: ClassVar[bool] = True
+
     text: str = ""
     code: str | None = None
     extra: Mapping[str, Any] = extra_field()
@@ -61,6 +67,8 @@ class RemedyRecord:
 @dataclass(frozen=True)
 class PredictionRecord:
     """The step time now and predicted without the cause, and how that was obtained."""
+
+    json_all_written: ClassVar[bool] = True
 
     step_time_s: float | None = None
     predicted_step_time_s: float | None = None
@@ -76,6 +84,7 @@ class PredictionRecord:
 class ReportFinding:
     """One finding, stamped by the engine; findings are ordered most important first."""
 
+    json_all_written: ClassVar[bool] = True
     json_label: ClassVar[str] = "finding"
 
     id: str = json_field(doc="the check's stable ID, e.g. GD102")
@@ -102,6 +111,7 @@ class ReportFinding:
 class CheckRecord:
     """Every check's outcome: a skipped check is never silently a pass."""
 
+    json_all_written: ClassVar[bool] = True
     json_label: ClassVar[str] = "check"
 
     id: str = json_field()
@@ -116,6 +126,8 @@ class CheckRecord:
 @dataclass(frozen=True)
 class Summary:
     """The run's headline numbers and the verdict; null means not measured, never zero."""
+
+    json_all_written: ClassVar[bool] = True
 
     measured: bool | None = json_field(None, doc="the run reached something a diagnosis can stand on")
     stop_reason: str | None = None
@@ -144,6 +156,8 @@ class Summary:
 @dataclass(frozen=True)
 class Report:
     """A finished diagnosis: what `diagnose`, `analyze` and `report` write as JSON."""
+
+    json_all_written: ClassVar[bool] = True
 
     schema: str = json_field(REPORT_SCHEMA, doc="gpudoctor.report/<major>; fields are only ever added")
     tool: Tool = json_field(default_factory=Tool)
