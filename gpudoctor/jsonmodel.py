@@ -37,6 +37,17 @@ def is_real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def nulled_non_finite(value: Any) -> Any:
+    """A copy of parsed JSON in which NaN and infinity (not JSON) are null: unmeasurable."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): nulled_non_finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [nulled_non_finite(v) for v in value]
+    return value
+
+
 class DecodeError(ValueError):
     """The data does not fit the model; str() is one line saying where and why."""
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gpudoctor.jsonmodel import decode, encode, extra_field, json_field
+from gpudoctor.jsonmodel import decode, encode, extra_field, json_field, nulled_non_finite
 from gpudoctor.model import CheckStatus, Severity
 
 REPORT_SCHEMA = "gpudoctor.report/1"
@@ -196,5 +196,6 @@ class Report:
 
 
 def as_report(report: Report | Mapping[str, Any]) -> Report:
-    """A Report, from a Report or from the report's JSON dict."""
-    return report if isinstance(report, Report) else Report.from_dict(report)
+    """A Report, from a Report or from a report dict built in this process (where an
+    unmeasurable NaN becomes null, as the JSON writer has always written it)."""
+    return report if isinstance(report, Report) else Report.from_dict(nulled_non_finite(report))

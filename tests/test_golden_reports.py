@@ -13,6 +13,7 @@ Regenerate after an intended change of behaviour, and review the diff:
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,11 @@ def normalised(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def golden_text(path: Path) -> str:
-    report = judge(Session.load(path), [])
-    return json_report.render(normalised(report), indent=None)
+    """The compact JSON report as `--format json` writes it, then normalised (the same
+    json.dumps arguments as json_report.render(indent=None), so nothing else moves)."""
+    written = json.loads(json_report.render(judge(Session.load(path), []), indent=None))
+    text = json.dumps(normalised(written), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return json_report.escape_controls(text) + "\n"
 
 
 def test_every_session_fixture_has_a_golden_report() -> None:

@@ -63,9 +63,9 @@ def test_golden_reports_fit_the_schema_and_round_trip(validator: Any) -> None:
         text = (GOLDEN / golden_name(path)).read_text(encoding="utf-8")
         data = json.loads(text)
         validator.validate({**data, "docs": {}})
-        again = Report.from_dict(data).to_dict()
-        again.pop("docs")
-        assert json_report.render(again, indent=None) == text
+        again = json.loads(json_report.render(Report.from_dict(data), indent=None))
+        assert again.pop("docs") == {}
+        assert again == data and list(again) == list(data)
 
 
 def test_schema_refuses_what_the_model_refuses(validator: Any) -> None:

@@ -1,4 +1,5 @@
-"""Renderers: each takes the finished report dict (gpudoctor.report) and returns text.
+"""Renderers: each takes the finished, typed report (gpudoctor.report_model.Report) and
+returns text; the report's JSON dict is accepted too, and decoded first.
 
 They never see the engine or the Session object, only the report. Formatters are
 chosen by name (`--format html|json|markdown|junit|terminal`), the way bandit picks
@@ -11,6 +12,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from gpudoctor.report_model import Report, as_report
 
 # name -> (module, file suffix)
 FORMATS: dict[str, tuple[str, str]] = {
@@ -37,10 +40,12 @@ def renderer(fmt: str) -> Callable[..., str]:
     return module.render  # type: ignore[no-any-return]
 
 
-def render(report: Mapping[str, Any], fmt: str, *, fail_on: str | None = None) -> str:
+def render(report: Report | Mapping[str, Any], fmt: str, *, fail_on: str | None = None) -> str:
     """Render the report in one format. `fail_on` matters to junit only (which
-    findings count as failures); the others show every finding."""
+    findings count as failures); the others show every finding. A dict that does not
+    fit the report model raises jsonmodel.DecodeError (a ValueError, one line)."""
     fn = renderer(fmt)
+    report = as_report(report)
     if fmt == "junit":
         return fn(report, fail_on=fail_on)
     return fn(report)
