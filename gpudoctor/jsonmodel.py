@@ -22,10 +22,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar, Union
+from typing import Any, Literal, TypeVar, Union, cast
 
 T = TypeVar("T")
 
@@ -77,7 +78,7 @@ class _Field:
     omit_none: bool
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fields(cls: type) -> tuple[tuple[_Field, ...], str | None]:
     hints = typing.get_type_hints(cls)
     out, extra = [], None
@@ -102,7 +103,7 @@ def _optional(hint: Any) -> tuple[bool, Any]:
     if typing.get_origin(hint) in (Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         has_none = len(args) < len(typing.get_args(hint))
-        return has_none, args[0] if len(args) == 1 else Union[tuple(args)]
+        return has_none, args[0] if len(args) == 1 else functools.reduce(operator.or_, args)
     return False, hint
 
 
@@ -132,7 +133,7 @@ def decode(cls: type[T], data: Any, *, prefix: str = "", key: str = "") -> T:
     if not isinstance(data, Mapping):
         raise DecodeError(_say(prefix, key, "is not an object") if key or prefix
                           else "the document is not an object")
-    fields, extra = _fields(cls)
+    fields, extra = _fields(cast(type, cls))
     kwargs: dict[str, Any] = {}
     known = set()
     for f in fields:
@@ -173,7 +174,7 @@ def _value(hint: Any, value: Any, prefix: str, key: str) -> Any:
         if not isinstance(value, list):
             raise DecodeError(_say(prefix, key, "is not a list"))
         (item,) = typing.get_args(hint)
-        label = _label(item) if dataclasses.is_dataclass(item) else None
+        label = _label(item) if isinstance(item, type) and dataclasses.is_dataclass(item) else None
         if label:
             return [_value(item, v, f"{label} {n + 1}: ", "") for n, v in enumerate(value)]
         return [_value(item, v, prefix, f"{key}[{n}]") for n, v in enumerate(value)]
@@ -264,7 +265,7 @@ def _type_schema(hint: Any, defs: dict[str, Any]) -> dict[str, Any]:
         body = {"type": "array", "items": _type_schema(typing.get_args(hint)[0], defs)}
     elif origin in (dict, Mapping):
         body = {"type": "object", "additionalProperties": _type_schema(typing.get_args(hint)[1], defs)}
-    elif dataclasses.is_dataclass(hint):
+    elif isinstance(hint, type) and dataclasses.is_dataclass(hint):
         name = hint.__name__
         if name not in defs:
             defs[name] = {}  # a placeholder first: a model may refer to itself

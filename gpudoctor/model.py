@@ -60,7 +60,7 @@ class Evidence:
 class Finding:
     """What a check found. The engine stamps `id`, `stage` and the ordering."""
 
-    severity: Severity
+    severity: str  # a Severity: info | warning | critical (checked below)
     title: str
     message: str  # with the measured numbers
     evidence: dict[str, Evidence] = field(default_factory=dict)
@@ -110,5 +110,5 @@ class CheckOutcome:
     slug: str
     stage: int
     title: str
-    status: CheckStatus
+    status: str  # a CheckStatus: pass | finding | skipped | error
     reason: str | None = None

@@ -8,8 +8,8 @@ other --ignore choices, or rendered in another format, without the GPU.
 from __future__ import annotations
 
 import argparse
-import errno
 import dataclasses
+import errno
 import json
 import logging
 import sys

@@ -47,7 +47,14 @@ def stage_name(stage: Any) -> str:
 def command_line(report: Report) -> str:
     """The workload's command as one shell-quoted line, secrets masked (again: reports
     are attached to tickets, and masking twice is harmless)."""
-    return shlex.join(redact_argv(list(report.command)))
+    return argv_line(report.command)
+
+
+def argv_line(argv: Any) -> str:
+    """An argv (from any document: a sweep's, a diff's) as one shell-quoted line, masked."""
+    if not isinstance(argv, list):
+        return ""
+    return shlex.join(redact_argv([str(a) for a in argv]))
 
 
 def format_number(value: Any, unit: str | None = None) -> str:
