@@ -87,8 +87,8 @@ def test_saved_report_that_does_not_fit_is_bad_data_in_one_line(tmp_path: Path,
     path.write_text(json.dumps(data), encoding="utf-8")
     assert cli.main(["report", str(path), "--format", "terminal"]) == exitcodes.BAD_DATA
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert err == [f"gpudoctor: error: {path}: malformed gpudoctor report: "
-                   "finding 1: 'severity' is not one of info, warning, critical"]
+    assert err == [(f"gpudoctor: error: {path}: malformed gpudoctor report: "
+                    "finding 1: 'severity' is not one of info, warning, critical")]
 
 
 def test_saved_report_renders_typed_with_ignore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

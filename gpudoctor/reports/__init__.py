@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.report_model import Report, as_report
+
+if TYPE_CHECKING:
+    from gpudoctor.diff_model import Diff
 
 # name -> (module, file suffix)
 FORMATS: dict[str, tuple[str, str]] = {
@@ -54,8 +57,11 @@ def render(report: Report | Mapping[str, Any], fmt: str, *, fail_on: str | None 
 DIFF_FORMATS = ("terminal", "json", "html", "markdown")
 
 
-def render_diff(diff: Mapping[str, Any], fmt: str) -> str:
+def render_diff(diff: Diff | Mapping[str, Any], fmt: str) -> str:
     """Render a before/after comparison (schema gpudoctor.diff/1) in one format."""
+    from gpudoctor.diff_model import as_diff
+
+    diff = as_diff(diff)
     if fmt == "html":
         from .diff_html import render as html
 
