@@ -26,8 +26,6 @@ MetricVerdict = Literal["better", "worse", "unchanged", "changed", "not measured
 class DiffSide:
     """One run of the comparison."""
 
-    json_all_written: ClassVar[bool] = True
-
     file: str | None = None
     command: list[str] = field(default_factory=list)
     workload: str | None = json_field(None, doc="script:train.py, module:pkg.train, command:NAME")
@@ -44,8 +42,6 @@ class DiffSide:
 class Comparable:
     """Why the two runs are not a fair A/B (empty: they are), and whether --force overrode it."""
 
-    json_all_written: ClassVar[bool] = True
-
     reasons: list[str] = field(default_factory=list)
     forced: bool = False
     extra: Mapping[str, Any] = extra_field()
@@ -54,8 +50,6 @@ class Comparable:
 @dataclass(frozen=True)
 class Speedup:
     """End-to-end speed-up, after over before; null when the runs do not compare."""
-
-    json_all_written: ClassVar[bool] = True
 
     value: float | None = None
     basis: Literal["samples/s", "steps/s"] | None = None
@@ -67,8 +61,6 @@ class Speedup:
 @dataclass(frozen=True)
 class StepStats:
     """One side's steady steps: how many, and the spread of their times."""
-
-    json_all_written: ClassVar[bool] = True
 
     steady_steps: int = 0
     median_s: float | None = None
@@ -82,8 +74,6 @@ class StepStats:
 @dataclass(frozen=True)
 class Samples:
     """Both sides' samples, and whether the step-time difference stands out of the noise."""
-
-    json_all_written: ClassVar[bool] = True
 
     before: StepStats = field(default_factory=StepStats)
     after: StepStats = field(default_factory=StepStats)
@@ -102,8 +92,6 @@ class Samples:
 class MetricChange:
     """One summary number, before and after."""
 
-    json_all_written: ClassVar[bool] = True
-
     key: str = json_field(doc="the report summary's key")
     label: str = ""
     unit: str | None = None
@@ -118,8 +106,6 @@ class MetricChange:
 @dataclass(frozen=True)
 class FindingChange:
     """A finding on one side or both, by ID."""
-
-    json_all_written: ClassVar[bool] = True
 
     id: str = json_field()
     title: str | None = None
@@ -139,8 +125,6 @@ class FindingChange:
 class FindingChanges:
     """resolved: before only; new: after only; changed: both, another severity; unchanged: both, same."""
 
-    json_all_written: ClassVar[bool] = True
-
     resolved: list[FindingChange] = field(default_factory=list)
     new: list[FindingChange] = field(default_factory=list)
     changed: list[FindingChange] = field(default_factory=list)
@@ -158,19 +142,17 @@ class FindingChanges:
 class Diff:
     """A before/after comparison of two runs: what `gpudoctor diff` writes as JSON."""
 
-    json_all_written: ClassVar[bool] = True
-
-    schema: str = DIFF_SCHEMA
+    schema: str = json_field(DIFF_SCHEMA, always=True)
     tool: Tool = field(default_factory=Tool)
-    before: DiffSide = field(default_factory=DiffSide)
-    after: DiffSide = field(default_factory=DiffSide)
+    before: DiffSide = json_field(default_factory=DiffSide, always=True)
+    after: DiffSide = json_field(default_factory=DiffSide, always=True)
     comparable: Comparable = field(default_factory=Comparable)
-    speedup: Speedup = field(default_factory=Speedup)
+    speedup: Speedup = json_field(default_factory=Speedup, always=True)
     samples: Samples = field(default_factory=Samples)
-    metrics: list[MetricChange] = field(default_factory=list)
-    findings: FindingChanges = field(default_factory=FindingChanges)
+    metrics: list[MetricChange] = json_field(default_factory=list, always=True)
+    findings: FindingChanges = json_field(default_factory=FindingChanges, always=True)
     timelines: Mapping[str, Any] = json_field(default_factory=dict, doc="each side's report timeline, for the chart")
-    verdict: str = ""
+    verdict: str = json_field("", always=True)
     extra: Mapping[str, Any] = extra_field()
 
     @classmethod

@@ -10,9 +10,10 @@ writes the JSON Schema, so the three can never disagree.
 Field options (``json_field``): the JSON key when it is not the field name (``try``), a
 description for the schema, and ``omit_none`` for an optional section that is left out
 of the JSON when absent (how a new optional section is added without changing the shape
-of older documents). A model with ``json_all_written = True`` (a ClassVar) is always
-written with every key, so its schema lists them all as required; decoding still accepts
-a document that lacks them (the defaults), as older gpudoctors read newer files. A field named ``extra`` marked ``extra=True`` keeps every key the
+of older documents), and ``always`` for a key every document of the version has carried
+from its first release: the schema publishes it as required (a key added later never is,
+so older files of the same version still validate), while decoding still supplies the
+default when it is missing. A field named ``extra`` marked ``extra=True`` keeps every key the
 model does not know, in order, so a document from a newer gpudoctor round-trips intact:
 fields are only ever added.
 """
@@ -54,9 +55,9 @@ class DecodeError(ValueError):
 
 
 def json_field(default: Any = dataclasses.MISSING, *, key: str | None = None, doc: str = "",
-               omit_none: bool = False, default_factory: Any = dataclasses.MISSING) -> Any:
+               omit_none: bool = False, always: bool = False, default_factory: Any = dataclasses.MISSING) -> Any:
     """A dataclass field with its JSON options (see the module docstring)."""
-    metadata = {"key": key, "doc": doc, "omit_none": omit_none}
+    metadata = {"key": key, "doc": doc, "omit_none": omit_none, "always": always}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -76,6 +77,7 @@ class _Field:
     default: Any
     doc: str
     omit_none: bool
+    always: bool
 
 
 @functools.cache
@@ -94,7 +96,7 @@ def _fields(cls: type) -> tuple[tuple[_Field, ...], str | None]:
             default = dataclasses.MISSING
         out.append(_Field(f.name, f.metadata.get("key") or f.name, hints[f.name],
                           default is dataclasses.MISSING, default, f.metadata.get("doc", ""),
-                          bool(f.metadata.get("omit_none"))))
+                          bool(f.metadata.get("omit_none")), bool(f.metadata.get("always"))))
     return tuple(out), extra
 
 
@@ -244,10 +246,10 @@ def _object_schema(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
     if doc and not doc.startswith(cls.__name__ + "("):
         out["description"] = " ".join(doc.split())
     out["properties"] = props
-    # a model that is always written whole (json_all_written) publishes every key it
-    # writes as required, while the decoder still reads older or hand-made documents
-    written = getattr(cls, "json_all_written", False)
-    required = [f.key for f in fields if f.required or (written and not f.omit_none)]
+    # published as required: what the decoder needs, and the keys marked `always` (in every
+    # document of this version since its first); the decoder still reads documents without
+    # the latter (their defaults), and a key added later is never required
+    required = [f.key for f in fields if f.required or f.always]
     if required:
         out["required"] = required
     out["additionalProperties"] = extra is not None

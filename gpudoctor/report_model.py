@@ -13,7 +13,8 @@ their shape is the Session's (gpudoctor.session/1), documented there.
 Adding an optional section (``ranks``, say): a field ``ranks: list[RankRecord] | None =
 json_field(None, omit_none=True, doc=...)`` on `Report` (and its dataclass here), filled by
 build_report; regenerate the schema. Reports without it keep their exact shape, and an
-older gpudoctor keeps the key it does not know in `Report.extra`.
+older gpudoctor keeps the key it does not know in `Report.extra`. Never mark a new key
+``always``: reports of version 1 written before it must still fit the schema.
 """
 
 from __future__ import annotations
@@ -33,10 +34,8 @@ SCHEMA_ID = "https://gpudoctor.dev/schemas/report-v1.schema.json"
 class Tool:
     """The gpudoctor that wrote the report."""
 
-    json_all_written: ClassVar[bool] = True
-
-    name: str = "gpudoctor"
-    version: str = ""
+    name: str = json_field("gpudoctor", always=True)
+    version: str = json_field("", always=True)
     extra: Mapping[str, Any] = extra_field()
 
 
@@ -44,9 +43,7 @@ class Tool:
 class EvidenceValue:
     """One measured value, with its unit and the window it covers."""
 
-    json_all_written: ClassVar[bool] = True
-
-    value: Any = json_field(None, doc="the measured value; null when it could not be measured")
+    value: Any = json_field(None, always=True, doc="the measured value; null when it could not be measured")
     unit: str | None = json_field(None, omit_none=True)
     window: str | None = json_field(None, omit_none=True, doc="e.g. 'steady steps 3-120', 'whole run'")
     label: str | None = json_field(None, omit_none=True, doc="human name for the report")
@@ -57,18 +54,14 @@ class EvidenceValue:
 class RemedyRecord:
     """What to change: a sentence or two, and a copyable snippet."""
 
-    json_all_written: ClassVar[bool] = True
-
-    text: str = ""
-    code: str | None = None
+    text: str = json_field("", always=True)
+    code: str | None = json_field(None, always=True)
     extra: Mapping[str, Any] = extra_field()
 
 
 @dataclass(frozen=True)
 class PredictionRecord:
     """The step time now and predicted without the cause, and how that was obtained."""
-
-    json_all_written: ClassVar[bool] = True
 
     step_time_s: float | None = None
     predicted_step_time_s: float | None = None
@@ -84,17 +77,16 @@ class PredictionRecord:
 class ReportFinding:
     """One finding, stamped by the engine; findings are ordered most important first."""
 
-    json_all_written: ClassVar[bool] = True
     json_label: ClassVar[str] = "finding"
 
     id: str = json_field(doc="the check's stable ID, e.g. GD102")
-    stage: int = json_field(0, doc="playbook stage: 0 the run, 1 input, 2 GPU/batch, 3 kernels, 4 memory, 5 multi-GPU")
+    stage: int = json_field(0, always=True, doc="playbook stage: 0 the run, 1 input, 2 GPU/batch, 3 kernels, 4 memory, 5 multi-GPU")
     severity: Severity = json_field()
-    title: str = ""
-    message: str = json_field("", doc="what was found, with the measured numbers")
-    evidence: dict[str, EvidenceValue] = json_field(default_factory=dict)
-    remedy: RemedyRecord | None = None
-    estimated_gain: float | None = json_field(None, doc="predicted speed-up (x) without the cause; null when unknown")
+    title: str = json_field("", always=True)
+    message: str = json_field("", always=True, doc="what was found, with the measured numbers")
+    evidence: dict[str, EvidenceValue] = json_field(default_factory=dict, always=True)
+    remedy: RemedyRecord | None = json_field(None, always=True)
+    estimated_gain: float | None = json_field(None, always=True, doc="predicted speed-up (x) without the cause; null when unknown")
     slug: str | None = None
     prediction: PredictionRecord | None = None
     consequence_of: str | None = json_field(None, doc="the ID of the finding that explains this one")
@@ -111,7 +103,6 @@ class ReportFinding:
 class CheckRecord:
     """Every check's outcome: a skipped check is never silently a pass."""
 
-    json_all_written: ClassVar[bool] = True
     json_label: ClassVar[str] = "check"
 
     id: str = json_field()
@@ -126,8 +117,6 @@ class CheckRecord:
 @dataclass(frozen=True)
 class Summary:
     """The run's headline numbers and the verdict; null means not measured, never zero."""
-
-    json_all_written: ClassVar[bool] = True
 
     measured: bool | None = json_field(None, doc="the run reached something a diagnosis can stand on")
     stop_reason: str | None = None
@@ -157,17 +146,16 @@ class Summary:
 class Report:
     """A finished diagnosis: what `diagnose`, `analyze` and `report` write as JSON."""
 
-    json_all_written: ClassVar[bool] = True
-
-    schema: str = json_field(REPORT_SCHEMA, doc="gpudoctor.report/<major>; fields are only ever added")
-    tool: Tool = json_field(default_factory=Tool)
-    command: list[str] = json_field(default_factory=list, doc="the workload's argv, secrets redacted")
-    exit_code: int | None = json_field(None, doc="the workload's exit code")
-    duration_s: float = 0.0
-    environment: Mapping[str, Any] = json_field(default_factory=dict, doc="the Session's environment (gpudoctor.session/1)")
-    summary: Summary = json_field(default_factory=Summary)
-    findings: list[ReportFinding] = json_field(default_factory=list)
-    checks: list[CheckRecord] = json_field(default_factory=list)
+    schema: str = json_field(REPORT_SCHEMA, always=True, doc="gpudoctor.report/<major>; fields are only ever added")
+    tool: Tool = json_field(default_factory=Tool, always=True)
+    command: list[str] = json_field(default_factory=list, always=True, doc="the workload's argv, secrets redacted")
+    exit_code: int | None = json_field(None, always=True, doc="the workload's exit code")
+    duration_s: float = json_field(0.0, always=True)
+    environment: Mapping[str, Any] = json_field(default_factory=dict, always=True,
+                                                doc="the Session's environment (gpudoctor.session/1)")
+    summary: Summary = json_field(default_factory=Summary, always=True)
+    findings: list[ReportFinding] = json_field(default_factory=list, always=True, doc="most important first")
+    checks: list[CheckRecord] = json_field(default_factory=list, always=True)
     started_at: str | None = json_field(None, doc="ISO 8601")
     stop_reason: str | None = json_field(None, doc="exited | duration | steps | interrupted | terminated")
     source: str | None = json_field(None, doc="diagnose | analyze | synthetic | fixture")

@@ -65,3 +65,19 @@ def test_golden_diffs_say_something() -> None:
     assert data["schema"] == "gpudoctor.diff/1"
     assert data["speedup"]["value"] > 2 and data["speedup"]["significant"] is True
     assert any(f["id"] == "GD101" for f in data["findings"]["resolved"])
+
+
+def test_golden_diffs_fit_the_published_schema_and_round_trip() -> None:
+    import jsonschema
+
+    from gpudoctor import schemas
+    from gpudoctor.diff_model import Diff
+
+    schema = schemas.load("diff-v1.schema.json")
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    for case in CASES:
+        text = (GOLDEN / golden_name(*case)).read_text(encoding="utf-8")
+        data = json.loads(text)
+        validator.validate(data)
+        again = json.loads(render_diff(Diff.from_dict(data), "json"))
+        assert again == data and list(again) == list(data)

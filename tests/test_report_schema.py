@@ -93,3 +93,16 @@ def test_unknown_keys_are_allowed_and_kept(validator: Any) -> None:
     validator.validate(data)
     again = Report.from_dict(data).to_dict()
     assert again["ranks"] == [{"rank": 0}] and again["summary"]["new_number"] == 1.5
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "docs" / "examples").glob("diagnose-*-h200.json"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_older_version_1_reports_still_fit(path: Path, validator: Any) -> None:
+    """The example reports in docs/ were written by earlier gpudoctors (before a finding had
+    its `window`, say): fields are only ever added, so they must fit version 1 and decode."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["schema"] == REPORT_SCHEMA
+    validator.validate(data)
+    assert Report.from_dict(data).findings

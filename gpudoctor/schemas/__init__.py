@@ -1,6 +1,7 @@
 """The published JSON Schemas of gpudoctor's documents, generated from the typed models.
 
-``report-v1.schema.json`` describes schema ``gpudoctor.report/1`` (gpudoctor.report_model).
+``report-v1.schema.json`` describes schema ``gpudoctor.report/1`` (gpudoctor.report_model),
+``diff-v1.schema.json`` schema ``gpudoctor.diff/1`` (gpudoctor.diff_model).
 The files are package data, so ``importlib.resources`` finds them in an installed
 gpudoctor; scripts/write_schemas.py regenerates them and a test keeps them equal to
 what the models say.
@@ -25,9 +26,20 @@ def report_schema() -> dict[str, Any]:
     )
 
 
+def diff_schema() -> dict[str, Any]:
+    from gpudoctor import jsonmodel
+    from gpudoctor.diff_model import DIFF_SCHEMA, Diff
+
+    return jsonmodel.schema(
+        Diff, title=DIFF_SCHEMA, schema_id="https://gpudoctor.dev/schemas/diff-v1.schema.json",
+        description="The before/after comparison written by gpudoctor diff. Version 1: fields are only ever added.",
+    )
+
+
 # file name -> the function that generates it
 GENERATED: dict[str, Callable[[], dict[str, Any]]] = {
     "report-v1.schema.json": report_schema,
+    "diff-v1.schema.json": diff_schema,
 }
 
 
