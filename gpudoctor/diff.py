@@ -1,13 +1,15 @@
 """Before/after comparison of two reports: the A/B check the playbook asks for.
 
-Pure functions from two report dicts (schema gpudoctor.report/1) to a diff dict
-(schema gpudoctor.diff/1); rendering lives in gpudoctor.reports. A comparison is
+Pure functions from two reports (gpudoctor.report_model.Report, or their JSON dicts) to
+a typed `Diff` (gpudoctor.diff_model, schema gpudoctor.diff/1); rendering lives in
+gpudoctor.reports. A comparison is
 only meaningful on the same hardware and the same workload, so `comparability`
 says why two reports differ and the command refuses unless --force.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,9 +17,24 @@ from typing import Any
 
 from gpudoctor import __version__
 from gpudoctor.agent.redact import redact_argv
+from gpudoctor.diff_model import (
+    DIFF_SCHEMA,
+    Comparable,
+    Diff,
+    DiffSide,
+    FindingChange,
+    FindingChanges,
+    MetricChange,
+    MetricVerdict,
+    Samples,
+    Speedup,
+    as_diff,
+)
 from gpudoctor.diff_stats import MIN_STEADY_STEPS, significance, steady_durations, step_time_stats
+from gpudoctor.jsonmodel import is_real
+from gpudoctor.report_model import Report, ReportFinding, Summary, Tool, as_report
 
-DIFF_SCHEMA = "gpudoctor.diff/1"
+__all__ = ["DIFF_SCHEMA", "comparability", "compare", "diff", "workload_identity"]
 # launchers whose own name says nothing about the workload they start
 LAUNCHERS = {"python", "python3", "torchrun", "accelerate", "launch", "deepspeed", "env", "srun", "mpirun", "bash", "sh", "uv", "run"}
 LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch", "deepspeed"}
@@ -79,18 +96,19 @@ def workload_identity(command: Any) -> str | None:
     return None
 
 
-def gpu_names(report: Mapping[str, Any]) -> list[str]:
-    gpus = (report.get("environment") or {}).get("gpus") or []
+def gpu_names(report: Report | Mapping[str, Any]) -> list[str]:
+    gpus = as_report(report).environment.get("gpus") or []  # the Session's section: free JSON
     return sorted(str(g.get("name") or "unknown") for g in gpus if isinstance(g, Mapping))
 
 
-def comparability(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+def comparability(before: Report | Mapping[str, Any], after: Report | Mapping[str, Any]) -> list[str]:
     """Reasons the two reports are not a fair A/B (empty when they are)."""
+    before, after = as_report(before), as_report(after)
     reasons = []
     gb, ga = gpu_names(before), gpu_names(after)
     if gb != ga:
         reasons.append(f"different GPUs: {_gpus(gb)} before, {_gpus(ga)} after")
-    wb, wa = workload_identity(before.get("command")), workload_identity(after.get("command"))
+    wb, wa = workload_identity(before.command), workload_identity(after.command)
     if wb and wa and wb != wa:
         reasons.append(f"different workloads: {wb.split(':', 1)[1]} before, {wa.split(':', 1)[1]} after")
     return reasons
@@ -100,165 +118,145 @@ def _gpus(names: list[str]) -> str:
     return ", ".join(names) if names else "no GPU"
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def compare_metric(metric: Metric, before: Any, after: Any) -> dict[str, Any]:
-    b, a = _number(before), _number(after)
-    entry: dict[str, Any] = {
-        "key": metric.key,
-        "label": metric.label,
-        "unit": metric.unit,
-        "before": before,
-        "after": after,
-        "change": None,
-        "relative_change": None,
-        "verdict": "not measured",
-    }
+def compare_metric(metric: Metric, before: float | None, after: float | None) -> MetricChange:
+    b = float(before) if before is not None and is_real(before) else None
+    a = float(after) if after is not None and is_real(after) else None
+    unmeasured = MetricChange(key=metric.key, label=metric.label, unit=metric.unit, before=before, after=after)
     if b is None or a is None:
-        return entry  # one side unmeasured: never pretend the change is zero
-    entry["change"] = a - b
-    entry["relative_change"] = (a / b - 1.0) if b != 0 else None
-    size = abs(entry["relative_change"]) if metric.relative_noise and entry["relative_change"] is not None else abs(a - b)
+        return unmeasured  # one side unmeasured: never pretend the change is zero
+    change = a - b
+    relative = (a / b - 1.0) if b != 0 else None
+    size = abs(relative) if metric.relative_noise and relative is not None else abs(change)
+    verdict: MetricVerdict
     if size <= metric.noise:
-        entry["verdict"] = "unchanged"
+        verdict = "unchanged"
     elif metric.higher_is_better is None:
-        entry["verdict"] = "changed"
+        verdict = "changed"
     else:
-        entry["verdict"] = "better" if (a > b) == metric.higher_is_better else "worse"
-    return entry
+        verdict = "better" if (a > b) == metric.higher_is_better else "worse"
+    return dataclasses.replace(unmeasured, change=change, relative_change=relative, verdict=verdict)
 
 
-def speedup(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+def speedup(before: Summary, after: Summary) -> Speedup:
     """End-to-end speedup: samples/s when both runs know their batch size, else steps/s
     when the batch is known to be the same; otherwise not comparable."""
-    sb, sa = before.get("summary") or {}, after.get("summary") or {}
-    b, a = _number(sb.get("samples_per_s")), _number(sa.get("samples_per_s"))
+    b, a = before.samples_per_s, after.samples_per_s
     if b and a is not None:
-        return {"value": a / b, "basis": "samples/s", "note": None}
-    b, a = _number(sb.get("steps_per_s")), _number(sa.get("steps_per_s"))
+        return Speedup(value=a / b, basis="samples/s")
+    b, a = before.steps_per_s, after.steps_per_s
     if b and a is not None:
-        if sb.get("batch_size") != sa.get("batch_size") or sb.get("batch_size") is None:
-            return {"value": None, "basis": "steps/s", "note": "batch size unknown or different: steps/s alone do not compare work done"}
-        return {"value": a / b, "basis": "steps/s", "note": None}
-    return {"value": None, "basis": None, "note": "throughput not measured in both runs"}
+        if before.batch_size != after.batch_size or before.batch_size is None:
+            return Speedup(basis="steps/s", note="batch size unknown or different: steps/s alone do not compare work done")
+        return Speedup(value=a / b, basis="steps/s")
+    return Speedup(note="throughput not measured in both runs")
 
 
-def _side(report: Mapping[str, Any], name: str | None) -> dict[str, Any]:
-    summary = report.get("summary") or {}
-    return {
-        "file": name,
-        "command": redact_argv([str(a) for a in report.get("command") or []]),
-        "workload": workload_identity(report.get("command")),
-        "gpus": gpu_names(report),
-        "started_at": report.get("started_at"),
-        "duration_s": report.get("duration_s"),
-        "exit_code": report.get("exit_code"),
-        "verdict": summary.get("verdict"),
-        "tool_version": (report.get("tool") or {}).get("version"),
-    }
+def _side(report: Report, name: str | None) -> DiffSide:
+    return DiffSide(
+        file=name,
+        command=redact_argv(list(report.command)),
+        workload=workload_identity(report.command),
+        gpus=gpu_names(report),
+        started_at=report.started_at,
+        duration_s=report.duration_s,
+        exit_code=report.exit_code,
+        verdict=report.summary.verdict,
+        tool_version=report.tool.version,
+    )
 
 
-def compare_findings(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def compare_findings(before: Report, after: Report) -> FindingChanges:
     """Findings resolved (before only), new (after only), changed (both, another severity:
     critical -> warning is progress, not "unchanged") and unchanged (both, same severity), by ID."""
-    fb = {str(f.get("id")): f for f in before.get("findings") or []}
-    fa = {str(f.get("id")): f for f in after.get("findings") or []}
+    fb = {f.id: f for f in before.findings}
+    fa = {f.id: f for f in after.findings}
 
-    def entry(fid: str, b: Mapping[str, Any] | None, a: Mapping[str, Any] | None) -> dict[str, Any]:
-        ref = a or b or {}
-        return {
-            "id": fid,
-            "title": ref.get("title"),
-            "severity_before": b.get("severity") if b else None,
-            "severity_after": a.get("severity") if a else None,
-            "consequence_of": ref.get("consequence_of"),
-        }
+    def entry(fid: str, b: ReportFinding | None, a: ReportFinding | None) -> FindingChange:
+        ref = a or b
+        assert ref is not None
+        return FindingChange(id=fid, title=ref.title, severity_before=b.severity if b else None,
+                             severity_after=a.severity if a else None, consequence_of=ref.consequence_of)
 
-    return {
-        "resolved": [entry(i, fb[i], None) for i in fb if i not in fa],
-        "new": [entry(i, None, fa[i]) for i in fa if i not in fb],
-        "changed": [entry(i, fb[i], fa[i]) for i in fa if i in fb and fb[i].get("severity") != fa[i].get("severity")],
-        "unchanged": [entry(i, fb[i], fa[i]) for i in fa if i in fb and fb[i].get("severity") == fa[i].get("severity")],
-    }
+    return FindingChanges(
+        resolved=[entry(i, fb[i], None) for i in fb if i not in fa],
+        new=[entry(i, None, fa[i]) for i in fa if i not in fb],
+        changed=[entry(i, fb[i], fa[i]) for i in fa if i in fb and fb[i].severity != fa[i].severity],
+        unchanged=[entry(i, fb[i], fa[i]) for i in fa if i in fb and fb[i].severity == fa[i].severity],
+    )
 
 
-def compare(
-    before: Mapping[str, Any],
-    after: Mapping[str, Any],
+def diff(
+    before: Report | Mapping[str, Any],
+    after: Report | Mapping[str, Any],
     *,
     before_name: str | None = None,
     after_name: str | None = None,
     forced: bool = False,
     before_steps: Sequence[float] | None = None,
     after_steps: Sequence[float] | None = None,
-) -> dict[str, Any]:
-    """`before_steps`/`after_steps`: the steady steps' durations from the Sessions (else
-    the reports' timelines), for the sample sizes and the spread."""
-    sb, sa = before.get("summary") or {}, after.get("summary") or {}
-    metrics = [compare_metric(m, sb.get(m.key), sa.get(m.key)) for m in METRICS]
-    findings = compare_findings(before, after)
+) -> Diff:
+    """The typed comparison. `before_steps`/`after_steps`: the steady steps' durations from
+    the Sessions (else the reports' timelines), for the sample sizes and the spread."""
+    before, after = as_report(before), as_report(after)
+    sb, sa = before.summary, after.summary
+    metrics = [compare_metric(m, getattr(sb, m.key), getattr(sa, m.key)) for m in METRICS]
     stats_b = step_time_stats(steady_durations(before) if before_steps is None else before_steps)
     stats_a = step_time_stats(steady_durations(after) if after_steps is None else after_steps)
-    sp = speedup(before, after)
-    per_sample = sp.get("basis") == "samples/s"
-    sig = significance(stats_b, stats_a, float(sb.get("batch_size") or 1) if per_sample else 1.0,
-                       float(sa.get("batch_size") or 1) if per_sample else 1.0)
-    sp["significant"] = sig["significant"] if sp.get("value") is not None else None
+    sp = speedup(sb, sa)
+    per_sample = sp.basis == "samples/s"
+    sig = significance(stats_b, stats_a, float(sb.batch_size or 1) if per_sample else 1.0,
+                       float(sa.batch_size or 1) if per_sample else 1.0)
+    sp = dataclasses.replace(sp, significant=sig["significant"] if sp.value is not None else None)
     if not sig["significant"]:
-        for m in metrics:
-            if m["key"] in TIMING_KEYS and m["verdict"] in ("better", "worse"):
-                m["verdict"] = "too few steps" if stats_b["steady_steps"] < MIN_STEADY_STEPS or \
-                    stats_a["steady_steps"] < MIN_STEADY_STEPS else "within noise"
-    result = {
-        "schema": DIFF_SCHEMA,
-        "tool": {"name": "gpudoctor", "version": __version__},
-        "before": _side(before, before_name),
-        "after": _side(after, after_name),
-        "comparable": {"reasons": comparability(before, after), "forced": forced},
-        "speedup": sp,
-        "samples": {"before": stats_b, "after": stats_a, **sig},
-        "metrics": metrics,
-        "findings": findings,
-        "timelines": {
-            "before": (before.get("evidence") or {}).get("timeline"),
-            "after": (after.get("evidence") or {}).get("timeline"),
-        },
-    }
-    result["verdict"] = verdict(result)
-    return result
+        few = stats_b["steady_steps"] < MIN_STEADY_STEPS or stats_a["steady_steps"] < MIN_STEADY_STEPS
+        metrics = [dataclasses.replace(m, verdict="too few steps" if few else "within noise")
+                   if m.key in TIMING_KEYS and m.verdict in ("better", "worse") else m for m in metrics]
+    result = Diff(
+        tool=Tool(name="gpudoctor", version=__version__),
+        before=_side(before, before_name),
+        after=_side(after, after_name),
+        comparable=Comparable(reasons=comparability(before, after), forced=forced),
+        speedup=sp,
+        samples=Samples.from_stats(stats_b, stats_a, sig),
+        metrics=metrics,
+        findings=compare_findings(before, after),
+        timelines={"before": before.evidence.get("timeline"), "after": after.evidence.get("timeline")},
+    )
+    return dataclasses.replace(result, verdict=verdict(result))
 
 
-def verdict(diff: Mapping[str, Any]) -> str:
+def compare(before: Report | Mapping[str, Any], after: Report | Mapping[str, Any], **options: Any) -> dict[str, Any]:
+    """The comparison's JSON dict (schema gpudoctor.diff/1): `diff(...).to_dict()`."""
+    return diff(before, after, **options).to_dict()
+
+
+def verdict(result: Diff | Mapping[str, Any]) -> str:
     """One sentence: the speedup, the biggest moves, what the findings did."""
+    result = as_diff(result)
     parts = []
-    sp = diff.get("speedup") or {}
-    samples = diff.get("samples") or {}
-    if sp.get("value") is not None:
-        value = sp["value"]
+    sp = result.speedup
+    if sp.value is not None:
+        value = sp.value
         if abs(value - 1.0) <= 0.02:
-            parts.append(f"throughput unchanged ({sp['basis']})")
-        elif sp.get("significant") is False:
+            parts.append(f"throughput unchanged ({sp.basis})")
+        elif sp.significant is False:
             measured = f"{value:.2f}x faster" if value > 1 else f"{1 / value:.2f}x slower"
-            parts.append(f"no real difference shown: after measured {measured} ({sp['basis']}), but "
-                         f"{samples.get('reason') or 'the samples are too few or too noisy'}")
+            parts.append(f"no real difference shown: after measured {measured} ({sp.basis}), but "
+                         f"{result.samples.reason or 'the samples are too few or too noisy'}")
         elif value > 1:
-            parts.append(f"after is {value:.2f}x faster ({sp['basis']})")
+            parts.append(f"after is {value:.2f}x faster ({sp.basis})")
         else:
-            parts.append(f"after is {1 / value:.2f}x slower ({sp['basis']})")
+            parts.append(f"after is {1 / value:.2f}x slower ({sp.basis})")
     else:
-        parts.append("speedup not comparable" + (f": {sp['note']}" if sp.get("note") else ""))
-    for m in diff.get("metrics") or []:
-        if m["key"] in ("data_wait_share", "sm_activity_mean") and m["verdict"] in ("better", "worse"):
-            if m["key"] == "data_wait_share":
-                parts.append(f"data wait {m['before']:.0%} to {m['after']:.0%}")
+        parts.append("speedup not comparable" + (f": {sp.note}" if sp.note else ""))
+    for m in result.metrics:
+        if m.key in ("data_wait_share", "sm_activity_mean") and m.verdict in ("better", "worse"):
+            if m.key == "data_wait_share":
+                parts.append(f"data wait {m.before:.0%} to {m.after:.0%}")
             else:
-                parts.append(f"SM activity {m['before']:.0f}% to {m['after']:.0f}%")
-    f = diff.get("findings") or {}
-    parts.append(f"{len(f.get('resolved', []))} finding(s) resolved, {len(f.get('new', []))} new, "
-                 f"{len(f.get('changed', []))} changed severity, {len(f.get('unchanged', []))} unchanged")
+                parts.append(f"SM activity {m.before:.0f}% to {m.after:.0f}%")
+    f = result.findings
+    parts.append(f"{len(f.resolved)} finding(s) resolved, {len(f.new)} new, "
+                 f"{len(f.changed)} changed severity, {len(f.unchanged)} unchanged")
     text = "; ".join(parts)
     return text[:1].upper() + text[1:] + "."

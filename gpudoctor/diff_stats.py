@@ -16,6 +16,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpudoctor.report_model import Report, as_report
+
 MIN_STEADY_STEPS = 10
 CONFIDENCE = 0.95
 _EXACT_UP_TO = 1000  # binomial sums beyond this use the normal approximation
@@ -61,15 +63,15 @@ def step_time_stats(durations: Sequence[float]) -> dict[str, Any]:
     return stats
 
 
-def steady_durations(report: Mapping[str, Any]) -> list[float]:
+def steady_durations(report: Report | Mapping[str, Any]) -> list[float]:
     """The steady steps' durations as the report's timeline holds them (the last
     summary.steady_steps of them: warm-up steps come first). A long run's timeline is a
     uniform subsample: fewer values, so a wider, more cautious interval."""
-    summary = report.get("summary") or {}
-    steady = summary.get("steady_steps")
-    timeline = ((report.get("evidence") or {}).get("timeline") or {}).get("steps") or {}
+    report = as_report(report)
+    steady = report.summary.steady_steps
+    timeline = (report.evidence.get("timeline") or {}).get("steps") or {}
     durations = timeline.get("duration_s") if isinstance(timeline, Mapping) else None
-    if not isinstance(durations, list) or not isinstance(steady, int) or isinstance(steady, bool) or steady <= 0:
+    if not isinstance(durations, list) or steady <= 0:
         return []
     return [float(d) for d in durations[-steady:] if isinstance(d, (int, float)) and not isinstance(d, bool)]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, get_args
 
 from gpudoctor.session import Session
 from gpudoctor.thresholds import AnyThreshold, CountThreshold, Threshold, fill_page, thresholds_in  # noqa: F401
@@ -15,7 +15,10 @@ if TYPE_CHECKING:
 
 RunFn = Callable[[Session], Sequence["Finding"]]
 
-SEVERITIES = ("info", "warning", "critical")
+Severity = Literal["info", "warning", "critical"]  # in rising order
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
+CheckStatus = Literal["pass", "finding", "skipped", "error"]
+CHECK_STATUSES: tuple[CheckStatus, ...] = get_args(CheckStatus)
 
 STAGES = {
     0: "the run itself",
@@ -27,8 +30,9 @@ STAGES = {
 }
 
 
-def severity_rank(severity: str) -> int:
-    return SEVERITIES.index(severity)
+def severity_rank(severity: str | None) -> int:
+    """0 info, 1 warning, 2 critical; -1 for anything else (no severity, or an unknown one)."""
+    return SEVERITIES.index(severity) if severity in SEVERITIES else -1  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ class Evidence:
 class Finding:
     """What a check found. The engine stamps `id`, `stage` and the ordering."""
 
-    severity: str  # info | warning | critical
+    severity: str  # a Severity: info | warning | critical (checked below)
     title: str
     message: str  # with the measured numbers
     evidence: dict[str, Evidence] = field(default_factory=dict)
@@ -166,5 +170,5 @@ class CheckOutcome:
     slug: str
     stage: int
     title: str
-    status: str  # pass | finding | skipped | error
+    status: str  # a CheckStatus: pass | finding | skipped | error
     reason: str | None = None

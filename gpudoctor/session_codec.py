@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, get_args, get_origin, get_type_hints
 
+from gpudoctor.jsonmodel import nulled_non_finite
 
-def clean(value: Any) -> Any:
-    """Replace NaN/inf (not valid JSON) by None, recursively."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clean(v) for v in value]
-    return value
+clean = nulled_non_finite  # NaN/inf (not valid JSON) become None, recursively
 
 
 _HINTS: dict[type, dict[str, Any]] = {}

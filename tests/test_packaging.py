@@ -43,6 +43,7 @@ def test_wheel_contains_everything_and_runs(tmp_path):
         "gpudoctor/reports/templates/report.html",
         "gpudoctor/agent/_site/sitecustomize.py",
         "gpudoctor/demo/workload.py",
+        "gpudoctor/schemas/report-v1.schema.json",
     ):
         assert expected in names, expected
     target = tmp_path / "site"
@@ -52,6 +53,7 @@ def test_wheel_contains_everything_and_runs(tmp_path):
     code = (
         "import gpudoctor, gpudoctor.checks; from gpudoctor.registry import load_checks;"
         "checks, errors = load_checks(); assert not errors, errors;"
+        "from gpudoctor import schemas; assert schemas.load('report-v1.schema.json') == schemas.report_schema();"
         "print(gpudoctor.__file__); print(len(checks)); print(checks[1].run.__module__)"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from gpudoctor import metrics
 from gpudoctor.analysis.prediction import GAIN_WARNING, Prediction, predict
@@ -81,12 +82,15 @@ STALL_LIMITS = (WAIT_SHARE_WARNING, WAIT_SHARE_CRITICAL, CPU_BOUND_RATIO, WAITIN
 WORKER_LIMITS = (HEADROOM, TOO_FEW_CORE_SHARE, OVERSUBSCRIBED, LIGHT_WORKERS_PER_CORE, DEEPER_PREFETCH, HANDOFF_S,
                  HANDOFF_PERCENTILE, HANDOFF_READY_SHARE, CORES_SATURATED_PERCENT)
 
+# why batches are late: CPU work producing them, waiting on I/O, both, or not measured
+StallKind = Literal["cpu-bound", "waiting", "mixed", "unknown"]
+
 
 @dataclass(frozen=True)
 class StallClass:
     """Why batches are late, from where they are produced."""
 
-    kind: str  # cpu-bound | waiting | mixed | unknown
+    kind: StallKind
     fetch_cpu_ratio: float | None  # CPU time / wall time producing a batch
     workers_busy: float | None  # worker processes' CPU / min(workers, cores), 0-1
     reason: str  # one sentence with the numbers
@@ -149,7 +153,7 @@ def classify_stall(session: Session, loader: LoaderInfo | None) -> StallClass:
     if ratio is None:
         if busy is None:
             return StallClass("unknown", None, None, "the cost of producing a batch was not measured")
-        kind = "cpu-bound" if busy >= CPU_BOUND_RATIO else "waiting" if busy <= WAITING_RATIO else "mixed"
+        kind: StallKind = "cpu-bound" if busy >= CPU_BOUND_RATIO else "waiting" if busy <= WAITING_RATIO else "mixed"
         return StallClass(kind, None, busy, f"worker processes were {busy:.0%} busy (per-batch cost not measured)")
     text = f"producing a batch {where} used CPU {ratio:.0%} of its wall time{busy_text}"
     if ratio >= CPU_BOUND_RATIO:

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from gpudoctor.commands.report import load_report, render_saved
-    from gpudoctor.diff import comparability, compare
+    from gpudoctor.diff import comparability, diff
     from gpudoctor.output import plan_outputs, write_outputs
     from gpudoctor.reports import diff_text, render_diff
     from gpudoctor.reports.console import printable, show
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
             f"not comparing {before_path} with {after_path}: {'; '.join(reasons)} (use --force to compare anyway)",
             exitcodes.DIFFERENT_RUNS,
         )
-    result = guard(compare, before, after, before_name=str(before_path), after_name=str(after_path),
+    result = guard(diff, before, after, before_name=str(before_path), after_name=str(after_path),
                    forced=bool(reasons), before_steps=_steady_durations(before_session),
                    after_steps=_steady_durations(after_session))
     formats: list[str] = list(dict.fromkeys(args.formats or []))
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         return exitcodes.OK
     stem = f"diff-{_stem(before_path)}-vs-{_stem(after_path)}"
     paths = plan_outputs(args.out, stem, datetime.now(), file_formats, force=args.force, session=False, trace=False)
-    written = write_outputs(paths, result, None, render=render_diff)
+    written = write_outputs(paths, result.to_dict(), None, render=render_diff)
     files = printable({kind: str(path) for kind, path in written.files.items()})
 
     def draw(console: Console) -> None:

@@ -8,10 +8,10 @@ other --ignore choices, or rendered in another format, without the GPU.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import json
 import logging
-import math
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +21,8 @@ from gpudoctor import exitcodes
 from gpudoctor.diff import workload_identity
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.fsutil import unreadable_reason
+from gpudoctor.jsonmodel import DecodeError
+from gpudoctor.report_model import CheckRecord, Report, ReportFinding, as_report
 from gpudoctor.session import Session, SessionError
 
 log = logging.getLogger(__name__)
@@ -128,61 +130,18 @@ def load_report(path: Path, ignore: list[str] | None = None) -> tuple[dict[str, 
     if session is not None:
         return judge(session, ignore or []), session
     assert saved is not None
-    check_saved_report(saved, path)
+    report = check_saved_report(saved, path)
     print(f"gpudoctor: warning: {path}: its session file is not beside it; showing the saved findings without re-running the checks", file=sys.stderr)
-    return _apply_ignore(saved, ignore or []), None
+    return _apply_ignore(report, ignore or []).to_dict(), None
 
 
-# the top-level shape every renderer relies on in a saved report (schema gpudoctor.report/1)
-_REPORT_OBJECTS = ("summary", "environment", "evidence", "files", "tool", "docs")
-_REPORT_LISTS = ("command", "findings", "checks")
-_SEVERITIES = ("critical", "warning", "info")
-
-
-def check_saved_report(report: dict[str, Any], path: Path) -> None:
-    """Refuse (BAD_DATA, one line) a saved report whose shape the renderers cannot read:
-    a hand-edited, truncated-and-repaired or hostile file."""
-
-    def bad(what: str) -> GpudoctorError:
-        return GpudoctorError(f"{path}: malformed gpudoctor report: {what}", exitcodes.BAD_DATA)
-
-    def is_number(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-    for key in _REPORT_OBJECTS:
-        if report.get(key) is not None and not isinstance(report[key], dict):
-            raise bad(f"{key!r} is not an object")
-    for key in _REPORT_LISTS:
-        if report.get(key) is not None and not isinstance(report[key], list):
-            raise bad(f"{key!r} is not a list")
-    if report.get("duration_s") is not None and not is_number(report["duration_s"]):
-        raise bad("'duration_s' is not a number")
-    if report.get("exit_code") is not None and (not isinstance(report["exit_code"], int) or isinstance(report["exit_code"], bool)):
-        raise bad("'exit_code' is not an integer")
-    for key in ("started_at", "stop_reason", "source", "schema"):
-        if report.get(key) is not None and not isinstance(report[key], str):
-            raise bad(f"{key!r} is not a string")
-    if not all(isinstance(a, str) for a in report.get("command") or []):
-        raise bad("'command' holds something other than strings")
-    for n, finding in enumerate(report.get("findings") or []):
-        where = f"finding {n + 1}"
-        if not isinstance(finding, dict):
-            raise bad(f"{where} is not an object")
-        if not isinstance(finding.get("id"), str) or finding.get("severity") not in _SEVERITIES:
-            raise bad(f"{where} has no id or no known severity")
-        for key in ("title", "message", "consequence_of", "slug"):
-            if finding.get(key) is not None and not isinstance(finding[key], str):
-                raise bad(f"{where}: {key!r} is not a string")
-        for key in ("evidence", "remedy"):
-            if finding.get(key) is not None and not isinstance(finding[key], dict):
-                raise bad(f"{where}: {key!r} is not an object")
-        if finding.get("estimated_gain") is not None and not is_number(finding["estimated_gain"]):
-            raise bad(f"{where}: 'estimated_gain' is not a number")
-    for n, check in enumerate(report.get("checks") or []):
-        if not isinstance(check, dict) or not isinstance(check.get("id"), str) or not isinstance(check.get("status"), str):
-            raise bad(f"check {n + 1} is not an object with an id and a status")
-        if check.get("reason") is not None and not isinstance(check["reason"], str):
-            raise bad(f"check {n + 1}: 'reason' is not a string")
+def check_saved_report(report: Any, path: Path) -> Report:
+    """The saved report decoded through the report model; a file that does not fit it (a
+    hand-edited, truncated-and-repaired or hostile one) is refused with one line, BAD_DATA."""
+    try:
+        return Report.from_dict(report)
+    except DecodeError as exc:
+        raise GpudoctorError(f"{path}: malformed gpudoctor report: {exc}", exitcodes.BAD_DATA) from None
 
 
 def render_saved(path: Path, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -198,17 +157,20 @@ def render_saved(path: Path, fn: Any, *args: Any, **kwargs: Any) -> Any:
                              f"({type(exc).__name__}: {str(exc)[:200]})", exitcodes.BAD_DATA) from None
 
 
-def _apply_ignore(report: dict[str, Any], ignore: list[str]) -> dict[str, Any]:
+def _apply_ignore(report: Report, ignore: list[str]) -> Report:
     ignored = {i.strip().upper() for i in ignore}
     if not ignored:
         return report
-    out = dict(report)
-    out["findings"] = [f for f in report.get("findings") or [] if str(f.get("id", "")).upper() not in ignored and str(f.get("slug", "")).upper() not in ignored]
-    out["checks"] = [
-        {**c, "status": "skipped", "reason": "ignored (--ignore)"} if str(c.get("id", "")).upper() in ignored or str(c.get("slug", "")).upper() in ignored else c
-        for c in report.get("checks") or []
-    ]
-    return out
+
+    def hit(item: ReportFinding | CheckRecord) -> bool:
+        return item.id.upper() in ignored or (item.slug or "").upper() in ignored
+
+    return dataclasses.replace(
+        report,
+        findings=[f for f in report.findings if not hit(f)],
+        checks=[dataclasses.replace(c, status="skipped", reason="ignored (--ignore)") if hit(c) else c
+                for c in report.checks],
+    )
 
 
 def default_stem(report: dict[str, Any], path: Path) -> str:
@@ -249,9 +211,9 @@ def run(args: argparse.Namespace) -> int:
     return exit_code(report, args.fail_on)
 
 
-def exit_code(report: dict[str, Any], fail_on: str | None) -> int:
+def exit_code(report: Report | dict[str, Any], fail_on: str | None) -> int:
     from gpudoctor.reports._common import fails
 
-    if any(fails(f, fail_on) for f in report.get("findings") or []):
+    if any(fails(f, fail_on) for f in as_report(report).findings):
         return exitcodes.FAIL_ON
     return exitcodes.OK

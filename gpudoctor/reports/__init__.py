@@ -1,4 +1,5 @@
-"""Renderers: each takes the finished report dict (gpudoctor.report) and returns text.
+"""Renderers: each takes the finished, typed report (gpudoctor.report_model.Report) and
+returns text; the report's JSON dict is accepted too, and decoded first.
 
 They never see the engine or the Session object, only the report. Formatters are
 chosen by name (`--format html|json|markdown|junit|terminal`), the way bandit picks
@@ -10,7 +11,12 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from gpudoctor.report_model import Report, as_report
+
+if TYPE_CHECKING:
+    from gpudoctor.diff_model import Diff
 
 # name -> (module, file suffix)
 FORMATS: dict[str, tuple[str, str]] = {
@@ -37,10 +43,12 @@ def renderer(fmt: str) -> Callable[..., str]:
     return module.render  # type: ignore[no-any-return]
 
 
-def render(report: Mapping[str, Any], fmt: str, *, fail_on: str | None = None) -> str:
+def render(report: Report | Mapping[str, Any], fmt: str, *, fail_on: str | None = None) -> str:
     """Render the report in one format. `fail_on` matters to junit only (which
-    findings count as failures); the others show every finding."""
+    findings count as failures); the others show every finding. A dict that does not
+    fit the report model raises jsonmodel.DecodeError (a ValueError, one line)."""
     fn = renderer(fmt)
+    report = as_report(report)
     if fmt == "junit":
         return fn(report, fail_on=fail_on)
     return fn(report)
@@ -49,8 +57,11 @@ def render(report: Mapping[str, Any], fmt: str, *, fail_on: str | None = None) -
 DIFF_FORMATS = ("terminal", "json", "html", "markdown")
 
 
-def render_diff(diff: Mapping[str, Any], fmt: str) -> str:
+def render_diff(diff: Diff | Mapping[str, Any], fmt: str) -> str:
     """Render a before/after comparison (schema gpudoctor.diff/1) in one format."""
+    from gpudoctor.diff_model import as_diff
+
+    diff = as_diff(diff)
     if fmt == "html":
         from .diff_html import render as html
 

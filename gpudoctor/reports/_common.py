@@ -1,7 +1,7 @@
 """Formatting shared by the renderers: numbers with units, severities, the command line.
 
-Everything here reads the finished report dict only (gpudoctor.report), so each
-renderer stays a thin layout over the same words and numbers.
+Everything here reads the finished, typed report only (gpudoctor.report_model.Report), so
+each renderer stays a thin layout over the same words and numbers.
 """
 
 from __future__ import annotations
@@ -12,8 +12,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpudoctor.agent.redact import redact_argv
+from gpudoctor.jsonmodel import is_real
 from gpudoctor.metrics import format_bytes, format_duration
-from gpudoctor.model import SEVERITIES, STAGES
+from gpudoctor.model import STAGES, severity_rank
+from gpudoctor.report_model import CheckRecord, Report, ReportFinding, as_report
+from gpudoctor.reports.console import printable
+
+__all__ = ["as_report", "severity_rank"]  # re-exported for the renderers
 
 SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "WARNING", "info": "info"}
 STATUS_LABEL = {"pass": "pass", "finding": "finding", "skipped": "skipped", "error": "error"}
@@ -23,25 +28,30 @@ _BYTE_UNITS = {"bytes", "byte", "b"}
 _SECOND_UNITS = {"s", "sec", "seconds"}
 
 
-def severity_rank(severity: str | None) -> int:
-    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
+def printable_report(report: Report | Mapping[str, Any]) -> Report:
+    """The report with every string from the run shown with its control characters escaped."""
+    return Report.from_dict(printable(as_report(report).to_dict()))
 
 
-def fails(finding: Mapping[str, Any], fail_on: str | None) -> bool:
+def fails(finding: ReportFinding, fail_on: str | None) -> bool:
     """True when the finding is at or above the --fail-on level."""
     if not fail_on:
         return False
-    return severity_rank(finding.get("severity")) >= severity_rank(fail_on)
+    return severity_rank(finding.severity) >= severity_rank(fail_on)
 
 
 def stage_name(stage: Any) -> str:
     return STAGES.get(stage, "other") if isinstance(stage, int) else "other"
 
 
-def command_line(report: Mapping[str, Any]) -> str:
+def command_line(report: Report) -> str:
     """The workload's command as one shell-quoted line, secrets masked (again: reports
     are attached to tickets, and masking twice is harmless)."""
-    argv = report.get("command") or []
+    return argv_line(report.command)
+
+
+def argv_line(argv: Any) -> str:
+    """An argv (from any document: a sweep's, a diff's) as one shell-quoted line, masked."""
     if not isinstance(argv, list):
         return ""
     return shlex.join(redact_argv([str(a) for a in argv]))
@@ -87,41 +97,31 @@ def _significant(value: float) -> str:
     return f"{value:.3g}"
 
 
-def evidence_items(finding: Mapping[str, Any]) -> list[tuple[str, str, str | None]]:
+def evidence_items(finding: ReportFinding) -> list[tuple[str, str, str | None]]:
     """(label, formatted value, window) for each evidence entry, in the check's order."""
-    items = []
-    for key, entry in (finding.get("evidence") or {}).items():
-        if not isinstance(entry, Mapping):
-            entry = {"value": entry}
-        label = str(entry.get("label") or key.replace("_", " "))
-        items.append((label, format_number(entry.get("value"), entry.get("unit")), entry.get("window")))
-    return items
+    return [(entry.label or key.replace("_", " "), format_number(entry.value, entry.unit), entry.window)
+            for key, entry in finding.evidence.items()]
 
 
-def key_numbers(finding: Mapping[str, Any], limit: int = 3) -> str:
+def key_numbers(finding: ReportFinding, limit: int = 3) -> str:
     return "; ".join(f"{label} {value}" for label, value, _ in evidence_items(finding)[:limit])
 
 
-def gain_text(gain: Any) -> str:
+def gain_text(gain: float | None) -> str:
     """A predicted speed-up: '1.9x'; 'n/a' when there is none."""
-    if not isinstance(gain, (int, float)) or isinstance(gain, bool):
+    if gain is None or not is_real(gain):
         return "n/a"
     return f"{gain:.2f}x" if gain < 1.1 else f"{gain:.1f}x"
 
 
-def _real(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def prediction_text(finding: Mapping[str, Any]) -> str | None:
+def prediction_text(finding: ReportFinding) -> str | None:
     """'step 15.2 ms now, 15.0 ms predicted if batches arrived instantly (replay)', or None."""
-    prediction = finding.get("prediction")
-    if not isinstance(prediction, Mapping):
+    prediction = finding.prediction
+    if prediction is None:
         return None
-    label = str(prediction.get("label") or "without this cause")
-    method = str(prediction.get("method") or "")
-    now, after = _real(prediction.get("step_time_s")), _real(prediction.get("predicted_step_time_s"))
-    gain = _real(prediction.get("gain"))
+    label = prediction.label or "without this cause"
+    method = prediction.method or ""
+    now, after, gain = prediction.step_time_s, prediction.predicted_step_time_s, prediction.gain
     if now is not None and after is not None:
         text = f"step {format_duration(now)} now, {format_duration(after)} predicted {label}"
     elif gain is not None:
@@ -131,31 +131,26 @@ def prediction_text(finding: Mapping[str, Any]) -> str | None:
     return text + (f" ({method})" if method else "")
 
 
-def primary_findings(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Findings that are root causes (not consequences of another), in engine order."""
-    return [f for f in report.get("findings") or [] if not f.get("consequence_of")]
-
-
-def top_remedies(report: Mapping[str, Any], limit: int = 3) -> list[dict[str, Any]]:
+def top_remedies(report: Report, limit: int = 3) -> list[ReportFinding]:
     """The findings whose remedies are worth showing first: root causes, not notes."""
-    picked = [f for f in primary_findings(report) if f.get("remedy") and f.get("severity") != "info"]
+    picked = [f for f in report.root_causes() if f.remedy is not None and f.severity != "info"]
     return picked[:limit]
 
 
-def skipped_checks(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [c for c in report.get("checks") or [] if c.get("status") in ("skipped", "error")]
+def skipped_checks(report: Report) -> list[CheckRecord]:
+    return [c for c in report.checks if c.status in ("skipped", "error")]
 
 
-def gpu_names(report: Mapping[str, Any]) -> list[str]:
-    gpus = (report.get("environment") or {}).get("gpus") or []
+# The environment is the Session's own section (gpudoctor.session/1), free JSON in the report.
+def gpu_names(report: Report) -> list[str]:
+    gpus = report.environment.get("gpus") or []
     return [str(g.get("name") or "unknown GPU") for g in gpus if isinstance(g, Mapping)]
 
 
-def environment_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+def environment_rows(report: Report) -> list[tuple[str, str]]:
     """The environment as (name, value) rows; "not recorded" rather than blanks."""
-    env = report.get("environment") or {}
+    env = report.environment
     cpu = env.get("cpu") or {}
-    summary = report.get("summary") or {}
     gpus = env.get("gpus") or []
     gpu_text = ", ".join(
         f"{g.get('name') or 'unknown'}"
@@ -163,7 +158,7 @@ def environment_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
         for g in gpus
         if isinstance(g, Mapping)
     )
-    cores = summary.get("usable_cores") or cpu.get("usable_cores")
+    cores = report.summary.usable_cores or cpu.get("usable_cores")
     rows = [
         ("GPU", gpu_text or "none recorded"),
         ("Driver", env.get("driver") or "not recorded"),
@@ -185,29 +180,29 @@ def _or(value: Any) -> str:
     return _significant(float(value)) if isinstance(value, float) else str(value)
 
 
-def summary_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+def summary_rows(report: Report) -> list[tuple[str, str]]:
     """The headline numbers of the run, formatted; unmeasured ones say so."""
-    s = report.get("summary") or {}
-    step_time = s.get("step_time_median_s")
+    s = report.summary
+    step_time = s.step_time_median_s
     return [
-        ("Steps", f"{s.get('steps', 0):,}" + (f" ({s['step_source']})" if s.get("step_source") else "")),
+        ("Steps", f"{s.steps:,}" + (f" ({s.step_source})" if s.step_source else "")),
         ("Median step time", format_duration(step_time) if step_time is not None else "not measured"),
-        ("Throughput", _rate(s.get("steps_per_s"), "steps/s") + _samples(s.get("samples_per_s"))),
-        ("Data-wait share", format_number(s.get("data_wait_share"), "share")),
-        ("GPU utilization (duty cycle)", format_number(s.get("gpu_util_mean"), "%")),
-        ("SM activity (real)", format_number(s.get("sm_activity_mean"), "%")),
-        ("Tensor-core activity", format_number(s.get("tensor_activity_mean"), "%")),
-        ("CPU (usable cores)", format_number(s.get("cpu_percent_mean"), "%")),
-        ("Mean power", format_number(s.get("power_w_mean"), "W")),
-        ("Peak memory allocated", format_number(s.get("peak_memory_allocated_bytes"), "bytes")),
+        ("Throughput", _rate(s.steps_per_s, "steps/s") + _samples(s.samples_per_s)),
+        ("Data-wait share", format_number(s.data_wait_share, "share")),
+        ("GPU utilization (duty cycle)", format_number(s.gpu_util_mean, "%")),
+        ("SM activity (real)", format_number(s.sm_activity_mean, "%")),
+        ("Tensor-core activity", format_number(s.tensor_activity_mean, "%")),
+        ("CPU (usable cores)", format_number(s.cpu_percent_mean, "%")),
+        ("Mean power", format_number(s.power_w_mean, "W")),
+        ("Peak memory allocated", format_number(s.peak_memory_allocated_bytes, "bytes")),
     ]
 
 
-def _rate(value: Any, unit: str) -> str:
+def _rate(value: float | None, unit: str) -> str:
     return "not measured" if value is None else f"{_significant(float(value))} {unit}"
 
 
-def _samples(value: Any) -> str:
+def _samples(value: float | None) -> str:
     return "" if value is None else f" ({_significant(float(value))} samples/s)"
 
 
@@ -215,14 +210,14 @@ def join_lines(lines: Iterable[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def trial_rows(report: Mapping[str, Any]) -> list[dict[str, str]]:
+def trial_rows(report: Report) -> list[dict[str, str]]:
     """`diagnose --try`: one row per trial run, then one per finding not tried (with why).
 
     Each row: ``subject`` (finding IDs, or "asked for"), ``text`` (predicted vs measured,
     with what was applied), ``steps`` (steady steps without / with), ``report`` (the
     trial's own report, relative), ``numerics`` ("yes" when the remedy changes numerics)."""
     rows: list[dict[str, str]] = []
-    for trial in report.get("trials") or []:
+    for trial in report.trials or []:
         if not isinstance(trial, Mapping):
             continue
         steady = trial.get("steady_steps") or []
@@ -233,26 +228,26 @@ def trial_rows(report: Mapping[str, Any]) -> list[dict[str, str]]:
             "report": str(trial.get("report") or ""),
             "numerics": "yes" if trial.get("numerics_change") else "no",
         })
-    for item in report.get("untried") or []:
+    for item in report.untried or []:
         if isinstance(item, Mapping):
             rows.append({"subject": str(item.get("subject") or "?"), "text": f"not tried: {item.get('why') or ''}",
                          "steps": "", "report": "", "numerics": ""})
     return rows
 
 
-def try_heading(report: Mapping[str, Any]) -> str | None:
+def try_heading(report: Report) -> str | None:
     """'Remedies tried (--try auto; every run --steps 200)', or None without --try."""
-    asked = report.get("try")
+    asked = report.try_
     if not isinstance(asked, Mapping):
         return None
     requested = ",".join(str(r) for r in asked.get("requested") or []) or "auto"
     return f"Remedies tried (--try {requested}; every run {asked.get('bound') or 'unbounded'})"
 
 
-def override_rows(report: Mapping[str, Any]) -> list[str]:
+def override_rows(report: Report) -> list[str]:
     """A `--try` trial run: each override the workload saw, in words ('num_workers: 0 -> 8 in
     DataLoader(mod.Items)'); empty for a plain run (nothing was changed)."""
-    section = report.get("overrides")
+    section = report.overrides
     if not isinstance(section, Mapping):
         return []
     rows = []

@@ -1,6 +1,6 @@
 """The hotspot table and the profiled windows, as the renderers show them.
 
-Reads only the finished report (``evidence.hotspots``: one table per profiled window,
+Reads only the finished report (its free-JSON evidence section: ``evidence.hotspots``: one table per profiled window,
 the primary first; ``evidence.profiles``: the windows' statistics).
 """
 
@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpudoctor.jsonmodel import is_real
 from gpudoctor.metrics import format_duration
+from gpudoctor.report_model import Report
 
 NAME_CHARS = 48
 
@@ -20,19 +22,18 @@ def _short(name: Any, limit: int = NAME_CHARS) -> str:
 
 
 def _ms(us: Any) -> str:
-    return format_duration(float(us) / 1e6) if isinstance(us, (int, float)) else "n/a"
+    return format_duration(float(us) / 1e6) if is_real(us) else "n/a"
 
 
 def _pct(share: Any) -> str:
-    return f"{share:.0%}" if isinstance(share, (int, float)) else "n/a"
+    return f"{share:.0%}" if is_real(share) else "n/a"
 
 
-def tables(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    evidence = report.get("evidence") or {}
-    return [t for t in evidence.get("hotspots") or [] if isinstance(t, Mapping)]
+def tables(report: Report) -> list[Mapping[str, Any]]:
+    return [t for t in report.evidence.get("hotspots") or [] if isinstance(t, Mapping)]
 
 
-def hotspot_line(report: Mapping[str, Any]) -> str | None:
+def hotspot_line(report: Report) -> str | None:
     """One line for the terminal: the top kernel, operator and call sites of the primary window."""
     found = tables(report)
     if not found:
@@ -63,10 +64,9 @@ def hotspot_line(report: Mapping[str, Any]) -> str | None:
     return f"Hotspots ({table.get('name') or 'profiled window'}): " + "; ".join(parts) + more
 
 
-def windows_view(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+def windows_view(report: Report) -> list[dict[str, Any]]:
     """Per window: its description, headline numbers and hotspot rows, for the HTML report."""
-    evidence = report.get("evidence") or {}
-    profiles = [p for p in evidence.get("profiles") or [] if isinstance(p, Mapping)]
+    profiles = [p for p in report.evidence.get("profiles") or [] if isinstance(p, Mapping)]
     by_index = {p.get("index"): p for p in profiles}
     views = []
     for table in tables(report):

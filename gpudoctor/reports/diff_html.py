@@ -7,46 +7,42 @@ the hashed copy/print script may run.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from markupsafe import Markup
 
-from gpudoctor.agent.redact import redact_argv
+from gpudoctor.diff_model import Diff
 
 from . import charts
-from ._common import format_number
-from .console import printable
-from .diff_text import change_text, sample_text
+from ._common import argv_line, format_number
+from .diff_text import change_text, printable_diff, sample_text
 from .html import SCRIPT, _chart, content_security_policy, environment
 
 
-def render(diff: Mapping[str, Any]) -> str:
-    diff = printable(diff)  # no terminal controls, even in a page
-    timelines = diff.get("timelines") or {}
+def render(diff: Diff | Mapping[str, Any]) -> str:
+    diff = printable_diff(diff)  # no terminal controls, even in a page
     metrics = [
-        {**m, "before_text": format_number(m.get("before"), m.get("unit")), "after_text": format_number(m.get("after"), m.get("unit")), "change_text": change_text(m)}
-        for m in diff.get("metrics") or []
-        if m.get("before") is not None or m.get("after") is not None
+        {"label": m.label, "verdict": m.verdict, "before_text": format_number(m.before, m.unit),
+         "after_text": format_number(m.after, m.unit), "change_text": change_text(m)}
+        for m in diff.metrics
+        if m.before is not None or m.after is not None
     ]
-    sides = {}
-    for side in ("before", "after"):
-        info = dict(diff.get(side) or {})
-        info["command_line"] = shlex.join(redact_argv([str(a) for a in info.get("command") or []]))
-        sides[side] = info
+    sides = {side: {"info": info, "command_line": argv_line(list(info.command))}
+             for side, info in (("before", diff.before), ("after", diff.after))}
+    timelines = diff.timelines
     return environment().get_template("diff.html").render(
         csp=content_security_policy(),
         script=Markup(SCRIPT),
         diff=diff,
-        verdict=diff.get("verdict") or "",
+        verdict=diff.verdict,
         sides=sides,
-        reasons=(diff.get("comparable") or {}).get("reasons") or [],
-        forced=(diff.get("comparable") or {}).get("forced"),
-        speedup=diff.get("speedup") or {},
-        samples=diff.get("samples") or {},
-        samples_text={side: sample_text((diff.get("samples") or {}).get(side)) for side in ("before", "after")},
+        reasons=diff.comparable.reasons,
+        forced=diff.comparable.forced,
+        speedup=diff.speedup,
+        samples=diff.samples,
+        samples_text={"before": sample_text(diff.samples.before), "after": sample_text(diff.samples.after)},
         metrics=metrics,
-        findings=diff.get("findings") or {},
+        findings={group: diff.findings.group(group) for group in diff.findings.GROUPS},
         chart=_chart(lambda t: charts.diff_timeline(t.get("before"), t.get("after")), timelines),
     )

@@ -1,7 +1,7 @@
 """Renderers for a before/after diff (schema gpudoctor.diff/1): terminal, JSON, Markdown.
 
-Like the report renderers they receive only the finished diff dict
-(gpudoctor.diff.compare); strings from the runs are never parsed as markup.
+Like the report renderers they receive only the finished, typed diff
+(gpudoctor.diff_model.Diff, or its JSON dict); strings from the runs are never parsed as markup.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from gpudoctor.diff_model import Diff, MetricChange, StepStats, as_diff
 
 from ._common import format_number
 from .console import plain_text, printable, show
@@ -26,123 +28,114 @@ ARROW = {"better": "better", "worse": "worse", "unchanged": "=", "changed": "cha
 FINDING_GROUPS = (("resolved", "green"), ("new", "red"), ("changed", "yellow"), ("unchanged", "dim"))
 
 
-def sample_text(stats: Mapping[str, Any] | None) -> str:
+def sample_text(stats: StepStats) -> str:
     """One side's sample: how many steady steps, and the spread of their times."""
-    stats = stats or {}
-    n = stats.get("steady_steps") or 0
+    n = stats.steady_steps
     if not n:
         return "no steady steps measured"
     parts = [f"{n} steady step{'s' if n != 1 else ''}"]
-    if stats.get("median_s") is not None:
-        parts.append(f"median {format_number(stats['median_s'], 's')}")
-    if stats.get("iqr_s") is not None and n >= 4:
-        parts.append(f"IQR {format_number(stats['iqr_s'], 's')}")
-    ci = stats.get("median_ci95_s")
+    if stats.median_s is not None:
+        parts.append(f"median {format_number(stats.median_s, 's')}")
+    if stats.iqr_s is not None and n >= 4:
+        parts.append(f"IQR {format_number(stats.iqr_s, 's')}")
+    ci = stats.median_ci95_s
     if ci:
         parts.append(f"95% CI of the median {format_number(ci[0], 's')} to {format_number(ci[1], 's')}")
     return ", ".join(parts)
 
 
-def severity_text(finding: Mapping[str, Any]) -> str:
-    before, after = finding.get("severity_before"), finding.get("severity_after")
-    if before and after and before != after:
-        return f"{before} -> {after}"
-    return str(after or before)
-
-
-def change_text(metric: Mapping[str, Any]) -> str:
+def change_text(metric: MetricChange) -> str:
     """The change in the metric's own terms: points for shares and %, ratios for rates."""
-    if metric.get("change") is None:
+    if metric.change is None:
         return ""
-    unit = metric.get("unit")
+    unit = metric.unit
     if unit in ("share", "%"):
-        points = round(metric["change"] * (100 if unit == "share" else 1))
+        points = round(metric.change * (100 if unit == "share" else 1))
         return f"{points:+d} pts" if points else "0 pts"
-    rel = metric.get("relative_change")
+    rel = metric.relative_change
     if rel is None:
-        return format_number(metric["change"], unit)
+        return format_number(metric.change, unit)
     percent = round(rel * 100)
     return f"{percent:+d}%" if percent else "0%"
 
 
-def _value(metric: Mapping[str, Any], side: str) -> str:
-    return format_number(metric.get(side), metric.get("unit"))
+def _value(metric: MetricChange, side: str) -> str:
+    return format_number(metric.before if side == "before" else metric.after, metric.unit)
 
 
-def render_terminal(diff: Mapping[str, Any], console: Console) -> None:
-    diff = printable(diff)
+def printable_diff(diff: Diff | Mapping[str, Any]) -> Diff:
+    """The diff with every string from the runs shown with its control characters escaped."""
+    return Diff.from_dict(printable(as_diff(diff).to_dict()))
+
+
+def render_terminal(diff: Diff | Mapping[str, Any], console: Console) -> None:
+    diff = printable_diff(diff)
     head = Text("gpudoctor diff ", style="bold")
-    head.append(str(diff.get("verdict") or ""), style="bold")
+    head.append(diff.verdict, style="bold")
     console.print(head)
-    for side in ("before", "after"):
-        info = diff.get(side) or {}
+    for side, info, samples in (("before", diff.before, diff.samples.before), ("after", diff.after, diff.samples.after)):
         line = Text(f"  {side:<6} ", style="dim")
-        line.append(f"{info.get('file') or '?'}  ({', '.join(info.get('gpus') or []) or 'no GPU'}; {info.get('workload') or 'unknown workload'})", style="dim")
+        line.append(f"{info.file or '?'}  ({', '.join(info.gpus) or 'no GPU'}; {info.workload or 'unknown workload'})", style="dim")
         console.print(line, soft_wrap=True)
-        samples = (diff.get("samples") or {}).get(side)
         console.print(Text(f"         {sample_text(samples)}", style="dim"), soft_wrap=True)
-    samples = diff.get("samples") or {}
-    if samples.get("reason"):
-        console.print(Text(f"  caution: {samples['reason']}", style="yellow"), soft_wrap=True)
-    reasons = (diff.get("comparable") or {}).get("reasons") or []
-    for reason in reasons:
+    if diff.samples.reason:
+        console.print(Text(f"  caution: {diff.samples.reason}", style="yellow"), soft_wrap=True)
+    for reason in diff.comparable.reasons:
         console.print(Text(f"  warning: not a like-for-like comparison: {reason} (--force)", style="yellow"))
     table = Table(box=None, pad_edge=False, header_style="bold")
     for name, justify in (("Metric", "left"), ("Before", "right"), ("After", "right"), ("Change", "right"), ("", "left")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for m in diff.get("metrics") or []:
-        if m.get("before") is None and m.get("after") is None:
+    for m in diff.metrics:
+        if m.before is None and m.after is None:
             continue
-        style = VERDICT_STYLE.get(m.get("verdict", ""), "")
-        table.add_row(Text(str(m.get("label"))), Text(_value(m, "before")), Text(_value(m, "after")), Text(change_text(m), style=style), Text(ARROW.get(m.get("verdict", ""), ""), style=style))
+        style = VERDICT_STYLE.get(m.verdict, "")
+        table.add_row(Text(m.label), Text(_value(m, "before")), Text(_value(m, "after")), Text(change_text(m), style=style), Text(ARROW.get(m.verdict, ""), style=style))
     console.print(table)
-    findings = diff.get("findings") or {}
     for group, style in FINDING_GROUPS:
-        for f in findings.get(group) or []:
+        for f in diff.findings.group(group):
             line = Text(f"  {group:<9} ", style=style)
-            line.append(f"{f.get('id')} ", style="bold")
-            line.append(f"[{severity_text(f)}] {' '.join(str(f.get('title') or '').split())}")
+            line.append(f"{f.id} ", style="bold")
+            line.append(f"[{f.severity_text()}] {' '.join((f.title or '').split())}")
             console.print(line)
 
 
-def render_json(diff: Mapping[str, Any], *, indent: int | None = 1) -> str:
-    return escape_controls(json.dumps(_finite(dict(diff)), indent=indent, ensure_ascii=False, allow_nan=False,
-                                      default=str)) + "\n"
+def render_json(diff: Diff | Mapping[str, Any], *, indent: int | None = 1) -> str:
+    return escape_controls(json.dumps(_finite(as_diff(diff).to_dict()), indent=indent, ensure_ascii=False,
+                                      allow_nan=False, default=str)) + "\n"
 
 
-def render_markdown(diff: Mapping[str, Any]) -> str:
-    diff = printable(diff)
-    lines = [f"### gpudoctor diff: {escape(diff.get('verdict') or '')}", ""]
-    for reason in (diff.get("comparable") or {}).get("reasons") or []:
+def render_markdown(diff: Diff | Mapping[str, Any]) -> str:
+    diff = printable_diff(diff)
+    lines = [f"### gpudoctor diff: {escape(diff.verdict)}", ""]
+    for reason in diff.comparable.reasons:
         lines.append(f"> **Not like-for-like**: {escape(reason)}")
-    samples = diff.get("samples") or {}
-    lines += ["", f"Before: {escape(sample_text(samples.get('before')))}  ",
-              f"After: {escape(sample_text(samples.get('after')))}"]
-    if samples.get("reason"):
-        lines += ["", f"> **Caution**: {escape(samples['reason'])}"]
+    samples = diff.samples
+    lines += ["", f"Before: {escape(sample_text(samples.before))}  ",
+              f"After: {escape(sample_text(samples.after))}"]
+    if samples.reason:
+        lines += ["", f"> **Caution**: {escape(samples.reason)}"]
     lines += ["", "| Metric | Before | After | Change |", "|---|---|---|---|"]
-    for m in diff.get("metrics") or []:
-        if m.get("before") is None and m.get("after") is None:
+    for m in diff.metrics:
+        if m.before is None and m.after is None:
             continue
         change = change_text(m)
-        if m.get("verdict") in ("better", "worse", "within noise", "too few steps"):
-            change = f"{change} ({m['verdict']})"
-        lines.append(f"| {escape(m.get('label'))} | {escape(_value(m, 'before'))} | {escape(_value(m, 'after'))} | {escape(change)} |")
+        if m.verdict in ("better", "worse", "within noise", "too few steps"):
+            change = f"{change} ({m.verdict})"
+        lines.append(f"| {escape(m.label)} | {escape(_value(m, 'before'))} | {escape(_value(m, 'after'))} | {escape(change)} |")
     lines.append("")
-    findings = diff.get("findings") or {}
     for group, _ in FINDING_GROUPS:
-        items = findings.get(group) or []
+        items = diff.findings.group(group)
         if items:
             lines.append(f"**{group.capitalize()}**: " + ", ".join(
-                f"{escape(f.get('id'))} {escape(f.get('title') or '')} ({escape(severity_text(f))})" for f in items))
+                f"{escape(f.id)} {escape(f.title or '')} ({escape(f.severity_text())})" for f in items))
             lines.append("")
     return "\n".join(lines) + "\n"
 
 
-def to_text(diff: Mapping[str, Any], width: int | None = None) -> str:
+def to_text(diff: Diff | Mapping[str, Any], width: int | None = None) -> str:
     return plain_text(lambda console: render_terminal(diff, console), width)
 
 
-def show_diff(diff: Mapping[str, Any], stream: TextIO) -> None:
+def show_diff(diff: Diff | Mapping[str, Any], stream: TextIO) -> None:
     """The comparison on `stream`: laid out for a terminal, plain and unwrapped elsewhere."""
     show(lambda console: render_terminal(diff, console), stream)

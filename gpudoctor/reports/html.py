@@ -20,7 +20,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from gpudoctor.jsonmodel import is_real
 from gpudoctor.metrics import format_bytes, format_duration
+from gpudoctor.report_model import Report, ReportFinding, Summary
 
 from . import charts
 from ._common import (
@@ -32,13 +34,13 @@ from ._common import (
     gpu_names,
     override_rows,
     prediction_text,
+    printable_report,
     skipped_checks,
     stage_name,
     summary_rows,
     trial_rows,
     try_heading,
 )
-from .console import printable
 from ._hotspots import windows_view
 
 log = logging.getLogger(__name__)
@@ -88,40 +90,36 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["num"] = format_number
-    env.filters["duration"] = lambda v: format_duration(float(v)) if _is_number(v) else "not measured"
-    env.filters["bytes"] = lambda v: format_bytes(float(v)) if _is_number(v) else "not measured"
+    env.filters["duration"] = lambda v: format_duration(float(v)) if is_real(v) else "not measured"
+    env.filters["bytes"] = lambda v: format_bytes(float(v)) if is_real(v) else "not measured"
     return env
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def render(report: Mapping[str, Any]) -> str:
+def render(report: Report | Mapping[str, Any]) -> str:
     template = environment().get_template("report.html")
-    return template.render(**context(printable(report)))  # no terminal controls, even in a page
+    return template.render(**context(printable_report(report)))  # no terminal controls, even in a page
 
 
-def context(report: Mapping[str, Any]) -> dict[str, Any]:
-    evidence = report.get("evidence") or {}
+def context(report: Report) -> dict[str, Any]:
+    # evidence is the Session's own data (gpudoctor.session/1), free JSON in the report
+    evidence = report.evidence
     unavailable = evidence.get("unavailable") or {}
-    docs = report.get("docs") or {}
     timeline = evidence.get("timeline") or {}
     profile = evidence.get("profile") or None
-    summary = report.get("summary") or {}
+    summary = report.summary
     return {
         "csp": content_security_policy(),
         "script": Markup(SCRIPT),  # our constant: its bytes must match the CSP hash
         "report": report,
-        "tool": report.get("tool") or {},
+        "tool": report.tool,
         "summary": summary,
-        "verdict": summary.get("verdict") or "No verdict recorded.",
+        "verdict": summary.verdict or "No verdict recorded.",
         "worst": _worst(report),
         "command": command_line(report),
         "gpus": ", ".join(gpu_names(report)) or "no GPU recorded",
         "summary_rows": summary_rows(report),
-        "findings": [_finding_view(f, docs) for f in report.get("findings") or []],
-        "checks": list(report.get("checks") or []),
+        "findings": [_finding_view(f, report.docs) for f in report.findings],
+        "checks": list(report.checks),
         "skipped": skipped_checks(report),
         "environment_rows": environment_rows(report),
         "timeline_svg": _chart(charts.timeline, timeline),
@@ -140,40 +138,38 @@ def context(report: Mapping[str, Any]) -> dict[str, Any]:
         "errors": evidence.get("errors") or [],
         "unavailable": unavailable,
         "notes": evidence.get("notes") or [],
-        "files": report.get("files") or {},
+        "files": report.files,
         "try_heading": try_heading(report),
         "trials": trial_rows(report),
         "overrides": override_rows(report),
     }
 
 
-def _worst(report: Mapping[str, Any]) -> str:
-    for f in report.get("findings") or []:
-        if not f.get("consequence_of") and f.get("severity") in ("critical", "warning"):
-            return str(f["severity"])
+def _worst(report: Report) -> str:
+    for f in report.root_causes():
+        if f.severity in ("critical", "warning"):
+            return f.severity
     return "ok"
 
 
-def _finding_view(f: Mapping[str, Any], docs: Mapping[str, Any]) -> dict[str, Any]:
-    remedy = f.get("remedy") or {}
+def _finding_view(f: ReportFinding, docs: Mapping[str, Any]) -> dict[str, Any]:
     return {
-        "id": str(f.get("id") or "?"),
-        "slug": f.get("slug"),
-        "severity": str(f.get("severity") or "info"),
-        "stage": stage_name(f.get("stage")),
-        "title": f.get("title") or "",
-        "message": f.get("message") or "",
+        "id": f.id or "?",
+        "slug": f.slug,
+        "severity": f.severity,
+        "stage": stage_name(f.stage),
+        "title": f.title,
+        "message": f.message,
         "evidence": evidence_items(f),
-        "remedy_text": remedy.get("text"),
-        "remedy_code": remedy.get("code"),
-        "gain": gain_text(f.get("estimated_gain")) if f.get("estimated_gain") is not None else None,
-        "window": f.get("window"),
+        "remedy_text": f.remedy.text if f.remedy else None,
+        "remedy_code": f.remedy.code if f.remedy else None,
+        "gain": gain_text(f.estimated_gain) if f.estimated_gain is not None else None,
+        "window": f.window,
         "prediction": prediction_text(f),
-        "prediction_detail": (f.get("prediction") or {}).get("detail") if isinstance(f.get("prediction"), Mapping)
-        else None,
-        "consequence_of": f.get("consequence_of"),
-        "doc": _doc(docs, str(f.get("id") or "")),
-        "trial": (f.get("trial") or {}).get("text") if isinstance(f.get("trial"), Mapping) else None,
+        "prediction_detail": f.prediction.detail if f.prediction else None,
+        "consequence_of": f.consequence_of,
+        "doc": _doc(docs, f.id),
+        "trial": f.trial.get("text") if isinstance(f.trial, Mapping) else None,
     }
 
 
@@ -198,9 +194,9 @@ def _why(unavailable: Mapping[str, Any], facts: tuple[str, ...], default: str) -
     return "; ".join(reasons) or default
 
 
-def _step_numbers(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
-    median = summary.get("step_time_median_s")
-    share = summary.get("data_wait_share")
+def _step_numbers(summary: Summary) -> list[tuple[str, str]]:
+    median = summary.step_time_median_s
+    share = summary.data_wait_share
     if median is None:
         return []
     rows = [("Median step time", format_duration(median))]

@@ -1,19 +1,22 @@
 """The JSON report: the machine-readable contract (schema gpudoctor.report/1).
 
-The contract keys come first and in the documented order; every other key the
-report builder added follows unchanged (fields are only ever added, never removed).
-Findings keep the engine's order: most important first.
+Written from the typed report (gpudoctor.report_model), so what is written is what the
+published schema (gpudoctor/schemas/report-v1.schema.json) describes. The contract keys
+come first and in the documented order; every other key the report builder added follows
+unchanged (fields are only ever added, never removed). Findings keep the engine's order:
+most important first.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from gpudoctor.agent.redact import redact_argv
+from gpudoctor.jsonmodel import nulled_non_finite
+from gpudoctor.report_model import Report, as_report
 
 CONTRACT_KEYS = (
     "schema",
@@ -49,8 +52,8 @@ def _finding(finding: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def render(report: Mapping[str, Any], *, indent: int | None = 1) -> str:
-    data = _finite(ordered(report))
+def render(report: Report | Mapping[str, Any], *, indent: int | None = 1) -> str:
+    data = _finite(ordered(as_report(report).to_dict()))
     if indent is None:
         return escape_controls(json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
                                           default=str)) + "\n"
@@ -80,12 +83,4 @@ def dumps_readable(value: Any, indent: int = 1, level: int = 0) -> str:
     return json.dumps(value, separators=(", ", ": "), ensure_ascii=False, allow_nan=False, default=str)
 
 
-def _finite(value: Any) -> Any:
-    """NaN and infinity are not JSON: an unmeasurable number becomes null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+_finite = nulled_non_finite  # NaN and infinity are not JSON: an unmeasurable number becomes null

@@ -12,18 +12,20 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gpudoctor.report_model import Report
+
 from ._common import (
     command_line,
     gain_text,
     key_numbers,
     override_rows,
+    printable_report,
     skipped_checks,
     summary_rows,
     top_remedies,
     trial_rows,
     try_heading,
 )
-from .console import printable
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 MAX_REMEDIES = 5
@@ -48,30 +50,28 @@ def code_block(code: str, lang: str = "") -> str:
     return f"{fence}{lang}\n{code.rstrip()}\n{fence}"
 
 
-def render(report: Mapping[str, Any]) -> str:
-    report = printable(report)
-    summary = report.get("summary") or {}
-    lines = [f"### gpudoctor: {escape(summary.get('verdict') or 'no verdict')}", ""]
-    meta = [f"duration {float(report.get('duration_s') or 0):.1f} s", f"exit code {report.get('exit_code')}"]
-    if report.get("stop_reason"):
-        meta.append(f"stopped: {escape(report['stop_reason'])}")
+def render(report: Report | Mapping[str, Any]) -> str:
+    report = printable_report(report)
+    lines = [f"### gpudoctor: {escape(report.summary.verdict or 'no verdict')}", ""]
+    meta = [f"duration {report.duration_s:.1f} s", f"exit code {report.exit_code}"]
+    if report.stop_reason:
+        meta.append(f"stopped: {escape(report.stop_reason)}")
     lines.append(f"Command: {code_span(command_line(report) or '(not recorded)')}  ")
     lines.append(" | ".join(meta))
     lines.append("")
 
-    findings = report.get("findings") or []
-    if findings:
+    if report.findings:
         lines += ["| ID | Severity | Finding | Key numbers | Est. gain |", "|---|---|---|---|---|"]
-        for f in findings:
-            title = escape(f.get("title") or "")
-            if f.get("consequence_of"):
-                title = f"_{title}_ (consequence of {escape(f['consequence_of'])})"
-            severity = escape(f.get("severity") or "")
-            if f.get("severity") == "critical" and not f.get("consequence_of"):
+        for f in report.findings:
+            title = escape(f.title)
+            if f.consequence_of:
+                title = f"_{title}_ (consequence of {escape(f.consequence_of)})"
+            severity = escape(f.severity)
+            if f.severity == "critical" and not f.consequence_of:
                 severity = f"**{severity}**"
             lines.append(
-                f"| {escape(f.get('id') or '?')} | {severity} | {title} | {escape(key_numbers(f))} "
-                f"| {'' if f.get('consequence_of') else escape(gain_text(f.get('estimated_gain')))} |"
+                f"| {escape(f.id or '?')} | {severity} | {title} | {escape(key_numbers(f))} "
+                f"| {'' if f.consequence_of else escape(gain_text(f.estimated_gain))} |"
             )
     else:
         lines.append("No findings.")
@@ -81,11 +81,11 @@ def render(report: Mapping[str, Any]) -> str:
     if remedies:
         lines += ["#### What to change first", ""]
         for f in remedies:
-            remedy = f.get("remedy") or {}
-            lines.append(f"**{escape(f.get('id') or '?')}**: {escape(remedy.get('text') or '')}")
+            text, code = (f.remedy.text, f.remedy.code) if f.remedy else ("", None)
+            lines.append(f"**{escape(f.id or '?')}**: {escape(text)}")
             lines.append("")
-            if remedy.get("code"):
-                lines += [code_block(str(remedy["code"]), "python"), ""]
+            if code:
+                lines += [code_block(code, "python"), ""]
 
     heading = try_heading(report)
     if heading is not None:
@@ -108,8 +108,7 @@ def render(report: Mapping[str, Any]) -> str:
     if skipped:
         lines += ["#### Not checked", ""]
         for c in skipped:
-            lines.append(f"- {escape(c.get('id') or '?')} ({escape(c.get('status') or 'skipped')}): {escape(c.get('reason') or 'no reason recorded')}")
+            lines.append(f"- {escape(c.id or '?')} ({escape(c.status)}): {escape(c.reason or 'no reason recorded')}")
         lines.append("")
-    tool = report.get("tool") or {}
-    lines.append(f"<sub>gpudoctor {escape(tool.get('version') or '')}, schema {escape(report.get('schema') or '')}</sub>")
+    lines.append(f"<sub>gpudoctor {escape(report.tool.version)}, schema {escape(report.schema)}</sub>")
     return "\n".join(lines) + "\n"

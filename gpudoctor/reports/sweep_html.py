@@ -18,7 +18,7 @@ from markupsafe import Markup
 from gpudoctor.metrics import format_duration
 
 from . import sweep_charts, sweep_view
-from ._common import command_line
+from ._common import argv_line
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def context(report: Mapping[str, Any]) -> dict[str, Any]:
         "csp": CSP,
         "report": report,
         "title": sweep_view.title(report),
-        "command": command_line(report),
+        "command": argv_line(report.get("command")),
         "duration": format_duration(float(report.get("duration_s") or 0)),
         "gpu": (report.get("device") or {}).get("type") == "cuda",
         "memory_label": sweep_view.memory_label(report),

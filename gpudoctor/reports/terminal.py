@@ -18,11 +18,14 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from gpudoctor.report_model import Report, ReportFinding
+
 from ._common import (
     command_line,
     gain_text,
     key_numbers,
     override_rows,
+    printable_report,
     skipped_checks,
     top_remedies,
     trial_rows,
@@ -36,14 +39,14 @@ MAX_REMEDIES = 3
 
 
 def render(
-    report: Mapping[str, Any],
+    report: Report | Mapping[str, Any],
     console: Console,
     *,
     written: Mapping[str, str | Path] | None = None,
 ) -> None:
-    """Print the summary. `written` (kind -> path) overrides report["files"] when the
+    """Print the summary. `written` (kind -> path) overrides the report's files when the
     caller knows where the files really went (paths relative to the report otherwise)."""
-    report = printable(report)
+    report = printable_report(report)
     if written is not None:
         written = printable({k: str(v) for k, v in written.items()})
     console.print(_verdict(report))
@@ -52,9 +55,8 @@ def render(
         console.print(Text("Overrides applied in this run (gpudoctor --try):", style="bold"))
         for row in overrides:
             console.print(Text("  " + _one_line(row)))
-    findings = report.get("findings") or []
-    if findings:
-        console.print(_findings_table(findings))
+    if report.findings:
+        console.print(_findings_table(report.findings))
     else:
         console.print(Text("No findings.", style="green"))
     for finding in top_remedies(report, MAX_REMEDIES):
@@ -68,11 +70,11 @@ def render(
         console.print(Text("Not checked:", style="bold"))
         for check in skipped:
             line = Text("  ")
-            line.append(str(check.get("id", "?")), style="dim bold")
-            line.append(f" {check.get('status', 'skipped')}: ", style="dim")
-            line.append(_one_line(check.get("reason") or "no reason recorded"), style="dim")
+            line.append(check.id, style="dim bold")
+            line.append(f" {check.status}: ", style="dim")
+            line.append(_one_line(check.reason or "no reason recorded"), style="dim")
             console.print(line, overflow="ellipsis", no_wrap=True)
-    files = dict(written) if written is not None else dict(report.get("files") or {})
+    files = dict(written) if written is not None else dict(report.files)
     if files:
         console.print(Text("Written:", style="bold"))
         for kind, path in files.items():
@@ -81,7 +83,7 @@ def render(
             console.print(line, soft_wrap=True)
 
 
-def _trials(report: Mapping[str, Any], console: Console) -> None:
+def _trials(report: Report, console: Console) -> None:
     """`--try`: what each remedy measured, and why the others were not tried."""
     heading = try_heading(report)
     if heading is None:
@@ -100,18 +102,16 @@ def _trials(report: Mapping[str, Any], console: Console) -> None:
         console.print(line)
 
 
-def _verdict(report: Mapping[str, Any]) -> Text:
-    summary = report.get("summary") or {}
-    findings = report.get("findings") or []
-    worst = next((f.get("severity") for f in findings if not f.get("consequence_of")), None)
+def _verdict(report: Report) -> Text:
+    worst = next((f.severity for f in report.root_causes()), None)
     style = SEVERITY_STYLE.get(worst or "", "green") if worst != "info" else "green"
     text = Text("gpudoctor ", style="bold")
-    text.append(str(summary.get("verdict") or "no verdict"), style=f"bold {style}")
-    meta = [f"{report.get('duration_s', 0):.1f} s"]
-    if report.get("exit_code") not in (None, 0):
-        meta.append(f"workload exit code {report.get('exit_code')}")
-    if report.get("stop_reason") and report.get("stop_reason") != "exited":
-        meta.append(f"stopped: {report['stop_reason']}")
+    text.append(report.summary.verdict or "no verdict", style=f"bold {style}")
+    meta = [f"{report.duration_s:.1f} s"]
+    if report.exit_code not in (None, 0):
+        meta.append(f"workload exit code {report.exit_code}")
+    if report.stop_reason and report.stop_reason != "exited":
+        meta.append(f"stopped: {report.stop_reason}")
     cmd = command_line(report)
     if cmd:
         meta.append(cmd if len(cmd) <= 60 else cmd[:57] + "...")
@@ -119,7 +119,7 @@ def _verdict(report: Mapping[str, Any]) -> Text:
     return text
 
 
-def _findings_table(findings: list[Mapping[str, Any]]) -> Table:
+def _findings_table(findings: list[ReportFinding]) -> Table:
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=False)
     table.add_column("ID", no_wrap=True)
     table.add_column("Severity", no_wrap=True)
@@ -127,34 +127,32 @@ def _findings_table(findings: list[Mapping[str, Any]]) -> Table:
     table.add_column("Key numbers", ratio=3)
     table.add_column("Gain", no_wrap=True, justify="right")
     for f in findings:
-        cause = f.get("consequence_of")
+        cause = f.consequence_of
         dim = "dim" if cause else ""
-        title = Text(_one_line(f.get("title") or ""), style=dim)
+        title = Text(_one_line(f.title), style=dim)
         if cause:
             title.append(f" (consequence of {cause})", style="dim italic")
-        severity = str(f.get("severity") or "")
         table.add_row(
-            Text(str(f.get("id") or "?"), style=f"bold {dim}".strip()),
-            Text(severity, style="dim" if cause else SEVERITY_STYLE.get(severity, "")),
+            Text(f.id or "?", style=f"bold {dim}".strip()),
+            Text(f.severity, style="dim" if cause else SEVERITY_STYLE.get(f.severity, "")),
             title,
             Text(key_numbers(f), style="dim"),
-            Text(gain_text(f.get("estimated_gain")) if not cause else "", style=dim),
+            Text(gain_text(f.estimated_gain) if not cause else "", style=dim),
         )
     return table
 
 
-def _remedy(finding: Mapping[str, Any], *, highlight: bool = True) -> Group:
+def _remedy(finding: ReportFinding, *, highlight: bool = True) -> Group:
     """The remedy's sentence and its code. Coloured at a terminal; elsewhere the code is
     plain text, never re-flowed, so it pastes as it was written."""
-    remedy = finding.get("remedy") or {}
     head = Text("-> ", style="bold")
-    head.append(str(finding.get("id") or "?"), style="bold")
-    head.append(" " + _one_line(str(remedy.get("text") or "")))
+    head.append(finding.id or "?", style="bold")
+    head.append(" " + _one_line(finding.remedy.text if finding.remedy else ""))
     parts: list[Any] = [head]
-    code = remedy.get("code")
+    code = finding.remedy.code if finding.remedy else None
     if code:
-        snippet: Any = (Syntax(str(code).rstrip(), _lexer(str(code)), theme="ansi_dark", background_color="default",
-                               word_wrap=True) if highlight else Text(str(code).rstrip(), no_wrap=True))
+        snippet: Any = (Syntax(code.rstrip(), _lexer(code), theme="ansi_dark", background_color="default",
+                               word_wrap=True) if highlight else Text(code.rstrip(), no_wrap=True))
         parts.append(Padding(snippet, (0, 0, 0, 3)))
     return Group(*parts)
 
@@ -171,13 +169,13 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def to_text(report: Mapping[str, Any], width: int | None = None) -> str:
+def to_text(report: Report | Mapping[str, Any], width: int | None = None) -> str:
     """The same summary as plain text (for `--format terminal` into a file or a pipe):
     unwrapped unless a width is given."""
     return plain_text(lambda console: render(report, console), width)
 
 
-def show_summary(report: Mapping[str, Any], stream: TextIO, *,
+def show_summary(report: Report | Mapping[str, Any], stream: TextIO, *,
                  written: Mapping[str, str | Path] | None = None) -> None:
     """The summary on `stream`: laid out for a terminal, plain and unwrapped elsewhere."""
     show(lambda console: render(report, console, written=written), stream)

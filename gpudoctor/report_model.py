@@ -1,0 +1,189 @@
+"""The report as typed data: schema ``gpudoctor.report/1``, the JSON contract of DESIGN.md.
+
+`gpudoctor.report.build_report` writes the report's JSON dict; `Report.from_dict` reads it
+(or a saved report file) into these frozen dataclasses, refusing with one line what does
+not fit; `Report.to_dict` writes it back, unchanged. Renderers take a `Report`.
+
+The published JSON Schema (gpudoctor/schemas/report-v1.schema.json) is generated from
+these classes by scripts/write_schemas.py; a test keeps the two equal.
+
+The sections that are the Session's own data (environment, evidence) stay free JSON here:
+their shape is the Session's (gpudoctor.session/1), documented there.
+
+Adding an optional section (``ranks``, say): a field ``ranks: list[RankRecord] | None =
+json_field(None, omit_none=True, doc=...)`` on `Report` (and its dataclass here), filled by
+build_report; regenerate the schema. Reports without it keep their exact shape, and an
+older gpudoctor keeps the key it does not know in `Report.extra`. Never mark a new key
+``always``: reports of version 1 written before it must still fit the schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from gpudoctor.jsonmodel import decode, encode, extra_field, json_field, nulled_non_finite
+from gpudoctor.model import CheckStatus, Severity
+
+REPORT_SCHEMA = "gpudoctor.report/1"
+SCHEMA_ID = "https://gpudoctor.dev/schemas/report-v1.schema.json"
+
+
+@dataclass(frozen=True)
+class Tool:
+    """The gpudoctor that wrote the report."""
+
+    name: str = json_field("gpudoctor", always=True)
+    version: str = json_field("", always=True)
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class EvidenceValue:
+    """One measured value, with its unit and the window it covers."""
+
+    value: Any = json_field(None, always=True, doc="the measured value; null when it could not be measured")
+    unit: str | None = json_field(None, omit_none=True)
+    window: str | None = json_field(None, omit_none=True, doc="e.g. 'steady steps 3-120', 'whole run'")
+    label: str | None = json_field(None, omit_none=True, doc="human name for the report")
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class RemedyRecord:
+    """What to change: a sentence or two, and a copyable snippet."""
+
+    text: str = json_field("", always=True)
+    code: str | None = json_field(None, always=True)
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class PredictionRecord:
+    """The step time now and predicted without the cause, and how that was obtained."""
+
+    step_time_s: float | None = None
+    predicted_step_time_s: float | None = None
+    gain: float | None = None
+    method: str | None = json_field(None, doc="replay | model | capacity ...")
+    scenario: str | None = None
+    label: str | None = json_field(None, doc="'if batches arrived instantly', ...")
+    detail: str | None = None
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportFinding:
+    """One finding, stamped by the engine; findings are ordered most important first."""
+
+    json_label: ClassVar[str] = "finding"
+
+    id: str = json_field(doc="the check's stable ID, e.g. GD102")
+    stage: int = json_field(0, always=True, doc="playbook stage: 0 the run, 1 input, 2 GPU/batch, 3 kernels, 4 memory, 5 multi-GPU")
+    severity: Severity = json_field()
+    title: str = json_field("", always=True)
+    message: str = json_field("", always=True, doc="what was found, with the measured numbers")
+    evidence: dict[str, EvidenceValue] = json_field(default_factory=dict, always=True)
+    remedy: RemedyRecord | None = json_field(None, always=True)
+    estimated_gain: float | None = json_field(None, always=True, doc="predicted speed-up (x) without the cause; null when unknown")
+    slug: str | None = None
+    prediction: PredictionRecord | None = None
+    consequence_of: str | None = json_field(None, doc="the ID of the finding that explains this one")
+    window: str | None = json_field(None, doc="the profiled window it comes from")
+    trial: Any = json_field(None, omit_none=True, doc="--try: what the trial of this finding's remedy measured")
+    extra: Mapping[str, Any] = extra_field()
+
+    @property
+    def is_root_cause(self) -> bool:
+        return not self.consequence_of
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckRecord:
+    """Every check's outcome: a skipped check is never silently a pass."""
+
+    json_label: ClassVar[str] = "check"
+
+    id: str = json_field()
+    slug: str | None = None
+    stage: int | None = None
+    title: str | None = None
+    status: CheckStatus = json_field()
+    reason: str | None = json_field(None, doc="why it was skipped or failed")
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The run's headline numbers and the verdict; null means not measured, never zero."""
+
+    measured: bool | None = json_field(None, doc="the run reached something a diagnosis can stand on")
+    stop_reason: str | None = None
+    gpu_fully_used: bool | None = None
+    gpu_load: str | None = None
+    steps: int = 0
+    step_source: str | None = None
+    steady_steps: int = 0
+    step_time_median_s: float | None = None
+    steps_per_s: float | None = None
+    samples_per_s: float | None = None
+    data_wait_share: float | None = json_field(None, doc="share of each step spent waiting for data, 0-1")
+    gpu_util_mean: float | None = json_field(None, doc="NVML utilization (a duty cycle), %")
+    sm_activity_mean: float | None = json_field(None, doc="real SM activity (GPM), %")
+    tensor_activity_mean: float | None = None
+    power_w_mean: float | None = None
+    cpu_percent_mean: float | None = None
+    usable_cores: float | None = None
+    peak_memory_allocated_bytes: int | None = None
+    batch_size: int | None = None
+    crashed: bool | None = None
+    verdict: str | None = None
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class Report:
+    """A finished diagnosis: what `diagnose`, `analyze` and `report` write as JSON."""
+
+    schema: str = json_field(REPORT_SCHEMA, always=True, doc="gpudoctor.report/<major>; fields are only ever added")
+    tool: Tool = json_field(default_factory=Tool, always=True)
+    command: list[str] = json_field(default_factory=list, always=True, doc="the workload's argv, secrets redacted")
+    exit_code: int | None = json_field(None, always=True, doc="the workload's exit code")
+    duration_s: float = json_field(0.0, always=True)
+    environment: Mapping[str, Any] = json_field(default_factory=dict, always=True,
+                                                doc="the Session's environment (gpudoctor.session/1)")
+    summary: Summary = json_field(default_factory=Summary, always=True)
+    findings: list[ReportFinding] = json_field(default_factory=list, always=True, doc="most important first")
+    checks: list[CheckRecord] = json_field(default_factory=list, always=True)
+    started_at: str | None = json_field(None, doc="ISO 8601")
+    stop_reason: str | None = json_field(None, doc="exited | duration | steps | interrupted | terminated")
+    source: str | None = json_field(None, doc="diagnose | analyze | synthetic | fixture")
+    files: dict[str, str] = json_field(default_factory=dict, doc="kind -> file name, beside the report")
+    evidence: Mapping[str, Any] = json_field(default_factory=dict, doc="timeline, loaders, storage, profiles, "
+                                             "hotspots, allocator, errors, processes, unavailable, notes")
+    docs: dict[str, str] = json_field(default_factory=dict, doc="check ID -> its explain page")
+    overrides: Any = json_field(None, doc="--try trial run: the overrides the workload saw")
+    try_: Any = json_field(None, key="try", doc="--try: what was asked for")
+    trials: list[Any] | None = json_field(None, doc="--try: one entry per trial run")
+    untried: list[Any] | None = json_field(None, doc="--try: the findings not tried, and why")
+    extra: Mapping[str, Any] = extra_field()
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Report:
+        """Decode parsed JSON; jsonmodel.DecodeError (one line) when it does not fit."""
+        return decode(cls, data)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = encode(self)
+        return out
+
+    def root_causes(self) -> list[ReportFinding]:
+        """Findings that are root causes (not consequences of another), in engine order."""
+        return [f for f in self.findings if f.is_root_cause]
+
+
+def as_report(report: Report | Mapping[str, Any]) -> Report:
+    """A Report, from a Report or from a report dict built in this process (where an
+    unmeasurable NaN becomes null, as the JSON writer has always written it)."""
+    return report if isinstance(report, Report) else Report.from_dict(nulled_non_finite(report))
