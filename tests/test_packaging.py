@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # every test here starts a process
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -27,7 +29,6 @@ def test_plain_checkout_imports_checks_and_reports(tmp_path):
     assert out[2] == "GD102"
 
 
-@pytest.mark.slow
 def test_wheel_contains_everything_and_runs(tmp_path):
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],

@@ -145,7 +145,7 @@ def test_a_broken_plugin_does_not_stop_diagnose_report(plugins, tmp_path, capsys
     assert "BAD01" in markdown and "IMPORT" in markdown and "plugin failed to load" in markdown
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_example_package_installs_with_pip_and_registers(tmp_path):
     target = tmp_path / "site"
     try:

@@ -60,6 +60,7 @@ def _report(out: Path) -> dict:
     return json.loads(path.read_text())
 
 
+@pytest.mark.integration
 def test_attach_samples_the_gpu_the_process_has_open(target, tmp_path):
     busy = fake_pynvml.FakeGpu(UUID, util_gpu=17, processes=[(target.pid, 3 << 30)])
     idle = fake_pynvml.FakeGpu(OTHER, util_gpu=0, processes=[(1, 1 << 30)])
@@ -83,6 +84,7 @@ def test_attach_samples_the_gpu_the_process_has_open(target, tmp_path):
     assert BUSY.split()[0] in " ".join(report["command"]) or report["command"][0].endswith(("python", "python3"))
 
 
+@pytest.mark.integration
 def test_a_process_without_a_gpu_gets_the_reason(target, tmp_path):
     nvml = fake_pynvml.FakeNvml([fake_pynvml.FakeGpu(UUID, processes=[(1, 1 << 30)])], clock=time.time)
     assert _run([str(target.pid), "--duration", "1", "--out", str(tmp_path) + "/", "--quiet"], nvml=nvml) == 0
@@ -93,6 +95,7 @@ def test_a_process_without_a_gpu_gets_the_reason(target, tmp_path):
     assert next(c for c in report["checks"] if c["id"] == "GD103")["status"] != "error"
 
 
+@pytest.mark.integration
 def test_a_process_that_exits_ends_the_attach_early(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.8)"])
     time.sleep(0.2)
@@ -112,6 +115,7 @@ def test_no_such_process(capsys):
     assert capsys.readouterr().err.strip() == f"gpudoctor: error: no process with PID {pid}"
 
 
+@pytest.mark.integration
 def test_no_permission_is_one_line_and_77(monkeypatch, capsys, target):
     def denied(self):
         raise psutil.AccessDenied(self.pid)

@@ -12,7 +12,8 @@ import pytest
 
 from .conftest import WORKLOADS
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration  # every test here starts a process
+
 
 
 def _no_traceback(stderr: str) -> None:

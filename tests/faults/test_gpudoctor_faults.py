@@ -25,7 +25,8 @@ from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor
 
 from .conftest import GPUDOCTOR, WORKLOADS, run_gpudoctor
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration  # every test here starts a process
+
 
 _spec = importlib.util.spec_from_file_location(
     "fake_pynvml", Path(__file__).resolve().parent.parent / "collectors" / "fake_pynvml.py")

@@ -96,7 +96,7 @@ transformers.Trainer(model=Tiny(fail_at=8), args=args, train_dataset=Data(),
 '''
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_script_that_dies_in_train_still_writes_the_report(tmp_path):
     """No on_exception in the Trainer: the uncaught exception reaches sys.excepthook, which ends the watch."""
     import subprocess

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # every test here starts a process
+
 WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
 needs_toml = pytest.mark.skipif(sys.version_info < (3, 11), reason="policy files need tomllib")
 
@@ -91,7 +93,6 @@ def test_list_prints_the_catalog(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "PF403\tshm-size\tHost\t" in proc.stdout
 
 
-@pytest.mark.slow
 @needs_toml
 def test_job_policy_path_with_a_tiny_cpu_workload(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(

@@ -26,6 +26,8 @@ from synthetic import make_report, make_result, make_session
 
 from gpudoctor.reports import html
 
+pytestmark = pytest.mark.integration  # every test here starts a process
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "build" / "test-artifacts"
 HOSTILE = '<script>alert(1)</script>"><img src=x onerror=alert(1)>'
 

@@ -119,6 +119,7 @@ def test_unwritable_out_is_refused(session_file: Path, capsys: pytest.CaptureFix
     assert cli.main(["report", str(session_file), "--out", "plainfile/reports/"]) == exitcodes.CANNOT_WRITE
 
 
+@pytest.mark.integration
 def test_report_quiet_writes_the_files_without_a_summary(tmp_path):
     import subprocess
     import sys

@@ -41,6 +41,7 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
+@pytest.mark.integration
 def test_explicit_sizes_write_json_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "tiny"
     code = sweep(f"{TINY}:build", "--mode", "infer", "--batch-sizes", "1,2,4", *FAST, "--out", str(out), "--json", "-",
@@ -66,6 +67,7 @@ def test_explicit_sizes_write_json_and_html(tmp_path: Path, capsys: pytest.Captu
     assert "already exists" in one_line_error(capsys)
 
 
+@pytest.mark.integration
 def test_search_finds_the_memory_edge_after_a_simulated_oom(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -82,6 +84,7 @@ def test_search_finds_the_memory_edge_after_a_simulated_oom(
     assert "out of memory" in (tmp_path / "edge.html").read_text()
 
 
+@pytest.mark.integration
 def test_a_function_returning_the_wrong_thing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code = sweep(f"{TINY}:wrong_return", "--mode", "infer", *FAST, "--out", str(tmp_path / "x"), "--quiet")
     assert code == exitcodes.BAD_DATA
@@ -141,6 +144,7 @@ def test_existing_html_copy_is_refused_before_running(tmp_path: Path, capsys: py
     assert taken.read_text() == "the user's own file"
 
 
+@pytest.mark.integration
 def test_sigterm_ends_the_sweep_and_still_reports(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "gpudoctor", "sweep", f"{TINY}:slow_build", "--mode", "infer", "--device", "cpu",
                "--out", str(tmp_path / "cut")]
