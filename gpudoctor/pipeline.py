@@ -183,7 +183,7 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
         try:
             session.trials = run_trials(session, engine.findings, trials.request, trials.options, plan, checks,
                                         split_ids(args.ignore), force=args.force)
-        except Exception as exc:  # noqa: BLE001  (a bug in the trials must not cost the diagnosis)
+        except Exception as exc:
             log.debug("--try failed", exc_info=True)
             session.notes.append(f"--try stopped on an internal error: {type(exc).__name__}: {exc}")
     report = build_report(session, engine, files=plan.relative_names())

@@ -22,8 +22,9 @@ def test_plain_checkout_imports_checks_and_reports(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(ROOT)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True, cwd=tmp_path).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=tmp_path
+    ).stdout.split()
     assert Path(out[0]).resolve().parent == ROOT / "gpudoctor" / "checks"
     assert Path(out[1]).resolve().parent == ROOT / "gpudoctor" / "reports"
     assert out[2] == "GD102"
@@ -31,8 +32,12 @@ def test_plain_checkout_imports_checks_and_reports(tmp_path):
 
 def test_wheel_contains_everything_and_runs(tmp_path):
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = wheels.glob("gpudoctor-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in (
@@ -44,15 +49,20 @@ def test_wheel_contains_everything_and_runs(tmp_path):
     ):
         assert expected in names, expected
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     env = dict(os.environ, PYTHONPATH=str(target))
     code = (
         "import gpudoctor, gpudoctor.checks; from gpudoctor.registry import load_checks;"
         "checks, errors = load_checks(); assert not errors, errors;"
         "print(gpudoctor.__file__); print(len(checks))"
     )
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
-                         cwd=tmp_path).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=tmp_path
+    ).stdout.split()
     assert out[0].startswith(str(target))
     assert int(out[1]) >= 15

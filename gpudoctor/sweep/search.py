@@ -172,7 +172,9 @@ class _Search:
                     self.record(TrialResult(rest, records.SKIPPED, message="not run: the sweep stopped"))
                 return
         self.outcome.stop_reason = (
-            f"out of memory at batch {oom_at}; larger sizes skipped" if oom_at else f"measured the {len(sizes)} sizes given"
+            f"out of memory at batch {oom_at}; larger sizes skipped"
+            if oom_at
+            else f"measured the {len(sizes)} sizes given"
         )
 
 

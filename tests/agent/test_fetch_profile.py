@@ -7,7 +7,6 @@ import os
 import threading
 
 import torch
-
 from agent_fakes import FakeHooks
 
 from gpudoctor.agent.fetch_profile import FetchProfiler, short_path, top_functions

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gpudoctor.checks import gd401_fragmentation
-from gpudoctor.checks.gd402_oom import CHECK, parse_oom_message, run
 from helpers import make_session, run_check
 
+from gpudoctor.checks import gd401_fragmentation
+from gpudoctor.checks.gd402_oom import CHECK, parse_oom_message, run
 from gpudoctor.engine import run_checks
 from gpudoctor.session import AllocatorSnapshot, ErrorEvent
 

@@ -14,8 +14,8 @@ import pytest
 from gpudoctor import metrics
 from gpudoctor.commands.analyze import session_from_trace
 from gpudoctor.engine import run_checks
-from gpudoctor.report import build_report
 from gpudoctor.registry import load_checks
+from gpudoctor.report import build_report
 from gpudoctor.session import Session
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "h200"

@@ -326,7 +326,9 @@ class FakeNvml:
         return self._enter("nvmlDeviceGetMaxPcieLinkWidth", handle).pcie_width_max
 
     def nvmlDeviceGetPciInfo(self, handle: Handle) -> Any:
-        return SimpleNamespace(busId=self._enter("nvmlDeviceGetPciInfo", handle).bus_id.encode())  # bytes, as the binding
+        return SimpleNamespace(
+            busId=self._enter("nvmlDeviceGetPciInfo", handle).bus_id.encode()
+        )  # bytes, as the binding
 
     def nvmlDeviceGetNumaNodeId(self, handle: Handle) -> int:
         return _supported(self._enter("nvmlDeviceGetNumaNodeId", handle).numa_node)

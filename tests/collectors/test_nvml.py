@@ -208,7 +208,7 @@ def test_gpu_that_answers_nothing_is_given_up():
     every = ["nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPowerUsage",
              "nvmlDeviceGetClockInfo", "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetTemperature",
              "nvmlGpmSampleGet", "nvmlDeviceGetPcieThroughput"]
-    gpu = FakeGpu(UUID0, gpm=False, fail={name: pynvml.NVML_ERROR_UNKNOWN for name in every})
+    gpu = FakeGpu(UUID0, gpm=False, fail=dict.fromkeys(every, pynvml.NVML_ERROR_UNKNOWN))
     sampler, _, clock = make([gpu])
     run_polls(sampler, clock, 8)
     result = sampler.stop()

@@ -17,7 +17,6 @@ from gpudoctor import exitcodes
 
 from .conftest import WORKLOADS, cli, main
 
-
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "h200"
 SESSION = FIXTURES / "starved_loader.session.json"
 TRACE = FIXTURES / "traces" / "copies.json.gz"

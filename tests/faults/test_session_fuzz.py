@@ -25,7 +25,6 @@ from gpudoctor.session import Session, SessionError
 
 from .test_bad_input_props import FIXTURE_SESSIONS, judge_and_render
 
-
 _EXAMPLES = int(os.environ.get("GD_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=_EXAMPLES, deadline=None, derandomize=os.environ.get("GD_FUZZ_RANDOM") is None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
