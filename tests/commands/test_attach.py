@@ -96,13 +96,19 @@ def test_a_process_without_a_gpu_gets_the_reason(target, tmp_path):
 
 
 @pytest.mark.integration
-def test_a_process_that_exits_ends_the_attach_early(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.8)"])
-    time.sleep(0.2)
-    started = time.monotonic()
+def test_a_process_that_exits_ends_the_attach_early(tmp_path, monkeypatch):
+    # the target lives until its stdin closes, and that happens once the attach has begun:
+    # no race between the target's end and the attach's start, however loaded the machine
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    run = attach.Attacher.run
+
+    def run_then_end_the_target(self):
+        proc.stdin.close()
+        return run(self)
+
+    monkeypatch.setattr(attach.Attacher, "run", run_then_end_the_target)
     assert _run([str(proc.pid), "--duration", "30", "--out", str(tmp_path) + "/", "--quiet"]) == 0
     proc.wait()
-    assert time.monotonic() - started < 15
     report = _report(tmp_path)
     assert report["stop_reason"] == "exited" and any("exited" in n for n in report["evidence"]["notes"])
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -97,7 +96,6 @@ def written_size(data: dict) -> int:
 
 @pytest.mark.parametrize("hours", [1, 2])
 def test_session_of_a_long_run_is_bounded(tmp_path, hours, capsys):
-    started = time.perf_counter()
     session = long_run(tmp_path, hours * 3600)
     data = session.to_dict()
     size = written_size(data)
@@ -116,7 +114,6 @@ def test_session_of_a_long_run_is_bounded(tmp_path, hours, capsys):
         with capsys.disabled():  # the numbers behind the README's bound (pytest -s shows them too)
             print(f"\n1-hour session: {size / 2**20:.2f} MiB;",
                   ", ".join(f"{k} {v / 2**20:.2f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])[:5]))
-    assert time.perf_counter() - started < 60
 
 
 def test_cpu_samples_are_thinned_not_dropped():
