@@ -80,8 +80,15 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
                  "agent (PYTHONPATH or the environment replaced); the report says which")
         _announce_end(session, supervisor.escalated, then="trying the remedies" if request is not None else None)
         trials = TrialContext(request, options) if request is not None else None
-        return finish(session, args, plan, trace=result.trace_path, stopped_by_us=session.stop_reason in ("duration", "steps"),
-                      on_report=on_report, trials=trials)
+        return finish(
+            session,
+            args,
+            plan,
+            trace=result.trace_path,
+            stopped_by_us=session.stop_reason in ("duration", "steps"),
+            on_report=on_report,
+            trials=trials,
+        )
     finally:
         result.cleanup()
 

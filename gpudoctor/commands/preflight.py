@@ -165,7 +165,9 @@ def _run_job(args: argparse.Namespace, resolved: tuple[list[str], str], ignore_c
     got: dict[str, Any] = {}
     watcher = LinkWatcher([g.index for g in ctx.visible]).start()
     try:
-        code = diagnose_and_report(inner, command, stem, on_report=lambda report, files: got.update(report=report, files=files))
+        code = diagnose_and_report(
+            inner, command, stem, on_report=lambda report, files: got.update(report=report, files=files)
+        )
     finally:
         ctx.links_under_load = watcher.stop()
     if "report" not in got:

@@ -108,7 +108,9 @@ class Watch:
         from gpudoctor.inprocess.recorder import Recorder
 
         if diagnose_agent_running():
-            self.error = "this process runs under `gpudoctor diagnose`, whose report covers it: the watch records nothing"
+            self.error = (
+                "this process runs under `gpudoctor diagnose`, whose report covers it: the watch records nothing"
+            )
             log.warning("gpudoctor: %s", self.error)
             return
         self._workdir = Path(tempfile.mkdtemp(prefix="gpudoctor-watch-"))

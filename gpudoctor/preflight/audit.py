@@ -137,8 +137,11 @@ def job_dict(run: job.JobRun | None) -> dict[str, Any] | None:
     if run is None:
         return None
     report = run.report
-    findings = [{k: f.get(k) for k in ("id", "slug", "severity", "title", "message", "consequence_of", "estimated_gain")}
-                | {"remedy": (f.get("remedy") or {}).get("text")} for f in report.get("findings") or []]
+    findings = [
+        {k: f.get(k) for k in ("id", "slug", "severity", "title", "message", "consequence_of", "estimated_gain")}
+        | {"remedy": (f.get("remedy") or {}).get("text")}
+        for f in report.get("findings") or []
+    ]
     return {
         "command": redact_argv([str(a) for a in report.get("command") or []]),
         "exit_code": run.exit_code,

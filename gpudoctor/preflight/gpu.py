@@ -164,7 +164,11 @@ def persistence(ctx: Context) -> ItemResult:
         mode = g.get("persistence")
         if isinstance(mode, Unread):
             return NOT_CHECKED, mode.reason, {}
-        return (PASS, "enabled", {"persistence": True}) if int(mode) == 1 else (fail_or_warn, "disabled", {"persistence": False})
+        return (
+            (PASS, "enabled", {"persistence": True})
+            if int(mode) == 1
+            else (fail_or_warn, "disabled", {"persistence": False})
+        )
 
     return per_gpu(ctx, "PF103", "enabled" + (" (policy)" if ctx.policy.require_persistence_mode else ""), judge)
 

@@ -199,7 +199,9 @@ def build(events: list) -> Timeline | None:
     for number in list(per_thread):
         if number != main and launches_by_thread[number]:
             per_thread[number] = _merge_helper(per_thread[main], per_thread[number], main)
-    items = sorted((it for thread_items in per_thread.values() for it in thread_items), key=lambda it: (it.ts, it.thread))
+    items = sorted(
+        (it for thread_items in per_thread.values() for it in thread_items), key=lambda it: (it.ts, it.thread)
+    )
     for index, item in enumerate(items):
         for queued in item.ops:
             ops[queued].launch = index

@@ -173,7 +173,12 @@ def test_copies_by_kind_bytes_small_copies_and_memsets():
     s = summarize_trace(t.data())
     assert set(s.memcpy) == {"HtoD_pageable", "HtoD_pinned", "DtoH_pinned", "DtoD", "PtoP"}
     pageable = s.memcpy["HtoD_pageable"]
-    assert (pageable["count"], pageable["bytes"], pageable["us"], pageable["small_count"]) == (2, (4 << 20) + 400, 105.0, 1)
+    assert (pageable["count"], pageable["bytes"], pageable["us"], pageable["small_count"]) == (
+        2,
+        (4 << 20) + 400,
+        105.0,
+        1,
+    )
     assert s.memcpy["DtoH_pinned"]["small_count"] == 1
     assert (s.memset_count, s.memset_us) == (1, 3.0)
     assert s.kernel_count == 0 and s.error is None  # copies are GPU activity

@@ -26,7 +26,9 @@ def _own_code_dirs() -> tuple[str, ...]:
     import gpudoctor.checks
     import gpudoctor.reports
 
-    return tuple(str(Path(m.__file__).resolve().parent) + os.sep for m in (gpudoctor, gpudoctor.checks, gpudoctor.reports))
+    return tuple(
+        str(Path(m.__file__).resolve().parent) + os.sep for m in (gpudoctor, gpudoctor.checks, gpudoctor.reports)
+    )
 
 
 # The agent's DataLoader wrapper sits in the workload's own tracebacks (it calls the real

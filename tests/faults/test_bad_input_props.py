@@ -229,10 +229,22 @@ def test_mutated_real_sessions_are_judged_and_rendered(data: dict[str, Any]) -> 
     judge_and_render(session)
 
 
-saved_reports = st.fixed_dictionaries({"schema": st.just("gpudoctor.report/1")}, optional={
-    "command": hostile_json, "exit_code": scalar, "duration_s": scalar, "environment": hostile_json,
-    "summary": hostile_json, "findings": st.lists(hostile_json, max_size=3), "checks": st.lists(hostile_json, max_size=3),
-    "files": hostile_json, "evidence": hostile_json, "stop_reason": scalar, "started_at": scalar})
+saved_reports = st.fixed_dictionaries(
+    {"schema": st.just("gpudoctor.report/1")},
+    optional={
+        "command": hostile_json,
+        "exit_code": scalar,
+        "duration_s": scalar,
+        "environment": hostile_json,
+        "summary": hostile_json,
+        "findings": st.lists(hostile_json, max_size=3),
+        "checks": st.lists(hostile_json, max_size=3),
+        "files": hostile_json,
+        "evidence": hostile_json,
+        "stop_reason": scalar,
+        "started_at": scalar,
+    },
+)
 
 
 def run_cli(*args: str) -> tuple[int, str, str]:

@@ -33,9 +33,17 @@ _spec.loader.exec_module(fake_pynvml)
 
 
 def cpu_sample(t: float, n: int) -> CpuSample:
-    return CpuSample(t=round(t, 3), system_percent=40.0 + n % 50, per_core_percent=[float((n + i) % 100) + 0.1 for i in range(CORES)],
-                     tree_percent=312.4, main_percent=99.1, main_thread_percent=98.7, workers_percent=210.3,
-                     tree_rss_bytes=(10 << 30) + n, iowait_percent=1.2)
+    return CpuSample(
+        t=round(t, 3),
+        system_percent=40.0 + n % 50,
+        per_core_percent=[float((n + i) % 100) + 0.1 for i in range(CORES)],
+        tree_percent=312.4,
+        main_percent=99.1,
+        main_thread_percent=98.7,
+        workers_percent=210.3,
+        tree_rss_bytes=(10 << 30) + n,
+        iowait_percent=1.2,
+    )
 
 
 def cpu_samples_for(seconds: float) -> tuple[list[CpuSample], float]:

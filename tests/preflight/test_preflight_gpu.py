@@ -53,7 +53,10 @@ def test_driver_cuda_is_not_checked_for_a_cpu_torch(make_ctx) -> None:
 def test_gpus_visible_counts_pci_nvml_and_torch(make_ctx, tmp_path) -> None:
     root = sysfs(tmp_path / "s", gpus={"0000:18:00.0": 0, "0000:19:00.0": 0})
     two = [idle_gpu(0), idle_gpu(1)]
-    assert gpu.gpus_visible(make_ctx(two, sys_root=root, torch=TorchFacts("2.11", "13.0", device_count=2))).status == "pass"
+    assert (
+        gpu.gpus_visible(make_ctx(two, sys_root=root, torch=TorchFacts("2.11", "13.0", device_count=2))).status
+        == "pass"
+    )
     # a GPU on the bus that NVML does not list: lost, or a container given some GPUs
     lost = gpu.gpus_visible(make_ctx([idle_gpu(0)], sys_root=root, torch=CUDA_TORCH))
     assert lost.status == "warn" and "PCI bus 2, NVML 1" in lost.found

@@ -54,10 +54,19 @@ def make_session(
     """A run of `duration_s` with samples every `sample_interval_s` and `steps` steps.
     `hostile` is planted in every string a run can contribute to a report."""
     step_time = duration_s / max(steps, 1)
-    records = [StepRecord(t=(i + 1) * step_time, duration_s=step_time, data_wait_s=step_time * (0.55 + 0.1 * math.sin(i / 7))) for i in range(steps)]
+    records = [
+        StepRecord(t=(i + 1) * step_time, duration_s=step_time, data_wait_s=step_time * (0.55 + 0.1 * math.sin(i / 7)))
+        for i in range(steps)
+    ]
     n_samples = int(duration_s / sample_interval_s)
     cpu = [
-        CpuSample(t=i * sample_interval_s, system_percent=40 + 20 * math.sin(i / 11), tree_percent=300.0, main_thread_percent=95.0, workers_percent=180.0)
+        CpuSample(
+            t=i * sample_interval_s,
+            system_percent=40 + 20 * math.sin(i / 11),
+            tree_percent=300.0,
+            main_thread_percent=95.0,
+            workers_percent=180.0,
+        )
         for i in range(n_samples)
     ]
     gpu = [
@@ -106,7 +115,9 @@ def make_session(
                              blocked_us=3_000.0, syncs=10, cpu_us=90_000.0),
                     CallSite("(autograd engine: backward)", gpu_us=100_000.0, launches=200, cpu_us=20_000.0)],
     ) if with_profile else None
-    unavailable: dict[str, str] = {} if with_gpu else {"gpu": "no NVIDIA driver found", "gpm": "no GPU", "allocator": "no CUDA device used"}
+    unavailable: dict[str, str] = (
+        {} if with_gpu else {"gpu": "no NVIDIA driver found", "gpm": "no GPU", "allocator": "no CUDA device used"}
+    )
     if not with_profile:
         unavailable["profile"] = "CPU-only run"
     if hostile:
@@ -165,7 +176,9 @@ def make_result(*, hostile: str | None = None) -> EngineResult:
         CheckOutcome("GD102", "input-stall", 1, "Input pipeline stall", "finding"),
         CheckOutcome("GD104", "storage", 1, "Slow storage", "skipped", f"storage: no dataset path known{text}"),
         CheckOutcome("GD201", "gpu-idle", 2, "GPU idle", "finding"),
-        CheckOutcome("GD301", "launch-bound", 3, "Launch-bound", "error", "check failed: ZeroDivisionError: division by zero"),
+        CheckOutcome(
+            "GD301", "launch-bound", 3, "Launch-bound", "error", "check failed: ZeroDivisionError: division by zero"
+        ),
         CheckOutcome("GD304", "fp32-matmul", 3, "fp32 matmuls", "finding"),
     ]
     return EngineResult(findings=order(findings), outcomes=outcomes)
