@@ -1,4 +1,5 @@
-"""`pip install .`, `pip install -e .` and a plain checkout (no install) all find gpudoctor.checks and gpudoctor.reports."""
+"""`pip install .`, `pip install -e .` and a plain checkout (no install) all find gpudoctor.checks
+and gpudoctor.reports."""
 
 from __future__ import annotations
 

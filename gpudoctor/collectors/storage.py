@@ -60,9 +60,9 @@ def find_mount(path: str) -> tuple[str | None, str | None, str | None]:
         return None, None, None
     for part in partitions:
         mp = part.mountpoint
-        if path == mp or path.startswith(mp.rstrip("/") + "/") or mp == "/":
-            if best is None or len(mp) > len(best.mountpoint):
-                best = part
+        contains = path == mp or path.startswith(mp.rstrip("/") + "/") or mp == "/"
+        if contains and (best is None or len(mp) > len(best.mountpoint)):
+            best = part
     if best is None:
         return None, None, None
     return best.mountpoint, best.fstype, best.device

@@ -65,7 +65,9 @@ def rejudge(results: list[ItemResult], ctx: Context, ids: Iterable[str]) -> list
     return [fresh.get(r.id, r) for r in results]
 
 
-def apply_policy(results: Iterable[ItemResult], policy: Policy, ignore: Iterable[str]) -> tuple[list[ItemResult], list[str]]:
+def apply_policy(
+    results: Iterable[ItemResult], policy: Policy, ignore: Iterable[str]
+) -> tuple[list[ItemResult], list[str]]:
     """Drop ignored items (IDs or slugs; returns their IDs) and turn the warnings and
     not-checked results the policy names into failures."""
     ignored = {spec.id for spec in (find(name) for name in [*ignore, *policy.ignore]) if spec is not None}

@@ -164,7 +164,8 @@ def _processes(nv: Any, h: Any) -> Any:
     """[(pid, used bytes or None, kind)] of compute and graphics processes, or Unread."""
     found = []
     reasons = []
-    for kind, fn in (("compute", "nvmlDeviceGetComputeRunningProcesses"), ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
+    for kind, fn in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
+                     ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
         procs = _call(nv, fn, h)
         if isinstance(procs, Unread):
             reasons.append(procs)

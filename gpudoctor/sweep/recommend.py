@@ -188,7 +188,8 @@ def observations(analysis: Analysis) -> list[str]:
         limit = f"{top.power_limit_w:.0f} W" if top.power_limit_w else "the limit"
         if top.verdict == "at_limit":
             notes.append(
-                f"Power reached {top.fraction:.0%} of {limit} at batch {top.batch_size}: at the cap, clocks may be held down."
+                f"Power reached {top.fraction:.0%} of {limit} at batch {top.batch_size}: "
+                "at the cap, clocks may be held down."
             )
         elif top.verdict == "near_full":
             notes.append(

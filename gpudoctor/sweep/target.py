@@ -191,7 +191,8 @@ def normalize(result: Any, input_shape: tuple[int, ...] | None, torch: Any, wher
     if isinstance(result, nn_module):
         if input_shape is None:
             raise TargetProblem(
-                f"{where} returned an nn.Module without a batch maker: give --input-shape or return (model, make_batch)",
+                f"{where} returned an nn.Module without a batch maker: "
+                "give --input-shape or return (model, make_batch)",
                 "usage",
             )
         return SweepTarget(model=result, make_batch=random_inputs(input_shape, torch))

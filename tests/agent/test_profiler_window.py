@@ -18,8 +18,8 @@ def make(tmp_path):
     made = []
 
     def build(**config):
-        defaults = dict(profile_warmup_steps=2, profile_warmup_s=0.0, profile_steps=3, profile_min_window_s=0.0,
-                        profile_no_step_after_s=0.0, profile_time_window_s=0.2)
+        defaults = {"profile_warmup_steps": 2, "profile_warmup_s": 0.0, "profile_steps": 3, "profile_min_window_s": 0.0,
+                    "profile_no_step_after_s": 0.0, "profile_time_window_s": 0.2}
         hooks = FakeHooks(tmp_path, **{**defaults, **config})
         made.append(hooks)
         return hooks

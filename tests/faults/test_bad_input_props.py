@@ -161,7 +161,9 @@ def test_truncated_sessions_are_refused_cleanly(tmp_path_factory: pytest.TempPat
 @SETTINGS
 @given(raw=st.one_of(st.binary(max_size=200), hostile_json.map(lambda v: json.dumps(v).encode())),
        compress=st.booleans())
-def test_trace_loader_refuses_junk_cleanly(tmp_path_factory: pytest.TempPathFactory, raw: bytes, compress: bool) -> None:
+def test_trace_loader_refuses_junk_cleanly(
+    tmp_path_factory: pytest.TempPathFactory, raw: bytes, compress: bool
+) -> None:
     from gpudoctor.commands.analyze import session_from_trace
 
     path = tmp_path_factory.mktemp("trace") / "t.json"

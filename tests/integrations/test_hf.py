@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 torch = pytest.importorskip("torch")
 
-from gpudoctor.integrations.hf import GpuDoctorCallback
+from gpudoctor.integrations.hf import GpuDoctorCallback  # noqa: E402  (only once its requirements are there)
 
 
 class Tiny(torch.nn.Module):

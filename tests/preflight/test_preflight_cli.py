@@ -18,7 +18,9 @@ WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
 needs_toml = pytest.mark.skipif(sys.version_info < (3, 11), reason="policy files need tomllib")
 
 
-def preflight(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def preflight(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in ("CUDA_LAUNCH_BLOCKING", "PYTORCH_CUDA_ALLOC_CONF")}
     return subprocess.run(
         [sys.executable, "-m", "gpudoctor", "preflight", *args],

@@ -87,7 +87,7 @@ def test_missing_policy_file(tmp_path: Path) -> None:
 def test_python_without_tomllib_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(policy, "_toml", lambda: None)
     path = write(tmp_path / "gate.toml", "min_sm_activity = 40\n")
-    with pytest.raises(GpudoctorError, match="needs Python 3.11"):
+    with pytest.raises(GpudoctorError, match=r"needs Python 3\.11"):
         policy.load(str(path))
 
 
