@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 # Every way a test (or the code it calls) starts a process: subprocess and os.popen go
 # through Popen._execute_child; multiprocessing's fork and spawn contexts (DataLoader
@@ -65,3 +66,10 @@ def _fast_tests_start_no_process(request: pytest.FixtureRequest) -> Iterator[Non
         pytest.fail(f"{request.node.nodeid} starts a process ({started[0]}) but is not marked "
                     "`integration` (pytestmark = pytest.mark.integration, or @pytest.mark.integration)",
                     pytrace=False)
+
+
+# Property tests draw the same examples on every run (a red CI run is then a code change, not
+# a lucky draw); HYPOTHESIS_PROFILE=search draws fresh ones for a longer hunt.
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("search", max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
