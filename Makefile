@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # The CPU build of torch; users of the package bring their own (CUDA) build.
 TORCH_DEV ?= torch==2.13.0
 
-.PHONY: test demo dev lint typecheck bench clean
+.PHONY: test test-fast test-integration demo dev lint typecheck bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,20 +16,36 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test,integrations]' -c $(VENV)/constraints.txt
 	touch $@
 
+# ruff and mypy at the versions pyproject.toml's `lint` extra pins
+$(VENV)/.lint-installed: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e '.[lint]' -c $(VENV)/constraints.txt
+	touch $@
+
 dev: $(VENV)/.installed
 
+# pytest-xdist workers: one per core, at most 4 (each imports torch)
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS)
+
+# everything: the fast unit tests and the integration tests (CI runs this)
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PYTEST)
+
+# in-process unit tests only, under a minute on 2 cores (the fuzz search runs 15 examples, not 60)
+test-fast: $(VENV)/.installed
+	GD_FUZZ_EXAMPLES=$${GD_FUZZ_EXAMPLES:-15} $(PYTEST) -m "not integration"
+
+# the tests that start processes: the CLI, real workloads, DataLoader workers, pip builds
+test-integration: $(VENV)/.installed
+	$(PYTEST) -m integration
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/gpudoctor demo
 
-lint: $(VENV)/.installed
-	$(PY) -m pip install -q ruff
-	$(VENV)/bin/ruff check gpudoctor tests
+lint: $(VENV)/.lint-installed
+	$(VENV)/bin/ruff check .
 
-typecheck: $(VENV)/.installed
-	$(PY) -m pip install -q mypy
+typecheck: $(VENV)/.lint-installed
 	$(VENV)/bin/mypy gpudoctor
 
 bench: $(VENV)/.installed

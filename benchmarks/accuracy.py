@@ -113,11 +113,18 @@ def evaluate(name: str, report: dict[str, Any], fixed: dict[str, Any] | None, fi
     before = summary.get("steps_per_s")
     after = (fixed.get("summary") or {}).get("steps_per_s") if fixed is not None else None
     if top is not None and before and after:
-        remedies.append({"workload": name, "findings": [top["id"]], "finding": top["id"],
-                         "remedy": f"fixed variant: {fixed_label}", "predicted": top.get("estimated_gain"),
-                         "realized": round(after / before, 3),
-                         "steady_steps": [summary.get("steady_steps"), (fixed.get("summary") or {}).get("steady_steps")],
-                         "numerics_change": False})
+        remedies.append(
+            {
+                "workload": name,
+                "findings": [top["id"]],
+                "finding": top["id"],
+                "remedy": f"fixed variant: {fixed_label}",
+                "predicted": top.get("estimated_gain"),
+                "realized": round(after / before, 3),
+                "steady_steps": [summary.get("steady_steps"), (fixed.get("summary") or {}).get("steady_steps")],
+                "numerics_change": False,
+            }
+        )
     for remedy in remedies:
         remedy["error"] = _error(remedy["predicted"], remedy["realized"])
         remedy["within_30"] = abs(remedy["error"]) <= WITHIN if remedy["error"] is not None else None
@@ -132,14 +139,25 @@ def evaluate(name: str, report: dict[str, Any], fixed: dict[str, Any] | None, fi
         note = next((u["why"] for u in report.get("untried") or [] if u.get("subject") == top["id"]), None) or \
             next((t.get("why") for t in report.get("trials") or [] if top["id"] in (t.get("findings") or [])), None)
     realized = mine["realized"] if mine else None
-    return {**row, "top": top["id"], "severity": top.get("severity"), "title": top.get("title"),
-            "method": (top.get("prediction") or {}).get("method"), "top_predicted": top.get("estimated_gain"),
-            "remedy": mine["remedy"] if mine else None, "remedy_finding": mine["finding"] if mine else None,
-            "predicted": mine["predicted"] if mine else top.get("estimated_gain"), "realized": realized,
-            "error": mine["error"] if mine else None, "within_30": mine["within_30"] if mine else None,
-            "critical_under_1_1": top.get("severity") == "critical" and realized is not None and realized < CRITICAL_MIN,
-            "best_remedy": best["remedy"] if best else None, "best_gain": best["realized"] if best else None,
-            "best_is_top": (top["id"] in best["findings"]) if best else None, "note": note}, remedies
+    return {
+        **row,
+        "top": top["id"],
+        "severity": top.get("severity"),
+        "title": top.get("title"),
+        "method": (top.get("prediction") or {}).get("method"),
+        "top_predicted": top.get("estimated_gain"),
+        "remedy": mine["remedy"] if mine else None,
+        "remedy_finding": mine["finding"] if mine else None,
+        "predicted": mine["predicted"] if mine else top.get("estimated_gain"),
+        "realized": realized,
+        "error": mine["error"] if mine else None,
+        "within_30": mine["within_30"] if mine else None,
+        "critical_under_1_1": top.get("severity") == "critical" and realized is not None and realized < CRITICAL_MIN,
+        "best_remedy": best["remedy"] if best else None,
+        "best_gain": best["realized"] if best else None,
+        "best_is_top": (top["id"] in best["findings"]) if best else None,
+        "note": note,
+    }, remedies
 
 
 def _x(value: float | None) -> str:
@@ -160,12 +178,16 @@ def markdown(result: dict[str, Any]) -> str:
             continue
         top = f"{row['top']} {row['severity']} ({_x(row.get('top_predicted'))}, {row.get('method')})"
         remedy = row.get("remedy") or f"not tried: {row.get('note') or 'no remedy measured'}"
-        source = f" ({row['remedy_finding']})" if row.get("remedy_finding") and row["remedy_finding"] != row["top"] else ""
+        source = (
+            f" ({row['remedy_finding']})" if row.get("remedy_finding") and row["remedy_finding"] != row["top"] else ""
+        )
         err = f"{row['error']:+.0%}" if row.get("error") is not None else ""
         best = "" if row.get("best_is_top") is None else ("yes" if row["best_is_top"] else f"no: {row['best_remedy']}")
         real = _x(row["realized"]) if row.get("realized") is not None else "not measured"
-        lines.append(f"| {row['workload']} | {top} | {_cell(remedy)} | {_x(row.get('predicted')) if row.get('remedy') else ''}"
-                     f"{source} | {real} | {err} | {_cell(best)} |")
+        lines.append(
+            f"| {row['workload']} | {top} | {_cell(remedy)} | {_x(row.get('predicted')) if row.get('remedy') else ''}"
+            f"{source} | {real} | {err} | {_cell(best)} |"
+        )
     lines += ["", "Every remedy measured:", "", "| workload | finding | remedy | predicted | realized | error |",
               "|---|---|---|---|---|---|"]
     for r in result["remedies"]:

@@ -41,12 +41,12 @@ def gemm_rates() -> list[dict]:
     for n in (256, 512, 1024, 2048, 4096, 8192):
         a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
         torch.backends.cuda.matmul.allow_tf32 = False
-        fp32 = cuda_time(lambda: a @ b)
+        fp32 = cuda_time(lambda a=a, b=b: a @ b)
         torch.backends.cuda.matmul.allow_tf32 = True
-        tf32 = cuda_time(lambda: a @ b)
+        tf32 = cuda_time(lambda a=a, b=b: a @ b)
         torch.backends.cuda.matmul.allow_tf32 = False
         ab, bb = a.bfloat16(), b.bfloat16()
-        bf16 = cuda_time(lambda: ab @ bb)
+        bf16 = cuda_time(lambda ab=ab, bb=bb: ab @ bb)
         rows.append({"n": n, "fp32_us": round(fp32 * 1e3, 2), "tf32_us": round(tf32 * 1e3, 2),
                      "bf16_us": round(bf16 * 1e3, 2), "tf32_speedup": round(fp32 / tf32, 2),
                      "bf16_speedup": round(fp32 / bf16, 2)})

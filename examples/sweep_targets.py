@@ -45,7 +45,9 @@ class BasicBlock(nn.Module):
 class SmallResNet(nn.Module):
     """ResNet-18's layout (stem, four stages of basic blocks, pooled classifier)."""
 
-    def __init__(self, widths: tuple[int, ...] = (64, 128, 256, 512), blocks: int = 2, classes: int = NUM_CLASSES) -> None:
+    def __init__(
+        self, widths: tuple[int, ...] = (64, 128, 256, 512), blocks: int = 2, classes: int = NUM_CLASSES
+    ) -> None:
         super().__init__()
         self.stem = nn.Sequential(
             nn.Conv2d(3, widths[0], 7, 2, 3, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU(), nn.MaxPool2d(3, 2, 1)

@@ -23,8 +23,8 @@ WORKLOAD_UNKNOWN = 1  # the workload's exit status could not be determined
 TABLE = [
     (0, "success (the workload's exit code otherwise: diagnose passes it through)"),
     (FAIL_ON, "--fail-on: the workload succeeded but findings reached the level given; preflight: an item failed"),
-    (USAGE, "usage error: unknown or conflicting options, or gpudoctor's options after the script "
-            "that the script rejected (they go before it)"),
+    (USAGE, ("usage error: unknown or conflicting options, or gpudoctor's options after the script "
+            "that the script rejected (they go before it)")),
     (BAD_DATA, "input file is corrupt, truncated, empty, over the limits or not a gpudoctor file"),
     (NOT_FOUND, "script, module or input file not found; attach: no such process"),
     (NOT_RUNNABLE, ("not runnable: a directory, a non-Python file, a command that cannot start; "

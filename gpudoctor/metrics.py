@@ -157,8 +157,8 @@ NEAR_WINDOW_S = 30.0  # steps this close to a later window stand for its phase
 def unprofiled_step_us_near(session: Session, start_s: float, end_s: float) -> tuple[float | None, float | None]:
     """unprofiled_step_us from the steps just before and after a window (its phase), outside it."""
     records = [r for r in session.steady_steps()
-               if start_s - NEAR_WINDOW_S <= r.t - r.duration_s and r.t <= start_s
-               or end_s + 0.5 <= r.t - r.duration_s and r.t <= end_s + NEAR_WINDOW_S]
+               if (start_s - NEAR_WINDOW_S <= r.t - r.duration_s and r.t <= start_s)
+               or (end_s + 0.5 <= r.t - r.duration_s and r.t <= end_s + NEAR_WINDOW_S)]
     if len(records) < 3:
         return None, None
     step_us = 1e6 * sum(r.duration_s for r in records) / len(records)

@@ -170,15 +170,21 @@ def ensure_writable(directory: Path) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise GpudoctorError(f"cannot write reports to {directory}: it exists and is not a directory", exitcodes.CANNOT_WRITE) from None
+        raise GpudoctorError(
+            f"cannot write reports to {directory}: it exists and is not a directory", exitcodes.CANNOT_WRITE
+        ) from None
     except OSError as exc:
-        raise GpudoctorError(f"cannot create the report directory {directory}: {exc.strerror or exc}", exitcodes.CANNOT_WRITE) from None
+        raise GpudoctorError(
+            f"cannot create the report directory {directory}: {exc.strerror or exc}", exitcodes.CANNOT_WRITE
+        ) from None
     try:
         fd, probe = tempfile.mkstemp(prefix=".gpudoctor-probe-", dir=directory)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise GpudoctorError(f"cannot write reports to {directory}: {exc.strerror or exc}", exitcodes.CANNOT_WRITE) from None
+        raise GpudoctorError(
+            f"cannot write reports to {directory}: {exc.strerror or exc}", exitcodes.CANNOT_WRITE
+        ) from None
 
 
 def _free_paths(paths: OutputPaths, start: int = 0) -> tuple[OutputPaths, int]:
@@ -226,7 +232,9 @@ def write_outputs(
     try:
         paths.directory.mkdir(parents=True, exist_ok=True)  # removed during the run?
     except OSError as exc:
-        raise GpudoctorError(f"cannot create the report directory {paths.directory}: {exc.strerror or exc}", exitcodes.CANNOT_WRITE) from None
+        raise GpudoctorError(
+            f"cannot create the report directory {paths.directory}: {exc.strerror or exc}", exitcodes.CANNOT_WRITE
+        ) from None
     kept_trace = paths.trace if paths.trace is not None and trace_bytes is None and paths.trace.is_file() else None
     if trace_bytes is None:
         paths = replace(paths, with_trace=False)  # nothing of ours to write (maybe the caller's)
@@ -241,7 +249,9 @@ def write_outputs(
         session_out = session_dict
         if trace_bytes is not None and final.stem != planned_stem:
             # the profile names its trace file; the set moved to a new stem, so must it
-            written_report, session_out = _retarget_trace(written_report, session_dict, paths.path("trace").name, final.path("trace").name)
+            written_report, session_out = _retarget_trace(
+                written_report, session_dict, paths.path("trace").name, final.path("trace").name
+            )
         blobs, failed = _render_all(final, written_report, session_out, trace_bytes, renderer)
         if failed:
             # keep what rendered (the session above all: `gpudoctor report` can redo
@@ -267,7 +277,9 @@ def write_outputs(
         except OSError as exc:
             for p in done:
                 _unlink_quietly(p)
-            raise GpudoctorError(f"cannot write {final.directory}: {exc.strerror or exc}", exitcodes.CANNOT_WRITE) from None
+            raise GpudoctorError(
+                f"cannot write {final.directory}: {exc.strerror or exc}", exitcodes.CANNOT_WRITE
+            ) from None
         files = {kind: final.path(kind) for kind in blobs}
         if kept_trace is not None:
             files["trace"] = kept_trace
@@ -342,7 +354,13 @@ def _render_all(
         try:
             blobs[fmt] = _encode(render(report, fmt))
         except Exception as exc:
-            log.warning("could not render the %s report: %s: %s", fmt, type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+            log.warning(
+                "could not render the %s report: %s: %s",
+                fmt,
+                type(exc).__name__,
+                exc,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
             failed.append(fmt)
     if paths.with_session and session_dict is not None:
         # compact: the session is for machines (`gpudoctor report`), and long runs are big

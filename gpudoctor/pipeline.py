@@ -80,8 +80,15 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
                  "agent (PYTHONPATH or the environment replaced); the report says which")
         _announce_end(session, supervisor.escalated, then="trying the remedies" if request is not None else None)
         trials = TrialContext(request, options) if request is not None else None
-        return finish(session, args, plan, trace=result.trace_path, stopped_by_us=session.stop_reason in ("duration", "steps"),
-                      on_report=on_report, trials=trials)
+        return finish(
+            session,
+            args,
+            plan,
+            trace=result.trace_path,
+            stopped_by_us=session.stop_reason in ("duration", "steps"),
+            on_report=on_report,
+            trials=trials,
+        )
     finally:
         result.cleanup()
 
@@ -183,7 +190,7 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
         try:
             session.trials = run_trials(session, engine.findings, trials.request, trials.options, plan, checks,
                                         split_ids(args.ignore), force=args.force)
-        except Exception as exc:  # noqa: BLE001  (a bug in the trials must not cost the diagnosis)
+        except Exception as exc:
             log.debug("--try failed", exc_info=True)
             session.notes.append(f"--try stopped on an internal error: {type(exc).__name__}: {exc}")
     report = build_report(session, engine, files=plan.relative_names())

@@ -96,12 +96,23 @@ def main() -> None:
                 shutil.copy(html, out / f"{name}.html")
             for trace in Path(tmp).glob("*.trace.json.gz"):
                 shutil.copy(trace, out / f"{name}.trace.json.gz")
-        session_data = json.loads((out / f"{name}.session.json").read_text()) if (out / f"{name}.session.json").exists() \
-            else {}
-        windows = [(w.get("index"), w.get("label"), w.get("step_source"), w.get("steps"), w.get("kernel_count"))
-                   for w in session_data.get("profiles") or []]
-        findings = [(f["id"], f["severity"], f.get("estimated_gain"), (f.get("prediction") or {}).get("method"),
-                     f.get("consequence_of")) for f in report["findings"]]
+        session_data = (
+            json.loads((out / f"{name}.session.json").read_text()) if (out / f"{name}.session.json").exists() else {}
+        )
+        windows = [
+            (w.get("index"), w.get("label"), w.get("step_source"), w.get("steps"), w.get("kernel_count"))
+            for w in session_data.get("profiles") or []
+        ]
+        findings = [
+            (
+                f["id"],
+                f["severity"],
+                f.get("estimated_gain"),
+                (f.get("prediction") or {}).get("method"),
+                f.get("consequence_of"),
+            )
+            for f in report["findings"]
+        ]
         entry = {
             "exit": proc.returncode,
             "seconds": round(elapsed, 1),
@@ -109,7 +120,9 @@ def main() -> None:
             "findings": findings,
             "top": report["findings"][0] if report["findings"] else None,
             "summary": report["summary"],
-            "skipped": {c["id"]: c["reason"] for c in report["checks"] if c["status"] != "pass" and c["status"] != "finding"},
+            "skipped": {
+                c["id"]: c["reason"] for c in report["checks"] if c["status"] != "pass" and c["status"] != "finding"
+            },
             "step_source": (session_data.get("steps") or {}).get("source"),
             "windows": windows,
         }
@@ -117,8 +130,10 @@ def main() -> None:
         top = entry["top"]
         print(f"{name}: exit {proc.returncode} in {elapsed:.0f}s; {report['summary'].get('verdict')}", flush=True)
         print(f"  findings: {findings}", flush=True)
-        print(f"  steps from: {entry['step_source']}; windows (index, label, source, steps, kernels): {windows}",
-              flush=True)
+        print(
+            f"  steps from: {entry['step_source']}; windows (index, label, source, steps, kernels): {windows}",
+            flush=True,
+        )
         if top:
             print(f"  top: {top['id']} {top['title']} | {top['message'][:400]} | from {top.get('window')}", flush=True)
         if proc.returncode not in (0, 1):

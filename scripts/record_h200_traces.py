@@ -12,7 +12,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 sys.path.insert(0, os.getcwd())
-from gpudoctor.collectors.trace import summarize_trace  # noqa: E402
+from gpudoctor.collectors.trace import summarize_trace
 
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="gpudoctor-traces-")
 dev = "cuda"

@@ -32,6 +32,7 @@ def _closed_pipe_run(*args: str) -> subprocess.CompletedProcess:
         os.close(write)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("args", [
     ["report", str(SESSION), "--format", "terminal"],
     ["report", str(SESSION), "--format", "markdown"],
@@ -64,6 +65,7 @@ def _session_with(tmp_path: Path, **changes: object) -> Path:
     return path
 
 
+@pytest.mark.integration
 def test_without_a_terminal_nothing_is_wrapped_or_cut(tmp_path: Path) -> None:
     # a CI log: stdout is a pipe, and COLUMNS says 80 as many runners do
     proc = subprocess.run([*GPUDOCTOR, "report", str(SESSION), "--format", "terminal"], capture_output=True,
@@ -94,6 +96,7 @@ CODE = ("loader = DataLoader(dataset, batch_size=32, num_workers=8, pin_memory=T
         "  # 8 = the usable cores")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("fmt", ["terminal", "markdown", "json", "junit", "html"])
 def test_escape_sequences_from_the_session_never_reach_the_terminal(tmp_path: Path, fmt: str) -> None:
     error = {"pid": 1, "kind": "exception", "type": "RuntimeError" + HOSTILE, "message": "boom" + HOSTILE}
@@ -108,6 +111,7 @@ def test_escape_sequences_from_the_session_never_reach_the_terminal(tmp_path: Pa
         assert json.loads(proc.stdout)["command"][-1] == HOSTILE  # the same data, escaped
 
 
+@pytest.mark.integration
 def test_escape_sequences_never_reach_the_terminal_in_diff(tmp_path: Path) -> None:
     command = json.loads(SESSION.read_text())["command"] + [HOSTILE]
     path = _session_with(tmp_path, command=command, notes=[HOSTILE])
@@ -134,6 +138,7 @@ def test_printable_keeps_newlines_and_tabs() -> None:
     assert printable({"a\x1b": ["x\ty\n", 3]}) == {"a\\x1b": ["x\ty\n", 3]}
 
 
+@pytest.mark.integration
 def test_closed_stderr_never_sends_messages_to_stdout(tmp_path: Path) -> None:
     def close_stderr() -> None:
         os.close(2)

@@ -60,8 +60,14 @@ def make(
 
 
 BEFORE = make()
-AFTER = make(samples_per_s=760.0, steps_per_s=11.9, wait=0.04, sm=31.0, findings=(("GD201", "info"), ("GD304", "warning")),
-             command=("python", "/elsewhere/train.py", "--workers", "8"))
+AFTER = make(
+    samples_per_s=760.0,
+    steps_per_s=11.9,
+    wait=0.04,
+    sm=31.0,
+    findings=(("GD201", "info"), ("GD304", "warning")),
+    command=("python", "/elsewhere/train.py", "--workers", "8"),
+)
 
 
 @pytest.mark.parametrize(
@@ -97,9 +103,13 @@ def test_metrics_speedup_and_findings() -> None:
     diff = compare(BEFORE, AFTER, before_name="a.json", after_name="b.json")
     assert diff["schema"] == DIFF_SCHEMA
     metrics = {m["key"]: m for m in diff["metrics"]}
-    assert metrics["samples_per_s"]["verdict"] == "better" and metrics["samples_per_s"]["relative_change"] == pytest.approx(0.9)
+    assert metrics["samples_per_s"]["verdict"] == "better" and metrics["samples_per_s"][
+        "relative_change"
+    ] == pytest.approx(0.9)
     assert metrics["step_time_median_s"]["verdict"] == "better"  # lower is better
-    assert metrics["data_wait_share"]["verdict"] == "better" and metrics["data_wait_share"]["change"] == pytest.approx(-0.58)
+    assert metrics["data_wait_share"]["verdict"] == "better" and metrics["data_wait_share"]["change"] == pytest.approx(
+        -0.58
+    )
     assert metrics["sm_activity_mean"]["verdict"] == "better"
     assert metrics["gpu_util_mean"]["verdict"] == "unchanged"
     assert metrics["peak_memory_allocated_bytes"]["verdict"] == "unchanged"
@@ -181,10 +191,15 @@ def test_cli_refuses_different_runs_unless_forced(tmp_path: Path, capsys: pytest
     assert "different GPUs" in err and "--force" in err
     assert cli.main(["diff", before, other, "--force", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["comparable"] == {"reasons": ["different GPUs: NVIDIA H200 before, NVIDIA A100-SXM4-80GB after"], "forced": True}
+    assert data["comparable"] == {
+        "reasons": ["different GPUs: NVIDIA H200 before, NVIDIA A100-SXM4-80GB after"],
+        "forced": True,
+    }
 
 
-def test_cli_terminal_by_default_and_files_with_out(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_terminal_by_default_and_files_with_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     before, after = _save(tmp_path / "before.json", BEFORE), _save(tmp_path / "after.json", AFTER)
     assert cli.main(["diff", before, after]) == 0
@@ -204,8 +219,10 @@ def test_too_few_steady_steps_are_caveated_not_called_a_speedup() -> None:
     diff = compare(make(steady=3), make(samples_per_s=760.0, steps_per_s=11.9, steady=11))
     assert (diff["samples"]["before"]["steady_steps"], diff["samples"]["after"]["steady_steps"]) == (3, 11)
     assert diff["speedup"]["significant"] is False
-    assert diff["verdict"].startswith("No real difference shown: after measured 1.90x faster (samples/s), but too few "
-                                      "steady steps to tell: 3 before, 11 after (at least 10 each)")
+    assert diff["verdict"].startswith(
+        "No real difference shown: after measured 1.90x faster (samples/s), but too few "
+        "steady steps to tell: 3 before, 11 after (at least 10 each)"
+    )
     timing = {m["key"]: m["verdict"] for m in diff["metrics"] if m["key"] in ("samples_per_s", "step_time_median_s")}
     assert timing == {"samples_per_s": "too few steps", "step_time_median_s": "too few steps"}
     text = render_diff(diff, "terminal")

@@ -16,7 +16,12 @@ from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.output import plan_outputs, write_outputs
 
 NOW = datetime(2025, 1, 2, 3, 4, 5)
-REPORT: dict[str, Any] = {"schema": "gpudoctor.report/1", "summary": {"verdict": "synthetic"}, "findings": [], "checks": []}
+REPORT: dict[str, Any] = {
+    "schema": "gpudoctor.report/1",
+    "summary": {"verdict": "synthetic"},
+    "findings": [],
+    "checks": [],
+}
 SESSION: dict[str, Any] = {"schema": "gpudoctor.session/1", "source": "synthetic"}
 
 
@@ -102,8 +107,13 @@ def test_read_only_directory_is_refused(in_tmp: Path) -> None:
 def test_write_outputs_writes_the_set_and_names_siblings(in_tmp: Path) -> None:
     paths = plan_outputs(None, "train", NOW, ["html", "json", "markdown"])
     written = write_outputs(paths, REPORT, SESSION, trace_bytes=b"\x1f\x8bfake", render=fake_render)
-    names = {"html": "train-20250102-030405.html", "json": "train-20250102-030405.json", "markdown": "train-20250102-030405.md",
-             "session": "train-20250102-030405.session.json", "trace": "train-20250102-030405.trace.json.gz"}
+    names = {
+        "html": "train-20250102-030405.html",
+        "json": "train-20250102-030405.json",
+        "markdown": "train-20250102-030405.md",
+        "session": "train-20250102-030405.session.json",
+        "trace": "train-20250102-030405.trace.json.gz",
+    }
     assert written.report["files"] == names
     assert {k: p.name for k, p in written.files.items()} == names
     assert sorted(p.name for p in written) == sorted(names.values())  # iterable: the paths written

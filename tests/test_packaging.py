@@ -1,4 +1,5 @@
-"""`pip install .`, `pip install -e .` and a plain checkout (no install) all find gpudoctor.checks and gpudoctor.reports."""
+"""`pip install .`, `pip install -e .` and a plain checkout (no install) all find gpudoctor.checks
+and gpudoctor.reports."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # every test here starts a process
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -20,18 +23,22 @@ def test_plain_checkout_imports_checks_and_reports(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(ROOT)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True, cwd=tmp_path).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=tmp_path
+    ).stdout.split()
     assert Path(out[0]).resolve().parent == ROOT / "gpudoctor" / "checks"
     assert Path(out[1]).resolve().parent == ROOT / "gpudoctor" / "reports"
     assert out[2] == "GD102"
 
 
-@pytest.mark.slow
 def test_wheel_contains_everything_and_runs(tmp_path):
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = wheels.glob("gpudoctor-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     metadata = zipfile.ZipFile(wheel)
@@ -47,8 +54,12 @@ def test_wheel_contains_everything_and_runs(tmp_path):
     ):
         assert expected in names, expected
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     env = dict(os.environ, PYTHONPATH=str(target))
     code = (
         "import gpudoctor, gpudoctor.checks; from gpudoctor.registry import load_checks;"
@@ -56,8 +67,9 @@ def test_wheel_contains_everything_and_runs(tmp_path):
         "from gpudoctor import schemas; assert schemas.load('report-v1.schema.json') == schemas.report_schema();"
         "print(gpudoctor.__file__); print(len(checks)); print(checks[1].run.__module__)"
     )
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
-                         cwd=tmp_path).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=tmp_path
+    ).stdout.split()
     assert out[0].startswith(str(target))
     assert int(out[1]) >= 16
     assert out[2] == "gpudoctor.checks.gd101_workers"

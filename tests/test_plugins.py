@@ -145,7 +145,7 @@ def test_a_broken_plugin_does_not_stop_diagnose_report(plugins, tmp_path, capsys
     assert "BAD01" in markdown and "IMPORT" in markdown and "plugin failed to load" in markdown
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_example_package_installs_with_pip_and_registers(tmp_path):
     target = tmp_path / "site"
     try:
@@ -155,11 +155,25 @@ def test_the_example_package_installs_with_pip_and_registers(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                     "--target", str(target), str(EXAMPLE)], check=True, capture_output=True, timeout=300)
     env = dict(os.environ, PYTHONPATH=str(target) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    listed = subprocess.run([sys.executable, "-m", "gpudoctor", "checks", "--plain"], check=False, env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120)
+    listed = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "checks", "--plain"],
+        check=False,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert listed.returncode == 0, listed.stderr
     assert "EX401\thost-memory\t4\tHost memory nearly full" in listed.stdout
     assert "failed to load" not in listed.stderr
-    page = subprocess.run([sys.executable, "-m", "gpudoctor", "explain", "EX401"], check=False, env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    page = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "explain", "EX401"],
+        check=False,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert page.returncode == 0 and "What to do" in page.stdout

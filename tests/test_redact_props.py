@@ -64,7 +64,9 @@ def report_for(argv: list[str], error_text: str = "") -> dict[str, Any]:
         errors=[ErrorEvent(pid=1, kind="exception", type="RuntimeError", message=error_text, traceback=error_text)],
     )
     result = EngineResult(
-        findings=[Finding("warning", "A finding", "with a message", remedy=Remedy("Do this.", "x = 1"), id="GD102", stage=1)],
+        findings=[
+            Finding("warning", "A finding", "with a message", remedy=Remedy("Do this.", "x = 1"), id="GD102", stage=1)
+        ],
         outcomes=[CheckOutcome("GD102", "input-stall", 1, "Input pipeline stall", "finding")],
     )
     return build_report(session, result, docs={})
@@ -90,7 +92,9 @@ def test_redact_text_masks_a_quoted_command_line(secret: tuple[list[str], str], 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(secret=secret_argument(), before=benign, after=benign)
-def test_secrets_never_reach_a_rendered_report(secret: tuple[list[str], str], before: list[str], after: list[str]) -> None:
+def test_secrets_never_reach_a_rendered_report(
+    secret: tuple[list[str], str], before: list[str], after: list[str]
+) -> None:
     args, value = secret
     argv = ["python", "train.py", *before, *args, *after]
     report = report_for(argv, error_text="failed: python train.py " + " ".join(args))
@@ -110,8 +114,20 @@ class _Tags(HTMLParser):
 
 hostile_text = st.one_of(
     st.text(max_size=60),
-    st.sampled_from(["<script>alert(1)</script>", '"><img src=x onerror=alert(1)>', "</code></pre><script>x</script>",
-                     "<!--", "]]>", "{{ 7*7 }}", "javascript:alert(1)", "<svg/onload=alert(1)>", "&lt;b&gt;", "\x00\x1b[31m"]),
+    st.sampled_from(
+        [
+            "<script>alert(1)</script>",
+            '"><img src=x onerror=alert(1)>',
+            "</code></pre><script>x</script>",
+            "<!--",
+            "]]>",
+            "{{ 7*7 }}",
+            "javascript:alert(1)",
+            "<svg/onload=alert(1)>",
+            "&lt;b&gt;",
+            "\x00\x1b[31m",
+        ]
+    ),
 )
 
 

@@ -11,8 +11,8 @@ import os
 import platform
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import psutil
 
@@ -190,7 +190,7 @@ class CpuSampler:
         try:
             root = self._procs.get(self.root_pid) or psutil.Process(self.root_pid)
             self._procs[self.root_pid] = root
-            procs = [root] + root.children(recursive=True)
+            procs = [root, *root.children(recursive=True)]
         except psutil.Error:
             return []
         out = []

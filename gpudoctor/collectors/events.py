@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,103 +130,130 @@ class EventReader:
         kind = e.get("k")
         proc = self._process(pid)
         t = float(e.get("ts", self.t0)) - self.t0
-        if kind == "hello":
-            proc.info.ppid = e.get("ppid")
-            proc.info.argv = [str(a) for a in e.get("argv") or []]
-            proc.info.cuda_visible_devices = e.get("cuda_visible_devices")
-            if e.get("role") == "worker":
-                proc.info.role = "worker"
-        elif kind == "process":
-            proc.info.argv = [str(a) for a in e.get("argv") or []]
-        elif kind == "torch":
-            proc.info.torch = e.get("version")
-            self.torch_versions[pid] = (e.get("version"), e.get("cuda"))
-        elif kind == "step":
-            src = proc.steps.setdefault(str(e["src"]), _StepSource())
-            src.count += 1
-            src.last_t = max(t, src.last_t if src.last_t is not None else t)
-            if len(src.records) < STEP_RECORDS_MAX:
-                src.records.append(StepRecord(t=t, duration_s=float(e["dur"]), data_wait_s=float(e["wait"])))
-            else:
-                src.aggregated += 1
-                src.aggregated_duration_s += float(e["dur"])
-                src.aggregated_wait_s += float(e["wait"])
-        elif kind == "steps_agg":
-            src = proc.steps.setdefault(str(e["src"]), _StepSource())
-            src.count += int(e["n"])
-            src.last_t = max(t, src.last_t if src.last_t is not None else t)
-            src.aggregated += int(e["n"])
+        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
+        if handler is not None:
+            handler(self, pid, proc, t, e)
+
+    # -- one handler per event kind (the agent's events: gpudoctor/agent/) ------
+    def _on_hello(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        proc.info.ppid = e.get("ppid")
+        proc.info.argv = [str(a) for a in e.get("argv") or []]
+        proc.info.cuda_visible_devices = e.get("cuda_visible_devices")
+        if e.get("role") == "worker":
+            proc.info.role = "worker"
+
+    def _on_process(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        proc.info.argv = [str(a) for a in e.get("argv") or []]
+
+    def _on_torch(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        proc.info.torch = e.get("version")
+        self.torch_versions[pid] = (e.get("version"), e.get("cuda"))
+
+    def _on_step(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        src = proc.steps.setdefault(str(e["src"]), _StepSource())
+        src.count += 1
+        src.last_t = max(t, src.last_t if src.last_t is not None else t)
+        if len(src.records) < STEP_RECORDS_MAX:
+            src.records.append(StepRecord(t=t, duration_s=float(e["dur"]), data_wait_s=float(e["wait"])))
+        else:
+            src.aggregated += 1
             src.aggregated_duration_s += float(e["dur"])
             src.aggregated_wait_s += float(e["wait"])
-        elif kind == "loader":
-            loader_id = str(e["id"])
-            self.loaders[loader_id] = LoaderInfo(
-                loader_id=loader_id,
-                pid=pid,
-                num_workers=int(e.get("num_workers") or 0),
-                batch_size=e.get("batch_size") if isinstance(e.get("batch_size"), int) else None,
-                pin_memory=e.get("pin_memory"),
-                persistent_workers=e.get("persistent_workers"),
-                prefetch_factor=e.get("prefetch_factor"),
-                dataset_class=e.get("dataset_class"),
-                dataset_len=e.get("dataset_len"),
-                dataset_root=e.get("dataset_root"),
-                iterable=bool(e.get("iterable")),
-            )
-        elif kind == "loader_workers":
-            for worker in e.get("pids") or []:
-                self.worker_to_loader[int(worker)] = str(e["id"])
-                self._process(int(worker)).info.role = "worker"
-        elif kind == "loader_stats":
-            proc.loader_stats = {str(k): list(v) for k, v in (e.get("stats") or {}).items()}
-        elif kind == "fetch":
-            proc.fetch = {str(k): list(v) for k, v in (e.get("stats") or {}).items()}
-        elif kind == "fetch_profile":
-            proc.fetch_profile = FetchProfile(
-                pid=pid, batches=int(e.get("batches") or 0), wall_s=float(e.get("wall_s") or 0.0),
-                worker=e.get("worker") if isinstance(e.get("worker"), int) else None,
-                functions=[FetchFunction(name=str(f[0]), file=str(f[1]), line=int(f[2]), own_s=float(f[3]),
-                                         cumulative_s=float(f[4]), calls=int(f[5]),
-                                         caller=str(f[6]) if f[6] is not None else None)
-                           for f in e.get("functions") or [] if isinstance(f, list) and len(f) >= 7])
-            proc.fetch_profile_loader = str(e["loader"]) if e.get("loader") is not None else None
-        elif kind == "forward_root":
-            proc.forward_root = str(e.get("module") or "") or None
-        elif kind in ("exception", "oom") and len(self.errors) >= ERRORS_MAX:
+
+    def _on_steps_agg(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        src = proc.steps.setdefault(str(e["src"]), _StepSource())
+        src.count += int(e["n"])
+        src.last_t = max(t, src.last_t if src.last_t is not None else t)
+        src.aggregated += int(e["n"])
+        src.aggregated_duration_s += float(e["dur"])
+        src.aggregated_wait_s += float(e["wait"])
+
+    def _on_loader(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        loader_id = str(e["id"])
+        self.loaders[loader_id] = LoaderInfo(
+            loader_id=loader_id,
+            pid=pid,
+            num_workers=int(e.get("num_workers") or 0),
+            batch_size=e.get("batch_size") if isinstance(e.get("batch_size"), int) else None,
+            pin_memory=e.get("pin_memory"),
+            persistent_workers=e.get("persistent_workers"),
+            prefetch_factor=e.get("prefetch_factor"),
+            dataset_class=e.get("dataset_class"),
+            dataset_len=e.get("dataset_len"),
+            dataset_root=e.get("dataset_root"),
+            iterable=bool(e.get("iterable")),
+        )
+
+    def _on_loader_workers(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        for worker in e.get("pids") or []:
+            self.worker_to_loader[int(worker)] = str(e["id"])
+            self._process(int(worker)).info.role = "worker"
+
+    def _on_loader_stats(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        proc.loader_stats = {str(k): list(v) for k, v in (e.get("stats") or {}).items()}
+
+    def _on_fetch(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        proc.fetch = {str(k): list(v) for k, v in (e.get("stats") or {}).items()}
+
+    def _on_fetch_profile(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        proc.fetch_profile = FetchProfile(
+            pid=pid, batches=int(e.get("batches") or 0), wall_s=float(e.get("wall_s") or 0.0),
+            worker=e.get("worker") if isinstance(e.get("worker"), int) else None,
+            functions=[FetchFunction(name=str(f[0]), file=str(f[1]), line=int(f[2]), own_s=float(f[3]),
+                                     cumulative_s=float(f[4]), calls=int(f[5]),
+                                     caller=str(f[6]) if f[6] is not None else None)
+                       for f in e.get("functions") or [] if isinstance(f, list) and len(f) >= 7])
+        proc.fetch_profile_loader = str(e["loader"]) if e.get("loader") is not None else None
+
+    def _on_forward_root(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        proc.forward_root = str(e.get("module") or "") or None
+
+    def _on_exception(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        """An uncaught exception or a CUDA out-of-memory error ("exception" or "oom")."""
+        if len(self.errors) >= ERRORS_MAX:
             self.errors_dropped += 1
-        elif kind in ("exception", "oom"):
-            self.errors.append(
-                ErrorEvent(pid=pid, kind=kind, type=e.get("type"), message=str(e.get("message") or ""),
-                           traceback=e.get("traceback"), t=t)
-            )
-            if isinstance(e.get("allocator"), dict):
-                self._alloc(dict(e["allocator"], label="oom"), t)
-        elif kind == "oom_observed" and len(self.errors) < ERRORS_MAX:
-            self.errors.append(
-                ErrorEvent(pid=pid, kind="oom", type="torch.cuda.OutOfMemoryError",
-                           message=f"allocation of {e.get('request_bytes')} bytes failed "
-                                   f"(device free {e.get('device_free')} bytes)", t=t)
-            )
-            if isinstance(e.get("allocator"), dict):
-                self._alloc(dict(e["allocator"], label="oom"), t)
-        elif kind == "interrupt":
-            self.interrupted = True
-            if e.get("by_gpudoctor"):
-                self.interrupted_by_gpudoctor.add(pid)
-        elif kind == "alloc":
-            self._alloc(e, t)
-        elif kind == "cuda":
-            self.cuda_devices[pid] = list(e.get("devices") or [])
-            proc.info.device_uuids = [str(d.get("uuid")) for d in self.cuda_devices[pid] if d.get("uuid")]
-        elif kind == "profile":
-            self.profiles.append(dict(e, pid=pid))
-        elif kind == "override":
-            self._override(pid, e)
-        elif kind == "bye":
-            self.byes.add(pid)
-        elif kind == "agent_error":
-            if len(self.agent_errors) < 50:
-                self.agent_errors.append(f"pid {pid}: {e.get('where')}: {e.get('error')}")
+            return
+        self.errors.append(ErrorEvent(pid=pid, kind=str(e["k"]), type=e.get("type"),
+                                      message=str(e.get("message") or ""), traceback=e.get("traceback"), t=t))
+        if isinstance(e.get("allocator"), dict):
+            self._alloc(dict(e["allocator"], label="oom"), t)
+
+    def _on_oom_observed(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        """An allocation failure the allocator saw (the workload may have caught the error)."""
+        if len(self.errors) >= ERRORS_MAX:
+            return
+        self.errors.append(
+            ErrorEvent(pid=pid, kind="oom", type="torch.cuda.OutOfMemoryError",
+                       message=f"allocation of {e.get('request_bytes')} bytes failed "
+                               f"(device free {e.get('device_free')} bytes)", t=t)
+        )
+        if isinstance(e.get("allocator"), dict):
+            self._alloc(dict(e["allocator"], label="oom"), t)
+
+    def _on_interrupt(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        self.interrupted = True
+        if e.get("by_gpudoctor"):
+            self.interrupted_by_gpudoctor.add(pid)
+
+    def _on_alloc(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        self._alloc(e, t)
+
+    def _on_cuda(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        self.cuda_devices[pid] = list(e.get("devices") or [])
+        proc.info.device_uuids = [str(d.get("uuid")) for d in self.cuda_devices[pid] if d.get("uuid")]
+
+    def _on_profile(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        self.profiles.append(dict(e, pid=pid))
+
+    def _on_override(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        self._override(pid, e)
+
+    def _on_bye(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        self.byes.add(pid)
+
+    def _on_agent_error(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        if len(self.agent_errors) < 50:
+            self.agent_errors.append(f"pid {pid}: {e.get('where')}: {e.get('error')}")
 
     def _override(self, pid: int, e: dict[str, Any]) -> None:
         """A remedy applied by the agent in a `--try` run (gpudoctor/agent/overrides.py)."""
@@ -327,8 +355,8 @@ class EventReader:
             for key, values in proc.fetch.items():
                 batches, wall, cpu = values[:3]
                 runqueue = values[3] if len(values) > 3 else None
-                loader_id = key if key in self.loaders else self.worker_to_loader.get(pid)
-                loader = self.loaders.get(loader_id) if loader_id else None
+                fetched_for = key if key in self.loaders else self.worker_to_loader.get(pid)
+                loader = self.loaders.get(fetched_for) if fetched_for else None
                 if loader is None:
                     continue
                 first = loader.fetch_batches == 0
@@ -392,6 +420,33 @@ class EventReader:
 
 # precedence of the step sources (gpudoctor/agent/stats.py says why this order)
 _SOURCE_RANK = {"explicit": 5, "optimizer": 4, "backward": 3, "loader": 2, "forward": 1}
+
+_Handler = Callable[[EventReader, int, _ProcessState, float, dict[str, Any]], None]
+
+# event kind -> its handler; kinds not listed (from a newer agent) are read and ignored
+_HANDLERS: dict[str, _Handler] = {
+    "hello": EventReader._on_hello,
+    "process": EventReader._on_process,
+    "torch": EventReader._on_torch,
+    "step": EventReader._on_step,
+    "steps_agg": EventReader._on_steps_agg,
+    "loader": EventReader._on_loader,
+    "loader_workers": EventReader._on_loader_workers,
+    "loader_stats": EventReader._on_loader_stats,
+    "fetch": EventReader._on_fetch,
+    "fetch_profile": EventReader._on_fetch_profile,
+    "forward_root": EventReader._on_forward_root,
+    "exception": EventReader._on_exception,
+    "oom": EventReader._on_exception,
+    "oom_observed": EventReader._on_oom_observed,
+    "interrupt": EventReader._on_interrupt,
+    "alloc": EventReader._on_alloc,
+    "cuda": EventReader._on_cuda,
+    "profile": EventReader._on_profile,
+    "override": EventReader._on_override,
+    "bye": EventReader._on_bye,
+    "agent_error": EventReader._on_agent_error,
+}
 
 
 def _pid_from_name(name: str) -> int:

@@ -167,17 +167,17 @@ class NvmlSampler:
         nv = self._nv
         try:
             self._driver = nvml_device.text(nv.nvmlSystemGetDriverVersion())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
             log.debug("driver version: %s", exc)
         try:
             count = int(nv.nvmlDeviceGetCount())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
             self._unavailable["gpu"] = f"NVML cannot count the GPUs: {nvml_device.describe(exc)}"
             return
         for index in range(count):
             try:
                 self._devices.append(Device.open(nv, index, self._clock))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
                 self._notes.append(f"GPU {index}: cannot be opened through NVML ({nvml_device.describe(exc)})")
         if not self._devices:
             self._unavailable["gpu"] = "no NVIDIA GPU found" if count == 0 else "no GPU could be opened through NVML"
@@ -193,7 +193,7 @@ class NvmlSampler:
             self._nv = pynvml
         try:
             self._nv.nvmlInit()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
             return nvml_device.init_failure(self._nv, exc)
         self._initialized = True
         return None
@@ -297,7 +297,7 @@ class NvmlSampler:
         if self._initialized:
             try:
                 nv.nvmlShutdown()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
                 log.debug("nvmlShutdown: %s", exc)
         devices = self._devices
         if self._used:  # the workload said which GPUs it used: only those matter

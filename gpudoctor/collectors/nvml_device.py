@@ -107,7 +107,7 @@ class Device:
         nv, info = self.nv, self.info
         try:
             info.gpm_supported = bool(nv.nvmlGpmQueryDeviceSupport(self.handle).isSupportedDevice)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
             unsupported = _code(exc) in UNSUPPORTED_CODES or isinstance(exc, AttributeError)
             info.gpm_supported = False if unsupported else None
             self.gpm_reason = f"GPM query failed on {info.name}: {describe(exc)}"
@@ -124,7 +124,7 @@ class Device:
         try:
             self._gpm_pair = [nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()]
             nv.nvmlGpmSampleGet(self.handle, self._gpm_pair[0])
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
             self.gpm_reason = f"GPM sampling failed to start: {describe(exc)}"
             self._release_gpm()
             return
@@ -179,7 +179,7 @@ class Device:
             return None
         try:
             return getattr(self.nv, function)(*args)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
             code = _code(exc)
             if code in LOST_CODES:
                 raise DeviceLost(describe(exc)) from None
@@ -207,7 +207,7 @@ class Device:
             for slot, (metric_id, _) in enumerate(self._gpm_ids):
                 request.metrics[slot].metricId = metric_id
             nv.nvmlGpmMetricsGet(request)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
             if _code(exc) in LOST_CODES:
                 raise DeviceLost(describe(exc)) from None
             self._gpm_failures += 1
@@ -260,7 +260,7 @@ class Device:
         for handle in self._gpm_pair:
             try:
                 self.nv.nvmlGpmSampleFree(handle)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
                 log.debug("nvmlGpmSampleFree: %s", exc)
         self._gpm_pair = []
 
@@ -309,7 +309,7 @@ def text(value: Any) -> str:
 def describe(exc: BaseException) -> str:
     try:
         message = str(exc)
-    except Exception:  # NVMLError.__str__ calls into the library, which may be gone
+    except Exception:  # noqa: BLE001  (NVMLError.__str__ calls into the library, which may be gone)
         message = ""
     code = _code(exc)
     return message or (f"NVML error {code}" if code is not None else type(exc).__name__)
@@ -338,7 +338,7 @@ def mig_parent_uuid(nv: Any, uuid: str) -> str | None:
             if getattr(is_mig, "value", is_mig):
                 handle = nv.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
             return text(nv.nvmlDeviceGetUUID(handle))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
             log.debug("no NVML device for %s: %s", candidate, exc)
     return None
 
@@ -346,7 +346,7 @@ def mig_parent_uuid(nv: Any, uuid: str) -> str | None:
 def _mig_mode(nv: Any, handle: Any) -> bool | None:
     try:
         current = nv.nvmlDeviceGetMigMode(handle)[0]
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
         # GPUs without MIG answer NOT_SUPPORTED: that is a clear "no"
         return False if _code(exc) in UNSUPPORTED_CODES else None
     return int(current) == 1  # NVML_DEVICE_MIG_ENABLE
@@ -360,6 +360,6 @@ def _code(exc: BaseException) -> int | None:
 def _optional(read: Callable[[], Any]) -> Any:
     try:
         return read()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
         log.debug("nvml static read failed: %s", exc)
         return None

@@ -111,5 +111,5 @@ class ProcessGpuWatcher:
             self._initialized = False
             try:
                 self.nv.nvmlShutdown()
-            except Exception:  # noqa: BLE001, S110
+            except Exception:  # noqa: BLE001
                 pass

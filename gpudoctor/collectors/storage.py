@@ -56,13 +56,13 @@ def find_mount(path: str) -> tuple[str | None, str | None, str | None]:
     best = None
     try:
         partitions = psutil.disk_partitions(all=True)
-    except Exception:
+    except Exception:  # noqa: BLE001  (psutil failing costs only the mount facts)
         return None, None, None
     for part in partitions:
         mp = part.mountpoint
-        if path == mp or path.startswith(mp.rstrip("/") + "/") or mp == "/":
-            if best is None or len(mp) > len(best.mountpoint):
-                best = part
+        contains = path == mp or path.startswith(mp.rstrip("/") + "/") or mp == "/"
+        if contains and (best is None or len(mp) > len(best.mountpoint)):
+            best = part
     if best is None:
         return None, None, None
     return best.mountpoint, best.fstype, best.device
@@ -131,7 +131,7 @@ def _read_file(path: str, buffer: mmap.mmap, budget_bytes: int) -> tuple[float, 
         latency = time.perf_counter() - t0
         total = first
         view = memoryview(buffer)
-        while 0 < first and total < budget_bytes:
+        while first > 0 and total < budget_bytes:
             n = os.readv(fd, [view[: min(READ_CHUNK, budget_bytes - total)]])
             if n <= 0:
                 break

@@ -36,8 +36,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="PATH",
                    help="report directory or file stem (default gpudoctor-reports/<name>-<time>)")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="also write the JSON report here")
-    p.add_argument("--format", dest="formats", action="append", default=[], choices=["html", "json", "markdown", "junit"],
-                   help="extra report formats beside the HTML/JSON")
+    p.add_argument(
+        "--format",
+        dest="formats",
+        action="append",
+        default=[],
+        choices=["html", "json", "markdown", "junit"],
+        help="extra report formats beside the HTML/JSON",
+    )
     p.add_argument("--ignore", action="append", default=[], metavar="ID", help="silence a check (ID or slug)")
     p.add_argument("--fail-on", choices=["warning", "critical"],
                    help=f"exit {exitcodes.FAIL_ON} when findings reach this severity")

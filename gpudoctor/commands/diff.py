@@ -31,12 +31,20 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("before", metavar="BEFORE.json", help="report or session of the run before the change")
     p.add_argument("after", metavar="AFTER.json", help="report or session of the run after the change")
-    p.add_argument("--out", metavar="PATH", help="write the comparison (HTML and JSON by default) to a directory or file stem")
     p.add_argument(
-        "--format", dest="formats", action="append", choices=FORMAT_CHOICES, metavar="FMT",
+        "--out", metavar="PATH", help="write the comparison (HTML and JSON by default) to a directory or file stem"
+    )
+    p.add_argument(
+        "--format",
+        dest="formats",
+        action="append",
+        choices=FORMAT_CHOICES,
+        metavar="FMT",
         help="terminal|json|html|markdown (repeatable); without --out a single format goes to stdout",
     )
-    p.add_argument("--force", action="store_true", help="compare runs from different GPUs or workloads; overwrite existing files")
+    p.add_argument(
+        "--force", action="store_true", help="compare runs from different GPUs or workloads; overwrite existing files"
+    )
     p.set_defaults(func=run)
 
 

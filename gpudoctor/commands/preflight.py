@@ -165,7 +165,9 @@ def _run_job(args: argparse.Namespace, resolved: tuple[list[str], str], ignore_c
     got: dict[str, Any] = {}
     watcher = LinkWatcher([g.index for g in ctx.visible]).start()
     try:
-        code = diagnose_and_report(inner, command, stem, on_report=lambda report, files: got.update(report=report, files=files))
+        code = diagnose_and_report(
+            inner, command, stem, on_report=lambda report, files: got.update(report=report, files=files)
+        )
     finally:
         ctx.links_under_load = watcher.stop()
     if "report" not in got:
@@ -177,8 +179,11 @@ def _write(report: dict[str, Any], outputs: dict[str, Path | None], args: argpar
     from gpudoctor.fsutil import write_atomic
     from gpudoctor.reports import preflight_html, preflight_junit
 
-    renderers = {"json": lambda r: json.dumps(r, indent=1, allow_nan=False) + "\n",
-                 "html": preflight_html.render, "junit": preflight_junit.render}
+    renderers = {
+        "json": lambda r: json.dumps(r, indent=1, allow_nan=False) + "\n",
+        "html": preflight_html.render,
+        "junit": preflight_junit.render,
+    }
     written = {}
     for kind, path in outputs.items():
         if path is None:
@@ -187,7 +192,9 @@ def _write(report: dict[str, Any], outputs: dict[str, Path | None], args: argpar
         try:
             write_atomic(path, data, exclusive=not args.force)
         except FileExistsError:
-            raise GpudoctorError(f"{path} appeared meanwhile; nothing was overwritten", exitcodes.OUTPUT_EXISTS) from None
+            raise GpudoctorError(
+                f"{path} appeared meanwhile; nothing was overwritten", exitcodes.OUTPUT_EXISTS
+            ) from None
         except OSError as exc:
             raise GpudoctorError(f"cannot write {path}: {exc.strerror or exc}", exitcodes.CANNOT_WRITE) from None
         written[kind] = str(path)

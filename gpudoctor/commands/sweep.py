@@ -71,11 +71,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("target", metavar="TARGET", help="FILE.py:FUNCTION, FILE.py:ModuleClass or package.module:FUNCTION")
-    p.add_argument("--mode", required=True, choices=["infer", "train"], help="inference (forward only) or a training step")
+    p.add_argument(
+        "--mode", required=True, choices=["infer", "train"], help="inference (forward only) or a training step"
+    )
     g = p.add_argument_group("batch sizes")
     g.add_argument("--batch-sizes", type=_int_list, metavar="A,B,C", help="measure exactly these sizes")
     g.add_argument("--start", type=positive_int, default=1, metavar="N", help="search: first size (default 1)")
-    g.add_argument("--max-batch", type=positive_int, default=4096, metavar="N", help="search: size limit (default 4096)")
+    g.add_argument(
+        "--max-batch", type=positive_int, default=4096, metavar="N", help="search: size limit (default 4096)"
+    )
     g.add_argument("--no-bisect", action="store_true", help="search: do not bisect the memory edge after an OOM")
     g = p.add_argument_group("target")
     g.add_argument("--input-shape", type=_int_list, metavar="C,H,W", help="shape of one sample, for a plain nn.Module")
@@ -93,7 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="least measured time per size (default 1 on GPU, 0.5 on CPU)")
     g.add_argument("--max-time-s", type=positive_float, default=10.0, metavar="S",
                    help="timed-loop cap per size; the size is marked not stable (default 10)")
-    g.add_argument("--min-iters", type=positive_int, default=20, metavar="N", help="least timed iterations (default 20)")
+    g.add_argument(
+        "--min-iters", type=positive_int, default=20, metavar="N", help="least timed iterations (default 20)"
+    )
     g.add_argument("--warmup-s", type=float, default=0.2, metavar="S",
                    help="least warm-up time per size, after at least 3 iterations (default 0.2)")
     g.add_argument("--trial-timeout-s", type=positive_float, default=600.0, metavar="S",
@@ -229,7 +235,14 @@ def command_line(args: argparse.Namespace) -> list[str]:
     for flag, name, default in _OPTIONS:
         value = getattr(args, name, None)
         if value is not None and value != default:
-            argv += [flag, ",".join(map(str, value)) if isinstance(value, tuple) else f"{value:g}" if isinstance(value, float) else str(value)]
+            argv += [
+                flag,
+                ",".join(map(str, value))
+                if isinstance(value, tuple)
+                else f"{value:g}"
+                if isinstance(value, float)
+                else str(value),
+            ]
     argv += [flag for flag, name in _FLAGS if getattr(args, name, False)]
     return argv
 
@@ -253,7 +266,9 @@ def progress_line(result: Any) -> str:
     return head + ", ".join(parts)
 
 
-def _finish(args: argparse.Namespace, report: dict[str, Any], paths: Any, html_copy: Path | None, to_stdout: bool) -> int:
+def _finish(
+    args: argparse.Namespace, report: dict[str, Any], paths: Any, html_copy: Path | None, to_stdout: bool
+) -> int:
     from rich.console import Console
 
     from gpudoctor.fsutil import write_atomic
@@ -269,7 +284,9 @@ def _finish(args: argparse.Namespace, report: dict[str, Any], paths: Any, html_c
         try:
             write_atomic(html_copy, render(written.report, "html").encode("utf-8"), exclusive=not args.force)
         except FileExistsError:
-            raise GpudoctorError(f"{html_copy} appeared meanwhile; nothing was overwritten", exitcodes.OUTPUT_EXISTS) from None
+            raise GpudoctorError(
+                f"{html_copy} appeared meanwhile; nothing was overwritten", exitcodes.OUTPUT_EXISTS
+            ) from None
         except OSError as exc:
             raise GpudoctorError(f"cannot write {html_copy}: {exc.strerror or exc}", exitcodes.CANNOT_WRITE) from None
         files["html_copy"] = str(html_copy)

@@ -43,7 +43,7 @@ class _OomForwarder:
         if target is not None:
             try:
                 target(*args)
-            except Exception:  # noqa: BLE001, S110
+            except Exception:  # noqa: BLE001
                 pass
 
 

@@ -77,7 +77,7 @@ class Watch:
         self.running = False
 
     # -- the context manager ---------------------------------------------------------
-    def __enter__(self) -> Watch:  # noqa: PYI034  (3.10 has no typing.Self)
+    def __enter__(self) -> Watch:
         self.start()
         return self
 
@@ -108,7 +108,9 @@ class Watch:
         from gpudoctor.inprocess.recorder import Recorder
 
         if diagnose_agent_running():
-            self.error = "this process runs under `gpudoctor diagnose`, whose report covers it: the watch records nothing"
+            self.error = (
+                "this process runs under `gpudoctor diagnose`, whose report covers it: the watch records nothing"
+            )
             log.warning("gpudoctor: %s", self.error)
             return
         self._workdir = Path(tempfile.mkdtemp(prefix="gpudoctor-watch-"))
@@ -213,7 +215,7 @@ class Watch:
                      lambda: self._recorder and self._recorder.stop_sampling()):
             try:
                 stop()
-            except Exception:  # noqa: BLE001, S110
+            except Exception:  # noqa: BLE001
                 pass
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
@@ -264,7 +266,7 @@ def diagnose_fn(fn: Callable[..., Any], *args: Any, steps: int | None = None,
     except BaseException as exc:
         try:
             exc.gpudoctor_report = w.report()  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001, S110
+        except Exception:  # noqa: BLE001
             pass
         raise
     report = w.report()

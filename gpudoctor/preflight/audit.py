@@ -65,7 +65,9 @@ def rejudge(results: list[ItemResult], ctx: Context, ids: Iterable[str]) -> list
     return [fresh.get(r.id, r) for r in results]
 
 
-def apply_policy(results: Iterable[ItemResult], policy: Policy, ignore: Iterable[str]) -> tuple[list[ItemResult], list[str]]:
+def apply_policy(
+    results: Iterable[ItemResult], policy: Policy, ignore: Iterable[str]
+) -> tuple[list[ItemResult], list[str]]:
     """Drop ignored items (IDs or slugs; returns their IDs) and turn the warnings and
     not-checked results the policy names into failures."""
     ignored = {spec.id for spec in (find(name) for name in [*ignore, *policy.ignore]) if spec is not None}
@@ -137,8 +139,11 @@ def job_dict(run: job.JobRun | None) -> dict[str, Any] | None:
     if run is None:
         return None
     report = run.report
-    findings = [{k: f.get(k) for k in ("id", "slug", "severity", "title", "message", "consequence_of", "estimated_gain")}
-                | {"remedy": (f.get("remedy") or {}).get("text")} for f in report.get("findings") or []]
+    findings = [
+        {k: f.get(k) for k in ("id", "slug", "severity", "title", "message", "consequence_of", "estimated_gain")}
+        | {"remedy": (f.get("remedy") or {}).get("text")}
+        for f in report.get("findings") or []
+    ]
     return {
         "command": redact_argv([str(a) for a in report.get("command") or []]),
         "exit_code": run.exit_code,

@@ -31,7 +31,7 @@ def read_torch() -> TorchFacts:
     without creating a context, so the GPUs stay untouched."""
     try:
         import torch
-    except Exception as exc:  # ImportError, or a broken install raising anything
+    except Exception as exc:  # noqa: BLE001  (ImportError, or a broken install raising anything)
         return TorchFacts(version=Unread(f"torch is not importable: {type(exc).__name__}: {exc}"))
     facts = TorchFacts(version=str(torch.__version__))
     facts.cuda = getattr(torch.version, "cuda", None)
@@ -41,13 +41,13 @@ def read_torch() -> TorchFacts:
     else:
         try:
             facts.device_count = int(torch.cuda.device_count())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (a broken torch costs only this fact)
             facts.device_count = Unread(f"torch.cuda.device_count() failed: {type(exc).__name__}: {exc}")
     try:
         import torch.multiprocessing as tmp
 
         facts.sharing_strategy = tmp.get_sharing_strategy()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (a broken torch costs only this fact)
         facts.sharing_strategy = Unread(f"{type(exc).__name__}: {exc}")
     return facts
 

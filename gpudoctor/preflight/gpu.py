@@ -164,7 +164,11 @@ def persistence(ctx: Context) -> ItemResult:
         mode = g.get("persistence")
         if isinstance(mode, Unread):
             return NOT_CHECKED, mode.reason, {}
-        return (PASS, "enabled", {"persistence": True}) if int(mode) == 1 else (fail_or_warn, "disabled", {"persistence": False})
+        return (
+            (PASS, "enabled", {"persistence": True})
+            if int(mode) == 1
+            else (fail_or_warn, "disabled", {"persistence": False})
+        )
 
     return per_gpu(ctx, "PF103", "enabled" + (" (policy)" if ctx.policy.require_persistence_mode else ""), judge)
 
@@ -187,11 +191,15 @@ def processes(ctx: Context) -> ItemResult:
         if isinstance(procs, Unread):
             return NOT_CHECKED, procs.reason, {}
         others = [p for p in procs if p[0] != ctx.pid]
-        values = {"processes": [{"pid": pid, "used_bytes": b, "kind": kind} for pid, b, kind in others],
-                  "memory_used_bytes": used if isinstance(used, int) else None,
-                  "utilization_percent": util if isinstance(util, int) else None}
+        values = {
+            "processes": [{"pid": pid, "used_bytes": b, "kind": kind} for pid, b, kind in others],
+            "memory_used_bytes": used if isinstance(used, int) else None,
+            "utilization_percent": util if isinstance(util, int) else None,
+        }
         if others:
-            listed = ", ".join(f"pid {pid} ({format_bytes(b) if b is not None else 'memory unknown'})" for pid, b, _ in others[:5])
+            listed = ", ".join(
+                f"pid {pid} ({format_bytes(b) if b is not None else 'memory unknown'})" for pid, b, _ in others[:5]
+            )
             return FAIL, f"{len(others)} other process{'es' if len(others) > 1 else ''}: {listed}", values
         signs = []
         if isinstance(used, int) and used > FOREIGN_MEMORY:
@@ -204,7 +212,6 @@ def processes(ctx: Context) -> ItemResult:
         return PASS, f"no process; {memory}", values
 
     return per_gpu(ctx, "PF105", "no other process; idle", judge)
-
 
 
 # (item ID, judge): the order of the checklist

@@ -54,7 +54,7 @@ def _call(nv: Any, name: str, *args: Any) -> Any:
         return fn(*args)
     except AttributeError:  # a binding (or a fake) without it
         return Unread(f"this nvidia-ml-py has no {name}")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
         code = nvml_device._code(exc)
         if code in nvml_device.UNSUPPORTED_CODES:
             return Unread(f"{name}: not supported on this GPU or driver")
@@ -72,7 +72,7 @@ def read(nv: Any = None) -> NvmlFacts:
             return NvmlFacts(error="nvidia-ml-py (pynvml) is not installed")
     try:
         nv.nvmlInit()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
         return NvmlFacts(error=nvml_device.init_failure(nv, exc))
     try:
         return _read_all(nv)
@@ -82,7 +82,7 @@ def read(nv: Any = None) -> NvmlFacts:
     finally:
         try:
             nv.nvmlShutdown()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
             log.debug("nvmlShutdown: %s", exc)
 
 
@@ -164,7 +164,8 @@ def _processes(nv: Any, h: Any) -> Any:
     """[(pid, used bytes or None, kind)] of compute and graphics processes, or Unread."""
     found = []
     reasons = []
-    for kind, fn in (("compute", "nvmlDeviceGetComputeRunningProcesses"), ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
+    for kind, fn in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
+                     ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
         procs = _call(nv, fn, h)
         if isinstance(procs, Unread):
             reasons.append(procs)

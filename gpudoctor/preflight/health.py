@@ -19,14 +19,21 @@ def probe(ctx: Context) -> list[ItemResult]:
 
 def ecc(ctx: Context) -> ItemResult:
     def judge(g: GpuFacts) -> Verdict:
-        mode, volatile, aggregate = g.get("ecc_mode"), g.get("ecc_volatile_uncorrected"), g.get("ecc_aggregate_uncorrected")
+        mode, volatile, aggregate = (
+            g.get("ecc_mode"),
+            g.get("ecc_volatile_uncorrected"),
+            g.get("ecc_aggregate_uncorrected"),
+        )
         if isinstance(mode, Unread):
             why = f"ECC not supported on {g.name}" if "not supported" in mode.reason else mode.reason
             return NOT_CHECKED, why, {}
         current, pending = int(mode[0]), int(mode[1])
-        values = {"ecc_enabled": bool(current), "ecc_pending": bool(pending),
-                  "volatile_uncorrected": volatile if isinstance(volatile, int) else None,
-                  "aggregate_uncorrected": aggregate if isinstance(aggregate, int) else None}
+        values = {
+            "ecc_enabled": bool(current),
+            "ecc_pending": bool(pending),
+            "volatile_uncorrected": volatile if isinstance(volatile, int) else None,
+            "aggregate_uncorrected": aggregate if isinstance(aggregate, int) else None,
+        }
         if not current:
             return WARN, "ECC disabled" + (" (enabled after the next reset)" if pending else ""), values
         if isinstance(volatile, int) and volatile > 0:
@@ -44,8 +51,12 @@ def remap(ctx: Context) -> ItemResult:
         rows = g.get("remapped_rows")
         if not isinstance(rows, Unread):
             corrected, uncorrected, pending, failure = (int(v) for v in rows)
-            values = {"remapped_corrected": corrected, "remapped_uncorrected": uncorrected,
-                      "pending": bool(pending), "failure": bool(failure)}
+            values = {
+                "remapped_corrected": corrected,
+                "remapped_uncorrected": uncorrected,
+                "pending": bool(pending),
+                "failure": bool(failure),
+            }
             counts = f"{corrected + uncorrected} rows remapped ({uncorrected} for uncorrectable errors)"
             if failure:
                 return FAIL, f"row remapping failed; {counts}", values

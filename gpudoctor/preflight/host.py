@@ -176,7 +176,7 @@ def swap_in_use(ctx: Context) -> ItemResult:
     try:
         swap = psutil.swap_memory()
         memory = psutil.virtual_memory()
-    except Exception as exc:  # psutil raises RuntimeError/OSError where /proc is missing
+    except Exception as exc:  # noqa: BLE001  (psutil raises RuntimeError/OSError where /proc is missing)
         return not_checked("PF406", f"swap could not be read: {type(exc).__name__}: {exc}")
     limit = ctx.policy.max_swap_used_bytes
     threshold = DEFAULT_MAX_SWAP_USED if limit is None else limit

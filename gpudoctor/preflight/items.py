@@ -17,7 +17,8 @@ _SPECS = [
                  "JIT-compile newer PTX.",
              fix="Install a driver whose CUDA version (nvidia-smi's header) is at least torch.version.cuda, "
                  "or the torch build for the driver's CUDA.",
-             fix_code="pip install torch --index-url https://download.pytorch.org/whl/cu126   # pick the cuXY <= the driver's CUDA",
+             fix_code="pip install torch --index-url https://download.pytorch.org/whl/cu126"
+                      "   # pick the cuXY <= the driver's CUDA",
              source="NVIDIA CUDA Compatibility guide: minor-version compatibility within a major version "
                     "(CUDA 11 and later); nvmlSystemGetCudaDriverVersion gives the driver's CUDA."),
     ItemSpec("PF102", "gpus-visible", "gpu", "Every GPU on the PCI bus is seen by NVML and by torch",
@@ -145,7 +146,8 @@ _SPECS = [
                  "(/dev/shm). A container's 64 MiB default fills up and kills the workers "
                  "(\"Unexpected bus error encountered in worker ... insufficient shared memory\").",
              fix="Give the container more shared memory (or the host's IPC namespace).",
-             fix_code="docker run --shm-size=8g ...   # or --ipc=host; Kubernetes: an emptyDir with medium: Memory on /dev/shm",
+             fix_code="docker run --shm-size=8g ..."
+                      "   # or --ipc=host; Kubernetes: an emptyDir with medium: Memory on /dev/shm",
              source="Docker's default --shm-size is 64 MiB (fails); PyTorch's README asks for --ipc=host "
                     "or a larger --shm-size; NVIDIA's container examples use --shm-size=1g (below warns). "
                     "Policy key min_shm_bytes."),
@@ -154,7 +156,8 @@ _SPECS = [
                  "RLIMIT_MEMLOCK makes registration fail or fall back to slower paths. (CUDA's own pinned "
                  "memory, pin_memory=True, is pinned by the driver and not charged to this limit.)",
              fix="Raise the limit to unlimited for the job.",
-             fix_code="docker run --ulimit memlock=-1 ...   # or: ulimit -l unlimited (limits.conf: * - memlock unlimited)",
+             fix_code="docker run --ulimit memlock=-1 ..."
+                      "   # or: ulimit -l unlimited (limits.conf: * - memlock unlimited)",
              source="NVIDIA's container examples run with --ulimit memlock=-1; RDMA devices are read "
                     "from /sys/class/infiniband. Policy key min_memlock_bytes."),
     ItemSpec("PF405", "open-files-limit", "host", "The open-files limit is above the Linux default",
@@ -228,7 +231,8 @@ _SPECS = [
              source="The workload's exit status; stopping it after --steps or --duration counts as success."),
     ItemSpec("PF902", "min-sm-activity", "job", "SM activity reaches the policy's minimum",
              why="SM activity (GPM) is the share of time the SMs really work, unlike the duty cycle.",
-             fix="Follow the job report's findings, input pipeline first.", source="Policy key min_sm_activity (percent)."),
+             fix="Follow the job report's findings, input pipeline first.",
+             source="Policy key min_sm_activity (percent)."),
     ItemSpec("PF903", "min-gpu-utilization", "job", "GPU utilization (duty cycle) reaches the policy's minimum",
              why="The duty cycle is the share of time any kernel ran; low means the GPU waited.",
              fix="Follow the job report's findings.", source="Policy key min_gpu_utilization (percent)."),
@@ -238,7 +242,8 @@ _SPECS = [
              source="Policy key max_data_wait_share (a fraction); TensorBoard's profiler flags 5%."),
     ItemSpec("PF905", "no-critical-findings", "job", "The diagnosis has no critical finding",
              why="A critical finding is a bottleneck that costs a large share of the GPU's time.",
-             fix="Apply the remedies of the job report's critical findings.", source="Policy key no_critical_findings."),
+             fix="Apply the remedies of the job report's critical findings.",
+             source="Policy key no_critical_findings."),
     ItemSpec("PF906", "min-samples-per-s", "job", "Throughput reaches the policy's samples/s",
              why="The throughput floor the job was sized for.", fix="Follow the job report's findings.",
              source="Policy key min_samples_per_s (steps/s x the DataLoader's batch size)."),

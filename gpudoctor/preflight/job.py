@@ -48,7 +48,9 @@ def _exit(job: JobRun) -> ItemResult:
               "steps": steps, "report_files": dict(job.files)}
     if job.exit_code == 0:
         how = f"stopped by gpudoctor after --{stop}" if stop in STOPPED_BY_US else "exited with code 0"
-        return ItemResult("PF901", PASS, f"{how} ({ran})", "exit code 0 (or stopped by --steps/--duration)", values=values)
+        return ItemResult(
+            "PF901", PASS, f"{how} ({ran})", "exit code 0 (or stopped by --steps/--duration)", values=values
+        )
     crash = next((f for f in report.get("findings") or [] if f.get("id") == "GD001"), None)
     why = f": {crash.get('title')}" if crash else ""
     return ItemResult("PF901", FAIL, f"exit code {job.exit_code} ({ran}){why}", "exit code 0", values=values)
@@ -87,7 +89,9 @@ def _compare(item_id: str, key: str, wanted: float, measured: float | None, reas
         return not_checked(item_id, reason, expected)
     ok = measured >= wanted if key.startswith("min_") else measured <= wanted
     found = f"{_show(measured, UNITS[key])} ({window})"
-    return ItemResult(item_id, PASS if ok else FAIL, found, expected, values={"measured": measured, "threshold": wanted})
+    return ItemResult(
+        item_id, PASS if ok else FAIL, found, expected, values={"measured": measured, "threshold": wanted}
+    )
 
 
 def _summary(report: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -138,7 +142,9 @@ def step_time(item_id: str, key: str, wanted: float, report: Mapping[str, Any]) 
 def peak_memory(item_id: str, key: str, wanted: float, report: Mapping[str, Any]) -> ItemResult:
     peak = _summary(report).get("peak_memory_allocated_bytes")
     gpus = (report.get("environment") or {}).get("gpus") or []
-    total = next((g.get("memory_total_bytes") for g in gpus if isinstance(g, Mapping) and g.get("memory_total_bytes")), None)
+    total = next(
+        (g.get("memory_total_bytes") for g in gpus if isinstance(g, Mapping) and g.get("memory_total_bytes")), None
+    )
     if peak is None or not total:
         reason = ("no CUDA allocator statistics (the job put no tensor on a GPU)" if peak is None
                   else "the GPU's memory size is unknown")

@@ -51,7 +51,7 @@ class LinkWatcher:
             if nv is None:
                 import pynvml as nv  # type: ignore[no-redef]
             nv.nvmlInit()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
             log.debug("link watcher: no NVML: %s", exc)
             return
         try:
@@ -60,12 +60,12 @@ class LinkWatcher:
                 for index, handle in handles.items():
                     self._sample(nv, index, handle)
                 self._stop.wait(self.interval_s)
-        except Exception as exc:  # a GPU lost mid-run: keep what was seen
+        except Exception as exc:  # noqa: BLE001  (a GPU lost mid-run: keep what was seen)
             log.debug("link watcher stopped: %s", exc)
         finally:
             try:
                 nv.nvmlShutdown()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
                 log.debug("link watcher: nvmlShutdown: %s", exc)
 
     def _sample(self, nv: Any, index: int, handle: Any) -> None:
@@ -73,7 +73,7 @@ class LinkWatcher:
             util = int(nv.nvmlDeviceGetUtilizationRates(handle).gpu)
             generation = int(nv.nvmlDeviceGetCurrPcieLinkGeneration(handle))
             width = int(nv.nvmlDeviceGetCurrPcieLinkWidth(handle))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (an NVML or driver failure costs only this value)
             log.debug("link watcher GPU %d: %s", index, exc)
             return
         if util <= 0:

@@ -32,7 +32,9 @@ def idle(g: GpuFacts) -> bool:
             or (isinstance(pstate, int) and pstate >= IDLE_PSTATE))
 
 
-def _under_load(ctx: Context, g: GpuFacts, attribute: str, top: int, unit: str, values: dict[str, Any]) -> Verdict | None:
+def _under_load(
+    ctx: Context, g: GpuFacts, attribute: str, top: int, unit: str, values: dict[str, Any]
+) -> Verdict | None:
     """The verdict from the link seen while the job kept this GPU busy, None when not seen."""
     seen = ctx.links_under_load.get(g.index)
     if seen is None:
@@ -67,8 +69,12 @@ def pcie_generation(ctx: Context) -> ItemResult:
         cur, top, card = g.get("pcie_gen"), g.get("pcie_gen_max"), g.get("pcie_gen_gpu_max")
         if isinstance(cur, Unread) or isinstance(top, Unread):
             return NOT_CHECKED, (cur if isinstance(cur, Unread) else top).reason, {}
-        values: dict[str, Any] = {"generation": cur, "generation_max": top,
-                                  "card_generation_max": card if isinstance(card, int) else None, "idle": idle(g)}
+        values: dict[str, Any] = {
+            "generation": cur,
+            "generation_max": top,
+            "card_generation_max": card if isinstance(card, int) else None,
+            "idle": idle(g),
+        }
         slot = f"; the slot limits the Gen{card} card to Gen{top}" if isinstance(card, int) and card > top else ""
         text = f"Gen{cur} of Gen{top}" + slot
         loaded = _under_load(ctx, g, "max_generation", top, "Gen{}", values) if cur < top and idle(g) else None
@@ -76,8 +82,10 @@ def pcie_generation(ctx: Context) -> ItemResult:
             status = WARN if loaded[0] == PASS and slot else loaded[0]
             return status, f"Gen{cur} at idle; {loaded[1]}{slot}", loaded[2]
         if cur < top and idle(g):
-            reason = (f"Gen{cur} of Gen{top} while the GPU idles: links downshift at idle, so the generation "
-                      "under load is unknown (`gpudoctor preflight -- COMMAND` reads it while the job runs)")
+            reason = (
+                f"Gen{cur} of Gen{top} while the GPU idles: links downshift at idle, so the generation "
+                "under load is unknown (`gpudoctor preflight -- COMMAND` reads it while the job runs)"
+            )
             return NOT_CHECKED if not slot else WARN, reason + slot, values
         if cur < top:
             return FAIL, text + " under load", values
@@ -114,7 +122,11 @@ def _gpu_node(ctx: Context, g: GpuFacts) -> Any:
         except (OSError, ValueError):
             pass
     node = g.get("numa_node_nvml")
-    return node if isinstance(node, int) else Unread(f"no NUMA node for {bus if isinstance(bus, str) else 'the GPU'} in sysfs or NVML")
+    return (
+        node
+        if isinstance(node, int)
+        else Unread(f"no NUMA node for {bus if isinstance(bus, str) else 'the GPU'} in sysfs or NVML")
+    )
 
 
 def numa_affinity(ctx: Context) -> ItemResult:

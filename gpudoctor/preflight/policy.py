@@ -107,8 +107,11 @@ def _number(low: float | None = None, high: float | None = None) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"expected a number, got {value!r}")
         if (low is not None and value < low) or (high is not None and value > high):
-            raise ValueError(f"must be between {low:g} and {high:g}" if high is not None else f"must be at least {low:g}")
+            raise ValueError(
+                f"must be between {low:g} and {high:g}" if high is not None else f"must be at least {low:g}"
+            )
         return float(value)
+
     return convert
 
 
@@ -146,15 +149,26 @@ def _memlock(value: Any) -> int:
 
 
 CONVERTERS = {
-    "min_sm_activity": _number(0, 100), "min_gpu_utilization": _number(0, 100),
-    "max_data_wait_share": _number(0, 1), "no_critical_findings": _flag,
-    "min_samples_per_s": _number(0), "min_steps_per_s": _number(0), "max_step_time_ms": _number(0),
+    "min_sm_activity": _number(0, 100),
+    "min_gpu_utilization": _number(0, 100),
+    "max_data_wait_share": _number(0, 1),
+    "no_critical_findings": _flag,
+    "min_samples_per_s": _number(0),
+    "min_steps_per_s": _number(0),
+    "max_step_time_ms": _number(0),
     "max_peak_memory_share": _number(0, 1),
-    "min_shm_bytes": parse_bytes, "min_free_disk_bytes": parse_bytes, "min_memlock_bytes": _memlock,
-    "max_swap_used_bytes": parse_bytes, "min_open_files": _count, "min_cores_per_gpu": _number(0),
+    "min_shm_bytes": parse_bytes,
+    "min_free_disk_bytes": parse_bytes,
+    "min_memlock_bytes": _memlock,
+    "max_swap_used_bytes": parse_bytes,
+    "min_open_files": _count,
+    "min_cores_per_gpu": _number(0),
     "min_power_limit_share": _number(0, 1),
-    "require_persistence_mode": _flag, "require_performance_governor": _flag,
-    "warnings_fail": _flag_or_names, "not_checked_fails": _flag_or_names, "ignore": _names,
+    "require_persistence_mode": _flag,
+    "require_performance_governor": _flag,
+    "warnings_fail": _flag_or_names,
+    "not_checked_fails": _flag_or_names,
+    "ignore": _names,
 }
 
 
@@ -203,7 +217,11 @@ def _parse(path: Path, label: str) -> dict[str, Any]:
 
 def _table(data: dict[str, Any]) -> Any:
     tool = data.get("tool")
-    return tool.get("gpudoctor", {}).get("preflight") if isinstance(tool, dict) and isinstance(tool.get("gpudoctor"), dict) else None
+    return (
+        tool.get("gpudoctor", {}).get("preflight")
+        if isinstance(tool, dict) and isinstance(tool.get("gpudoctor"), dict)
+        else None
+    )
 
 
 def load(policy_file: str | None, cwd: Path | None = None) -> Policy:

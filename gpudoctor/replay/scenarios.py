@@ -157,7 +157,9 @@ def _calibrate(timeline: Timeline, steps: int, step_us: float | None,
                 plan.cost[i] = 0.0
         return run(timeline, plan).span_us
 
-    waits = f"; data waits scaled by {data_scale:.2f} to the unprofiled wait" if data_items and data_scale != 1.0 else ""
+    waits = (
+        f"; data waits scaled by {data_scale:.2f} to the unprofiled wait" if data_items and data_scale != 1.0 else ""
+    )
     full = span(1.0)
     if target <= 0 or full <= target * 1.02:
         return 1.0, data_scale, (f"host costs as traced: the replay takes {full / steps / 1e3:.3g} ms per step against "

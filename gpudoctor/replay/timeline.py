@@ -199,7 +199,9 @@ def build(events: list) -> Timeline | None:
     for number in list(per_thread):
         if number != main and launches_by_thread[number]:
             per_thread[number] = _merge_helper(per_thread[main], per_thread[number], main)
-    items = sorted((it for thread_items in per_thread.values() for it in thread_items), key=lambda it: (it.ts, it.thread))
+    items = sorted(
+        (it for thread_items in per_thread.values() for it in thread_items), key=lambda it: (it.ts, it.thread)
+    )
     for index, item in enumerate(items):
         for queued in item.ops:
             ops[queued].launch = index
@@ -383,7 +385,7 @@ def _merge_helper(main_items: list[HostItem], helper: list[HostItem], main: int)
             added.append(it)
     for k, spans in cuts.items():
         it, at = main_items[k], main_items[k].ts
-        for start, end in sorted(spans) + [(it.ts + it.dur, it.ts + it.dur)]:
+        for start, end in [*sorted(spans), (it.ts + it.dur, it.ts + it.dur)]:
             if start > at:
                 added.append(HostItem(CPU, main, at, start - at, tag=it.tag))
             at = max(at, end)
@@ -451,7 +453,7 @@ def _gpu_order(items: list[HostItem], ops: list[GpuOp]) -> tuple[float, float]:
     for i in pending:
         ops[i].ready_offset = latency
     cap = 3 * latency + 20.0
-    for i, op in enumerate(ops):
+    for op in ops:
         if op.launch < 0 or op.ready_offset <= cap:
             continue
         # started far later than its launch: look for work on another stream that ended just before

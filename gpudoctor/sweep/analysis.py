@@ -210,7 +210,9 @@ def latency_limit(trials: Sequence[TrialResult], budget_s: float) -> LatencyLimi
         reason = f"batch {largest[0]} has p50 {largest[1] * 1e3:.3g} ms, within the {budget_s * 1e3:g} ms budget"
         if smallest_over is not None:
             reason += f"; batch {smallest_over} exceeds it"
-    return LatencyLimit(budget_s, largest[0] if largest else None, smallest_over, largest[1] if largest else None, reason)
+    return LatencyLimit(
+        budget_s, largest[0] if largest else None, smallest_over, largest[1] if largest else None, reason
+    )
 
 
 def power_points(trials: Sequence[TrialResult]) -> list[PowerPoint]:

@@ -32,7 +32,11 @@ class Recommendation:
 
 def _candidates(trials: Sequence[TrialResult], analysis: Analysis) -> tuple[list[TrialResult], bool]:
     """Sizes that fit with headroom; (all that fit, False) when none does or it is unknown."""
-    fits = [t for t in ok_points(trials) if analysis.memory.smallest_oom is None or t.batch_size < analysis.memory.smallest_oom]
+    fits = [
+        t
+        for t in ok_points(trials)
+        if analysis.memory.smallest_oom is None or t.batch_size < analysis.memory.smallest_oom
+    ]
     limit = analysis.memory.largest_fit_with_headroom
     if limit is None:
         return fits, False
@@ -69,7 +73,9 @@ def offline(trials: Sequence[TrialResult], analysis: Analysis, mode: str) -> Rec
     ]
     largest = candidates[-1].batch_size
     if pick.batch_size < largest:
-        parts.append(f"Larger sizes up to {largest} add less than {KNEE_GAIN_PER_DOUBLING:.0%} throughput for more memory.")
+        parts.append(
+            f"Larger sizes up to {largest} add less than {KNEE_GAIN_PER_DOUBLING:.0%} throughput for more memory."
+        )
     elif analysis.knee.batch_size is None:
         parts.append(
             "Throughput was still climbing at the largest size that fits: more memory room (bf16, activation "
@@ -103,7 +109,8 @@ def online(trials: Sequence[TrialResult], analysis: Analysis, mode: str) -> Reco
         if not within:
             smallest = candidates[0]
             return Recommendation(
-                "online", None,
+                "online",
+                None,
                 f"No measured size meets the {budget} p50 budget (batch {smallest.batch_size}: "
                 f"{smallest.timing.latency_p50_s * 1e3:.3g} ms): the model alone is too slow for it here; "  # type: ignore[union-attr]
                 "try lower precision, torch.compile or a faster GPU before batching.",
@@ -119,8 +126,10 @@ def online(trials: Sequence[TrialResult], analysis: Analysis, mode: str) -> Reco
                 why += f" within {analysis.memory.headroom:.0%} memory headroom"
     else:
         cap = knee_cap or candidates[-1].batch_size
-        why = "the knee: beyond it latency grows with little throughput gain" if knee_cap else (
-            "the largest size that fits (no knee: throughput still climbs)"
+        why = (
+            "the knee: beyond it latency grows with little throughput gain"
+            if knee_cap
+            else ("the largest size that fits (no knee: throughput still climbs)")
         )
     p50_cap = by_size[cap].timing.latency_p50_s  # type: ignore[union-attr]
     if latency is not None:
@@ -178,9 +187,14 @@ def observations(analysis: Analysis) -> list[str]:
         top = max(measured, key=lambda p: p.fraction)  # type: ignore[arg-type, return-value]
         limit = f"{top.power_limit_w:.0f} W" if top.power_limit_w else "the limit"
         if top.verdict == "at_limit":
-            notes.append(f"Power reached {top.fraction:.0%} of {limit} at batch {top.batch_size}: at the cap, clocks may be held down.")
+            notes.append(
+                f"Power reached {top.fraction:.0%} of {limit} at batch {top.batch_size}: "
+                "at the cap, clocks may be held down."
+            )
         elif top.verdict == "near_full":
-            notes.append(f"Power reached {top.fraction:.0%} of {limit} at batch {top.batch_size}: the chip is near fully used.")
+            notes.append(
+                f"Power reached {top.fraction:.0%} of {limit} at batch {top.batch_size}: the chip is near fully used."
+            )
         else:
             notes.append(
                 f"Power stayed below 80% of {limit} at every size (at most {top.fraction:.0%}, batch "

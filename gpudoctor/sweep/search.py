@@ -162,7 +162,9 @@ class _Search:
         oom_at: int | None = None
         for index, size in enumerate(sizes):
             if oom_at is not None:
-                self.record(TrialResult(size, records.SKIPPED, message=f"larger than {oom_at}, which ran out of memory"))
+                self.record(
+                    TrialResult(size, records.SKIPPED, message=f"larger than {oom_at}, which ran out of memory")
+                )
                 continue
             result = self.run(size)
             if result.status == records.OOM:
@@ -172,7 +174,9 @@ class _Search:
                     self.record(TrialResult(rest, records.SKIPPED, message="not run: the sweep stopped"))
                 return
         self.outcome.stop_reason = (
-            f"out of memory at batch {oom_at}; larger sizes skipped" if oom_at else f"measured the {len(sizes)} sizes given"
+            f"out of memory at batch {oom_at}; larger sizes skipped"
+            if oom_at
+            else f"measured the {len(sizes)} sizes given"
         )
 
 

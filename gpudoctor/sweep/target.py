@@ -191,14 +191,18 @@ def normalize(result: Any, input_shape: tuple[int, ...] | None, torch: Any, wher
     if isinstance(result, nn_module):
         if input_shape is None:
             raise TargetProblem(
-                f"{where} returned an nn.Module without a batch maker: give --input-shape or return (model, make_batch)",
+                f"{where} returned an nn.Module without a batch maker: "
+                "give --input-shape or return (model, make_batch)",
                 "usage",
             )
         return SweepTarget(model=result, make_batch=random_inputs(input_shape, torch))
     if isinstance(result, SweepTarget) or (hasattr(result, "model") and hasattr(result, "make_batch")):
         target = SweepTarget(
-            model=result.model, make_batch=result.make_batch, loss_fn=getattr(result, "loss_fn", None),
-            optimizer=getattr(result, "optimizer", None), forward=getattr(result, "forward", None),
+            model=result.model,
+            make_batch=result.make_batch,
+            loss_fn=getattr(result, "loss_fn", None),
+            optimizer=getattr(result, "optimizer", None),
+            forward=getattr(result, "forward", None),
         )
     elif isinstance(result, dict):
         unknown = sorted(set(result) - set(TARGET_KEYS))
@@ -250,5 +254,7 @@ def load_target(text: str, batch_size: int, input_shape: tuple[int, ...] | None,
             ) from None
         return SweepTarget(model=model, make_batch=random_inputs(input_shape, torch))
     if not callable(obj):
-        raise TargetProblem(f"{spec.attribute} is a {type(obj).__name__}, not a function or nn.Module class", "bad_data")
+        raise TargetProblem(
+            f"{spec.attribute} is a {type(obj).__name__}, not a function or nn.Module class", "bad_data"
+        )
     return normalize(call_build(obj, batch_size), input_shape, torch, where)

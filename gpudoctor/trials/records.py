@@ -10,7 +10,9 @@ from typing import Any
 class AppliedOverride:
     """One override as the agent applied it inside the workload (an "override" event)."""
 
-    name: str  # num_workers | pin_memory | persistent_workers | prefetch_factor | tf32 | cudnn_benchmark | compile | env
+    name: (
+        str  # num_workers | pin_memory | persistent_workers | prefetch_factor | tf32 | cudnn_benchmark | compile | env
+    )
     value: Any = None  # what the workload got
     was: Any = None  # what the workload had asked for (None when not known)
     where: str | None = None  # "DataLoader(mod.Items)", "torch.backends.cudnn.benchmark", "held", ...

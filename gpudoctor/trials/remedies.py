@@ -104,7 +104,9 @@ def label(override: Mapping[str, Any]) -> str:
         parts.append(f"{name}={value}")
     compile_spec = override.get("compile")
     if compile_spec:
-        options = ", ".join(f'{k}="{v}"' for k, v in compile_spec.items() if v) if isinstance(compile_spec, dict) else ""
+        options = (
+            ", ".join(f'{k}="{v}"' for k, v in compile_spec.items() if v) if isinstance(compile_spec, dict) else ""
+        )
         parts.append(f"torch.compile(model{', ' + options if options else ''})")
     return ", ".join(parts) or "nothing"
 

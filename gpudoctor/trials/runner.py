@@ -87,8 +87,9 @@ def _run_one(plan: TrialPlan, baseline: Session, options: RunOptions, folder: Pa
                              trace=False)
     except Exception as exc:  # noqa: BLE001  (a trial that cannot write still says why)
         return _result(plan, baseline, None, status="failed", why=f"its report cannot be written: {exc}")
-    trial_options = dataclasses.replace(options, overrides=dict(plan.override), env=dict(plan.override.get("env") or {}),
-                                        scratch_dirs=[str(folder)])
+    trial_options = dataclasses.replace(
+        options, overrides=dict(plan.override), env=dict(plan.override.get("env") or {}), scratch_dirs=[str(folder)]
+    )
     if plan.name == "compile" and options.duration_s is not None:
         # compiling takes its time before the first compiled step: steady steps are counted after
         # it, so it gets that long on top of the shared bound rather than fewer steady steps
@@ -110,8 +111,9 @@ def _run_one(plan: TrialPlan, baseline: Session, options: RunOptions, folder: Pa
             log.warning("the report of trial %s was not written: %s", stem, exc)
         result = _result(plan, baseline, trial)
         result.verdict = report["summary"].get("verdict")
-        result.remaining = [f.id for f in engine.findings
-                            if f.consequence_of is None and severity_rank(f.severity) >= 1]
+        result.remaining = [
+            f.id for f in engine.findings if f.consequence_of is None and severity_rank(f.severity) >= 1
+        ]
         if written is not None and "json" in written.files:
             result.report = f"{folder.name}/{written.files['json'].name}"
         return result
@@ -119,12 +121,16 @@ def _run_one(plan: TrialPlan, baseline: Session, options: RunOptions, folder: Pa
         run.cleanup()
 
 
-def _result(plan: TrialPlan, baseline: Session, trial: Session | None, *, status: str | None = None,
-            why: str | None = None) -> TrialResult:
+def _result(
+    plan: TrialPlan, baseline: Session, trial: Session | None, *, status: str | None = None, why: str | None = None
+) -> TrialResult:
     before = metrics.step_summary(baseline)
     after = metrics.step_summary(trial) if trial is not None else None
     result = TrialResult(
-        name=plan.name, label=plan.label, override=dict(plan.override), findings=list(plan.findings),
+        name=plan.name,
+        label=plan.label,
+        override=dict(plan.override),
+        findings=list(plan.findings),
         numerics_change=plan.numerics_change,
         predicted_gain=round(plan.predicted_gain, 3) if plan.predicted_gain is not None else None,
         steps_per_s=[_round(before.steps_per_s if before else None), _round(after.steps_per_s if after else None)],
@@ -145,11 +151,15 @@ def _result(plan: TrialPlan, baseline: Session, trial: Session | None, *, status
         error = next((e for e in trial.errors if e.kind in ("exception", "oom")), None)
         result.status = "failed"
         result.why = f"the workload exited with code {trial.exit_code}" + (
-            f" ({error.type}: {error.message.splitlines()[0][:160] if error.message else ''})" if error else "")
+            f" ({error.type}: {error.message.splitlines()[0][:160] if error.message else ''})" if error else ""
+        )
     elif result.measured_gain is None:
         result.status = "not-measured"
-        result.why = ("the run without the remedy had fewer than 3 steady steps" if before is None else
-                      "the trial run had fewer than 3 steady steps")
+        result.why = (
+            "the run without the remedy had fewer than 3 steady steps"
+            if before is None
+            else "the trial run had fewer than 3 steady steps"
+        )
     else:
         result.status = "measured"
     missed = [o for o in trial.overrides if not o.applied]

@@ -7,7 +7,6 @@ import os
 import threading
 
 import torch
-
 from agent_fakes import FakeHooks
 
 from gpudoctor.agent.fetch_profile import FetchProfiler, short_path, top_functions
@@ -36,7 +35,7 @@ def test_the_costliest_function_owns_the_builtins_it_calls(tmp_path):
         get_item(torch.ones(1, 1, 4096))
     prof.disable()
     rows = top_functions(prof.getstats(), os.getcwd())
-    name, file, line, own, cumulative, calls, caller = rows[0]
+    name, file, _line, own, cumulative, calls, caller = rows[0]
     assert name in ("Normalize.__call__", "__call__") and file == "tests/agent/test_fetch_profile.py"
     assert calls == 5 and own > 0.5 * cumulative and caller.startswith(("get_item (", "get_item"))
     assert all(r[3] >= rows[i + 1][3] for i, r in enumerate(rows[:-1]))

@@ -42,12 +42,14 @@ def probe(tmp_path: Path, overrides: dict[str, Any] | None, env: dict[str, str] 
     return seen, [e for e in events if e.get("k") == "override"]
 
 
+@pytest.mark.integration
 def test_no_overrides_in_the_config_changes_nothing(tmp_path):
     seen, events = probe(tmp_path, None)
     assert seen == DEFAULTS
     assert events == []
 
 
+@pytest.mark.integration
 def test_loader_overrides_reach_the_dataloader_the_workload_built(tmp_path):
     seen, events = probe(tmp_path, {"loader": {"num_workers": 2, "pin_memory": True, "persistent_workers": True,
                                                "prefetch_factor": 3}})
@@ -59,12 +61,14 @@ def test_loader_overrides_reach_the_dataloader_the_workload_built(tmp_path):
     assert all(e["where"] == "DataLoader(torch.utils.data.dataset.TensorDataset)" for e in events)
 
 
+@pytest.mark.integration
 def test_a_loader_of_another_dataset_class_is_left_alone(tmp_path):
     seen, events = probe(tmp_path, {"loader": {"num_workers": 2, "dataset_class": "mymod.Other"}})
     assert seen["num_workers"] == 0
     assert events == []
 
 
+@pytest.mark.integration
 def test_tf32_and_cudnn_benchmark_hold_against_the_workload_turning_them_off(tmp_path):
     seen, events = probe(tmp_path, {"tf32": True, "cudnn_benchmark": True})
     assert seen == {**DEFAULTS, "allow_tf32": True, "float32_matmul_precision": "high", "cudnn_benchmark": True}
@@ -73,6 +77,7 @@ def test_tf32_and_cudnn_benchmark_hold_against_the_workload_turning_them_off(tmp
     assert "the workload set cudnn.benchmark = False; kept True" in notes
 
 
+@pytest.mark.integration
 def test_the_allocator_setting_is_seen_in_the_workloads_environment(tmp_path):
     wanted = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128,expandable_segments:True"}
     seen, events = probe(tmp_path, {"env": wanted}, env=wanted)
@@ -80,7 +85,7 @@ def test_the_allocator_setting_is_seen_in_the_workloads_environment(tmp_path):
     assert events[0]["name"] == "env" and events[0]["applied"] is True
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_compile_wraps_the_outermost_module_with_parameters(tmp_path):
     seen, events = probe(tmp_path, {"compile": {"backend": "eager"}})
     # the Identity "transform" ran first: passed over; the Sequential's forward really compiled
@@ -139,7 +144,6 @@ def test_lowering_workers_to_zero_drops_what_dataloader_refuses_without_them():
     torch.utils.data.DataLoader(**arguments)  # accepted
 
 
-@pytest.mark.slow
 def test_a_module_of_the_workloads_own_is_compiled_with_module_compile(monkeypatch):
     import atexit
 

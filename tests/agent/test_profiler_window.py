@@ -18,8 +18,8 @@ def make(tmp_path):
     made = []
 
     def build(**config):
-        defaults = dict(profile_warmup_steps=2, profile_warmup_s=0.0, profile_steps=3, profile_min_window_s=0.0,
-                        profile_no_step_after_s=0.0, profile_time_window_s=0.2)
+        defaults = {"profile_warmup_steps": 2, "profile_warmup_s": 0.0, "profile_steps": 3, "profile_min_window_s": 0.0,
+                    "profile_no_step_after_s": 0.0, "profile_time_window_s": 0.2}
         hooks = FakeHooks(tmp_path, **{**defaults, **config})
         made.append(hooks)
         return hooks
@@ -52,13 +52,31 @@ def test_a_step_window_opens_after_warmup_and_closes_after_its_steps(make, tmp_p
     assert (tmp_path / window["path"]).is_file()
 
 
-def test_a_short_window_waits_for_its_minimum_length(make):
+class _StoppedClock:
+    """The time module, with a wall clock that moves only when the test says (so "10 steps
+    in no time" holds however loaded the machine is)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def time(self) -> float:
+        return self.now
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+def test_a_short_window_waits_for_its_minimum_length(make, monkeypatch):
+    from gpudoctor.agent import profiler as profiler_module
+
+    clock = _StoppedClock()
+    monkeypatch.setattr(profiler_module, "time", clock)
     hooks = make(profile_min_window_s=0.3, profile_max_steps=1000)
     steps(hooks, "forward", 3)
     assert hooks.profiler.state == "running"
     steps(hooks, "forward", 10)
     assert hooks.profiler.state == "running"  # 10 steps in no time: not yet 0.3 s
-    time.sleep(0.35)
+    clock.now += 0.35
     steps(hooks, "forward", 1)
     (window,) = hooks.windows()
     assert window["steps"] == 11 and window["t_end"] - window["t_start"] >= 0.3

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from gpudoctor.checks.gd201_gpu_idle import run
 from helpers import make_gpu_samples, make_session, make_steps, run_check
 
+from gpudoctor.checks.gd201_gpu_idle import run
 from gpudoctor.session import GpuInfo
 
 GIB = 2**30

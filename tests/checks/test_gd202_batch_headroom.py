@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpudoctor.checks.gd202_batch_headroom import round_start, run, script_target
 from helpers import make_gpu_samples, make_loader, make_session, run_check
 
+from gpudoctor.checks.gd202_batch_headroom import round_start, run, script_target
 from gpudoctor.session import AllocatorSnapshot, ErrorEvent, GpuInfo
 
 GIB = 2**30

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from gpudoctor.checks.gd203_clocks import run
 from helpers import make_gpu_samples, make_session, run_check
 
+from gpudoctor.checks.gd203_clocks import run
 from gpudoctor.session import GpuInfo
 
 H200 = GpuInfo(index=0, uuid="GPU-0", name="NVIDIA H200", power_limit_w=700.0, sm_clock_max_mhz=1980,

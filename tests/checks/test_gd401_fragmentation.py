@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpudoctor.checks.gd401_fragmentation import run
 from helpers import make_session, run_check
 
+from gpudoctor.checks.gd401_fragmentation import run
 from gpudoctor.session import AllocatorSnapshot
 
 GIB = 2**30

@@ -14,8 +14,8 @@ import pytest
 from gpudoctor import metrics
 from gpudoctor.commands.analyze import session_from_trace
 from gpudoctor.engine import run_checks
-from gpudoctor.report import build_report
 from gpudoctor.registry import load_checks
+from gpudoctor.report import build_report
 from gpudoctor.session import Session
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "h200"
@@ -130,7 +130,7 @@ def test_oom_run_reports_the_oom_first_as_capacity_under_the_cap(checks):
 
 
 def test_fragmenting_allocations_retry_and_end_in_an_oom_that_fragmentation_decided(checks):
-    session, result = diagnose(checks, "fragmentation")
+    _session, result = diagnose(checks, "fragmentation")
     top = result.findings[0]
     assert (top.id, top.ended_run) == ("GD402", True)
     assert top.evidence["cause"].value == "fragmentation"  # 2.4 GiB cached unused >= the 1.0 GiB request
@@ -224,7 +224,7 @@ def test_gpu_bound_loop_with_an_overlapped_loader_is_not_input_bound(checks):
 
 
 def test_same_loader_with_the_gpu_starved_is_input_bound_and_its_gain_holds(checks):
-    session, result = diagnose(checks, "loader_starved_gpu")
+    _session, result = diagnose(checks, "loader_starved_gpu")
     top = result.findings[0]
     assert (top.id, top.severity) == ("GD102", "critical")
     assert top.prediction is not None and top.prediction.method == "replay"

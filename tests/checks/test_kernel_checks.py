@@ -22,8 +22,17 @@ CHECKS = [gd301_launch_bound.run.check, gd302_host_sync.run.check, gd303_copies.
 
 def profile(**fields) -> ProfileSummary:
     """A GPU profile: 10 steps, 1000 kernels of 200 us (200 ms busy), no idle, unless told."""
-    base = {"steps": 10, "window_s": 0.25, "kernel_count": 1000, "kernel_total_us": 200_000.0, "kernel_median_us": 200.0,
-            "gpu_busy_us": 200_000.0, "gpu_idle_us": 0.0, "launch_count": 1000, "launch_total_us": 5_000.0}
+    base = {
+        "steps": 10,
+        "window_s": 0.25,
+        "kernel_count": 1000,
+        "kernel_total_us": 200_000.0,
+        "kernel_median_us": 200.0,
+        "gpu_busy_us": 200_000.0,
+        "gpu_idle_us": 0.0,
+        "launch_count": 1000,
+        "launch_total_us": 5_000.0,
+    }
     base.update(fields)
     return ProfileSummary(**base)
 

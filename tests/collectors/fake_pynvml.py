@@ -293,7 +293,9 @@ class FakeNvml:
         gpu = self._enter("nvmlDeviceGetTotalEccErrors", handle)
         _supported(gpu.ecc_mode)
         assert errorType == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-        return gpu.ecc_volatile_uncorrected if counterType == pynvml.NVML_VOLATILE_ECC else gpu.ecc_aggregate_uncorrected
+        return (
+            gpu.ecc_volatile_uncorrected if counterType == pynvml.NVML_VOLATILE_ECC else gpu.ecc_aggregate_uncorrected
+        )
 
     def nvmlDeviceGetRemappedRows(self, handle: Handle) -> tuple[int, int, int, int]:
         return _supported(self._enter("nvmlDeviceGetRemappedRows", handle).remapped_rows)
@@ -326,7 +328,9 @@ class FakeNvml:
         return self._enter("nvmlDeviceGetMaxPcieLinkWidth", handle).pcie_width_max
 
     def nvmlDeviceGetPciInfo(self, handle: Handle) -> Any:
-        return SimpleNamespace(busId=self._enter("nvmlDeviceGetPciInfo", handle).bus_id.encode())  # bytes, as the binding
+        return SimpleNamespace(
+            busId=self._enter("nvmlDeviceGetPciInfo", handle).bus_id.encode()
+        )  # bytes, as the binding
 
     def nvmlDeviceGetNumaNodeId(self, handle: Handle) -> int:
         return _supported(self._enter("nvmlDeviceGetNumaNodeId", handle).numa_node)

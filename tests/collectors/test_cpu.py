@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from gpudoctor.collectors import cpu
 
 
@@ -88,6 +90,7 @@ def _wait_for(predicate, timeout: float = 120.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.integration
 def test_sampler_accounts_for_the_cpu_time_a_child_and_its_main_thread_used():
     child = subprocess.Popen([sys.executable, "-c", _BUSY_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True)

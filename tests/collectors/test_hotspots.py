@@ -39,7 +39,9 @@ def test_the_launch_bound_loop_names_its_line_and_its_cheap_ops():
     totals = [op.total_us for op in summary.top_cpu_ops]
     assert totals == sorted(totals, reverse=True) and len(totals) == 10
     table = hotspots(summary)
-    assert table["call_sites"][0]["gpu_share"] == pytest.approx(top.gpu_us / sum(s.gpu_us for s in summary.call_sites), abs=1e-4)
+    assert table["call_sites"][0]["gpu_share"] == pytest.approx(
+        top.gpu_us / sum(s.gpu_us for s in summary.call_sites), abs=1e-4
+    )
     assert table["kernels"][0]["share_of_kernel_time"] > 0
 
 
@@ -79,21 +81,32 @@ def test_the_agent_is_never_the_workloads_call_site_even_from_an_editable_instal
 
     assert frame_kind("/home/me/src/gpudoctor/gpudoctor/agent/torch_hooks.py") is None
     assert frame_kind("/home/me/project/train.py") == "user"
-    frames = ["/home/me/venv/lib/python3.11/site-packages/transformers/trainer.py(2100): train",
-              "/home/me/src/gpudoctor/gpudoctor/agent/torch_hooks.py(140): fetch",
-              "/home/me/venv/lib/python3.11/site-packages/torch/nn/modules/module.py(1750): _call_impl"]
+    frames = [
+        "/home/me/venv/lib/python3.11/site-packages/transformers/trainer.py(2100): train",
+        "/home/me/src/gpudoctor/gpudoctor/agent/torch_hooks.py(140): fetch",
+        "/home/me/venv/lib/python3.11/site-packages/torch/nn/modules/module.py(1750): _call_impl",
+    ]
     assert _innermost(frames) == "train (transformers/trainer.py:2100)"
 
 
 def test_work_inside_the_agents_transparent_wrappers_is_the_workloads():
     """A sync made through a safe-point wrapper (a stepless window) counts; one made while
     the agent closes its window does not."""
+
     def frame(name, ts, dur, tid=1):
         return {"ph": "X", "cat": "python_function", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
 
     def sync(ts, correlation):
-        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 1, "ts": ts,
-                "dur": 5.0, "args": {"correlation": correlation}}
+        return {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaStreamSynchronize",
+            "pid": 1,
+            "tid": 1,
+            "ts": ts,
+            "dur": 5.0,
+            "args": {"correlation": correlation},
+        }
 
     events = [
         frame("loop.py(3): <module>", 0.0, 1000.0),
@@ -101,8 +114,16 @@ def test_work_inside_the_agents_transparent_wrappers_is_the_workloads():
         sync(12.0, 1),
         frame("/src/gpudoctor/gpudoctor/agent/profiler.py(200): stop", 100.0, 50.0),
         sync(110.0, 2),
-        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 40.0, "dur": 2.0,
-         "args": {"correlation": 3, "device": 0}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "pid": 0,
+            "tid": 7,
+            "ts": 40.0,
+            "dur": 2.0,
+            "args": {"correlation": 3, "device": 0},
+        },
     ]
     summary = summarize_trace({"traceEvents": events})
     assert summary.sync_count == 1

@@ -208,7 +208,7 @@ def test_gpu_that_answers_nothing_is_given_up():
     every = ["nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPowerUsage",
              "nvmlDeviceGetClockInfo", "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetTemperature",
              "nvmlGpmSampleGet", "nvmlDeviceGetPcieThroughput"]
-    gpu = FakeGpu(UUID0, gpm=False, fail={name: pynvml.NVML_ERROR_UNKNOWN for name in every})
+    gpu = FakeGpu(UUID0, gpm=False, fail=dict.fromkeys(every, pynvml.NVML_ERROR_UNKNOWN))
     sampler, _, clock = make([gpu])
     run_polls(sampler, clock, 8)
     result = sampler.stop()
@@ -256,13 +256,23 @@ def test_select_unknown_uuid_keeps_sampling_and_says_so():
     assert any("GPU-deadbeef" in n for n in result.notes)
 
 
+def _wait_for_polls(nv: FakeNvml, gpu_polls: int) -> None:
+    """Until the sampling thread has read the utilization of a GPU `gpu_polls` more times
+    (counted by the fake, not timed: a loaded machine only makes it take longer)."""
+    wanted = nv.calls["nvmlDeviceGetUtilizationRates"] + gpu_polls
+    give_up = time.monotonic() + 120  # a hang guard, not a speed requirement
+    while nv.calls["nvmlDeviceGetUtilizationRates"] < wanted:
+        assert time.monotonic() < give_up, "the sampling thread stopped polling"
+        time.sleep(0.01)
+
+
 def test_select_from_another_thread_while_sampling():
     nv = FakeNvml([FakeGpu(UUID0), FakeGpu(UUID1)], clock=time.time)
     sampler = NvmlSampler(interval_s=0.1, nvml=nv, environ={})
     sampler.start()
-    time.sleep(0.25)
+    _wait_for_polls(nv, 2)
     sampler.select([UUID0])
-    time.sleep(0.25)
+    _wait_for_polls(nv, 3)  # a poll in flight reads both GPUs; the next one reads GPU 0 alone
     result = sampler.stop()
     assert [g.index for g in result.gpus] == [0]
     assert result.samples and sampler.latest_util() == 100.0
@@ -310,9 +320,9 @@ def test_background_thread_samples_and_survives_errors():
     nv = FakeNvml([gpu], clock=time.time)
     sampler = NvmlSampler(interval_s=0.1, nvml=nv, environ={})
     sampler.start()
-    time.sleep(0.35)
+    _wait_for_polls(nv, 3)
     gpu.fail["nvmlDeviceGetMemoryInfo"] = pynvml.NVML_ERROR_UNKNOWN
-    time.sleep(0.25)
+    _wait_for_polls(nv, 2)  # the poll in flight may have read the memory already; the next one cannot
     result = sampler.stop()
     assert len(result.samples) >= 3
     assert result.samples[-1].memory_used_bytes is None and result.samples[-1].util_percent == 100.0

@@ -85,7 +85,7 @@ class TraceBuilder:
     def data(self) -> dict[str, Any]:
         return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200",
                                                           "totalGlobalMem": 150109880320}],
-                "traceEvents": self.events + [{"ph": "M", "name": "process_name", "pid": PID, "tid": 0,
+                "traceEvents": [*self.events, {"ph": "M", "name": "process_name", "pid": PID, "tid": 0,
                                                "args": {"name": "python"}}]}
 
 
@@ -173,7 +173,12 @@ def test_copies_by_kind_bytes_small_copies_and_memsets():
     s = summarize_trace(t.data())
     assert set(s.memcpy) == {"HtoD_pageable", "HtoD_pinned", "DtoH_pinned", "DtoD", "PtoP"}
     pageable = s.memcpy["HtoD_pageable"]
-    assert (pageable["count"], pageable["bytes"], pageable["us"], pageable["small_count"]) == (2, (4 << 20) + 400, 105.0, 1)
+    assert (pageable["count"], pageable["bytes"], pageable["us"], pageable["small_count"]) == (
+        2,
+        (4 << 20) + 400,
+        105.0,
+        1,
+    )
     assert s.memcpy["DtoH_pinned"]["small_count"] == 1
     assert (s.memset_count, s.memset_us) == (1, 3.0)
     assert s.kernel_count == 0 and s.error is None  # copies are GPU activity
@@ -196,13 +201,13 @@ def test_copy_kind(name, kind):
 # ---- matmul precision ------------------------------------------------------------------
 @pytest.mark.parametrize("name, kind", [
     # seen on an H200 with torch 2.11 / CUDA 13
-    ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize4x2x1_ffma_aligna4_alignc4_execute_"
-     + "kernel__5x_cublas", "fp32"),
+    (("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize4x2x1_ffma_aligna4_alignc4_execute_"
+      "kernel__5x_cublas"), "fp32"),
     ("void sgemm_largek_lds64<true, false, 5, 5, 4, 4, 4, 34>(float*, float const*, float const*, int)", "fp32"),
-    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x64_8x5_nn_align1>(cutlass_80_simt_sgemm_128x64_8x5_nn_"
-     + "align1::Params)", "fp32"),
-    ("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x256x32_warpgroupsize2x1x1_execute_segment_k_off_"
-     + "kernel__5x_cublas", "tensor_core"),
+    (("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x64_8x5_nn_align1>(cutlass_80_simt_sgemm_128x64_8x5_nn_"
+      "align1::Params)"), "fp32"),
+    (("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x256x32_warpgroupsize2x1x1_execute_segment_k_off_"
+      "kernel__5x_cublas"), "tensor_core"),
     ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "tensor_core"),
     # common on Ampere/Volta
     ("ampere_sgemm_128x64_nn", "fp32"),
@@ -347,7 +352,7 @@ def test_malformed_events_are_skipped_and_an_empty_trace_is_an_error():
     assert summarize_trace(data).kernel_count == 1
     with pytest.raises(TraceError, match="no complete"):
         summarize_trace({"traceEvents": [{"ph": "M", "name": "process_name"}]})
-    assert summarize_trace([e for e in t.data()["traceEvents"]]).kernel_count == 1  # a bare event array
+    assert summarize_trace(list(t.data()["traceEvents"])).kernel_count == 1  # a bare event array
 
 
 @settings(max_examples=60, deadline=None)

@@ -12,7 +12,8 @@ import pytest
 
 from .conftest import WORKLOADS
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration  # every test here starts a process
+
 
 
 def _no_traceback(stderr: str) -> None:
@@ -121,8 +122,8 @@ def test_steps_stops_the_run_gracefully(diagnose):
 def test_duration_stops_the_run(diagnose):
     run = diagnose("--duration", "4", str(WORKLOADS / "endless.py"))
     assert run.returncode == 0, run.stderr
-    assert run.report["stop_reason"] == "duration"
-    assert 4 <= run.report["duration_s"] < 30
+    assert run.report["stop_reason"] == "duration"  # the workload is endless: only the duration ended it
+    assert run.report["duration_s"] >= 4
 
 
 @pytest.mark.parametrize(
@@ -219,7 +220,9 @@ def test_an_inference_loop_with_a_module_gets_a_window_from_its_forwards(diagnos
     assert session["steps"]["source"] == "forward"
     profile = session["profile"]
     assert profile is not None and profile["step_source"] == "forward", session["unavailable"]
-    assert profile["window_start_s"] < 4.5  # early in a 5-second loop, not at its end
+    # early in the loop, not at its end: forwards ran after the window closed (an ordering,
+    # not a time: a loaded machine starts the loop later and the window with it)
+    assert profile["window_end_s"] < session["steps"]["last_step_t"], (profile, session["steps"]["last_step_t"])
     assert profile["top_cpu_ops"] and profile["top_cpu_ops"][0]["name"].startswith("aten::")
     hotspots = run.report["evidence"]["hotspots"]
     assert hotspots and hotspots[0]["cpu_ops"] and "Hotspots (profiled window 1" in run.stderr

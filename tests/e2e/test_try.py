@@ -10,7 +10,8 @@ from gpudoctor.trials.report import times
 
 from .conftest import WORKLOADS
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration  # every test here starts a process
+
 
 PROBE = str(WORKLOADS / "overrides_probe.py")
 

@@ -8,6 +8,8 @@ import pytest
 
 from .conftest import WORKLOADS
 
+pytestmark = pytest.mark.integration  # every test here starts a process
+
 
 def session_of(run) -> dict:
     return json.loads(next(run.out.glob("*.session.json")).read_text())

@@ -26,7 +26,9 @@ def _own_code_dirs() -> tuple[str, ...]:
     import gpudoctor.checks
     import gpudoctor.reports
 
-    return tuple(str(Path(m.__file__).resolve().parent) + os.sep for m in (gpudoctor, gpudoctor.checks, gpudoctor.reports))
+    return tuple(
+        str(Path(m.__file__).resolve().parent) + os.sep for m in (gpudoctor, gpudoctor.checks, gpudoctor.reports)
+    )
 
 
 # A DataLoader worker formats its error's traceback as text before the main process sees it,

@@ -17,8 +17,6 @@ from gpudoctor import exitcodes
 
 from .conftest import WORKLOADS, cli, main
 
-pytestmark = pytest.mark.slow
-
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "h200"
 SESSION = FIXTURES / "starved_loader.session.json"
 TRACE = FIXTURES / "traces" / "copies.json.gz"
@@ -70,11 +68,13 @@ def test_report_refuses_bad_files(bad_files, name):
     one_line_error(main("report", str(bad_files[name]), "--format", "json"), exitcodes.BAD_DATA)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["empty", "deep", "huge"])
 def test_report_refuses_bad_files_in_a_real_process(bad_files, name):
     one_line_error(cli("report", str(bad_files[name]), "--format", "json"), exitcodes.BAD_DATA)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["truncated", "hostile-report"])
 def test_diff_refuses_bad_files(bad_files, name):
     one_line_error(main("diff", str(SESSION), str(bad_files[name])), exitcodes.BAD_DATA)
@@ -92,6 +92,7 @@ def test_analyze_refuses_a_truncated_gzip_trace(tmp_path):
     one_line_error(main("analyze", str(cut), "--json", "-"), exitcodes.BAD_DATA, "gzip")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
 def test_endless_input_is_bounded_not_a_hang(device):
     if not os.path.exists(device):
@@ -99,6 +100,7 @@ def test_endless_input_is_bounded_not_a_hang(device):
     one_line_error(cli("report", device, "--format", "json", timeout=60), exitcodes.BAD_DATA, "larger than")
 
 
+@pytest.mark.integration
 def test_input_through_a_fifo(tmp_path):
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)
@@ -147,15 +149,18 @@ def test_unknown_and_conflicting_options(args, words):
     one_line_error(main(*args), exitcodes.USAGE, words)
 
 
+@pytest.mark.integration
 def test_unknown_option_in_a_real_process():
     one_line_error(cli("diagnose", "--bogus", "x.py"), exitcodes.USAGE, "unrecognized")
 
 
+@pytest.mark.integration
 def test_unknown_option_that_is_not_utf8():
     one_line_error(cli(b"--\xff\xfe"), exitcodes.USAGE, "unrecognized")
     one_line_error(cli("report", str(SESSION), "--format", b"\xff"), exitcodes.USAGE, "invalid choice")
 
 
+@pytest.mark.integration
 def test_non_utf8_paths_for_report(tmp_path):
     odd = os.fsencode(tmp_path) + b"/run-\xff\xfe.session.json"
     shutil.copyfile(SESSION, odd)
@@ -170,6 +175,7 @@ def test_non_utf8_paths_for_report(tmp_path):
     one_line_error(cli("analyze", odd, "--json", "-"), exitcodes.BAD_DATA, "not a profiler trace")
 
 
+@pytest.mark.integration
 def test_non_utf8_script_path_and_arguments_for_diagnose(tmp_path):
     script = os.fsencode(tmp_path) + b"/exit-\xff.py"
     shutil.copyfile(WORKLOADS / "sys_exit.py", script)
@@ -185,6 +191,7 @@ def test_non_utf8_script_path_and_arguments_for_diagnose(tmp_path):
     assert report["command"][-1] == "\udcff\udcfe-arg"  # written as \\udcff escapes: the same string back
 
 
+@pytest.mark.integration
 def test_report_of_a_session_with_non_utf8_command_to_stdout(tmp_path):
     data = json.loads(SESSION.read_text())
     data["command"] = ["python", "train-\udcff.py"]

@@ -161,7 +161,9 @@ def test_truncated_sessions_are_refused_cleanly(tmp_path_factory: pytest.TempPat
 @SETTINGS
 @given(raw=st.one_of(st.binary(max_size=200), hostile_json.map(lambda v: json.dumps(v).encode())),
        compress=st.booleans())
-def test_trace_loader_refuses_junk_cleanly(tmp_path_factory: pytest.TempPathFactory, raw: bytes, compress: bool) -> None:
+def test_trace_loader_refuses_junk_cleanly(
+    tmp_path_factory: pytest.TempPathFactory, raw: bytes, compress: bool
+) -> None:
     from gpudoctor.commands.analyze import session_from_trace
 
     path = tmp_path_factory.mktemp("trace") / "t.json"
@@ -229,10 +231,22 @@ def test_mutated_real_sessions_are_judged_and_rendered(data: dict[str, Any]) -> 
     judge_and_render(session)
 
 
-saved_reports = st.fixed_dictionaries({"schema": st.just("gpudoctor.report/1")}, optional={
-    "command": hostile_json, "exit_code": scalar, "duration_s": scalar, "environment": hostile_json,
-    "summary": hostile_json, "findings": st.lists(hostile_json, max_size=3), "checks": st.lists(hostile_json, max_size=3),
-    "files": hostile_json, "evidence": hostile_json, "stop_reason": scalar, "started_at": scalar})
+saved_reports = st.fixed_dictionaries(
+    {"schema": st.just("gpudoctor.report/1")},
+    optional={
+        "command": hostile_json,
+        "exit_code": scalar,
+        "duration_s": scalar,
+        "environment": hostile_json,
+        "summary": hostile_json,
+        "findings": st.lists(hostile_json, max_size=3),
+        "checks": st.lists(hostile_json, max_size=3),
+        "files": hostile_json,
+        "evidence": hostile_json,
+        "stop_reason": scalar,
+        "started_at": scalar,
+    },
+)
 
 
 def run_cli(*args: str) -> tuple[int, str, str]:

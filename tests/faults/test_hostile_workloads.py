@@ -15,7 +15,8 @@ from gpudoctor.supervisor import RunOptions, Supervisor
 
 from .conftest import WORKLOADS
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration  # every test here starts a process
+
 
 SECRET = "Zq7s3cr3tValue42"
 

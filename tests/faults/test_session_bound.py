@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -34,9 +33,17 @@ _spec.loader.exec_module(fake_pynvml)
 
 
 def cpu_sample(t: float, n: int) -> CpuSample:
-    return CpuSample(t=round(t, 3), system_percent=40.0 + n % 50, per_core_percent=[float((n + i) % 100) + 0.1 for i in range(CORES)],
-                     tree_percent=312.4, main_percent=99.1, main_thread_percent=98.7, workers_percent=210.3,
-                     tree_rss_bytes=(10 << 30) + n, iowait_percent=1.2)
+    return CpuSample(
+        t=round(t, 3),
+        system_percent=40.0 + n % 50,
+        per_core_percent=[float((n + i) % 100) + 0.1 for i in range(CORES)],
+        tree_percent=312.4,
+        main_percent=99.1,
+        main_thread_percent=98.7,
+        workers_percent=210.3,
+        tree_rss_bytes=(10 << 30) + n,
+        iowait_percent=1.2,
+    )
 
 
 def cpu_samples_for(seconds: float) -> tuple[list[CpuSample], float]:
@@ -97,7 +104,6 @@ def written_size(data: dict) -> int:
 
 @pytest.mark.parametrize("hours", [1, 2])
 def test_session_of_a_long_run_is_bounded(tmp_path, hours, capsys):
-    started = time.perf_counter()
     session = long_run(tmp_path, hours * 3600)
     data = session.to_dict()
     size = written_size(data)
@@ -116,7 +122,6 @@ def test_session_of_a_long_run_is_bounded(tmp_path, hours, capsys):
         with capsys.disabled():  # the numbers behind the README's bound (pytest -s shows them too)
             print(f"\n1-hour session: {size / 2**20:.2f} MiB;",
                   ", ".join(f"{k} {v / 2**20:.2f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])[:5]))
-    assert time.perf_counter() - started < 60
 
 
 def test_cpu_samples_are_thinned_not_dropped():

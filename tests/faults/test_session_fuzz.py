@@ -25,8 +25,6 @@ from gpudoctor.session import Session, SessionError
 
 from .test_bad_input_props import FIXTURE_SESSIONS, judge_and_render
 
-pytestmark = pytest.mark.slow
-
 _EXAMPLES = int(os.environ.get("GD_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=_EXAMPLES, deadline=None, derandomize=os.environ.get("GD_FUZZ_RANDOM") is None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -148,6 +146,7 @@ def _peak_rss_mib(*args: str) -> tuple[int, int, str]:
 MEMORY_BOUND_MIB = 300  # the interpreter, gpudoctor's imports and the bounded input (measured: 50-130)
 
 
+@pytest.mark.integration
 def test_a_session_of_millions_of_tiny_objects_is_refused_within_bounded_memory(tmp_path: Path) -> None:
     path = tmp_path / "huge.session.json"
     sample = b'{"t":1,"system_percent":1},'
@@ -160,6 +159,7 @@ def test_a_session_of_millions_of_tiny_objects_is_refused_within_bounded_memory(
     assert peak < MEMORY_BOUND_MIB, peak
 
 
+@pytest.mark.integration
 def test_a_gzip_bomb_trace_is_refused_within_bounded_memory(tmp_path: Path) -> None:
     import gzip
 

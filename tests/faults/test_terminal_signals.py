@@ -14,7 +14,8 @@ import pytest
 
 from .conftest import GPUDOCTOR, WORKLOADS
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration  # every test here starts a process
+
 
 
 class AtTerminal:

@@ -14,7 +14,8 @@ import pytest
 
 from .conftest import WORKLOADS
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration  # every test here starts a process
+
 
 
 def _torch_missing_python(tmp_path: Path) -> Path:

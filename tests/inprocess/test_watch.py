@@ -167,6 +167,7 @@ def test_done_tells_the_loop_when_enough_steps_were_watched():
     assert 10 <= w.report().summary["steps"] < 2000
 
 
+@pytest.mark.integration
 def test_dataloader_workers_report_their_batches():
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -179,6 +180,7 @@ def test_dataloader_workers_report_their_batches():
     assert loader.fetch_batches == 32 and len(loader.worker_pids) == 2
 
 
+@pytest.mark.integration
 def test_import_gpudoctor_stays_cheap():
     import subprocess
 

@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 torch = pytest.importorskip("torch")
 
-from gpudoctor.integrations.hf import GpuDoctorCallback
+from gpudoctor.integrations.hf import GpuDoctorCallback  # noqa: E402  (only once its requirements are there)
 
 
 class Tiny(torch.nn.Module):
@@ -96,7 +96,7 @@ transformers.Trainer(model=Tiny(fail_at=8), args=args, train_dataset=Data(),
 '''
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_script_that_dies_in_train_still_writes_the_report(tmp_path):
     """No on_exception in the Trainer: the uncaught exception reaches sys.excepthook, which ends the watch."""
     import subprocess
@@ -105,7 +105,9 @@ def test_a_script_that_dies_in_train_still_writes_the_report(tmp_path):
 
     out = tmp_path / "out"
     script = SCRIPT.format(here=str(Path(__file__).parent), out=str(out))
-    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert done.returncode == 1 and "nan loss" in done.stderr  # the program's own ending, unchanged
     (report,) = [p for p in (out / "gpudoctor").glob("*.json") if not p.name.endswith(".session.json")]
     data = json.loads(report.read_text())

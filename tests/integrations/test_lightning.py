@@ -10,7 +10,7 @@ import pytest
 pl = pytest.importorskip("lightning.pytorch")
 torch = pytest.importorskip("torch")
 
-from gpudoctor.integrations.lightning import GpuDoctorCallback
+from gpudoctor.integrations.lightning import GpuDoctorCallback  # noqa: E402  (only once lightning is there)
 
 
 class Tiny(pl.LightningModule):

@@ -10,7 +10,9 @@ from typing import Any
 
 from gpudoctor.preflight.context import TorchFacts
 
-_spec = importlib.util.spec_from_file_location("fake_pynvml", Path(__file__).parents[1] / "collectors" / "fake_pynvml.py")
+_spec = importlib.util.spec_from_file_location(
+    "fake_pynvml", Path(__file__).parents[1] / "collectors" / "fake_pynvml.py"
+)
 assert _spec is not None and _spec.loader is not None
 fake_pynvml = sys.modules.get("fake_pynvml") or importlib.util.module_from_spec(_spec)
 if "fake_pynvml" not in sys.modules:
@@ -21,9 +23,15 @@ FakeGpu, FakeNvml, GIB = fake_pynvml.FakeGpu, fake_pynvml.FakeNvml, fake_pynvml.
 
 def idle_gpu(index: int = 0, **changes: Any) -> Any:
     """A healthy, idle H200: no process, Idle clock-event reason, links at full speed."""
-    fields: dict[str, Any] = {"uuid": f"GPU-{index}{index}{index}{index}0000-aaaa-bbbb-cccc-00000000000{index}",
-                              "memory_used": 512 * 2**20, "util_gpu": 0, "power_mw": 70_000, "reasons": 0x1,
-                              "bus_id": f"00000000:{0x18 + index:02X}:00.0", "numa_node": 0}
+    fields: dict[str, Any] = {
+        "uuid": f"GPU-{index}{index}{index}{index}0000-aaaa-bbbb-cccc-00000000000{index}",
+        "memory_used": 512 * 2**20,
+        "util_gpu": 0,
+        "power_mw": 70_000,
+        "reasons": 0x1,
+        "bus_id": f"00000000:{0x18 + index:02X}:00.0",
+        "numa_node": 0,
+    }
     fields.update(changes)
     return FakeGpu(**fields)
 
@@ -31,8 +39,13 @@ def idle_gpu(index: int = 0, **changes: Any) -> Any:
 CUDA_TORCH = TorchFacts(version="2.11.0+cu130", cuda="13.0", device_count=1, sharing_strategy="file_descriptor")
 
 
-def sysfs(root: Path, gpus: dict[str, int] | None = None, nodes: dict[int, str] | None = None,
-          governors: dict[int, str] | None = None, rdma: list[str] | None = None) -> Path:
+def sysfs(
+    root: Path,
+    gpus: dict[str, int] | None = None,
+    nodes: dict[int, str] | None = None,
+    governors: dict[int, str] | None = None,
+    rdma: list[str] | None = None,
+) -> Path:
     """A fake /sys: PCI GPUs (bus id -> NUMA node), NUMA nodes (id -> cpulist), governors (cpu -> name)."""
     for bus, node in (gpus or {}).items():
         dev = root / "bus" / "pci" / "devices" / bus

@@ -14,8 +14,9 @@ from gpudoctor.preflight.policy import Policy
 
 def run(ctx, ignore=(), job_run=None):
     results, ignored = audit.apply_policy(audit.machine_items(ctx), ctx.policy, ignore)
-    return audit.build_report(results, ctx, ignored=ignored, run=job_run, started=datetime.datetime(2026, 1, 2, 3, 4, 5),
-                              duration_s=1.5)
+    return audit.build_report(
+        results, ctx, ignored=ignored, run=job_run, started=datetime.datetime(2026, 1, 2, 3, 4, 5), duration_s=1.5
+    )
 
 
 def test_catalog_ids_and_slugs_are_unique_and_complete() -> None:
@@ -36,8 +37,21 @@ def test_report_contract(make_ctx) -> None:
     assert list(items) == machine_ids  # every machine item, in catalog order
     assert items["PF103"]["status"] == "warn"
     for item in report["items"]:
-        assert set(item) >= {"id", "slug", "group", "title", "status", "found", "expected", "reason", "why", "fix",
-                             "fix_code", "source", "values"}
+        assert set(item) >= {
+            "id",
+            "slug",
+            "group",
+            "title",
+            "status",
+            "found",
+            "expected",
+            "reason",
+            "why",
+            "fix",
+            "fix_code",
+            "source",
+            "values",
+        }
         assert item["status"] != "not-checked" or item["reason"]
     assert sum(report["counts"].values()) == len(report["items"])
     assert report["host"]["gpus"][0]["bus_id"] == "0000:18:00.0"
@@ -49,12 +63,17 @@ def test_ignore_by_id_or_slug_and_policy(make_ctx) -> None:
     report = run(ctx, ignore=["cuda-launch-blocking"])
     ids = [i["id"] for i in report["items"]]
     assert "PF501" not in ids and "PF402" not in ids
-    assert report["ignored"] == [{"id": "PF402", "slug": "cpu-governor"}, {"id": "PF501", "slug": "cuda-launch-blocking"}]
+    assert report["ignored"] == [
+        {"id": "PF402", "slug": "cpu-governor"},
+        {"id": "PF501", "slug": "cuda-launch-blocking"},
+    ]
     assert report["exit_code"] == 0
 
 
 def test_policy_turns_warnings_and_unchecked_items_into_failures(make_ctx) -> None:
-    ctx = make_ctx([idle_gpu(0, persistence=0, pcie_gen=1)], policy=Policy(warnings_fail=("PF103",), not_checked_fails=True))
+    ctx = make_ctx(
+        [idle_gpu(0, persistence=0, pcie_gen=1)], policy=Policy(warnings_fail=("PF103",), not_checked_fails=True)
+    )
     items = {i["id"]: i for i in run(ctx)["items"]}
     assert items["PF103"]["status"] == "fail" and "warnings_fail" in items["PF103"]["note"]
     assert items["PF302"]["status"] == "fail" and items["PF302"]["found"].startswith("not checked: GPU 0: Gen1 of Gen5")

@@ -12,14 +12,26 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # every test here starts a process
+
 WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
 needs_toml = pytest.mark.skipif(sys.version_info < (3, 11), reason="policy files need tomllib")
 
 
-def preflight(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def preflight(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in ("CUDA_LAUNCH_BLOCKING", "PYTORCH_CUDA_ALLOC_CONF")}
-    return subprocess.run([sys.executable, "-m", "gpudoctor", "preflight", *args], capture_output=True, text=True,
-                          check=False, cwd=cwd, env={**environ, **(env or {})}, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "preflight", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        env={**environ, **(env or {})},
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_machine_audit_writes_json_html_junit(tmp_path: Path) -> None:
@@ -44,7 +56,9 @@ def test_a_known_bad_setting_fails_with_exit_3_and_json_on_stdout(tmp_path: Path
     item = next(i for i in report["items"] if i["id"] == "PF501")
     assert item["status"] == "fail" and item["found"] == "CUDA_LAUNCH_BLOCKING=1"
     assert proc.stderr == ""
-    ignored = preflight("--json", "-", "--quiet", "--ignore", "cuda-launch-blocking", cwd=tmp_path, env={"CUDA_LAUNCH_BLOCKING": "1"})
+    ignored = preflight(
+        "--json", "-", "--quiet", "--ignore", "cuda-launch-blocking", cwd=tmp_path, env={"CUDA_LAUNCH_BLOCKING": "1"}
+    )
     assert "PF501" not in [i["id"] for i in json.loads(ignored.stdout)["items"]]
 
 
@@ -91,7 +105,6 @@ def test_list_prints_the_catalog(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "PF403\tshm-size\tHost\t" in proc.stdout
 
 
-@pytest.mark.slow
 @needs_toml
 def test_job_policy_path_with_a_tiny_cpu_workload(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
@@ -103,7 +116,9 @@ def test_job_policy_path_with_a_tiny_cpu_workload(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "pf.json").read_text())
     items = {i["id"]: i for i in report["items"]}
     assert items["PF901"]["status"] == "pass", items["PF901"]
-    assert items["PF904"]["status"] == "fail" and items["PF904"]["expected"] == "at most 5.0% (policy max_data_wait_share)"
+    assert (
+        items["PF904"]["status"] == "fail" and items["PF904"]["expected"] == "at most 5.0% (policy max_data_wait_share)"
+    )
     assert items["PF908"]["status"] == "pass"
     assert items["PF902"]["status"] == "not-checked" and items["PF902"]["reason"]  # no GPU here: not measured
     assert "PF401" not in items

@@ -20,7 +20,7 @@ def by_id(results):
 
 def test_a_healthy_idle_h200_passes_every_gpu_item(make_ctx) -> None:
     results = by_id([*gpu.probe(make_ctx()), *health.probe(make_ctx())])
-    assert {i: r.status for i, r in results.items()} == {i: "pass" for i in results}
+    assert {i: r.status for i, r in results.items()} == dict.fromkeys(results, "pass")
     assert results["PF101"].found == "driver 580.159.04 supports CUDA 13.0; torch 2.11.0+cu130 built for CUDA 13.0"
     assert results["PF103"].found == "GPU 0: enabled"
     assert "0 rows remapped" in results["PF202"].found
@@ -53,7 +53,10 @@ def test_driver_cuda_is_not_checked_for_a_cpu_torch(make_ctx) -> None:
 def test_gpus_visible_counts_pci_nvml_and_torch(make_ctx, tmp_path) -> None:
     root = sysfs(tmp_path / "s", gpus={"0000:18:00.0": 0, "0000:19:00.0": 0})
     two = [idle_gpu(0), idle_gpu(1)]
-    assert gpu.gpus_visible(make_ctx(two, sys_root=root, torch=TorchFacts("2.11", "13.0", device_count=2))).status == "pass"
+    assert (
+        gpu.gpus_visible(make_ctx(two, sys_root=root, torch=TorchFacts("2.11", "13.0", device_count=2))).status
+        == "pass"
+    )
     # a GPU on the bus that NVML does not list: lost, or a container given some GPUs
     lost = gpu.gpus_visible(make_ctx([idle_gpu(0)], sys_root=root, torch=CUDA_TORCH))
     assert lost.status == "warn" and "PCI bus 2, NVML 1" in lost.found

@@ -45,14 +45,23 @@ def test_governor(make_ctx, tmp_path, monkeypatch) -> None:
     assert fast.status == "pass" and fast.found.startswith("performance on 2 cores")
     slow_root = sysfs(tmp_path / "b", governors={0: "powersave", 1: "performance"})
     assert host.cpu_governor(make_ctx(sys_root=slow_root)).status == "warn"
-    assert host.cpu_governor(make_ctx(sys_root=slow_root, policy=Policy(require_performance_governor=True))).status == "fail"
+    assert (
+        host.cpu_governor(make_ctx(sys_root=slow_root, policy=Policy(require_performance_governor=True))).status
+        == "fail"
+    )
     assert host.cpu_governor(make_ctx(sys_root=sysfs(tmp_path / "c"))).status == "not-checked"
 
 
-@pytest.mark.parametrize("size, policy, status", [
-    (64 * MIB, Policy(), "fail"), (512 * MIB, Policy(), "warn"), (8 * GIB, Policy(), "pass"),
-    (8 * GIB, Policy(min_shm_bytes=16 * GIB), "fail"), (512 * MIB, Policy(min_shm_bytes=256 * MIB), "pass"),
-])
+@pytest.mark.parametrize(
+    "size, policy, status",
+    [
+        (64 * MIB, Policy(), "fail"),
+        (512 * MIB, Policy(), "warn"),
+        (8 * GIB, Policy(), "pass"),
+        (8 * GIB, Policy(min_shm_bytes=16 * GIB), "fail"),
+        (512 * MIB, Policy(min_shm_bytes=256 * MIB), "pass"),
+    ],
+)
 def test_shm_size(make_ctx, tmp_path, monkeypatch, size: int, policy: Policy, status: str) -> None:
     _statvfs(monkeypatch, size, size // 2)
     assert host.shm_size(make_ctx(policy=policy, shm_path=tmp_path)).status == status
@@ -93,9 +102,15 @@ def test_swap(make_ctx, monkeypatch) -> None:
     assert host.swap_in_use(make_ctx(policy=Policy(max_swap_used_bytes=4 * GIB))).status == "pass"
 
 
-@pytest.mark.parametrize("free, size, status", [
-    (500 * MIB, 100 * GIB, "fail"), (5 * GIB, 100 * GIB, "warn"), (50 * GIB, 2000 * GIB, "warn"), (50 * GIB, 100 * GIB, "pass"),
-])
+@pytest.mark.parametrize(
+    "free, size, status",
+    [
+        (500 * MIB, 100 * GIB, "fail"),
+        (5 * GIB, 100 * GIB, "warn"),
+        (50 * GIB, 2000 * GIB, "warn"),
+        (50 * GIB, 100 * GIB, "pass"),
+    ],
+)
 def test_checkpoint_disk(make_ctx, tmp_path, monkeypatch, free: int, size: int, status: str) -> None:
     _statvfs(monkeypatch, size, free)
     assert host.checkpoint_disk(make_ctx(checkpoint_dir=tmp_path)).status == status
@@ -104,7 +119,10 @@ def test_checkpoint_disk(make_ctx, tmp_path, monkeypatch, free: int, size: int, 
 def test_checkpoint_dir_not_created_yet_uses_its_filesystem(make_ctx, tmp_path) -> None:
     result = host.checkpoint_disk(make_ctx(checkpoint_dir=tmp_path / "runs" / "ckpt"))
     assert result.status in ("pass", "warn", "fail") and "not created yet" in result.found
-    assert host.checkpoint_disk(make_ctx(checkpoint_dir=tmp_path, policy=Policy(min_free_disk_bytes=2**60))).status == "fail"
+    assert (
+        host.checkpoint_disk(make_ctx(checkpoint_dir=tmp_path, policy=Policy(min_free_disk_bytes=2**60))).status
+        == "fail"
+    )
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")

@@ -37,7 +37,9 @@ def test_every_threshold_is_an_item_and_passes_on_a_good_run() -> None:
 
 
 def test_thresholds_fail() -> None:
-    bad = report(sm_activity_mean=9.0, data_wait_share=0.6, step_time_median_s=0.9, peak_memory_allocated_bytes=95 * 2**30)
+    bad = report(
+        sm_activity_mean=9.0, data_wait_share=0.6, step_time_median_s=0.9, peak_memory_allocated_bytes=95 * 2**30
+    )
     bad["findings"] = [{"id": "GD102", "severity": "critical", "title": "Input pipeline stall"}]
     results = by_id(job.items(STRICT, JobRun(bad, exit_code=0)))
     failed = sorted(i for i, r in results.items() if r.status == "fail")

@@ -23,10 +23,23 @@ def report(make_ctx):
     ctx = make_ctx([idle_gpu(0), idle_gpu(1, persistence=0, processes=[(4242, 2**30)])],
                    environ={"CUDA_LAUNCH_BLOCKING": "1", "NCCL_ALGO": HOSTILE},
                    torch=TorchFacts(version="2.11.0+cu130", cuda="13.0", device_count=2))
-    diagnose = {"command": ["python", "train.py", "--token=secret123"], "exit_code": 0, "stop_reason": "steps",
-                "duration_s": 9.0, "summary": {"verdict": "Input-bound: " + HOSTILE, "steps": 40, "steady_steps": 25},
-                "findings": [{"id": "GD102", "severity": "critical", "title": "Input pipeline stall", "message": HOSTILE,
-                              "remedy": {"text": "add workers"}}], "checks": []}
+    diagnose = {
+        "command": ["python", "train.py", "--token=secret123"],
+        "exit_code": 0,
+        "stop_reason": "steps",
+        "duration_s": 9.0,
+        "summary": {"verdict": "Input-bound: " + HOSTILE, "steps": 40, "steady_steps": 25},
+        "findings": [
+            {
+                "id": "GD102",
+                "severity": "critical",
+                "title": "Input pipeline stall",
+                "message": HOSTILE,
+                "remedy": {"text": "add workers"},
+            }
+        ],
+        "checks": [],
+    }
     results, ignored = audit.apply_policy(audit.machine_items(ctx), ctx.policy, ["PF402"])
     return audit.build_report(results, ctx, ignored=ignored, run=JobRun(diagnose, 0, {"html": "reports/train.html"}),
                               started=datetime.datetime(2026, 1, 2, 3, 4, 5), duration_s=2.0)
@@ -34,7 +47,9 @@ def report(make_ctx):
 
 def test_terminal_checklist(report) -> None:
     text = preflight_terminal.to_text(report)
-    assert text.startswith("gpudoctor preflight Not ready: 2 items failed (PF105 gpu-processes, PF501 cuda-launch-blocking)")
+    assert text.startswith(
+        "gpudoctor preflight Not ready: 2 items failed (PF105 gpu-processes, PF501 cuda-launch-blocking)"
+    )
     assert re.search(r"FAIL\s+│ PF501 cuda-launch-blocking\s+│ CUDA_LAUNCH_BLOCKING=1", text)
     assert re.search(r"WARN\s+│ PF103 persistence-mode", text)
     assert "-> PF501 cuda-launch-blocking: Unset it outside debugging sessions." in text
@@ -81,9 +96,13 @@ def test_json_ready_report_renders_with_no_job_and_no_gpu(make_ctx) -> None:
     from gpudoctor.preflight import gpu_facts
     from gpudoctor.preflight.context import Context
 
-    ctx = Context(nvml=gpu_facts.read(FakeNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)), torch=CUDA_TORCH, environ={})
+    ctx = Context(
+        nvml=gpu_facts.read(FakeNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)), torch=CUDA_TORCH, environ={}
+    )
     results, ignored = audit.apply_policy(audit.machine_items(ctx), ctx.policy, [])
-    report = audit.build_report(results, ctx, ignored=ignored, run=None, started=datetime.datetime(2026, 1, 1), duration_s=1)
+    report = audit.build_report(
+        results, ctx, ignored=ignored, run=None, started=datetime.datetime(2026, 1, 1), duration_s=1
+    )
     assert "<h2>Job</h2>" not in preflight_html.render(report)
     assert "Not checked (" in preflight_terminal.to_text(report)
     ET.fromstring(preflight_junit.render(report))

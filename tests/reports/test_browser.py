@@ -26,6 +26,8 @@ from synthetic import make_report, make_result, make_session
 
 from gpudoctor.reports import html
 
+pytestmark = pytest.mark.integration  # every test here starts a process
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "build" / "test-artifacts"
 HOSTILE = '<script>alert(1)</script>"><img src=x onerror=alert(1)>'
 
@@ -38,7 +40,9 @@ def _chromium() -> str | None:
     return "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None
 
 
-_TRAMPOLINE = "import os, sys; os.dup2(int(sys.argv[1]), 3); os.dup2(int(sys.argv[2]), 4); os.execv(sys.argv[3], sys.argv[3:])"
+_TRAMPOLINE = (
+    "import os, sys; os.dup2(int(sys.argv[1]), 3); os.dup2(int(sys.argv[2]), 4); os.execv(sys.argv[3], sys.argv[3:])"
+)
 
 
 def _above(fd: int, minimum: int) -> int:
@@ -72,7 +76,9 @@ class DevTools:
         self._next_id = 0
         self.events: list[dict[str, Any]] = []
 
-    def send(self, method: str, params: dict[str, Any] | None = None, session: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
+    def send(
+        self, method: str, params: dict[str, Any] | None = None, session: str | None = None, timeout: float = 30.0
+    ) -> dict[str, Any]:
         self._next_id += 1
         message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
         if session:
@@ -153,7 +159,11 @@ def _open(browser: DevTools, path: Path) -> str:
     session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
     for domain in ("Page", "Runtime", "Log", "Network"):
         browser.send(f"{domain}.enable", session=session)
-    browser.send("Emulation.setDeviceMetricsOverride", {"width": 1200, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session=session)
+    browser.send(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 1200, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+        session=session,
+    )
     browser.events.clear()
     browser.send("Page.navigate", {"url": path.as_uri()}, session=session)
     browser.wait_for("Page.loadEventFired")
@@ -162,7 +172,9 @@ def _open(browser: DevTools, path: Path) -> str:
 
 
 def _evaluate(browser: DevTools, session: str, expression: str) -> Any:
-    return browser.send("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=session)["result"].get("value")
+    return browser.send("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=session)[
+        "result"
+    ].get("value")
 
 
 def _screenshot(browser: DevTools, session: str, name: str) -> Path:
@@ -174,27 +186,44 @@ def _screenshot(browser: DevTools, session: str, name: str) -> Path:
 
 
 def test_report_opens_clean_offline_with_findings_and_charts(browser: DevTools, tmp_path: Path) -> None:
-    report = make_report(make_session(hostile=HOSTILE), make_result(hostile=HOSTILE), docs={"GD102": "Input pipeline stall."})
+    report = make_report(
+        make_session(hostile=HOSTILE), make_result(hostile=HOSTILE), docs={"GD102": "Input pipeline stall."}
+    )
     page = tmp_path / "report.html"
     page.write_text(html.render(report), encoding="utf-8")
     session = _open(browser, page)
 
     requests = [e["params"]["request"]["url"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
     assert [u for u in requests if u != page.as_uri() and not u.startswith("data:")] == []
-    console = [e["params"] for e in browser.events if e.get("method") == "Runtime.consoleAPICalled" and e["params"].get("type") in ("error", "warning", "assert")]
-    logged = [e["params"]["entry"] for e in browser.events if e.get("method") == "Log.entryAdded" and e["params"]["entry"].get("level") in ("error", "warning")]
+    console = [
+        e["params"]
+        for e in browser.events
+        if e.get("method") == "Runtime.consoleAPICalled" and e["params"].get("type") in ("error", "warning", "assert")
+    ]
+    logged = [
+        e["params"]["entry"]
+        for e in browser.events
+        if e.get("method") == "Log.entryAdded" and e["params"]["entry"].get("level") in ("error", "warning")
+    ]
     thrown = [e["params"] for e in browser.events if e.get("method") == "Runtime.exceptionThrown"]
     assert (console, logged, thrown) == ([], [], [])  # CSP violations would be Log errors
 
     assert _evaluate(browser, session, "document.querySelectorAll('article.finding').length") == 3
-    assert _evaluate(browser, session, "[...document.querySelectorAll('article.finding')].map(a => a.id).join(',')") == "GD102,GD304,GD201"
+    assert (
+        _evaluate(browser, session, "[...document.querySelectorAll('article.finding')].map(a => a.id).join(',')")
+        == "GD102,GD304,GD201"
+    )
     assert _evaluate(browser, session, "document.querySelectorAll('figure.chart svg').length") == 3
-    assert _evaluate(browser, session, "document.querySelectorAll('img, iframe').length") == 0  # the hostile markup stayed text
+    assert (
+        _evaluate(browser, session, "document.querySelectorAll('img, iframe').length") == 0
+    )  # the hostile markup stayed text
     assert _evaluate(browser, session, "document.querySelectorAll('button.copy').length") >= 2  # our hashed script ran
     assert HOSTILE in _evaluate(browser, session, "document.body.innerText")
     assert _screenshot(browser, session, "report.png").stat().st_size > 10_000
 
-    browser.send("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}, session=session)
+    browser.send(
+        "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}, session=session
+    )
     background = _evaluate(browser, session, "getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(13, 17, 23)"
     _screenshot(browser, session, "report-dark.png")

@@ -103,9 +103,22 @@ def test_finding_has_numbers_remedy_code_and_explain_page(page: str) -> None:
 
 def test_evidence_sections_and_charts(page: str) -> None:
     assert page.count("<svg") == 3  # timeline, step breakdown, kernel histogram
-    for text in ("ampere_sgemm_128x64_nn", "aten::item", "train.py:42", "HtoD", "Inactive split", "19.0 GiB",
-                 "NVIDIA H200", "580.65.06", "2.11.0+cu128", "Synthetic CPU", "Usable cores", "storage: no dataset path known",
-                 "python train.py --epochs 3", "train.session.json"):
+    for text in (
+        "ampere_sgemm_128x64_nn",
+        "aten::item",
+        "train.py:42",
+        "HtoD",
+        "Inactive split",
+        "19.0 GiB",
+        "NVIDIA H200",
+        "580.65.06",
+        "2.11.0+cu128",
+        "Synthetic CPU",
+        "Usable cores",
+        "storage: no dataset path known",
+        "python train.py --epochs 3",
+        "train.session.json",
+    ):
         assert text in page, text
     svg = re.search(r"<svg.*?</svg>", page, re.DOTALL)
     assert svg is not None
@@ -135,7 +148,13 @@ def test_hostile_strings_are_escaped_everywhere(hostile: str) -> None:
     for tag, attrs in tags.tags:
         assert not any(name.startswith("on") for name in attrs), tag
         assert not any("javascript:" in (value or "") for value in attrs.values()), tag
-    escaped = hostile.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&#34;").replace("'", "&#39;")
+    escaped = (
+        hostile.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&#34;")
+        .replace("'", "&#39;")
+    )
     if escaped != hostile:
         assert hostile not in page
     assert escaped in page  # shown as text (so "{{ 7*7 }}" stays literal: data is never a template)
@@ -154,7 +173,7 @@ def test_the_hotspot_tables_name_call_sites_kernels_and_operators(report) -> Non
     from gpudoctor.reports import html
 
     page = html.render(report)
-    section = page[page.index('id="hotspots"'):]
+    section = page[page.index('id="hotspots"') :]
     assert "profiled window 1 (start, 10 steps): DataLoader batches" in section
     assert "<code>train_step (train.py:40)</code>" in section and "74%" in section
     assert "<code>aten::addmm</code>" in section and "<code>ampere_sgemm_128x64_nn</code>" in section
@@ -167,5 +186,4 @@ def test_the_json_report_carries_every_window_and_its_hotspots(report) -> None:
     (table,) = evidence["hotspots"]
     assert table["name"] == "profiled window 1 (start, 10 steps)"
     assert table["call_sites"][0]["site"] == "train_step (train.py:40)"
-    assert table["cpu_ops"][0] == {"name": "aten::addmm", "count": 300, "self_us": 60_000.0,
-                                   "share_of_window": 0.05}
+    assert table["cpu_ops"][0] == {"name": "aten::addmm", "count": 300, "self_us": 60_000.0, "share_of_window": 0.05}

@@ -22,7 +22,14 @@ def test_contract_keys_first_and_in_order(report: dict[str, Any]) -> None:
     assert data["duration_s"] == 60.0
     assert {"gpus", "cpu", "torch", "driver"} <= set(data["environment"])
     assert data["summary"]["verdict"].startswith("Input-bound")
-    assert data["checks"][0] == {"id": "GD101", "slug": "workers", "stage": 1, "title": "DataLoader workers", "status": "pass", "reason": None}
+    assert data["checks"][0] == {
+        "id": "GD101",
+        "slug": "workers",
+        "stage": 1,
+        "title": "DataLoader workers",
+        "status": "pass",
+        "reason": None,
+    }
 
 
 def test_extra_fields_are_kept(report: dict[str, Any]) -> None:
@@ -40,7 +47,10 @@ def test_findings_keep_engine_order_and_contract_keys(report: dict[str, Any]) ->
     for finding in data["findings"]:
         assert list(finding)[: len(FINDING_KEYS)] == FINDING_KEYS
         assert finding["severity"] in ("critical", "warning", "info")
-    assert data["findings"][0]["remedy"] == {"text": "Raise num_workers to 8 and pin memory.", "code": "DataLoader(ds, num_workers=8, pin_memory=True)  # "}
+    assert data["findings"][0]["remedy"] == {
+        "text": "Raise num_workers to 8 and pin memory.",
+        "code": "DataLoader(ds, num_workers=8, pin_memory=True)  # ",
+    }
     assert data["findings"][0]["estimated_gain"] == 2.4
     assert data["findings"][2]["consequence_of"] == "GD102"
 

@@ -19,7 +19,12 @@ def test_one_testcase_per_check(report: dict[str, Any]) -> None:
     assert sorted(cases) == sorted(c["id"] for c in report["checks"])
     suite = ET.fromstring(xml).find("testsuite")
     assert suite is not None
-    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped"), suite.get("errors")) == ("6", "2", "1", "1")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped"), suite.get("errors")) == (
+        "6",
+        "2",
+        "1",
+        "1",
+    )
 
 
 def test_fail_on_level_decides_failures(report: dict[str, Any]) -> None:

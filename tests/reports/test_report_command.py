@@ -15,8 +15,16 @@ from gpudoctor.session import Session
 
 
 def _stall(session: Session) -> list[Finding]:
-    return [Finding("critical", "The loop waits for data", "waited 55% of each step",
-                    evidence={"share": Evidence(0.55, "share")}, remedy=Remedy("More workers.", "num_workers=8"), estimated_gain=2.2)]
+    return [
+        Finding(
+            "critical",
+            "The loop waits for data",
+            "waited 55% of each step",
+            evidence={"share": Evidence(0.55, "share")},
+            remedy=Remedy("More workers.", "num_workers=8"),
+            estimated_gain=2.2,
+        )
+    ]
 
 
 def _fp32(session: Session) -> list[Finding]:
@@ -46,7 +54,9 @@ def session_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_default_writes_html_json_session_and_summarises_on_stderr(session_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_default_writes_html_json_session_and_summarises_on_stderr(
+    session_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(["report", str(session_file)]) == 0
     out, err = capsys.readouterr()
     assert out == ""  # stdout stays clean for scripts
@@ -74,10 +84,14 @@ def test_report_json_is_rejudged_from_its_session(session_file: Path, capsys: py
     assert cli.main(["report", "first.json", "--format", "json", "--ignore", "GD304"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [f["id"] for f in data["findings"]] == ["GD102"]
-    assert {"id": "GD304", "status": "skipped", "reason": "ignored (--ignore)"}.items() <= next(c for c in data["checks"] if c["id"] == "GD304").items()
+    assert {"id": "GD304", "status": "skipped", "reason": "ignored (--ignore)"}.items() <= next(
+        c for c in data["checks"] if c["id"] == "GD304"
+    ).items()
 
 
-def test_report_without_its_session_renders_the_saved_findings(session_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_without_its_session_renders_the_saved_findings(
+    session_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(["report", str(session_file), "--out", "saved"]) == 0
     Path("saved.session.json").unlink()
     capsys.readouterr()
@@ -97,7 +111,9 @@ def test_report_without_its_session_renders_the_saved_findings(session_file: Pat
         ("[1, 2]", exitcodes.BAD_DATA),
     ],
 )
-def test_bad_input_is_one_line_with_its_code(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, code: int) -> None:
+def test_bad_input_is_one_line_with_its_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, code: int
+) -> None:
     path = tmp_path / "input.json"
     if content is not None:
         path.write_text(content)
@@ -119,6 +135,7 @@ def test_unwritable_out_is_refused(session_file: Path, capsys: pytest.CaptureFix
     assert cli.main(["report", str(session_file), "--out", "plainfile/reports/"]) == exitcodes.CANNOT_WRITE
 
 
+@pytest.mark.integration
 def test_report_quiet_writes_the_files_without_a_summary(tmp_path):
     import subprocess
     import sys
@@ -126,8 +143,12 @@ def test_report_quiet_writes_the_files_without_a_summary(tmp_path):
 
     fixture = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "tiny_kernels.session.json"
     out = tmp_path / "quiet"
-    run = subprocess.run([sys.executable, "-m", "gpudoctor", "report", str(fixture), "--out", str(out), "--quiet"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "report", str(fixture), "--out", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stderr == "" and run.stdout == ""
     assert (tmp_path / "quiet.html").exists() or list(tmp_path.glob("quiet*.html"))

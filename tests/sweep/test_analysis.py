@@ -126,7 +126,9 @@ def test_linear_fit() -> None:
 
 
 def test_offline_picks_the_knee_and_online_the_latency_cap() -> None:
-    trials = [point(b, saturating(b), p50_s=0.002 * b, peak=int(GB + 0.1 * GB * b), capacity=100 * GB) for b in POWERS[:9]]
+    trials = [
+        point(b, saturating(b), p50_s=0.002 * b, peak=int(GB + 0.1 * GB * b), capacity=100 * GB) for b in POWERS[:9]
+    ]
     analysis = analyze(trials, headroom=0.1, latency_budget_s=0.05)  # 16 -> 32 ms, 32 -> 64 ms
     assert offline(trials, analysis, "infer").batch_size == 64
     rec = online(trials, analysis, "infer")

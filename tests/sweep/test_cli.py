@@ -41,6 +41,7 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
+@pytest.mark.integration
 def test_explicit_sizes_write_json_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "tiny"
     code = sweep(f"{TINY}:build", "--mode", "infer", "--batch-sizes", "1,2,4", *FAST, "--out", str(out), "--json", "-",
@@ -62,15 +63,21 @@ def test_explicit_sizes_write_json_and_html(tmp_path: Path, capsys: pytest.Captu
     assert "default-src 'none'; style-src 'unsafe-inline'; img-src data:" in html
     assert html.count("<svg") >= 3 and "http://" not in html and "https://" not in html
     # never over an existing report: refused before anything runs
-    assert sweep(f"{TINY}:build", "--mode", "infer", "--batch-sizes", "1", *FAST, "--out", str(out)) == exitcodes.OUTPUT_EXISTS
+    assert (
+        sweep(f"{TINY}:build", "--mode", "infer", "--batch-sizes", "1", *FAST, "--out", str(out))
+        == exitcodes.OUTPUT_EXISTS
+    )
     assert "already exists" in one_line_error(capsys)
 
 
+@pytest.mark.integration
 def test_search_finds_the_memory_edge_after_a_simulated_oom(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("TINY_OOM_ABOVE", "1")  # build() raises torch.cuda.OutOfMemoryError above 1
-    code = sweep(f"{TINY}:build", "--mode", "infer", "--max-batch", "64", *FAST, "--out", str(tmp_path / "edge"), "--quiet")
+    code = sweep(
+        f"{TINY}:build", "--mode", "infer", "--max-batch", "64", *FAST, "--out", str(tmp_path / "edge"), "--quiet"
+    )
     assert code == exitcodes.OK, capsys.readouterr().err
     report = json.loads((tmp_path / "edge.json").read_text())
     ran = sorted((t["order"], t["batch_size"], t["status"]) for t in report["trials"])
@@ -82,6 +89,7 @@ def test_search_finds_the_memory_edge_after_a_simulated_oom(
     assert "out of memory" in (tmp_path / "edge.html").read_text()
 
 
+@pytest.mark.integration
 def test_a_function_returning_the_wrong_thing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code = sweep(f"{TINY}:wrong_return", "--mode", "infer", *FAST, "--out", str(tmp_path / "x"), "--quiet")
     assert code == exitcodes.BAD_DATA
@@ -101,7 +109,11 @@ def test_a_function_returning_the_wrong_thing(capsys: pytest.CaptureFixture[str]
         ([f"{TINY}:build", "--mode", "infer", "--batch-sizes", "8,0"], exitcodes.USAGE, "must be positive"),
         ([f"{TINY}:build", "--mode", "infer", "--batch-sizes", "8,,16"], exitcodes.USAGE, "comma-separated"),
         ([f"{TINY}:build", "--mode", "infer", "--batch-sizes", "8", "--max-batch", "64"], exitcodes.USAGE, "not both"),
-        ([f"{TINY}:build", "--mode", "infer", "--start", "64", "--max-batch", "8"], exitcodes.USAGE, "above --max-batch"),
+        (
+            [f"{TINY}:build", "--mode", "infer", "--start", "64", "--max-batch", "8"],
+            exitcodes.USAGE,
+            "above --max-batch",
+        ),
         ([f"{TINY}:build", "--mode", "infer", "--device", "tpu"], exitcodes.USAGE, "--device"),
         ([f"{TINY}:build", "--mode", "infer", "--headroom", "1.5"], exitcodes.USAGE, "fraction"),
     ],
@@ -141,9 +153,21 @@ def test_existing_html_copy_is_refused_before_running(tmp_path: Path, capsys: py
     assert taken.read_text() == "the user's own file"
 
 
+@pytest.mark.integration
 def test_sigterm_ends_the_sweep_and_still_reports(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "gpudoctor", "sweep", f"{TINY}:slow_build", "--mode", "infer", "--device", "cpu",
-               "--out", str(tmp_path / "cut")]
+    command = [
+        sys.executable,
+        "-m",
+        "gpudoctor",
+        "sweep",
+        f"{TINY}:slow_build",
+        "--mode",
+        "infer",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "cut"),
+    ]
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert "one process per size" in child.stderr.readline()  # the handler is in place from here
     time.sleep(0.5)  # let the first trial start

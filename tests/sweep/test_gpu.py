@@ -42,7 +42,9 @@ def test_a_gpu_sweep_times_with_events_and_reads_nvml(tmp_path: Path) -> None:
 
 
 def test_a_real_out_of_memory_is_bisected(tmp_path: Path) -> None:
-    code, report = run(tmp_path, "hog", f"{HERE / 'gpu_targets.py'}:memory_hog", "--mode", "infer", "--max-batch", "256")
+    code, report = run(
+        tmp_path, "hog", f"{HERE / 'gpu_targets.py'}:memory_hog", "--mode", "infer", "--max-batch", "256"
+    )
     assert code == exitcodes.OK
     edge = report["results"]["memory_edge"]
     assert edge["found"], report["stop_reason"]
@@ -51,8 +53,9 @@ def test_a_real_out_of_memory_is_bisected(tmp_path: Path) -> None:
 
 
 def test_a_device_side_assert_stops_the_sweep(tmp_path: Path) -> None:
-    code, report = run(tmp_path, "assert", f"{HERE / 'gpu_targets.py'}:device_assert", "--mode", "infer",
-                       "--batch-sizes", "1,2,4,8")
+    code, report = run(
+        tmp_path, "assert", f"{HERE / 'gpu_targets.py'}:device_assert", "--mode", "infer", "--batch-sizes", "1,2,4,8"
+    )
     assert code == 1 and report["failed"]
     statuses = [(t["batch_size"], t["status"]) for t in report["trials"]]
     assert statuses == [(1, "ok"), (2, "ok"), (4, "cuda_error"), (8, "skipped")]

@@ -75,7 +75,7 @@ def test_a_size_specific_error_does_not_stop_the_search() -> None:
 
 
 def test_the_same_error_twice_stops_the_search() -> None:
-    runner = FakeRunner(failures={b: (records.ERROR, "KeyError: 'x'") for b in (1, 2, 4)})
+    runner = FakeRunner(failures=dict.fromkeys((1, 2, 4), (records.ERROR, "KeyError: 'x'")))
     outcome = run_search(SearchPlan(), runner)
     assert runner.calls == [1, 2]
     assert outcome.failed and "the same error at two sizes" in outcome.stop_reason

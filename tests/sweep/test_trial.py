@@ -134,6 +134,7 @@ def _fake_python(tmp_path: Path, body: str) -> str:
     return str(script)
 
 
+@pytest.mark.integration
 def test_runner_reports_a_child_that_dies_without_answer(tmp_path: Path) -> None:
     spec = TrialSpec(target="x.py:build", mode="infer", batch_size=1, device="cuda")
     runner = SubprocessRunner(spec, tmp_path, timeout_s=30, python=_fake_python(tmp_path, "echo boom >&2; exit 3"))
@@ -142,6 +143,7 @@ def test_runner_reports_a_child_that_dies_without_answer(tmp_path: Path) -> None
     assert "exited with status 3" in result.message and "boom" in result.message
 
 
+@pytest.mark.integration
 def test_runner_treats_sigkill_on_cpu_as_host_oom(tmp_path: Path) -> None:
     spec = TrialSpec(target="x.py:build", mode="infer", batch_size=1, device="cpu")
     runner = SubprocessRunner(spec, tmp_path, timeout_s=30, python=_fake_python(tmp_path, "kill -9 $$"))
@@ -149,6 +151,7 @@ def test_runner_treats_sigkill_on_cpu_as_host_oom(tmp_path: Path) -> None:
     assert result.status == records.OOM and "SIGKILL" in result.message
 
 
+@pytest.mark.integration
 def test_runner_ends_a_child_past_its_timeout(tmp_path: Path) -> None:
     spec = TrialSpec(target="x.py:build", mode="infer", batch_size=1)
     runner = SubprocessRunner(spec, tmp_path, timeout_s=0.5, python=_fake_python(tmp_path, "sleep 30"))

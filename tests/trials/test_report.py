@@ -77,9 +77,15 @@ def test_a_trial_that_measured_nothing_says_why():
 def test_a_trial_report_lists_the_overrides_it_applied():
     session = Session.load(FIXTURE)
     session.overrides_requested = {"tf32": True}
-    session.overrides = [AppliedOverride("tf32", "float32_matmul_precision=high", "float32_matmul_precision=highest",
-                                         "torch.set_float32_matmul_precision"),
-                         AppliedOverride("tf32", True, where="held", note="the workload set allow_tf32 = False; kept True")]
+    session.overrides = [
+        AppliedOverride(
+            "tf32",
+            "float32_matmul_precision=high",
+            "float32_matmul_precision=highest",
+            "torch.set_float32_matmul_precision",
+        ),
+        AppliedOverride("tf32", True, where="held", note="the workload set allow_tf32 = False; kept True"),
+    ]
     checks, _ = load_checks()
     report = build_report(session, run_checks(session, checks), docs={})
     assert report["overrides"]["requested"] == {"tf32": True}

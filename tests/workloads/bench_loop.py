@@ -43,7 +43,9 @@ def main():
         torch.set_num_threads(1)  # stable timings on a shared machine: one core, no thread contention
     width = args.width or (4096 if device.type == "cuda" else 256)
     batch = 4096 if device.type == "cuda" else 128
-    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width)).to(device)
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width)).to(
+        device
+    )
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     x = torch.randn(batch, width, device=device)
     for _ in range(10):  # warm-up outside the timed loop

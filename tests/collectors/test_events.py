@@ -1,0 +1,88 @@
+"""EventReader: each event kind reaches its handler; unknown or broken events are skipped."""
+
+from __future__ import annotations
+
+import json
+
+from gpudoctor.collectors.events import ERRORS_MAX, EventReader
+from gpudoctor.session import Session
+
+
+def read(tmp_path, pid: int, lines: list[dict | str]) -> EventReader:
+    text = "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines)
+    (tmp_path / f"events-{pid}.jsonl").write_text(text + "\n")
+    reader = EventReader(tmp_path, 100.0)
+    reader.poll()
+    return reader
+
+
+def test_a_run_of_every_kind_lands_in_the_session(tmp_path):
+    steps = [{"k": "step", "src": "optimizer", "dur": 0.5, "wait": 0.25, "ts": 101.0 + i} for i in range(6)]
+    reader = read(tmp_path, 7, [
+        {"k": "hello", "ppid": 1, "argv": ["train.py", 3], "cuda_visible_devices": "0", "ts": 100.0},
+        {"k": "torch", "version": "2.4.0", "cuda": "12.4"},
+        {"k": "cuda", "devices": [{"uuid": "GPU-a"}, {"name": "no uuid"}]},
+        {"k": "loader", "id": "L1", "num_workers": 2, "batch_size": 64, "pin_memory": False},
+        {"k": "loader_workers", "id": "L1", "pids": [8, 9]},
+        {"k": "loader_stats", "stats": {"L1": [6, 1.5, 0.5]}},
+        {"k": "fetch", "stats": {"L1": [6, 2.0, 1.75]}},
+        *steps,
+        {"k": "steps_agg", "src": "optimizer", "n": 4, "dur": 2.0, "wait": 1.0, "ts": 110.0},
+        {"k": "alloc", "allocated_bytes": 10, "ts": 101.0},
+        {"k": "override", "name": "num_workers", "value": 4, "was": 0, "where": "DataLoader"},
+        {"k": "exception", "type": "ValueError", "message": "boom", "traceback": "tb", "ts": 111.0},
+        {"k": "agent_error", "where": "hooks", "error": "it broke"},
+        {"k": "bye"},
+    ])
+    session = Session()
+    reader.apply(session)
+
+    [process] = [p for p in session.processes if p.pid == 7]
+    assert process.argv == ["train.py", "3"] and process.ppid == 1 and process.device_uuids == ["GPU-a"]
+    assert process.exit_handlers_ran is True
+    assert session.environment.torch == "2.4.0" and session.environment.cuda == "12.4"
+    assert session.torch_cuda_used is True
+    [loader] = session.loaders
+    assert (loader.batches, loader.wait_total_s, loader.fetch_batches, loader.fetch_cpu_s) == (6, 1.5, 6, 1.75)
+    assert session.batch_size == 64
+    assert {p.pid: p.role for p in session.processes if p.pid in (8, 9)} == {8: "worker", 9: "worker"}
+    assert session.steps.source == "optimizer"
+    assert session.steps.count == 6 + 4 + 1 and session.steps.aggregated == 4
+    assert [r.t for r in session.steps.records] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert session.steps.last_step_t == 10.0
+    assert reader.data_wait_share() == 0.5
+    assert [(a.t, a.label) for a in session.allocator] == [(1.0, "periodic")]
+    assert [(o.name, o.value, o.pid) for o in session.overrides] == [("num_workers", 4, 7)]
+    assert [(e.kind, e.type, e.message, e.t) for e in session.errors] == [("exception", "ValueError", "boom", 11.0)]
+    assert session.notes == ["agent: pid 7: hooks: it broke"]
+
+
+def test_unknown_kinds_and_broken_lines_are_skipped_and_counted(tmp_path):
+    reader = read(tmp_path, 7, [
+        {"k": "from_a_newer_agent", "x": 1},
+        {"k": ["not", "a", "name"]},
+        {"no kind": True},
+        "{torn line",
+        {"k": "step", "src": "optimizer", "dur": "slow", "wait": 0},
+        {"k": "step", "src": "optimizer", "dur": 0.5, "wait": 0.0, "ts": 101.0},
+    ])
+    assert reader.malformed_lines == 2  # the torn line and the step without a number
+    assert [r.duration_s for r in reader.processes[7].steps["optimizer"].records] == [0.5]
+    assert list(reader.processes) == [7]
+
+
+def test_errors_past_the_cap_are_counted_not_kept(tmp_path):
+    errors = [{"k": "exception" if i % 2 else "oom", "type": "E", "message": str(i)} for i in range(ERRORS_MAX + 5)]
+    reader = read(tmp_path, 7, [*errors, {"k": "oom_observed", "request_bytes": 1}])
+    assert len(reader.errors) == ERRORS_MAX
+    assert reader.errors_dropped == 5  # an observed OOM past the cap is neither kept nor counted
+    assert [e.kind for e in reader.errors[:2]] == ["oom", "exception"]
+
+
+def test_an_observed_oom_keeps_the_allocator_state(tmp_path):
+    reader = read(tmp_path, 7, [{"k": "oom_observed", "request_bytes": 4096, "device_free": 1024,
+                                 "allocator": {"reserved_bytes": 8}, "ts": 102.0}])
+    [error] = reader.errors
+    assert (error.kind, error.type, error.t) == ("oom", "torch.cuda.OutOfMemoryError", 2.0)
+    assert error.message == "allocation of 4096 bytes failed (device free 1024 bytes)"
+    assert [(a.label, a.t) for a in reader.allocator] == [("oom", 2.0)]
