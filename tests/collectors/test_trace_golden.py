@@ -25,6 +25,8 @@ def _profile(path: Path) -> dict:
     data = session.to_dict()
     profile = data["profile"]
     profile["_processes"] = [p["pid"] for p in data.get("processes", [])]
+    if isinstance(profile.get("replay"), dict):
+        profile["replay"].pop("seconds", None)  # the replay's own run time, not a number of the trace
     return json.loads(json.dumps(profile))  # tuples -> lists, as stored
 
 
