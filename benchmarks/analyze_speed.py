@@ -41,13 +41,17 @@ BASE = ROOT / "tests" / "fixtures" / "h200" / "windows" / "tiny_kernels.trace.js
 SESSION = ROOT / "tests" / "fixtures" / "h200" / "tiny_kernels.session.json"
 ID_STRIDE = 10_000_000  # renumbered correlation / External ids of copy k: id + k * ID_STRIDE
 
+# HTA 0.5.0's temporal breakdown fails an assertion on these traces (non_compute_time >= 0,
+# the base window too): its time still counts, and the failure is printed
 HTA_SCRIPT = """
 import sys
 from hta.trace_analysis import TraceAnalysis
 analyzer = TraceAnalysis(trace_dir=sys.argv[1])
-analyzer.get_temporal_breakdown(visualize=False)
-analyzer.get_idle_time_breakdown(visualize=False)
-analyzer.get_gpu_kernel_breakdown(visualize=False)
+for name in ("get_temporal_breakdown", "get_idle_time_breakdown", "get_gpu_kernel_breakdown"):
+    try:
+        getattr(analyzer, name)(visualize=False)
+    except Exception as exc:
+        print(f"HTA {name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
 """
 
 

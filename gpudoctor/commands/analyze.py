@@ -72,20 +72,22 @@ def session_from_trace(path: str | Path, steps: int = 0) -> Session:
 
     Raises GpudoctorError (NOT_FOUND or BAD_DATA) for input that is not a readable trace.
     """
-    from gpudoctor.collectors.trace import TraceError, load_trace, summarize_trace, trace_events
+    from gpudoctor.collectors.trace import TraceError, summarize_trace
+    from gpudoctor.collectors.trace_decode import gc_paused, read_trace
     from gpudoctor.replay import replay_or_error
 
     path = Path(path)
     try:
-        data = load_trace(path)
-        profile = summarize_trace(data, steps=steps)
-        profile.replay = replay_or_error(trace_events(data), profile.steps)
+        with gc_paused():
+            data = read_trace(path)
+            profile = summarize_trace(data, steps=steps)
+            profile.replay = replay_or_error(data, profile.steps)
     except TraceError as exc:
         message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
         raise GpudoctorError(message, exitcodes.NOT_FOUND if exc.not_found else exitcodes.BAD_DATA) from None
     except MemoryError:
         raise GpudoctorError(f"{path}: too large to load in memory; profile fewer steps", exitcodes.BAD_DATA) from None
-    meta = data if isinstance(data, dict) else {}
+    meta, pids = data.meta, _process_ids(data)
     del data
     session = Session(
         tool_version=__version__,
@@ -93,7 +95,7 @@ def session_from_trace(path: str | Path, steps: int = 0) -> Session:
         duration_s=profile.window_s,
         source="analyze",
         environment=_environment(meta),
-        processes=_processes(meta),
+        processes=[ProcessInfo(pid=pid) for pid in pids],
         profile=profile,
     )
     session.steps.count = profile.steps
@@ -120,9 +122,10 @@ def _environment(meta: dict[str, Any]) -> Environment:
     return env
 
 
-def _processes(meta: dict[str, Any]) -> list[ProcessInfo]:
-    pids = {e.get("pid") for e in meta.get("traceEvents", []) if isinstance(e, dict) and e.get("cat") == "cpu_op"}
-    return [ProcessInfo(pid=pid) for pid in sorted(p for p in pids if isinstance(p, int))]
+def _process_ids(index: Any) -> list[int]:
+    """The processes that ran operators (cpu_op events)."""
+    pids = {e.pid for e in index.ops if e.cat == "cpu_op"}
+    return sorted(p for p in pids if isinstance(p, int) and not isinstance(p, bool))
 
 
 def trace_stem(path: Path) -> str:
