@@ -11,8 +11,8 @@ import os
 import platform
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
