@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from gpudoctor.analysis.prediction import predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name
-from gpudoctor.collectors.trace import classify_gemm
+from gpudoctor.collectors.kineto_names import classify_gemm
 from gpudoctor.model import Check, Evidence, Finding, Remedy, Skip
 from gpudoctor.session import Session
 
