@@ -11,7 +11,7 @@ import importlib
 import logging
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from gpudoctor import __version__, exitcodes
 from gpudoctor.exitcodes import GpudoctorError
