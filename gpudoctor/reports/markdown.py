@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gpudoctor.metrics import format_run_seconds
+
 from ._common import (
     command_line,
     gain_text,
@@ -52,7 +54,7 @@ def render(report: Mapping[str, Any]) -> str:
     report = printable(report)
     summary = report.get("summary") or {}
     lines = [f"### gpudoctor: {escape(summary.get('verdict') or 'no verdict')}", ""]
-    meta = [f"duration {float(report.get('duration_s') or 0):.1f} s", f"exit code {report.get('exit_code')}"]
+    meta = [f"duration {format_run_seconds(float(report.get('duration_s') or 0))}", f"exit code {report.get('exit_code')}"]
     if report.get("stop_reason"):
         meta.append(f"stopped: {escape(report['stop_reason'])}")
     lines.append(f"Command: {code_span(command_line(report) or '(not recorded)')}  ")

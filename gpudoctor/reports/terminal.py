@@ -18,6 +18,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from gpudoctor.metrics import format_run_seconds
+
 from ._common import (
     command_line,
     gain_text,
@@ -107,7 +109,7 @@ def _verdict(report: Mapping[str, Any]) -> Text:
     style = SEVERITY_STYLE.get(worst or "", "green") if worst != "info" else "green"
     text = Text("gpudoctor ", style="bold")
     text.append(str(summary.get("verdict") or "no verdict"), style=f"bold {style}")
-    meta = [f"{report.get('duration_s', 0):.1f} s"]
+    meta = [format_run_seconds(float(report.get("duration_s") or 0))]
     if report.get("exit_code") not in (None, 0):
         meta.append(f"workload exit code {report.get('exit_code')}")
     if report.get("stop_reason") and report.get("stop_reason") != "exited":
