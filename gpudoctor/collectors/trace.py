@@ -144,6 +144,7 @@ class _TraceStats:
         self.kernels: dict[str, list[float]] = {}  # name -> [count, total us, max us]
         self.durations = array("d")
         self.gpu: list[tuple[float, float, Any, Any, Any, str]] = []  # start, end, device, corr, ext id, kind
+        self.gpu_streams: list[Any] = []  # the stream of each in self.gpu
         self.memcpy: dict[str, dict[str, float]] = {}
         self.memset_count, self.memset_us = 0, 0.0
         self.launches: dict[Any, tuple[float, float, str, Any]] = {}  # corr -> ts, dur, api, ext id
@@ -162,6 +163,7 @@ class _TraceStats:
     def add(self, index: TraceIndex) -> None:
         self.first, self.last = index.first, index.last
         for event in index.gpu:
+            self.gpu_streams.append(event.stream)
             args = event.args
             self._add_gpu(GPU_KINDS[event.kind], event.name, event.ts, event.dur, event.device,  # type: ignore[arg-type]
                           args.correlation if args is not None else None,
@@ -294,17 +296,40 @@ class _TraceStats:
         for start, end, device, correlation, _, _ in self.gpu:
             by_device[str(device)].append((start, end, correlation))
         best: tuple[list[float], list[float]] | None = None
-        for intervals in by_device.values():
+        best_device = ""
+        for device, intervals in by_device.items():
             totals, gaps = self._busy_and_gaps(intervals)
             if best is None or totals[0] > best[0][0]:
-                best = (totals, gaps)
+                best, best_device = (totals, gaps), device
         if best is None:
             return []
         (busy, k2k, host, other), gaps = best
+        out.streams = self._streams(best_device, busy + k2k + host + other)
         out.gpu_busy_us, out.gpu_idle_us = round(busy, 3), round(k2k + host + other, 3)
         out.idle_gap_kernel_to_kernel_us, out.idle_gap_host_wait_us = round(k2k, 3), round(host, 3)
         out.idle_gap_other_us = round(other, 3)
         return gaps
+
+    def _streams(self, device: str, span: float) -> list[dict[str, Any]]:
+        """Busy time per stream of one device (the union of each stream's own work), busiest
+        first; its share of the device's span (first start to last end, as busy + idle)."""
+        by_stream: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for (start, end, gpu_device, _, _, _), stream in zip(self.gpu, self.gpu_streams):
+            if str(gpu_device) == device:
+                by_stream[str(stream)].append((start, end))
+        rows = []
+        for stream, intervals in by_stream.items():
+            intervals.sort()
+            busy, block_start, block_end = 0.0, intervals[0][0], intervals[0][1]
+            for start, end in intervals[1:]:
+                if start > block_end:
+                    busy += block_end - block_start
+                    block_start = start
+                block_end = max(block_end, end)
+            busy += block_end - block_start
+            rows.append({"stream": stream, "ops": len(intervals), "busy_us": round(busy, 3),
+                         "busy_share": round(busy / span, 4) if span > 0 else None})
+        return sorted(rows, key=lambda r: (-r["busy_us"], r["stream"]))
 
     def _busy_and_gaps(self, intervals: list[tuple[float, float, Any]]) -> tuple[list[float], list[float]]:
         """([busy, kernel-to-kernel, host wait, other] us, [gap start, gap end, ...]) on one device."""

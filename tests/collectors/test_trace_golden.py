@@ -46,5 +46,6 @@ def test_every_trace_has_golden_numbers() -> None:
 
 @pytest.mark.parametrize("path", TRACES, ids=_key)
 def test_same_numbers_as_recorded(path: Path) -> None:
-    golden = json.loads(gzip.decompress(GOLDEN.read_bytes()))
-    assert _profile(path) == golden[_key(path)]
+    golden = json.loads(gzip.decompress(GOLDEN.read_bytes()))[_key(path)]
+    profile = _profile(path)
+    assert {key: profile.get(key) for key in golden} == golden  # fields added since are checked elsewhere
