@@ -63,6 +63,7 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
         supervisor = Supervisor(options)
     except LaunchError as exc:
         raise GpudoctorError(str(exc), exc.code) from None
+    _prepare_renderers()
     try:
         result = supervisor.run()
     except LaunchError as exc:
@@ -183,7 +184,7 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
         try:
             session.trials = run_trials(session, engine.findings, trials.request, trials.options, plan, checks,
                                         split_ids(args.ignore), force=args.force)
-        except Exception as exc:  # noqa: BLE001  (a bug in the trials must not cost the diagnosis)
+        except Exception as exc:
             log.debug("--try failed", exc_info=True)
             session.notes.append(f"--try stopped on an internal error: {type(exc).__name__}: {exc}")
     report = build_report(session, engine, files=plan.relative_names())
@@ -246,3 +247,16 @@ def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: byte
         return written, None
     return None, first
 
+
+def _prepare_renderers() -> None:
+    """Import the HTML renderer (matplotlib: about half a second) in the background while the
+    workload runs, so the report is ready sooner after its end; a failure here is only lost time."""
+    import threading
+
+    def load() -> None:
+        try:
+            import gpudoctor.reports.html  # noqa: F401
+        except Exception:  # rendering imports it again and reports the error then
+            log.debug("preparing the HTML renderer failed", exc_info=True)
+
+    threading.Thread(target=load, name="gpudoctor-prepare-renderers", daemon=True).start()
