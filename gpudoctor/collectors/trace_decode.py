@@ -124,6 +124,7 @@ class TraceIndex:
         self.frames: list[Event] = []  # Python functions
         self.meta: dict[str, Any] = {}
         self._position = 0
+        self._names: dict[str, str] = {}
         self._kinds: dict[Any, int] = dict(_CATEGORY_KINDS)
 
     def _kind(self, category: Any) -> int:
@@ -137,7 +138,7 @@ class TraceIndex:
 
     def add(self, events: list[Event]) -> None:
         """Sort a batch of decoded events into the lists (once per chunk: the one per-event loop)."""
-        kinds, kind_of = self._kinds, self._kind
+        kinds, kind_of, names = self._kinds, self._kind, self._names
         gpu, api, ops, frames = self.gpu.append, self.api.append, self.ops.append, self.frames.append
         first, last, count, malformed, position = self.first, self.last, self.events, self.malformed, self._position
         for event in events:
@@ -158,6 +159,8 @@ class TraceIndex:
                 continue
             event.kind, event.pos = kind, position
             position += 1
+            name = event.name
+            event.name = names.setdefault(name, name)  # type: ignore[arg-type]  # one copy of each name
             if kind <= GPU_SET:
                 gpu(event)
             elif kind == API:
