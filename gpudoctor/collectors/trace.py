@@ -233,15 +233,15 @@ class _TraceStats:
             for event in events:
                 if event.kind != OP and not frame:
                     continue  # record_function ranges: neither operators nor frames
-                ts, thread = event.ts, (event.pid, event.tid)
-                end = ts + event.dur  # type: ignore[operator]
+                start, thread = event.ts, (event.pid, event.tid)  # type: ignore[assignment]
+                end = start + event.dur  # type: ignore[operator]
                 if need_cpu and not frame:
-                    cpu_ops[thread].append((ts, end, self._intern(event.name)))  # type: ignore[arg-type]
+                    cpu_ops[thread].append((start, end, self._intern(event.name)))  # type: ignore[arg-type]
                 at = sync_times.get(thread)
                 if at:
-                    i = bisect.bisect_left(at, ts)
+                    i = bisect.bisect_left(at, start)
                     if i < len(at) and at[i] <= end:
-                        self.around[thread].append((ts, end, frame, self._intern(event.name)))  # type: ignore[arg-type]
+                        self.around[thread].append((start, end, frame, self._intern(event.name)))  # type: ignore[arg-type]
         for intervals in cpu_ops.values():
             for name, own in _self_times(intervals):
                 _tally(self.cpu_self, name, own)

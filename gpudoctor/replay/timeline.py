@@ -141,12 +141,12 @@ def build(source: Any) -> Timeline | None:
         index_events,
     )
 
-    index = index_events(source)
+    trace_index = index_events(source)
     threads: dict[Any, _Thread] = defaultdict(_Thread)
     first_seen: dict[Any, int] = {}
     ops: list[GpuOp] = []
     corr_ops: dict[Any, list[int]] = defaultdict(list)
-    for event in index.gpu:
+    for event in trace_index.gpu:
         kind = GPU_KINDS[event.kind]
         op = GpuOp(stream=(event.device, event.stream), kind=kind, start=event.ts, dur=event.dur,  # type: ignore[arg-type]
                    name=event.name)  # type: ignore[arg-type]
@@ -161,14 +161,14 @@ def build(source: Any) -> Timeline | None:
         ops.append(op)
     apis: dict[str, str] = {}
     own_frames: dict[str, bool] = {}  # a frame's name -> the user's own code?
-    for events in (index.api, index.ops, index.frames):
-        for event in events:
+    for host_events in (trace_index.api, trace_index.ops, trace_index.frames):
+        for event in host_events:
             key = (event.pid, event.tid)
             thread = threads[key]
             if key not in first_seen or event.pos < first_seen[key]:
                 first_seen[key] = event.pos
             ts, dur, name, category = event.ts, event.dur, event.name, event.kind
-            thread.see(ts, ts + dur)  # type: ignore[operator]
+            thread.see(ts, ts + dur)  # type: ignore[arg-type,operator]
             if category == API:
                 api = apis.get(name)  # type: ignore[arg-type]
                 if api is None:
