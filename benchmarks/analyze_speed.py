@@ -105,11 +105,10 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
     return result
 
 
-# as diagnose does it: the renderers are imported while the workload runs (pipeline.
-# _prepare_renderers), then the clock starts at the workload's end with the recorded Session
+# as diagnose does it at the workload's end: from the recorded Session (already in memory) to
+# the written HTML and JSON; the renderers (matplotlib) are imported inside the clock
 REPORT_SCRIPT = """
 import sys, time, datetime, json
-import gpudoctor.reports.html, gpudoctor.reports.json_report
 from gpudoctor.commands.report import judge
 from gpudoctor.output import plan_outputs, write_outputs
 from gpudoctor.session import Session

@@ -63,7 +63,6 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
         supervisor = Supervisor(options)
     except LaunchError as exc:
         raise GpudoctorError(str(exc), exc.code) from None
-    _prepare_renderers()
     try:
         result = supervisor.run()
     except LaunchError as exc:
@@ -246,17 +245,3 @@ def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: byte
                 say_line(f"gpudoctor: warning: the --json copy was not written: {exc}")
         return written, None
     return None, first
-
-
-def _prepare_renderers() -> None:
-    """Import the HTML renderer (matplotlib: about half a second) in the background while the
-    workload runs, so the report is ready sooner after its end; a failure here is only lost time."""
-    import threading
-
-    def load() -> None:
-        try:
-            import gpudoctor.reports.html  # noqa: F401
-        except Exception:  # rendering imports it again and reports the error then
-            log.debug("preparing the HTML renderer failed", exc_info=True)
-
-    threading.Thread(target=load, name="gpudoctor-prepare-renderers", daemon=True).start()
