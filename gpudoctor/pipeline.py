@@ -183,7 +183,7 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
         try:
             session.trials = run_trials(session, engine.findings, trials.request, trials.options, plan, checks,
                                         split_ids(args.ignore), force=args.force)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (a bug in the trials must not cost the diagnosis)
             log.debug("--try failed", exc_info=True)
             session.notes.append(f"--try stopped on an internal error: {type(exc).__name__}: {exc}")
     report = build_report(session, engine, files=plan.relative_names())
@@ -245,3 +245,4 @@ def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: byte
                 say_line(f"gpudoctor: warning: the --json copy was not written: {exc}")
         return written, None
     return None, first
+
