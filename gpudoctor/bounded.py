@@ -11,6 +11,7 @@ memory stays near the limits whatever the input claims. The counts over-estimate
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Protocol
 
 CHUNK_BYTES = 4 << 20
@@ -33,12 +34,16 @@ class InputTooLarge(OSError):
 
 
 def read_bounded(stream: Readable, limits: Limits) -> bytes:
-    chunks: list[bytes] = []
+    return b"".join(iter_bounded(stream, limits))
+
+
+def iter_bounded(stream: Readable, limits: Limits, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The stream's bytes in chunks, raising InputTooLarge at the first limit passed."""
     size = objects = values = 0
     while True:
-        chunk = stream.read(CHUNK_BYTES)
+        chunk = stream.read(chunk_bytes)
         if not chunk:
-            return b"".join(chunks)
+            return
         size += len(chunk)
         objects += chunk.count(b"{")
         values += chunk.count(b",")
@@ -51,4 +56,4 @@ def read_bounded(stream: Readable, limits: Limits) -> bytes:
         if values > limits.max_values:
             raise InputTooLarge(f"more than {limits.max_values:,} JSON values: far more than a {limits.what} "
                                 "holds; refused rather than filling memory")
-        chunks.append(chunk)
+        yield chunk

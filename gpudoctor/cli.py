@@ -11,7 +11,7 @@ import importlib
 import logging
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from gpudoctor import __version__, exitcodes
 from gpudoctor.exitcodes import GpudoctorError
@@ -26,7 +26,9 @@ class _Parser(argparse.ArgumentParser):
         raise GpudoctorError(f"{message} (see `{self.prog} --help`)", exitcodes.USAGE)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with `argv`, only the command it names is imported (the others are listed
+    by name and help line, commands.COMMANDS), so `gpudoctor --help` imports none."""
     parser = _Parser(
         prog="gpudoctor",
         description="Why is my GPU idle? Measured, ranked diagnosis of PyTorch runs.",
@@ -37,14 +39,30 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     from gpudoctor.commands import COMMANDS
 
-    for name in COMMANDS:
+    wanted = None if argv is None else _command_named(argv)
+    registered: set[str] = set()
+    for name, (module_name, help_text) in COMMANDS.items():
+        if name in registered:
+            continue
+        if argv is not None and COMMANDS.get(wanted or "", ("",))[0] != module_name:
+            sub.add_parser(name, help=help_text, add_help=False)  # listed; imported only when run
+            registered.add(name)
+            continue
         try:
-            module = importlib.import_module(f"gpudoctor.commands.{name}")
+            module = importlib.import_module(f"gpudoctor.commands.{module_name}")
         except ImportError as exc:  # a command still being written must not break the others
             log.debug("command %s unavailable: %s", name, exc)
             continue
+        before = set(sub.choices)
         module.register(sub)
+        registered |= set(sub.choices) - before
     return parser
+
+
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The command word of a command line: the first argument not an option (gpudoctor's
+    own options take no value)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _closed_streams_stay_closed()
     _tolerant_streams()
     try:
-        parser = build_parser()
+        parser = build_parser(args_list)
         args = parser.parse_args(args_list)
         logging.basicConfig(
             level=logging.DEBUG if args.verbose else logging.WARNING,

@@ -247,6 +247,12 @@ def format_duration(seconds: float) -> str:
     return f"{seconds:.2f} s"
 
 
+def format_run_seconds(seconds: float) -> str:
+    """A run's or window's length as reports head it: "41.2 s"; under 0.1 s in ms or us
+    ("33.2 ms"), never "0.0 s"."""
+    return format_duration(seconds) if seconds < 0.1 else f"{seconds:.1f} s"
+
+
 def format_bytes(n: float | None) -> str:
     if n is None:
         return "n/a"

@@ -319,6 +319,9 @@ class ProfileSummary:
     # hotspots: operators by their own CPU time, and the call sites that cost the most
     top_cpu_ops: list[KernelStat] = field(default_factory=list)
     call_sites: list[CallSite] = field(default_factory=list)
+    # per stream of the busiest device (its busy time above is their union: idle is time with
+    # no activity on any stream): {"stream", "ops", "busy_us", "busy_share"}, busiest first
+    streams: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name
-from gpudoctor.collectors.trace import classify_gemm
+from gpudoctor.collectors.kineto_names import classify_gemm
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 from gpudoctor.session import Session
 from gpudoctor.thresholds import Threshold

@@ -36,49 +36,45 @@ AGENT_WINDOW = ("gpudoctor/agent/profiler.py",)
 AUTOGRAD = "(autograd engine: backward)"
 NO_FRAME = "(no Python frame)"
 NOT_OWN = "(no frame of the workload's own code)"
-_GPU = frozenset({"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset"})
-_API = frozenset({"cuda_runtime", "cuda_driver", "runtime", "driver"})
-_OPS = frozenset({"cpu_op", "operator"})
 
 Thread = tuple[Any, Any]
 
 
-def add_hotspots(events: list, out: ProfileSummary) -> None:
-    """Fill `out.top_cpu_ops` and `out.call_sites` from the trace's events."""
-    from gpudoctor.collectors.trace import _self_times, _tally, _times, _top
+def add_hotspots(source: Any, out: ProfileSummary) -> None:
+    """Fill `out.top_cpu_ops` and `out.call_sites` from the trace's events (a TraceIndex or
+    what trace_decode.index_events takes)."""
+    from gpudoctor.collectors.trace import _self_times, _tally, _top
+    from gpudoctor.collectors.trace_decode import OP, index_events
 
+    index = index_events(source)
     ops: dict[Thread, list[tuple[float, float, str]]] = defaultdict(list)
     frames: dict[Thread, list[tuple[float, float, str]]] = defaultdict(list)
     launches: dict[Any, tuple[Thread, float]] = {}  # correlation -> (thread, ts)
     syncs: list[tuple[Thread, float, float]] = []
     gpu_us: dict[Any, float] = defaultdict(float)
     autograd_threads: set[Thread] = set()
-    for event in events:
-        span = _times(event)
-        name = event.get("name") if span is not None else None
-        if span is None or not isinstance(name, str):
-            continue
-        category = str(event.get("cat", "")).lower()
-        thread = (event.get("pid"), event.get("tid"))
-        ts, end = span[0], span[0] + span[1]
-        if category in _OPS:
-            ops[thread].append((ts, end, name))
-            if name.startswith("autograd::engine"):
+    for event in index.ops:
+        if event.kind == OP:
+            thread, name = (event.pid, event.tid), event.name
+            ops[thread].append((event.ts, event.ts + event.dur, name))  # type: ignore[operator,arg-type]
+            if name.startswith("autograd::engine"):  # type: ignore[union-attr]
                 autograd_threads.add(thread)
-        elif category == "python_function":
-            frames[thread].append((ts, end, name))
-        elif category in _GPU:
-            args = event.get("args")
-            if isinstance(args, dict) and args.get("correlation") is not None:
-                gpu_us[args["correlation"]] += span[1]
-        elif category in _API:
-            api = _VERSION_SUFFIX.sub("", name)
-            args = event.get("args") if isinstance(event.get("args"), dict) else {}
-            if api in SYNC_APIS:
-                syncs.append((thread, ts, span[1]))
-            if args.get("correlation") is not None and (api in KERNEL_LAUNCH_APIS or api in GRAPH_LAUNCH_APIS
-                                                        or "Memcpy" in api or "Memset" in api):
-                launches[args["correlation"]] = (thread, ts)
+    for event in index.frames:
+        frames[(event.pid, event.tid)].append((event.ts, event.ts + event.dur, event.name))  # type: ignore[operator,arg-type]
+    for event in index.gpu:
+        if event.args is not None and event.args.correlation is not None:
+            gpu_us[event.args.correlation] += event.dur  # type: ignore[operator]
+    apis: dict[str, tuple[bool, bool]] = {}  # name -> sync?, launch?
+    for event in index.api:
+        known = apis.get(event.name)  # type: ignore[arg-type]
+        if known is None:
+            api = _VERSION_SUFFIX.sub("", event.name)  # type: ignore[arg-type]
+            known = apis[event.name] = (api in SYNC_APIS, api in KERNEL_LAUNCH_APIS or api in GRAPH_LAUNCH_APIS  # type: ignore[index]
+                                        or "Memcpy" in api or "Memset" in api)
+        if known[0]:
+            syncs.append(((event.pid, event.tid), event.ts, event.dur))  # type: ignore[arg-type]
+        if known[1] and event.args is not None and event.args.correlation is not None:
+            launches[event.args.correlation] = ((event.pid, event.tid), event.ts)  # type: ignore[assignment]
     own: dict[str, list[float]] = {}
     for intervals in ops.values():
         for op_name, seconds in _self_times(intervals):
@@ -109,7 +105,7 @@ def _outermost(intervals: list[tuple[float, float, str]]) -> list[tuple[float, f
     return result
 
 
-def _innermost(names: list[str]) -> str:
+def _innermost(names: list[str] | tuple[str, ...]) -> str:
     """Without a frame of the workload's own code: the innermost frame outside torch (a
     library's training loop), else NOT_OWN."""
     from gpudoctor.collectors.kineto_names import _FRAME_NAME
@@ -140,17 +136,22 @@ class _Sites:
         from gpudoctor.collectors.trace import _enclosing, _site
 
         table: dict[str, CallSite] = {}
+        places: dict[tuple[str, ...], str | None] = {}  # a stack's site (None: gpudoctor's own), once
         for thread, queries in self.queries.items():
             queries.sort(key=lambda q: q[0])
             stacks = _enclosing(self.frames.get(thread, []), [q[0] for q in queries])
             for (_, kind, value), stack in zip(queries, stacks):
-                names = [i[2] for i in stack]
-                if any(marker in n.replace("\\", "/") for n in names for marker in AGENT_WINDOW):
-                    continue  # gpudoctor's own work (opening or closing the window)
-                if names:
-                    where = (_site(names) or _innermost(names)).split(" -> ", 1)[0]
+                names = tuple(i[2] for i in stack)
+                if names in places:
+                    where = places[names]
+                elif any(marker in n.replace("\\", "/") for n in names for marker in AGENT_WINDOW):
+                    where = places[names] = None  # gpudoctor's own work (opening or closing the window)
+                elif names:
+                    where = places[names] = (_site(names) or _innermost(names)).split(" -> ", 1)[0]
                 else:
                     where = AUTOGRAD if thread in self.autograd else NO_FRAME
+                if where is None:
+                    continue
                 site = table.get(where)
                 if site is None:
                     site = table[where] = CallSite(site=where)

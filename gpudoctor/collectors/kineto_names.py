@@ -5,6 +5,7 @@ cores, and which Python frames are the user's.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 
@@ -58,6 +59,7 @@ def copy_kind(name: str) -> str:
     return f"{direction}_{kind}"
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a trace names a few hundred files in a million frames
 def frame_kind(path: str) -> str | None:
     """'user', 'stdlib' or None (builtins, torch, installed packages) for a python_function file."""
     norm = path.replace("\\", "/")

@@ -34,6 +34,7 @@ Python frames and operators around synchronisations) and dropped.
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import math
 import statistics
@@ -54,6 +55,14 @@ from gpudoctor.collectors.kineto_names import (  # noqa: F401  (public names re-
     classify_gemm,
     copy_kind,
     frame_kind,
+)
+from gpudoctor.collectors.trace_decode import (
+    GPU_KINDS,
+    OP,
+    TraceIndex,
+    gc_paused,
+    index_events,
+    read_trace,
 )
 from gpudoctor.collectors.trace_file import (  # noqa: F401  (public names re-exported)
     MAX_TRACE_BYTES,
@@ -84,26 +93,30 @@ _API_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "runtime", "driver"}
 _OP_CATEGORIES = frozenset({"cpu_op", "operator", "user_annotation"})
 
 
-def summarize_trace(source: str | Path | Mapping[str, Any] | list, steps: int = 0) -> ProfileSummary:
-    """Statistics of one profiler trace: a path (JSON or .json.gz) or already-loaded data.
+def summarize_trace(source: str | Path | Mapping[str, Any] | list | TraceIndex, steps: int = 0) -> ProfileSummary:
+    """Statistics of one profiler trace: a path (JSON or .json.gz), already-loaded data or
+    a TraceIndex (trace_decode.read_trace).
 
     `steps` is the number of steps the trace covers; 0 counts its ``ProfilerStep#N``
     ranges. Raises TraceError for unreadable input. A trace without GPU activity is no
     error: it gives ``kernel_count == 0`` and says why in ``error``.
     """
-    data = load_trace(source) if isinstance(source, (str, Path)) else source
-    events = trace_events(data)
-    stats = _TraceStats()
-    for event in events:
-        stats.add(event)
-    if stats.events == 0:
+    index = read_trace(source) if isinstance(source, (str, Path)) else index_events(source)
+    with gc_paused():
+        return _summarize(index, steps)
+
+
+def _summarize(index: TraceIndex, steps: int) -> ProfileSummary:
+    if index.events == 0:
         raise TraceError("the trace holds no complete (ph 'X') events"
-                         + (f" ({stats.malformed} malformed)" if stats.malformed else ""))
-    if stats.malformed:
-        log.debug("skipped %d malformed trace events", stats.malformed)
-    stats.add_context(events)
+                         + (f" ({index.malformed} malformed)" if index.malformed else ""))
+    if index.malformed:
+        log.debug("skipped %d malformed trace events", index.malformed)
+    stats = _TraceStats()
+    stats.add(index)
+    stats.add_context(index)
     summary = stats.summary(steps)
-    add_hotspots(events, summary)
+    add_hotspots(index, summary)
     return summary
 
 
@@ -114,7 +127,7 @@ def _number(value: Any) -> float | None:
 
 
 def _times(event: Any) -> tuple[float, float] | None:
-    """(ts, dur) of a well-formed complete event, else None."""
+    """(ts, dur) of a well-formed complete event (a dict), else None."""
     if not isinstance(event, dict) or event.get("ph") != "X":
         return None
     ts, dur = _number(event.get("ts")), _number(event.get("dur"))
@@ -122,15 +135,16 @@ def _times(event: Any) -> tuple[float, float] | None:
 
 
 class _TraceStats:
-    """Pass one keeps compact tuples of what needs a second look; pass two, only what
-    surrounds the synchronisations (and all operators when CPU time must stand in)."""
+    """One walk of the indexed GPU events, CUDA calls and operators keeps compact tuples of
+    what needs a second look; the second, only what surrounds the synchronisations (and
+    all operators when CPU time must stand in)."""
 
     def __init__(self) -> None:
-        self.events = self.malformed = 0
         self.first, self.last = float("inf"), float("-inf")
         self.kernels: dict[str, list[float]] = {}  # name -> [count, total us, max us]
         self.durations = array("d")
         self.gpu: list[tuple[float, float, Any, Any, Any, str]] = []  # start, end, device, corr, ext id, kind
+        self.gpu_streams: list[Any] = []  # the stream of each in self.gpu
         self.memcpy: dict[str, dict[str, float]] = {}
         self.memset_count, self.memset_us = 0, 0.0
         self.launches: dict[Any, tuple[float, float, str, Any]] = {}  # corr -> ts, dur, api, ext id
@@ -146,45 +160,49 @@ class _TraceStats:
     def _intern(self, name: str) -> str:
         return self._names.setdefault(name, name)
 
-    def add(self, event: Any) -> None:
-        times = _times(event)
-        name = event.get("name") if times is not None else None
-        if times is None or not isinstance(name, str):
-            if isinstance(event, dict) and event.get("ph") == "X":
-                self.malformed += 1
-            return
-        self.events += 1
-        (ts, dur), category = times, str(event.get("cat", "")).lower()
-        if category == "trace":  # the profiler's own span, not activity
-            return
-        self.first, self.last = min(self.first, ts), max(self.last, ts + dur)
-        args = event.get("args") if isinstance(event.get("args"), dict) else {}
-        kind = _GPU_CATEGORIES.get(category)
-        if kind is not None:
-            self._add_gpu(kind, name, ts, dur, args.get("device", event.get("pid")), args)
-        elif category in _API_CATEGORIES:
-            api = _VERSION_SUFFIX.sub("", name)
-            launches = api in KERNEL_LAUNCH_APIS or api in GRAPH_LAUNCH_APIS
-            if launches:
+    def add(self, index: TraceIndex) -> None:
+        self.first, self.last = index.first, index.last
+        for event in index.gpu:
+            self.gpu_streams.append(event.stream)
+            args = event.args
+            self._add_gpu(GPU_KINDS[event.kind], event.name, event.ts, event.dur, event.device,  # type: ignore[arg-type]
+                          args.correlation if args is not None else None,
+                          args.external_id if args is not None else None, args.bytes if args is not None else None)
+        apis: dict[str, tuple[str, bool, bool, bool]] = {}  # name -> api, launches?, tracked?, sync?
+        launches, syncs = self.launches, self.syncs
+        for event in index.api:
+            name = event.name
+            known = apis.get(name)  # type: ignore[arg-type]
+            if known is None:
+                api = self._intern(_VERSION_SUFFIX.sub("", name))  # type: ignore[arg-type]
+                launch = api in KERNEL_LAUNCH_APIS or api in GRAPH_LAUNCH_APIS
+                known = apis[name] = (api, launch, launch or "Memcpy" in api or "Memset" in api,  # type: ignore[index]
+                                      api in SYNC_APIS)
+            api, launch, tracked, sync = known
+            if launch:
                 self.launch_count += 1
-                self.launch_us += dur
-            if args.get("correlation") is not None and (launches or "Memcpy" in api or "Memset" in api):
-                self.launches[args["correlation"]] = (ts, dur, self._intern(api), args.get("External id"))
-            if api in SYNC_APIS:
-                self.syncs.append(((event.get("pid"), event.get("tid")), ts, dur, self._intern(api)))
-        elif category in _OP_CATEGORIES:
-            if name.startswith("ProfilerStep#"):
-                self.step_names.add(name)
-            elif args.get("External id") is not None:
-                self.op_names[args["External id"]] = self._intern(name)
+                self.launch_us += event.dur  # type: ignore[operator]
+            args = event.args
+            if tracked and args is not None and args.correlation is not None:
+                launches[args.correlation] = (event.ts, event.dur, api, args.external_id)  # type: ignore[assignment]
+            if sync:
+                syncs.append(((event.pid, event.tid), event.ts, event.dur, api))  # type: ignore[arg-type]
+        op_names, step_names, intern = self.op_names, self.step_names, self._intern
+        for event in index.ops:
+            name = event.name
+            if name.startswith("ProfilerStep#"):  # type: ignore[union-attr]
+                step_names.add(name)  # type: ignore[arg-type]
+            elif event.args is not None and event.args.external_id is not None:
+                op_names[event.args.external_id] = intern(name)  # type: ignore[arg-type]
 
-    def _add_gpu(self, kind: str, name: str, ts: float, dur: float, device: Any, args: dict) -> None:
-        self.gpu.append((ts, ts + dur, device, args.get("correlation"), args.get("External id"), kind))
+    def _add_gpu(self, kind: str, name: str, ts: float, dur: float, device: Any, correlation: Any, ext_id: Any,
+                 nbytes_arg: Any) -> None:
+        self.gpu.append((ts, ts + dur, device, correlation, ext_id, kind))
         if kind == "k":
             _tally(self.kernels, name, dur)
             self.durations.append(dur)
         elif kind == "c":
-            nbytes = _number(args.get("bytes")) or 0.0
+            nbytes = _number(nbytes_arg) or 0.0
             entry = self.memcpy.setdefault(copy_kind(name), {"count": 0, "bytes": 0, "us": 0.0, "small_count": 0})
             entry["count"] += 1
             entry["bytes"] += int(nbytes)
@@ -194,7 +212,7 @@ class _TraceStats:
             self.memset_count += 1
             self.memset_us += dur
 
-    def add_context(self, events: list) -> None:
+    def add_context(self, index: TraceIndex) -> None:
         """Pass two: attribute GPU time to operators; keep the frames and operators around syncs."""
         for start, end, _, correlation, ext_id, _ in self.gpu:
             if ext_id not in self.op_names:
@@ -209,23 +227,21 @@ class _TraceStats:
             times.sort()
         cpu_ops: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
         need_cpu = not self.op_gpu
-        for event in events:
-            category = str(event.get("cat", "")).lower() if isinstance(event, dict) else ""
-            frame = category == "python_function"
-            if not frame and category not in ("cpu_op", "operator"):
-                continue
-            span, name = _times(event), event.get("name")
-            if span is None or not isinstance(name, str):
-                continue
-            ts, end = span[0], span[0] + span[1]
-            thread = (event.get("pid"), event.get("tid"))
-            if need_cpu and not frame:
-                cpu_ops[thread].append((ts, end, self._intern(name)))
-            at = sync_times.get(thread)
-            if at:
-                i = bisect.bisect_left(at, ts)
-                if i < len(at) and at[i] <= end:
-                    self.around[thread].append((ts, end, frame, self._intern(name)))
+        if not need_cpu and not sync_times:
+            return
+        for events, frame in ((index.ops, False), (index.frames, True)):
+            for event in events:
+                if event.kind != OP and not frame:
+                    continue  # record_function ranges: neither operators nor frames
+                start, thread = event.ts, (event.pid, event.tid)  # type: ignore[assignment]
+                end = start + event.dur  # type: ignore[operator]
+                if need_cpu and not frame:
+                    cpu_ops[thread].append((start, end, self._intern(event.name)))  # type: ignore[arg-type]
+                at = sync_times.get(thread)
+                if at:
+                    i = bisect.bisect_left(at, start)
+                    if i < len(at) and at[i] <= end:
+                        self.around[thread].append((start, end, frame, self._intern(event.name)))  # type: ignore[arg-type]
         for intervals in cpu_ops.values():
             for name, own in _self_times(intervals):
                 _tally(self.cpu_self, name, own)
@@ -280,17 +296,40 @@ class _TraceStats:
         for start, end, device, correlation, _, _ in self.gpu:
             by_device[str(device)].append((start, end, correlation))
         best: tuple[list[float], list[float]] | None = None
-        for intervals in by_device.values():
+        best_device = ""
+        for device, intervals in by_device.items():
             totals, gaps = self._busy_and_gaps(intervals)
             if best is None or totals[0] > best[0][0]:
-                best = (totals, gaps)
+                best, best_device = (totals, gaps), device
         if best is None:
             return []
         (busy, k2k, host, other), gaps = best
+        out.streams = self._streams(best_device, busy + k2k + host + other)
         out.gpu_busy_us, out.gpu_idle_us = round(busy, 3), round(k2k + host + other, 3)
         out.idle_gap_kernel_to_kernel_us, out.idle_gap_host_wait_us = round(k2k, 3), round(host, 3)
         out.idle_gap_other_us = round(other, 3)
         return gaps
+
+    def _streams(self, device: str, span: float) -> list[dict[str, Any]]:
+        """Busy time per stream of one device (the union of each stream's own work), busiest
+        first; its share of the device's span (first start to last end, as busy + idle)."""
+        by_stream: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for (start, end, gpu_device, _, _, _), stream in zip(self.gpu, self.gpu_streams):
+            if str(gpu_device) == device:
+                by_stream[str(stream)].append((start, end))
+        rows = []
+        for stream, intervals in by_stream.items():
+            intervals.sort()
+            busy, block_start, block_end = 0.0, intervals[0][0], intervals[0][1]
+            for start, end in intervals[1:]:
+                if start > block_end:
+                    busy += block_end - block_start
+                    block_start = start
+                block_end = max(block_end, end)
+            busy += block_end - block_start
+            rows.append({"stream": stream, "ops": len(intervals), "busy_us": round(busy, 3),
+                         "busy_share": round(busy / span, 4) if span > 0 else None})
+        return sorted(rows, key=lambda r: (-r["busy_us"], r["stream"]))
 
     def _busy_and_gaps(self, intervals: list[tuple[float, float, Any]]) -> tuple[list[float], list[float]]:
         """([busy, kernel-to-kernel, host wait, other] us, [gap start, gap end, ...]) on one device."""
@@ -350,8 +389,13 @@ class _TraceStats:
         out.idle_after_sync_us = round(out.idle_after_sync_us, 3)
 
 
-def _site(frames: list[str]) -> str | None:
+def _site(frames: list[str] | tuple[str, ...]) -> str | None:
     """'func (file:line) -> callee' for the innermost user frame of a stack (outermost first)."""
+    return _site_of(tuple(frames))
+
+
+@functools.lru_cache(maxsize=1 << 14)  # the same stacks recur every step
+def _site_of(frames: tuple[str, ...]) -> str | None:
     kinds = [(i, frame_kind(m["file"]), m) for i, m in enumerate(_FRAME_NAME.match(f) for f in frames) if m]
     user = [k for k in kinds if k[1] == "user"] or [k for k in kinds if k[1] == "stdlib"]
     if not user:

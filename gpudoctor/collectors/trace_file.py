@@ -19,6 +19,9 @@ from gpudoctor.fsutil import unreadable_reason
 MAX_TRACE_BYTES = 512 << 20
 MAX_TRACE_OBJECTS = 2_000_000  # about a million events (each with its args)
 MAX_TRACE_VALUES = 24_000_000
+# the streamed, typed decode (trace_decode) keeps a small struct per event and no args
+# objects: it is bounded by events instead (about 300 bytes each)
+MAX_TRACE_EVENTS = 2_000_000
 # a window gpudoctor's own agent recorded is no hostile input, and losing it costs the whole
 # kernel-level diagnosis: a fast loop traced with stacks for its full 20 s reaches millions of
 # events. Still bounded (memory), three times the limits for a trace given to `analyze`.

@@ -36,7 +36,8 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
     mine = sorted((p for p in usable if p.get("pid") == pid),
                   key=lambda p: (int(p.get("index") or 0), float(p.get("t_start") or 0)))
     try:
-        from gpudoctor.collectors.trace import load_trace, summarize_trace, trace_events
+        from gpudoctor.collectors.trace import summarize_trace
+        from gpudoctor.collectors.trace_decode import read_trace
         from gpudoctor.replay import replay_or_error
     except ImportError:
         session.unavailable["profile"] = "trace analysis is not available in this build"
@@ -44,7 +45,7 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
     summaries: list[tuple[ProfileSummary, str]] = []
     for n, event in enumerate(mine):
         try:
-            data = load_trace(workdir / str(event["path"]), own_window=True)
+            data = read_trace(workdir / str(event["path"]), own_window=True)
             summary = summarize_trace(data, steps=int(event.get("steps") or 0))
             _describe(summary, event, t0, len(summaries) + 1)
             _relative_sites(summary, session.cwd)
@@ -53,7 +54,7 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
             else:
                 first_stepped = summary.step_source != "time" and all(s.step_source == "time" for s, _ in summaries)
                 step_us, wait_us = _calibration(session, summary, primary=first_stepped)
-                summary.replay = replay_or_error(trace_events(data), summary.steps, step_us, wait_us)
+                summary.replay = replay_or_error(data, summary.steps, step_us, wait_us)
         except Exception as exc:  # a trace we cannot read must not cost the rest of the report
             log.debug("trace analysis failed", exc_info=True)
             why = f"the profiler trace could not be analysed: {type(exc).__name__}: {exc}"

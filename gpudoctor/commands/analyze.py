@@ -5,7 +5,10 @@
     gpudoctor analyze trace.json --format markdown  (one format, on stdout)
     gpudoctor analyze trace.json --out reports/ --json ci/report.json
 
-TRACE is what `prof.export_chrome_trace(path)` writes (JSON, or gzip-compressed).
+TRACE is what `prof.export_chrome_trace(path)` writes (JSON, or gzip-compressed), or
+a directory of traces, one per rank, as `torch.profiler.tensorboard_trace_handler(dir)`
+writes them (*.pt.trace.json[.gz]): they are analysed in parallel, one per core, and
+the report shows each; the checks judge the first (rank 0).
 Record it with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and
 with_stack=True so synchronisations can be traced to your code. A trace holds no
 loader, CPU or NVML samples: the checks that need them report themselves skipped.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -23,11 +27,12 @@ from typing import Any
 from gpudoctor import __version__, exitcodes
 from gpudoctor.commands.argtypes import non_negative_int
 from gpudoctor.exitcodes import GpudoctorError
-from gpudoctor.session import Environment, GpuInfo, ProcessInfo, Session
+from gpudoctor.session import Environment, GpuInfo, ProcessInfo, ProfileSummary, Session
 
 log = logging.getLogger(__name__)
 
 FORMAT_CHOICES = ("html", "json", "markdown", "junit", "terminal")
+RANK_TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")  # torch.profiler.tensorboard_trace_handler's names
 # what a profiler trace cannot tell; the checks needing these facts are skipped with this reason
 NOT_IN_TRACE = {
     "loader": "a profiler trace holds no DataLoader statistics (use `gpudoctor diagnose`)",
@@ -47,7 +52,7 @@ def register(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("trace", metavar="TRACE", help="Chrome trace from torch.profiler (.json or .json.gz)")
+    p.add_argument("trace", metavar="TRACE", help="Chrome trace from torch.profiler (.json or .json.gz), or a directory of them (one per rank)")
     p.add_argument("--steps", type=non_negative_int, default=0, metavar="N",
                    help="training steps the trace covers (default: its ProfilerStep#N ranges, if any)")
     p.add_argument("--out", metavar="PATH", help="report directory or file stem (default gpudoctor-reports/<trace>-<time>)")
@@ -70,37 +75,103 @@ def register(sub: Any) -> None:
 def session_from_trace(path: str | Path, steps: int = 0) -> Session:
     """A Session (source="analyze") holding the trace's ProfileSummary and what its metadata says.
 
+    `path` may be a directory of traces, one per rank (torch.profiler.tensorboard_trace_handler
+    writes ``*.pt.trace.json[.gz]``): see session_from_trace_dir.
     Raises GpudoctorError (NOT_FOUND or BAD_DATA) for input that is not a readable trace.
     """
-    from gpudoctor.collectors.trace import TraceError, load_trace, summarize_trace, trace_events
+    path = Path(path)
+    if path.is_dir() and rank_traces(path):
+        return session_from_trace_dir(path, steps)
+    profile, meta, pids = _summarize_file(path, steps)
+    session = _session(profile, meta, pids)
+    session.notes.append(f"built by `gpudoctor analyze` from the profiler trace {path.name}")
+    return session
+
+
+def rank_traces(directory: Path) -> list[Path]:
+    """The traces of a tensorboard_trace_handler directory, by name (one per rank or worker)."""
+    return sorted(p for p in directory.iterdir() if p.name.endswith(RANK_TRACE_SUFFIXES) and p.is_file())
+
+
+def session_from_trace_dir(directory: Path, steps: int = 0) -> Session:
+    """One Session for a directory of traces, analysed in parallel (a process per usable core):
+    the first trace (by name: rank 0 with the handler's names) is the primary window the
+    checks judge; every trace is a window of its own in `profiles`, named after its file."""
+    paths = rank_traces(directory)
+    workers = min(len(paths), usable_cores())
+    if workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(_summarize_file_quietly, paths, [steps] * len(paths)))
+    else:
+        results = [_summarize_file_quietly(p, steps) for p in paths]
+    for result in results:
+        if isinstance(result, str):
+            code, message = result.split(" ", 1)
+            raise GpudoctorError(message, int(code))
+    summaries = [r for r in results if not isinstance(r, str)]
+    for n, ((profile, _, _), path) in enumerate(zip(summaries, paths), start=1):
+        profile.label, profile.index, profile.phase = "rank", n, path.name
+    profile, meta, _ = summaries[0]
+    pids = sorted({pid for _, _, file_pids in summaries for pid in file_pids})
+    session = _session(profile, meta, pids)
+    session.profiles = [s[0] for s in summaries]
+    session.duration_s = max(s[0].window_s for s in summaries)
+    session.notes.append(f"built by `gpudoctor analyze` from {len(paths)} profiler traces in {directory.name}/ "
+                         f"({', '.join(p.name for p in paths[:8])}{', ...' if len(paths) > 8 else ''}); "
+                         f"the checks judge {paths[0].name}, every trace is shown")
+    return session
+
+
+def usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _summarize_file_quietly(path: Path, steps: int) -> tuple[ProfileSummary, dict[str, Any], list[int]] | str:
+    """_summarize_file for a worker process: an error comes back as "CODE message", not raised."""
+    try:
+        return _summarize_file(path, steps)
+    except GpudoctorError as exc:
+        return f"{exc.code} {exc}"
+
+
+def _summarize_file(path: Path, steps: int) -> tuple[ProfileSummary, dict[str, Any], list[int]]:
+    """(ProfileSummary with its replay, the trace's metadata, the pids that ran operators)."""
+    from gpudoctor.collectors.trace import TraceError, summarize_trace
+    from gpudoctor.collectors.trace_decode import gc_paused, read_trace
     from gpudoctor.replay import replay_or_error
 
-    path = Path(path)
     try:
-        data = load_trace(path)
-        profile = summarize_trace(data, steps=steps)
-        profile.replay = replay_or_error(trace_events(data), profile.steps)
+        with gc_paused():
+            data = read_trace(path)
+            profile = summarize_trace(data, steps=steps)
+            profile.replay = replay_or_error(data, profile.steps)
     except TraceError as exc:
         message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
         raise GpudoctorError(message, exitcodes.NOT_FOUND if exc.not_found else exitcodes.BAD_DATA) from None
     except MemoryError:
         raise GpudoctorError(f"{path}: too large to load in memory; profile fewer steps", exitcodes.BAD_DATA) from None
-    meta = data if isinstance(data, dict) else {}
-    del data
+    return profile, data.meta, _process_ids(data)
+
+
+def _session(profile: ProfileSummary, meta: dict[str, Any], pids: list[int]) -> Session:
     session = Session(
         tool_version=__version__,
         command=[],
         duration_s=profile.window_s,
         source="analyze",
         environment=_environment(meta),
-        processes=_processes(meta),
+        processes=[ProcessInfo(pid=pid) for pid in pids],
         profile=profile,
     )
     session.steps.count = profile.steps
     session.unavailable.update(NOT_IN_TRACE)
     if profile.kernel_count == 0 and profile.gpu_busy_us <= 0:
         session.unavailable["gpu"] = profile.error or "the trace holds no GPU activity"
-    session.notes.append(f"built by `gpudoctor analyze` from the profiler trace {path.name}")
     return session
 
 
@@ -120,9 +191,10 @@ def _environment(meta: dict[str, Any]) -> Environment:
     return env
 
 
-def _processes(meta: dict[str, Any]) -> list[ProcessInfo]:
-    pids = {e.get("pid") for e in meta.get("traceEvents", []) if isinstance(e, dict) and e.get("cat") == "cpu_op"}
-    return [ProcessInfo(pid=pid) for pid in sorted(p for p in pids if isinstance(p, int))]
+def _process_ids(index: Any) -> list[int]:
+    """The processes that ran operators (cpu_op events)."""
+    pids = {e.pid for e in index.ops if e.cat == "cpu_op"}
+    return sorted(p for p in pids if isinstance(p, int) and not isinstance(p, bool))
 
 
 def trace_stem(path: Path) -> str:

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
-
-from rich.markdown import Markdown
-from rich.table import Table
 
 from gpudoctor import exitcodes
 from gpudoctor.exitcodes import GpudoctorError
@@ -26,6 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def list_checks(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     checks, errors = load_checks()
     if args.plain:
         for check in checks:
@@ -46,6 +44,10 @@ def list_checks(args: argparse.Namespace) -> int:
 
 
 def explain(args: argparse.Namespace) -> int:
+    import inspect
+
+    from rich.markdown import Markdown  # markdown-it: 50 ms, for this command only
+
     check = find_check(args.check)
     if check is None:
         raise GpudoctorError(f"no check named {args.check!r} (see `gpudoctor checks`)", exitcodes.NOT_FOUND)

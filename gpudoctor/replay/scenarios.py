@@ -30,6 +30,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 from gpudoctor.replay import rates
 from gpudoctor.replay.simulate import Plan, run
@@ -67,7 +68,7 @@ SCENARIOS: dict[str, str] = {
 }
 
 
-def replay_trace(events: list, steps: int = 0, unprofiled_step_us: float | None = None,
+def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None = None,
                  unprofiled_wait_us: float | None = None) -> ReplaySummary | None:
     """Replay one trace's events: the measured window and each applicable what-if.
 
@@ -120,7 +121,7 @@ def replay_trace(events: list, steps: int = 0, unprofiled_step_us: float | None 
     return summary
 
 
-def replay_or_error(events: list, steps: int = 0, unprofiled_step_us: float | None = None,
+def replay_or_error(events: Any, steps: int = 0, unprofiled_step_us: float | None = None,
                     unprofiled_wait_us: float | None = None) -> ReplaySummary | None:
     """replay_trace that never raises: a model that cannot be built is reported, not fatal."""
     try:

@@ -54,9 +54,6 @@ HELPER_IDLE_US = 50.0  # a helper thread's time outside any operator longer than
 DATA_ANNOTATION = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 OPTIMIZER_ANNOTATION = "Optimizer.step#"  # torch.optim wraps step() in record_function("Optimizer.step#Adam.step")
 _VERSION = re.compile(r"_v\d+$")
-_GPU = {"kernel": "k", "gpu_memcpy": "c", "memcpy": "c", "gpu_memset": "s", "memset": "s"}
-_API = frozenset({"cuda_runtime", "cuda_driver", "runtime", "driver"})
-_OPS = frozenset({"cpu_op", "operator"})
 
 
 @dataclass(slots=True)
@@ -132,53 +129,68 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def build(events: list) -> Timeline | None:
-    """The model of one trace's events, or None when they hold no host thread to replay."""
+def build(source: Any) -> Timeline | None:
+    """The model of one trace's events (a TraceIndex, or what trace_decode.index_events
+    takes), or None when they hold no host thread to replay."""
+    from gpudoctor.collectors.trace_decode import (
+        ANNOTATION,
+        API,
+        FRAME,
+        GPU_KINDS,
+        OP,
+        index_events,
+    )
+
+    trace_index = index_events(source)
     threads: dict[Any, _Thread] = defaultdict(_Thread)
+    first_seen: dict[Any, int] = {}
     ops: list[GpuOp] = []
     corr_ops: dict[Any, list[int]] = defaultdict(list)
-    for event in events:
-        if not isinstance(event, dict) or event.get("ph") != "X":
-            continue
-        ts, dur, name = _number(event.get("ts")), _number(event.get("dur")), event.get("name")
-        if ts is None or dur is None or dur < 0 or not isinstance(name, str):
-            continue
-        category = str(event.get("cat", "")).lower()
-        raw_args = event.get("args")
-        args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
-        kind = _GPU.get(category)
-        if kind is not None:
-            op = GpuOp(stream=(args.get("device", event.get("pid")), args.get("stream", event.get("tid"))),
-                       kind=kind, start=ts, dur=dur, name=name)
-            if kind == "c":
-                op.nbytes = _number(args.get("bytes")) or 0.0
-                op.copy = copy_kind(name)
-            elif kind == "k":
-                op.gemm = classify_gemm(name)
-            if args.get("correlation") is not None:
-                corr_ops[args["correlation"]].append(len(ops))
-            ops.append(op)
-            continue
-        if category not in _API and category not in _OPS and category not in ("user_annotation", "python_function"):
-            continue
-        thread = threads[(event.get("pid"), event.get("tid"))]
-        thread.see(ts, ts + dur)
-        if category in _API:
-            thread.calls.append((ts, dur, _VERSION.sub("", name), args.get("correlation")))
-        elif category in _OPS:
-            thread.ops.append((ts, ts + dur))
-        elif category == "user_annotation":
-            thread.annotations += 1
-            if DATA_ANNOTATION.match(name):
-                thread.data.append((ts, ts + dur))
-            elif name.startswith(OPTIMIZER_ANNOTATION):
-                thread.optimizer.append((ts, ts + dur))
-        else:
-            if AGENT_WINDOW_FRAME in name.replace("\\", "/"):
-                thread.agent.append((ts, ts + dur))
-            match = _FRAME_NAME.match(name)
-            own = match is not None and frame_kind(match["file"]) in ("user", "stdlib")
-            thread.frames.append((ts, ts + dur, own))
+    for event in trace_index.gpu:
+        kind = GPU_KINDS[event.kind]
+        op = GpuOp(stream=(event.device, event.stream), kind=kind, start=event.ts, dur=event.dur,  # type: ignore[arg-type]
+                   name=event.name)  # type: ignore[arg-type]
+        if kind == "c":
+            op.nbytes = _number(event.args.bytes if event.args is not None else None) or 0.0
+            op.copy = copy_kind(event.name)  # type: ignore[arg-type]
+        elif kind == "k":
+            op.gemm = classify_gemm(event.name)  # type: ignore[arg-type]
+        correlation = event.correlation
+        if correlation is not None:
+            corr_ops[correlation].append(len(ops))
+        ops.append(op)
+    apis: dict[str, str] = {}
+    own_frames: dict[str, bool] = {}  # a frame's name -> the user's own code?
+    for host_events in (trace_index.api, trace_index.ops, trace_index.frames):
+        for event in host_events:
+            key = (event.pid, event.tid)
+            thread = threads[key]
+            if key not in first_seen or event.pos < first_seen[key]:
+                first_seen[key] = event.pos
+            ts, dur, name, category = event.ts, event.dur, event.name, event.kind
+            thread.see(ts, ts + dur)  # type: ignore[arg-type,operator]
+            if category == API:
+                api = apis.get(name)  # type: ignore[arg-type]
+                if api is None:
+                    api = apis[name] = _VERSION.sub("", name)  # type: ignore[index,arg-type]
+                thread.calls.append((ts, dur, api, event.correlation))  # type: ignore[arg-type]
+            elif category == OP:
+                thread.ops.append((ts, ts + dur))  # type: ignore[operator,arg-type]
+            elif category == ANNOTATION:
+                thread.annotations += 1
+                if DATA_ANNOTATION.match(name):  # type: ignore[arg-type]
+                    thread.data.append((ts, ts + dur))  # type: ignore[operator,arg-type]
+                elif name.startswith(OPTIMIZER_ANNOTATION):  # type: ignore[union-attr]
+                    thread.optimizer.append((ts, ts + dur))  # type: ignore[operator,arg-type]
+            elif category == FRAME:
+                if AGENT_WINDOW_FRAME in name.replace("\\", "/"):  # type: ignore[union-attr]
+                    thread.agent.append((ts, ts + dur))  # type: ignore[operator,arg-type]
+                own = own_frames.get(name)  # type: ignore[arg-type]
+                if own is None:
+                    match = _FRAME_NAME.match(name)  # type: ignore[arg-type]
+                    own = own_frames[name] = match is not None and frame_kind(match["file"]) in ("user", "stdlib")  # type: ignore[index]
+                thread.frames.append((ts, ts + dur, own))  # type: ignore[operator,arg-type]
+    threads = defaultdict(_Thread, sorted(threads.items(), key=lambda kv: first_seen[kv[0]]))
     active = {key: t for key, t in threads.items() if t.calls or t.data}
     if not active:
         return None

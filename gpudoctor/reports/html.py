@@ -42,6 +42,7 @@ from ._common import (
     try_heading,
 )
 from ._hotspots import windows_view
+from .console import printable
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +224,12 @@ def _profile_view(p: Mapping[str, Any]) -> dict[str, Any]:
          " / ".join(format_duration((p.get(k) or 0) / 1e6) for k in ("matmul_fp32_us", "matmul_tensor_core_us", "matmul_total_us"))),
         ("TF32 enabled", format_number(p.get("tf32_enabled"))),
     ]
+    streams = [s for s in p.get("streams") or [] if isinstance(s, Mapping)]
+    if len(streams) > 1:  # busy / idle above are their union: idle is time with no stream active
+        rows.append(("Streams (busy time)", "; ".join(
+            f"{s.get('stream')}: {format_duration((s.get('busy_us') or 0) / 1e6)}"
+            + (f" ({s['busy_share']:.0%})" if isinstance(s.get("busy_share"), (int, float)) else "")
+            for s in streams[:8])))
     memcpy = [
         (kind, f"{int(v.get('count', 0)):,}", format_bytes(v.get("bytes")), format_duration((v.get("us") or 0) / 1e6))
         for kind, v in (p.get("memcpy") or {}).items()

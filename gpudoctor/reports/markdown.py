@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpudoctor.report_model import Report
+from gpudoctor.metrics import format_run_seconds
 
 from ._common import (
     command_line,
@@ -53,7 +54,7 @@ def code_block(code: str, lang: str = "") -> str:
 def render(report: Report | Mapping[str, Any]) -> str:
     report = printable_report(report)
     lines = [f"### gpudoctor: {escape(report.summary.verdict or 'no verdict')}", ""]
-    meta = [f"duration {report.duration_s:.1f} s", f"exit code {report.exit_code}"]
+    meta = [f"duration {format_run_seconds(report.duration_s or 0.0)}", f"exit code {report.exit_code}"]
     if report.stop_reason:
         meta.append(f"stopped: {escape(report.stop_reason)}")
     lines.append(f"Command: {code_span(command_line(report) or '(not recorded)')}  ")

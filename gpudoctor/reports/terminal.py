@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudoctor.report_model import Report, ReportFinding
+from gpudoctor.metrics import format_run_seconds
 
 from ._common import (
     command_line,
@@ -107,7 +108,7 @@ def _verdict(report: Report) -> Text:
     style = SEVERITY_STYLE.get(worst or "", "green") if worst != "info" else "green"
     text = Text("gpudoctor ", style="bold")
     text.append(report.summary.verdict or "no verdict", style=f"bold {style}")
-    meta = [f"{report.duration_s:.1f} s"]
+    meta = [format_run_seconds(report.duration_s or 0.0)]
     if report.exit_code not in (None, 0):
         meta.append(f"workload exit code {report.exit_code}")
     if report.stop_reason and report.stop_reason != "exited":

@@ -1,0 +1,362 @@
+"""A profiler trace decoded once, streamed, into the few fields gpudoctor reads: a TraceIndex.
+
+``json.loads`` of a Kineto trace builds a dict for every event and every ``args`` (about
+1.2 KiB an event, five times the file). Here the ``traceEvents`` array is cut into
+chunks of whole events as the (gzip) stream is read, and each chunk is decoded by
+msgspec into typed ``Event`` structs holding only the fields used (kernel launch
+arguments, shapes and the rest are never materialised). Each chunk is then sorted by
+category into the lists the statistics, the hotspots and the replay walk; events
+nothing reads (flow arrows, metadata, overhead) are dropped at once.
+
+A chunk boundary is a ``},`` between two events: a guess that a string or a nested
+object can fool, but then the chunk is no valid JSON and decoding it fails. Any such
+surprise (an odd layout, a value of an unexpected type, a number out of range) makes
+the reader start again on the plain path (``json.loads`` of the bounded bytes), which
+gives the same result with the same limits and messages, only slower.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import gzip
+import logging
+import os
+import re
+import stat
+import zlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from gpudoctor.bounded import InputTooLarge
+from gpudoctor.collectors import trace_file
+from gpudoctor.collectors.trace_file import TraceError, load_trace, trace_events
+
+log = logging.getLogger(__name__)
+
+CHUNK_BYTES = 8 << 20  # decode this much of the event array at a time
+HEAD_MAX_BYTES = 64 << 20  # no "traceEvents" key in this much: not Kineto's layout
+HEAD_SCAN_BYTES = 1 << 20  # metadata before the events longer than this: read the plain way
+# kinds of complete events, by lower-cased category
+GPU_KERNEL, GPU_COPY, GPU_SET, API, OP, ANNOTATION, FRAME, TRACE, OTHER = range(9)
+GPU_KINDS = {GPU_KERNEL: "k", GPU_COPY: "c", GPU_SET: "s"}
+_CATEGORY_KINDS = {
+    "kernel": GPU_KERNEL, "gpu_memcpy": GPU_COPY, "memcpy": GPU_COPY, "gpu_memset": GPU_SET, "memset": GPU_SET,
+    "cuda_runtime": API, "cuda_driver": API, "runtime": API, "driver": API,
+    "cpu_op": OP, "operator": OP, "user_annotation": ANNOTATION, "python_function": FRAME, "trace": TRACE,
+}
+_NEXT_EVENT = re.compile(rb"\s*\{")
+MAX_CUT_TRIES = 16
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+
+class Args(msgspec.Struct, gc=False):
+    """The ``args`` fields read; UNSET tells an absent key from a null one."""
+
+    correlation: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+    device: Any = msgspec.UNSET
+    stream: Any = msgspec.UNSET
+    bytes: Any = None
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event, the fields read. ``ts``/``dur`` are finite floats or None (absent,
+    or not a number); ``name`` a string or None. ``kind`` and ``pos`` are set when indexed
+    (their JSON names cannot occur in a trace: never decoded)."""
+
+    ph: Any = None
+    cat: Any = ""
+    name: str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    pid: Any = None
+    tid: Any = None
+    args: Args | None = None
+    kind: int = msgspec.field(default=OTHER, name="\u2063kind")
+    pos: int = msgspec.field(default=0, name="\u2063pos")
+
+    @property
+    def thread(self) -> tuple[Any, Any]:
+        return (self.pid, self.tid)
+
+    @property
+    def device(self) -> Any:
+        device = self.args.device if self.args is not None else msgspec.UNSET
+        return self.pid if device is msgspec.UNSET else device
+
+    @property
+    def stream(self) -> Any:
+        stream = self.args.stream if self.args is not None else msgspec.UNSET
+        return self.tid if stream is msgspec.UNSET else stream
+
+    @property
+    def correlation(self) -> Any:
+        return self.args.correlation if self.args is not None else None
+
+    @property
+    def external_id(self) -> Any:
+        return self.args.external_id if self.args is not None else None
+
+
+class _Meta(msgspec.Struct, gc=False):
+    """The top level: what `analyze` reads besides the events."""
+
+    traceEvents: list[Event] | None = None
+    host_name: Any = None
+    cuda_runtime_version: Any = None
+    deviceProperties: Any = None
+
+
+class TraceIndex:
+    """The well-formed complete events of a trace, by kind, in file order; and its metadata."""
+
+    def __init__(self) -> None:
+        self.events = 0  # well-formed complete events (ph "X")
+        self.malformed = 0  # complete events without a name, a time or a duration >= 0
+        self.first, self.last = float("inf"), float("-inf")  # of the activity (the profiler's own span left out)
+        self.gpu: list[Event] = []  # kernels, copies, memsets
+        self.api: list[Event] = []  # CUDA runtime and driver calls
+        self.ops: list[Event] = []  # operators and record_function ranges
+        self.frames: list[Event] = []  # Python functions
+        self.meta: dict[str, Any] = {}
+        self._position = 0
+        self._names: dict[str, str] = {}
+        self._kinds: dict[Any, int] = dict(_CATEGORY_KINDS)
+
+    def _kind(self, category: Any) -> int:
+        try:
+            return self._kinds[category]
+        except KeyError:
+            kind = self._kinds[category] = _CATEGORY_KINDS.get(str(category).lower(), OTHER)
+            return kind
+        except TypeError:  # an unhashable category: a list or an object
+            return _CATEGORY_KINDS.get(str(category).lower(), OTHER)
+
+    def add(self, events: list[Event]) -> None:
+        """Sort a batch of decoded events into the lists (once per chunk: the one per-event loop)."""
+        kinds, kind_of, names = self._kinds, self._kind, self._names
+        gpu, api, ops, frames = self.gpu.append, self.api.append, self.ops.append, self.frames.append
+        first, last, count, malformed, position = self.first, self.last, self.events, self.malformed, self._position
+        for event in events:
+            if event.ph != "X":
+                continue
+            ts, dur = event.ts, event.dur
+            if ts is None or dur is None or dur < 0 or event.name is None:
+                malformed += 1
+                continue
+            count += 1
+            category = event.cat
+            kind = kinds[category] if type(category) is str and category in kinds else kind_of(category)
+            if kind == TRACE:
+                continue  # the profiler's own span, not activity
+            first = min(first, ts)
+            last = max(last, ts + dur)
+            if kind == OTHER:
+                continue
+            event.kind, event.pos = kind, position
+            position += 1
+            name = event.name
+            event.name = names.setdefault(name, name)  # type: ignore[arg-type]  # one copy of each name
+            if kind <= GPU_SET:
+                gpu(event)
+            elif kind == API:
+                api(event)
+            elif kind == FRAME:
+                frames(event)
+            else:
+                ops(event)
+        self.first, self.last, self.events, self.malformed, self._position = first, last, count, malformed, position
+
+
+def index_events(source: Any) -> TraceIndex:
+    """A TraceIndex of already-loaded data: a TraceIndex, Chrome-trace JSON data or an event list."""
+    if isinstance(source, TraceIndex):
+        return source
+    index = TraceIndex()
+    events = trace_events(source)
+    index.add([e for e in map(_event_from_json, events) if e is not None])
+    if isinstance(source, Mapping):
+        index.meta = {k: source[k] for k in ("host_name", "cuda_runtime_version", "deviceProperties") if k in source}
+    return index
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if number - number == 0 else None  # finite
+
+
+def _event_from_json(raw: Any) -> Event | None:
+    """The plain path's dict as an Event, with the meaning the typed decode gives."""
+    if not isinstance(raw, dict):
+        return None
+    args, parsed = raw.get("args"), None
+    if isinstance(args, dict):
+        parsed = Args(correlation=args.get("correlation"), external_id=args.get("External id"),
+                      device=args.get("device", msgspec.UNSET), stream=args.get("stream", msgspec.UNSET),
+                      bytes=args.get("bytes"))
+    name = raw.get("name")
+    return Event(ph=raw.get("ph"), cat=raw.get("cat", ""), name=name if isinstance(name, str) else None,
+                 ts=_number(raw.get("ts")), dur=_number(raw.get("dur")), pid=raw.get("pid"), tid=raw.get("tid"),
+                 args=parsed)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while millions of acyclic objects are made: the
+    collector would walk them again and again (it tripled the decode time) for nothing."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class _Unstreamable(Exception):
+    """Not the layout the streaming reader expects: read the plain way."""
+
+
+def read_trace(path: str | Path, *, own_window: bool = False) -> TraceIndex:
+    """Decode a trace file (JSON or gzip, told apart by content) into a TraceIndex.
+
+    Same limits and one-line TraceErrors as trace_file.load_trace (which the plain path uses)."""
+    path = Path(path)
+    try:
+        is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+        with open(path, "rb") as fh:
+            compressed = fh.read(2) == b"\x1f\x8b"
+    except OSError:  # missing, a loop, no permission: the plain path names the reason
+        is_dir, compressed = True, False
+    if not is_dir:
+        try:
+            with gc_paused():
+                return _streamed(path, compressed, own_window)
+        except _Unstreamable as exc:
+            log.debug("%s: read whole (%s)", path, exc)
+        except InputTooLarge as exc:
+            raise TraceError(f"{path}: trace (uncompressed) {exc}; profile fewer steps and try again") from None
+        except (EOFError, zlib.error, gzip.BadGzipFile):
+            raise TraceError(f"{path}: corrupt or truncated gzip file") from None
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read ({exc.strerror or exc})", not_found=True) from None
+    return index_events(load_trace(path, own_window=own_window))  # the plain path: its checks and messages
+
+
+def _count_events(path: Path, compressed: bool, own_window: bool) -> None:
+    """Refuse a trace over the byte limit or of more than MAX_TRACE_EVENTS events (``"ph"``
+    keys: an over-estimate) before decoding any. The typed decode materialises no ``args``
+    object and no value it does not read, so its memory follows the events kept."""
+    scale = trace_file.OWN_WINDOW_SCALE if own_window else 1
+    max_bytes, max_events = trace_file.MAX_TRACE_BYTES * scale, trace_file.MAX_TRACE_EVENTS * scale
+    if not compressed and os.stat(path).st_size <= min(max_bytes, max_events * len(b'{"ph":0}')):
+        return  # under the size limit, and too small to hold that many events
+    size, events, tail = 0, 0, b""
+    with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
+        while block := fh.read(CHUNK_BYTES):
+            size += len(block)
+            events += (tail + block[:3]).count(b'"ph"') + block.count(b'"ph"')
+            tail = block[-3:]
+            if size > max_bytes:
+                raise InputTooLarge(f"larger than {max_bytes >> 20} MiB: not a profiler trace gpudoctor can read")
+            if events > max_events:
+                raise InputTooLarge(f"more than {max_events:,} events (JSON objects): far more than a profiler "
+                                    "trace holds; refused rather than filling memory")
+
+
+def _blocks(fh: Any) -> Iterator[bytes]:
+    while block := fh.read(CHUNK_BYTES):
+        yield block
+
+
+def _streamed(path: Path, compressed: bool, own_window: bool) -> TraceIndex:
+    _count_events(path, compressed, own_window)
+    index = TraceIndex()
+    chunk_decoder = msgspec.json.Decoder(list[Event])
+    with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
+        blocks = _blocks(fh)
+        head, buffer = _head(blocks)
+        for block in blocks:
+            buffer += block
+            cut = _decode_whole_events(buffer, chunk_decoder, index)
+            del buffer[:cut]
+    if b'"traceEvents"' in buffer:
+        raise _Unstreamable("a second traceEvents key")
+    try:
+        meta = msgspec.json.decode(head + b"[" + bytes(buffer), type=_Meta)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise _Unstreamable(f"end: {exc}") from None
+    index.add(meta.traceEvents or [])
+    index.meta = {k: getattr(meta, k) for k in ("host_name", "cuda_runtime_version", "deviceProperties")
+                  if getattr(meta, k) is not None}
+    return index
+
+
+def _decode_whole_events(buffer: bytearray, decoder: msgspec.json.Decoder, index: TraceIndex) -> int:
+    """Decode the events `buffer` holds whole into `index`; how many bytes that consumed.
+
+    A cut is a ``}`` then ``,`` and the ``{`` of the next event (whitespace between): kernel
+    names such as ``{lambda(float)#1}, std::array`` hold the first two. When a string
+    fools even that, the chunk does not decode and the previous candidate is tried."""
+    end = len(buffer)
+    for _ in range(MAX_CUT_TRIES):
+        cut = buffer.rfind(b"},", 0, end)
+        if cut < 0:
+            return 0
+        end = cut
+        after = _NEXT_EVENT.match(buffer, cut + 2)
+        if after is None:
+            continue
+        try:
+            events = decoder.decode(b"[" + bytes(buffer[: cut + 1]) + b"]")
+        except msgspec.ValidationError as exc:
+            raise _Unstreamable(f"chunk: {exc}") from None
+        except msgspec.DecodeError:
+            continue
+        index.add(events)
+        return after.end() - 1
+    raise _Unstreamable("no place to cut the event array")
+
+
+def _head(blocks: Iterator[bytes]) -> tuple[bytes, bytearray]:
+    """The bytes up to the event array's key (``{... "traceEvents":``) and what follows its ``[``."""
+    buffer = bytearray()
+    for block in blocks:
+        buffer += block
+        match = _EVENTS_KEY.search(buffer)
+        if match:
+            if match.start() > HEAD_SCAN_BYTES or not _top_level(bytes(buffer[: match.start()])):
+                raise _Unstreamable("traceEvents nested, inside a string or after long metadata")
+            return bytes(buffer[: match.end() - 1]), buffer[match.end():]
+        if len(buffer) > HEAD_MAX_BYTES:
+            break
+    raise _Unstreamable("no traceEvents key near the start")
+
+
+def _top_level(before: bytes) -> bool:
+    """Whether a key right after `before` sits in the top-level object (depth 1, outside strings)."""
+    depth, in_string, escaped = 0, False, False
+    for byte in before:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x7B, 0x5B):
+            depth += 1
+        elif byte in (0x7D, 0x5D):
+            depth -= 1
+    return depth == 1 and not in_string

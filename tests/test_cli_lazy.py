@@ -1,0 +1,52 @@
+"""The top-level parser lists every command without importing its module; running a
+command imports only its own (and `gpudoctor CMD --help` still shows all its options)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from gpudoctor import cli, exitcodes
+from gpudoctor.commands import COMMANDS
+
+
+def test_help_lines_match_what_the_modules_register() -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    for module in dict.fromkeys(m for m, _ in COMMANDS.values()):
+        importlib.import_module(f"gpudoctor.commands.{module}").register(sub)
+    registered = {action.dest: action.help for action in sub._choices_actions}
+    assert registered == {name: help_text for name, (_, help_text) in COMMANDS.items()}
+
+
+def test_help_imports_no_command_module() -> None:
+    code = ("import sys\nfrom gpudoctor import cli\ntry:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('gpudoctor.commands.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+    assert all(name in out for name in COMMANDS)
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    code = ("import sys\nfrom gpudoctor import cli\ncli.main(['checks', '--plain'])\n"
+            "print(sorted(m for m in sys.modules if m.startswith('gpudoctor.commands.') and m[-8:] != 'argtypes'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "['gpudoctor.commands.catalog']"
+
+
+@pytest.mark.parametrize("command", ["analyze", "report", "explain"])
+def test_command_help_shows_its_full_options(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert f"usage: gpudoctor {command}" in out and "options:" in out or "optional arguments:" in out
+
+
+def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["nope"]) == exitcodes.USAGE
+    assert "invalid choice" in capsys.readouterr().err
