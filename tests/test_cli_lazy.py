@@ -13,6 +13,8 @@ import pytest
 from gpudoctor import cli, exitcodes
 from gpudoctor.commands import COMMANDS
 
+pytestmark = pytest.mark.integration  # worker processes / the CLI in a subprocess
+
 
 def test_help_lines_match_what_the_modules_register() -> None:
     parser = argparse.ArgumentParser()

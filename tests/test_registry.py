@@ -43,6 +43,7 @@ def test_every_check_module_is_found_without_any_entry_point(monkeypatch):
     assert all(c.run.__module__.rsplit(".", 1)[1].startswith(c.id.lower()) for c in checks)
 
 
+@pytest.mark.integration
 def test_a_plain_checkout_finds_the_builtins_without_metadata(tmp_path):
     """`python -S`-like isolation is not possible with the dependencies in site-packages, so the
     subprocess hides every installed gpudoctor distribution's entry points instead."""

@@ -14,6 +14,8 @@ from gpudoctor.cli import main
 from gpudoctor.commands import analyze
 from gpudoctor.commands.analyze import session_from_trace
 
+pytestmark = pytest.mark.integration  # worker processes / the CLI in a subprocess
+
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "h200" / "traces"
 
 
