@@ -152,6 +152,7 @@ class StepRecord:
     t: float  # seconds since session start, at the end of the step
     duration_s: float
     data_wait_s: float  # time blocked on the loader during this step
+    backward_s: float | None = None  # time inside outermost backward() calls (None: none seen, older agents)
 
 
 @dataclass

@@ -22,4 +22,8 @@ BUILTIN = [
     "gd305_optimizer_kernels",
     "gd401_fragmentation",
     "gd402_oom",
+    "gd501_straggler",
+    "gd502_communication",
+    "gd503_gpu_imbalance",
+    "gd504_rank_starved",
 ]

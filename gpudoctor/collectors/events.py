@@ -160,7 +160,8 @@ class EventReader:
             src.count += 1
             src.last_t = max(t, src.last_t if src.last_t is not None else t)
             if len(src.records) < STEP_RECORDS_MAX:
-                src.records.append(StepRecord(t=t, duration_s=float(e["dur"]), data_wait_s=float(e["wait"])))
+                src.records.append(StepRecord(t=t, duration_s=float(e["dur"]), data_wait_s=float(e["wait"]),
+                                              backward_s=float(e["bwd"]) if e.get("bwd") is not None else None))
             else:
                 src.aggregated += 1
                 src.aggregated_duration_s += float(e["dur"])
