@@ -40,6 +40,7 @@ from ._common import (
 )
 from .console import printable
 from ._hotspots import windows_view
+from .ranks import html_context as ranks_context
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,7 @@ def context(report: Mapping[str, Any]) -> dict[str, Any]:
         "try_heading": try_heading(report),
         "trials": trial_rows(report),
         "overrides": override_rows(report),
+        **ranks_context(report, lambda steps: _chart(charts.step_breakdown, steps)),
     }
 
 

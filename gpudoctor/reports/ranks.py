@@ -1,0 +1,140 @@
+"""The report's per-rank part (a distributed job): the JSON `ranks` section and its views.
+
+Kept in one module so that every renderer's rank table comes from one place:
+`ranks_section` builds the JSON section from the Session; `rank_rows` formats it for
+the terminal (`terminal_table`), markdown (`markdown_lines`) and HTML (`html_context`,
+rendered by the ``ranks`` block of templates/report.html).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpudoctor.analysis import ranks as rank_analysis
+from gpudoctor.session import Session
+
+TIMELINE_MAX_POINTS = 400
+
+
+def ranks_section(session: Session) -> dict[str, Any] | None:
+    """The JSON `ranks` section: per-rank numbers, the primary and the worst rank, and the
+    worst rank's step timeline. None for a one-process run."""
+    if not session.ranks:
+        return None
+    worst = rank_analysis.worst_rank(session)
+    rows = []
+    for numbers, info in zip(rank_analysis.all_ranks(session), sorted(session.ranks, key=lambda r: r.rank)):
+        rows.append({
+            "rank": numbers.rank, "host": numbers.host, "pid": info.pid, "local_rank": info.local_rank,
+            "backend": info.backend, "steps": numbers.steps,
+            "step_time_s": _round(numbers.step_s), "own_time_s": _round(numbers.own_s),
+            "backward_s": _round(numbers.backward_s),
+            "data_wait_share": _round(numbers.data_wait_share, 4),
+            "gpu_busy_percent": _round(numbers.gpu_busy_percent, 2),
+            "comm_share": _round(numbers.comm_share, 4), "comm_overlap": _round(numbers.comm_overlap, 4),
+            "loader_workers": info.loader_workers, "error": info.error,
+        })
+    timeline: dict[str, list[Any]] = {"t": [], "duration_s": [], "data_wait_s": [], "backward_s": []}
+    info = next((r for r in session.ranks if r.rank == worst), None)
+    if info is not None:
+        records = info.steps.records
+        stride = max(1, len(records) // TIMELINE_MAX_POINTS + (len(records) % TIMELINE_MAX_POINTS > 0))
+        for r in records[::stride]:
+            timeline["t"].append(round(r.t, 3))
+            timeline["duration_s"].append(r.duration_s)
+            timeline["data_wait_s"].append(r.data_wait_s)
+            timeline["backward_s"].append(r.backward_s)
+    return {
+        "world_size": max((r.world_size or 0 for r in session.ranks), default=0) or len(session.ranks),
+        "recorded": len(session.ranks),
+        "job_id": session.job_id,
+        "primary_rank": session.primary_rank,
+        "worst_rank": worst,
+        "hosts": sorted({r.host for r in session.ranks if r.host}),
+        "rows": rows,
+        "worst_timeline": timeline,
+    }
+
+
+def _round(value: float | None, digits: int = 6) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _ms(value: Any) -> str:
+    return "n/a" if value is None else f"{float(value) * 1e3:.1f} ms"
+
+
+def _share(value: Any) -> str:
+    return "n/a" if value is None else f"{float(value):.0%}"
+
+
+def rank_rows(report: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The table's rows as text: rank, host, step time, own time, data wait, GPU busy, comm."""
+    section = report.get("ranks") or {}
+    worst = section.get("worst_rank")
+    out = []
+    for row in section.get("rows") or []:
+        comm = _share(row.get("comm_share"))
+        if row.get("comm_overlap") is not None:
+            comm += f" ({_share(row['comm_overlap'])} overlapped)"
+        mark = " (worst)" if row.get("rank") == worst and len(section.get("rows") or []) > 1 else ""
+        out.append({
+            "rank": f"{row.get('rank')}{mark}",
+            "host": str(row.get("host") or "?"),
+            "step": _ms(row.get("step_time_s")),
+            "own": _ms(row.get("own_time_s")),
+            "wait": _share(row.get("data_wait_share")),
+            "gpu": "n/a" if row.get("gpu_busy_percent") is None else f"{row['gpu_busy_percent']:.0f}%",
+            "comm": comm,
+        })
+    return out
+
+
+HEADERS = [("rank", "Rank"), ("host", "Host"), ("step", "Step time"), ("own", "Own time"),
+           ("wait", "Data wait"), ("gpu", "GPU busy"), ("comm", "Comm share")]
+
+
+def title(report: Mapping[str, Any]) -> str:
+    section = report.get("ranks") or {}
+    text = f"Ranks: {section.get('recorded')} of world size {section.get('world_size')}"
+    if section.get("hosts"):
+        text += f" on {len(section['hosts'])} host(s)"
+    return text + " (own time: step time outside backward(), where DDP waits for the slowest rank)"
+
+
+def terminal_table(report: Mapping[str, Any]) -> Any:
+    """A rich Table, or None for a one-process run."""
+    rows = rank_rows(report)
+    if not rows:
+        return None
+    from rich.table import Table
+
+    table = Table(title=title(report), title_justify="left", show_edge=False, pad_edge=False)
+    for _, header in HEADERS:
+        table.add_column(header)
+    for row in rows:
+        table.add_row(*(row[key] for key, _ in HEADERS))
+    return table
+
+
+def markdown_lines(report: Mapping[str, Any], escape: Any) -> list[str]:
+    rows = rank_rows(report)
+    if not rows:
+        return []
+    lines = [f"#### {escape(title(report))}", "", "| " + " | ".join(h for _, h in HEADERS) + " |",
+             "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(escape(row[key]) for key, _ in HEADERS) + " |" for row in rows]
+    return lines + [""]
+
+
+def html_context(report: Mapping[str, Any], chart: Any) -> dict[str, Any]:
+    """For the template's ``ranks`` block: title, headers, rows, the worst rank's chart."""
+    rows = rank_rows(report)
+    if not rows:
+        return {"ranks": None}
+    section = report.get("ranks") or {}
+    return {"ranks": {"title": title(report), "headers": [h for _, h in HEADERS],
+                      "rows": [[row[key] for key, _ in HEADERS] for row in rows],
+                      "worst_rank": section.get("worst_rank"),
+                      "worst_svg": chart(section.get("worst_timeline") or {})}}
