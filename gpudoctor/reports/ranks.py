@@ -36,9 +36,9 @@ def ranks_section(session: Session) -> dict[str, Any] | None:
             "loader_workers": info.loader_workers, "error": info.error,
         })
     timeline: dict[str, list[Any]] = {"t": [], "duration_s": [], "data_wait_s": [], "backward_s": []}
-    info = next((r for r in session.ranks if r.rank == worst), None)
-    if info is not None:
-        records = info.steps.records
+    worst_info = next((r for r in session.ranks if r.rank == worst), None)
+    if worst_info is not None:
+        records = worst_info.steps.records
         stride = max(1, len(records) // TIMELINE_MAX_POINTS + (len(records) % TIMELINE_MAX_POINTS > 0))
         for r in records[::stride]:
             timeline["t"].append(round(r.t, 3))

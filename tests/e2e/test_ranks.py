@@ -72,3 +72,14 @@ def test_healthy_job_has_no_straggler(diagnose):
     assert run.finding("GD504") is None
     assert run.outcome("GD501")["status"] == "pass"
     assert len(run.report["ranks"]["rows"]) == 2
+
+
+def test_ranks_of_torch_multiprocessing_spawn(diagnose):
+    # no launcher sets RANK: each child's process group tells its rank
+    run = diagnose("--", sys.executable, DDP, "--spawn", "2", timeout=180,
+                   env={"DDP_STEPS": "30", "DDP_SLOW_RANK": "0", "DDP_SLOW_S": "0.03"})
+    assert run.returncode == 0, run.stderr
+    rows = run.report["ranks"]["rows"]
+    assert [row["rank"] for row in rows] == [0, 1]
+    straggler = run.finding("GD501")
+    assert straggler is not None and straggler["evidence"]["rank"]["value"] == 0

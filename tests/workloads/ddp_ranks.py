@@ -1,6 +1,7 @@
 """A tiny DDP training loop on CPU (gloo) for the multi-rank tests.
 
-Run with ``python -m torch.distributed.run --standalone --nproc-per-node N ddp_ranks.py``.
+Run with ``python -m torch.distributed.run --standalone --nproc-per-node N ddp_ranks.py``,
+or ``python ddp_ranks.py --spawn N`` (torch.multiprocessing.spawn, no launcher's RANK).
 Options (environment, so the launcher's command line stays plain):
     DDP_STEPS        steps per rank (default 40)
     DDP_SLOW_RANK    this rank is slowed (default: none)
@@ -36,8 +37,12 @@ class Samples(Dataset):
         return torch.full((32,), float(i % 7)), torch.tensor(float(i % 3))
 
 
-def main() -> None:
-    dist.init_process_group("gloo")
+def main(spawned_rank: int | None = None, world_size: int | None = None) -> None:
+    if spawned_rank is None:
+        dist.init_process_group("gloo")
+    else:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{os.environ['DDP_PORT']}",
+                                rank=spawned_rank, world_size=world_size)
     rank = dist.get_rank()
     torch.manual_seed(0)
     slow = rank == SLOW_RANK
@@ -58,4 +63,16 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if len(sys.argv) == 3 and sys.argv[1] == "--spawn":
+        import socket
+
+        import torch.multiprocessing as mp
+
+        with socket.socket() as probe:  # a free port for the group's rendezvous
+            probe.bind(("127.0.0.1", 0))
+            os.environ["DDP_PORT"] = str(probe.getsockname()[1])
+        mp.spawn(main, args=(int(sys.argv[2]),), nprocs=int(sys.argv[2]))
+    else:
+        main()
