@@ -321,7 +321,9 @@ class TorchHooks:
         self.agent.writer.flush(force=True)
 
     def on_step(self, source, n):
-        if not self.dist_reported:  # a short job may destroy its group before the next flush
+        # a short job may destroy its process group before the next flush; groups are joined
+        # before the loop, so the first steps (and then every 100th) are enough to look
+        if not self.dist_reported and (n <= 5 or n % 100 == 0):
             self._report_dist()
         sources = self.sources
         if sources is not None:
