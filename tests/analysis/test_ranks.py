@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from helpers import make_loader, make_session, make_steps, run_check
+
 from gpudoctor.analysis import ranks
 from gpudoctor.analysis.input_pipeline import ranks_with_loaders
-from gpudoctor.checks import gd501_straggler, gd502_communication, gd503_gpu_imbalance, gd504_rank_starved
+from gpudoctor.checks import (
+    gd501_straggler,
+    gd502_communication,
+    gd503_gpu_imbalance,
+    gd504_rank_starved,
+)
 from gpudoctor.session import ProfileSummary, RankInfo, StepRecord, Steps
-
-from helpers import make_loader, make_session, make_steps, run_check
 
 
 def _steps(n: int, duration: float, backward: float | None, wait: float = 0.0) -> Steps:

@@ -6,12 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import make_session, make_steps
 
 from gpudoctor import cli, exitcodes
 from gpudoctor.merge import MergeError, merge_sessions
 from gpudoctor.session import RankInfo, Session, StepRecord, Steps
-
-from helpers import make_session, make_steps
 
 
 def _node(host: str, ranks: list[int], *, world: int = 4, job: str | None = "job-1",
