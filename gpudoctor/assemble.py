@@ -15,6 +15,7 @@ itself, with its cause, is GD501's finding.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import os
@@ -136,7 +137,11 @@ def assemble_ranks(reader: EventReader, session: Session, workdir: Path, t0: flo
             info.loader_wait_s = round(sum(lo.wait_total_s for lo in loaders), 6)
             info.loader_workers = max(loaders, key=lambda lo: lo.batches).num_workers
         _gpu_activity(info, session, [index_of[u] for u in info.device_uuids if u in index_of])
-        info.profile = session.profile if rank == min(ranks) else rank_window(reader.profiles, workdir, pid, t0)
+        if rank == min(ranks):  # the primary window is in full in Session.profile: its totals suffice here
+            info.profile = None if session.profile is None else dataclasses.replace(
+                session.profile, call_sites=[], top_cpu_ops=[], sync_sites=[], replay=None)
+        else:
+            info.profile = rank_window(reader.profiles, workdir, pid, t0)
         error = next((e for e in session.errors if e.pid == pid), None)
         if error is not None:
             info.error = f"{error.type or error.kind}: {error.message}"[:300]
