@@ -15,7 +15,7 @@ NOT_RUNNABLE = 69  # a directory, a non-Python file, a command that cannot be st
 INTERNAL = 70  # a gpudoctor bug (please report it)
 CANNOT_WRITE = 73  # output directory missing or not writable
 OUTPUT_EXISTS = 74  # a report already exists at the requested path (use --force)
-DIFFERENT_RUNS = 75  # diff refused: reports from different GPUs or workloads (use --force)
+DIFFERENT_RUNS = 75  # diff refused: different GPUs or workloads (use --force); merge refused: not one job
 NO_PERMISSION = 77  # attach: this user may not read the process (EX_NOPERM)
 BAD_POLICY = 78  # preflight policy file unreadable, not TOML, or an unknown key/bad value (EX_CONFIG)
 WORKLOAD_UNKNOWN = 1  # the workload's exit status could not be determined
@@ -32,7 +32,8 @@ TABLE = [
     (INTERNAL, "internal error in gpudoctor"),
     (CANNOT_WRITE, "output directory cannot be created or written"),
     (OUTPUT_EXISTS, "a report already exists at the output path (nothing was overwritten)"),
-    (DIFFERENT_RUNS, "diff refused: the reports come from different GPUs or workloads"),
+    (DIFFERENT_RUNS, "diff refused: the reports come from different GPUs or workloads; merge refused: the "
+                     "sessions are not one job (no ranks, different jobs or world sizes, a rank twice)"),
     (NO_PERMISSION, "attach: no permission to read that process (run as its user or root)"),
     (BAD_POLICY, "preflight policy unreadable, not TOML, or with an unknown key or a bad value"),
 ]

@@ -143,6 +143,44 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class RankRow:
+    """One rank of a distributed job (gpudoctor/analysis/ranks.py): its steady numbers."""
+
+    rank: int = json_field(0, always=True)
+    host: str | None = json_field(None, always=True)
+    pid: int | None = json_field(None, always=True)
+    local_rank: int | None = json_field(None, always=True)
+    backend: str | None = json_field(None, always=True, doc="the process group's backend: nccl, gloo, ...")
+    steps: int = json_field(0, always=True)
+    step_time_s: float | None = json_field(None, always=True, doc="median steady step")
+    own_time_s: float | None = json_field(None, always=True, doc="median step time outside backward()")
+    backward_s: float | None = json_field(None, always=True, doc="median time in backward()")
+    data_wait_share: float | None = json_field(None, always=True)
+    gpu_busy_percent: float | None = json_field(None, always=True)
+    comm_share: float | None = json_field(None, always=True, doc="NCCL kernel time / step, profiled window")
+    comm_overlap: float | None = json_field(None, always=True, doc="share of that time overlapped by compute")
+    loader_workers: int | None = json_field(None, always=True)
+    error: str | None = json_field(None, always=True)
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class RanksSection:
+    """A distributed job's ranks: one row each, and the worst rank's step timeline."""
+
+    world_size: int = json_field(0, always=True)
+    recorded: int = json_field(0, always=True, doc="ranks recorded (a merged job: across its nodes)")
+    job_id: str | None = json_field(None, always=True)
+    primary_rank: int | None = json_field(None, always=True, doc="the rank the single-GPU checks judge")
+    worst_rank: int | None = json_field(None, always=True)
+    hosts: list[str] = json_field(default_factory=list, always=True)
+    rows: list[RankRow] = json_field(default_factory=list, always=True)
+    worst_timeline: Mapping[str, Any] = json_field(default_factory=dict, always=True,
+                                                    doc="t, duration_s, data_wait_s, backward_s per step")
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
 class Report:
     """A finished diagnosis: what `diagnose`, `analyze` and `report` write as JSON."""
 
@@ -167,6 +205,7 @@ class Report:
     try_: Any = json_field(None, key="try", doc="--try: what was asked for")
     trials: list[Any] | None = json_field(None, doc="--try: one entry per trial run")
     untried: list[Any] | None = json_field(None, doc="--try: the findings not tried, and why")
+    ranks: RanksSection | None = json_field(None, omit_none=True, doc="a distributed job: per-rank numbers")
     extra: Mapping[str, Any] = extra_field()
 
     @classmethod

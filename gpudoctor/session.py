@@ -85,6 +85,10 @@ class ProcessInfo:
     # Python's exit handlers ran (atexit): False after os._exit, a fatal signal or a
     # native abort; None when not known (older sessions, processes still running)
     exit_handlers_ran: bool | None = None
+    # torch.distributed: the rank this process trained as (from its process group, else the
+    # launcher's RANK for a process that stepped); None outside a distributed job and for
+    # the launcher (torchrun's own process)
+    rank: int | None = None
 
 
 @dataclass
@@ -148,6 +152,7 @@ class StepRecord:
     t: float  # seconds since session start, at the end of the step
     duration_s: float
     data_wait_s: float  # time blocked on the loader during this step
+    backward_s: float | None = None  # time inside outermost backward() calls (None: none seen, older agents)
 
 
 @dataclass
@@ -322,6 +327,11 @@ class ProfileSummary:
     # per stream of the busiest device (its busy time above is their union: idle is time with
     # no activity on any stream): {"stream", "ops", "busy_us", "busy_share"}, busiest first
     streams: list[dict[str, Any]] = field(default_factory=list)
+    # collective communication: NCCL kernels (``nccl*``) in the window, the union of their
+    # GPU time, and the part of it that ran while compute kernels ran (on other streams)
+    comm_kernel_count: int = 0
+    comm_us: float = 0.0
+    comm_overlap_us: float = 0.0
 
 
 @dataclass
@@ -350,6 +360,36 @@ class ErrorEvent:
     message: str = ""
     traceback: str | None = None
     t: float | None = None
+
+
+@dataclass
+class RankInfo:
+    """One rank of a distributed job (torchrun, torch.multiprocessing.spawn, one per process).
+
+    The Session's own steps, loaders and profile are the primary rank's (rank 0, see
+    gpudoctor/assemble.py); each rank's own numbers are here, so the multi-GPU checks
+    (GD5xx, gpudoctor/analysis/ranks.py) compare them and `gpudoctor merge` can join the
+    Sessions of several nodes.
+    """
+
+    rank: int
+    pid: int
+    host: str | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    local_world_size: int | None = None  # ranks on this node
+    backend: str | None = None  # nccl | gloo | ...
+    device_uuids: list[str] = field(default_factory=list)
+    steps: Steps = field(default_factory=Steps)  # this rank's steps (same source rules as Session.steps)
+    loader_ids: list[str] = field(default_factory=list)  # its DataLoaders (Session.loaders)
+    loader_wait_s: float | None = None  # time its loop blocked on its loaders; None without one
+    loader_workers: int | None = None  # DataLoader workers of its busiest loader
+    # its GPU(s), mean over the run's samples while it stepped; None when not measured
+    gpu_util_percent: float | None = None
+    gpu_sm_activity_percent: float | None = None
+    profile: ProfileSummary | None = None  # its primary profiler window
+    exit_code: int | None = None  # None when not known
+    error: str | None = None  # its first uncaught exception, "Type: message"
 
 
 @dataclass
@@ -389,6 +429,11 @@ class Session:
     overrides_requested: dict[str, Any] | None = None
     overrides: list[AppliedOverride] = field(default_factory=list)
     trials: Trials | None = None
+    # a distributed job: every rank seen (empty for a one-process run), the job's id where the
+    # launcher gave one (TORCHELASTIC_RUN_ID, SLURM_JOB_ID) and the rank of the primary view
+    ranks: list[RankInfo] = field(default_factory=list)
+    job_id: str | None = None
+    primary_rank: int | None = None
 
     # ---- serialisation ------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

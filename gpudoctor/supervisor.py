@@ -12,10 +12,8 @@ import datetime
 import json
 import logging
 import os
-import platform
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -24,17 +22,15 @@ from pathlib import Path
 
 import psutil
 
-from gpudoctor import __version__
 from gpudoctor.agent import STOP_MARKER
-from gpudoctor.agent.redact import env_secrets, redact_argv, redact_text
-from gpudoctor.collectors.cpu import CpuSampler, cpu_info
+from gpudoctor.assemble import Recorded, assemble
+from gpudoctor.collectors.cpu import CpuSampler
 from gpudoctor.collectors.events import EventReader
 from gpudoctor.collectors.storage import probe_in_background
-from gpudoctor.collectors.windows import apply_windows
 from gpudoctor.gpu import GpuMonitor
 from gpudoctor.process_tree import TreeWatch, leftover_note
 from gpudoctor.reports.console import printable
-from gpudoctor.session import Environment, Session, StorageProbe
+from gpudoctor.session import Session, StorageProbe
 from gpudoctor.signals import InterruptWatch, foreground_tty
 from gpudoctor.status import StatusLine, say
 from gpudoctor.workdir import LaunchError, make_workdir
@@ -328,63 +324,16 @@ class Supervisor:
     def _assemble(self, started_at: datetime.datetime, duration: float, cpu_sampler: CpuSampler | None,
                   gpu_result: object) -> Session:
         assert self.proc is not None
-        code = self.proc.returncode
-        if code is not None and code < 0:
-            code = 128 - code
-        stop_reason = self.stop_reason or "exited"
-        session = Session(
-            tool_version=__version__,
-            command=redact_argv(self.options.command, env_secrets(os.environ)),
-            cwd=os.getcwd(),
-            started_at=started_at.isoformat(timespec="seconds"),
-            duration_s=round(duration, 3),
-            exit_code=code,
-            stop_reason=stop_reason,
-            source="diagnose",
-            environment=Environment(
-                python=platform.python_version(),
-                platform=platform.platform(),
-                hostname=socket.gethostname(),
-                cpu=cpu_info(self.proc.pid if self.proc.poll() is None else None),
-                host_memory_total_bytes=psutil.virtual_memory().total,
-            ),
+        recorded = Recorded(
+            command=self.options.command, t0=self.t0, workdir=self.workdir, reader=self.reader,
+            started_at=started_at, duration_s=duration, returncode=self.proc.returncode,
+            running_pid=self.proc.pid if self.proc.poll() is None else None,
+            stop_reason=self.stop_reason, stop_requested_s=self.stop_requested_t,
+            escalated=self.escalated, grace_s=self.options.grace_s, leftovers=self.leftovers,
+            uninstrumented=self.uninstrumented, storage=self.storage, cpu_sampler=cpu_sampler,
+            gpu_result=gpu_result,
         )
-        self.reader.apply(session)
-        _redact_errors(session)
-        session.stop_requested_s = self.stop_requested_t
-        if self.escalated:
-            session.notes.append(
-                f"the workload did not stop within {self.options.grace_s:g}s of SIGINT; gpudoctor sent "
-                f"{' then '.join(dict.fromkeys(self.escalated))}: its last events may be missing")
-        if self.leftovers:
-            session.notes.append(leftover_note(self.leftovers))
-        missed = [why for pid, why in self.uninstrumented.items() if pid not in self.reader.processes]
-        if missed:
-            session.notes.append(
-                f"{len(missed)} Python process(es) of the command ran without gpudoctor's agent, so their "
-                "DataLoaders, steps and errors are not in this report: " + "; ".join(missed[:5]))
-        if not self.reader.processes:
-            session.notes.append("no Python process of the command was instrumented")
-            session.unavailable.setdefault("loader", "no Python process of the command was instrumented")
-            session.unavailable.setdefault("steps", "no Python process of the command was instrumented")
-        if cpu_sampler is not None:
-            session.cpu_samples = cpu_sampler.samples
-            session.cpu_sample_interval_s = cpu_sampler.effective_interval_s
-            if cpu_sampler.error and not cpu_sampler.samples:
-                session.unavailable["cpu"] = f"CPU sampling failed: {cpu_sampler.error}"
-        if not session.cpu_samples:
-            session.unavailable.setdefault("cpu", "the run was too short for CPU samples")
-        session.storage = list(self.storage.values())
-        if not session.storage:
-            session.unavailable.setdefault("storage", "no dataset path known (pass --data PATH to name it)")
-        GpuMonitor.apply(gpu_result, session)
-        self.primary_trace = apply_windows(self.reader.profiles, self.workdir, session, self.t0)
-        if session.allocator == []:
-            session.unavailable.setdefault("allocator", "the workload did not use the CUDA caching allocator")
-        if self.reader.processes and not self.reader.torch_versions:
-            why = "the workload never imported torch (not installed in its interpreter, or not a PyTorch program)"
-            for fact in ("loader", "steps", "profile", "allocator"):
-                session.unavailable[fact] = why
+        session, self.primary_trace = assemble(recorded)
         return session
 
 
@@ -399,13 +348,3 @@ def _with_overrides(env: dict[str, str], options: RunOptions) -> dict[str, str]:
         config["overrides"] = options.overrides
         env["GPUDOCTOR_AGENT_CONFIG"] = json.dumps(config)
     return env
-
-
-def _redact_errors(session: Session) -> None:
-    """Defence in depth: secret values of the environment in error text (the agent masks
-    them at the source; an agent_error or an older agent may not have)."""
-    secrets = env_secrets(os.environ)
-    for error in session.errors:
-        error.message = redact_text(error.message, secrets)
-        if error.traceback:
-            error.traceback = redact_text(error.traceback, secrets)

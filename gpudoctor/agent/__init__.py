@@ -103,6 +103,9 @@ def start():
         python=sys.version.split()[0],
         rank=os.environ.get("RANK"),
         local_rank=os.environ.get("LOCAL_RANK"),
+        world_size=os.environ.get("WORLD_SIZE"),
+        local_world_size=os.environ.get("LOCAL_WORLD_SIZE"),
+        job_id=os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID"),
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
     )
     _install_exception_hooks(agent)

@@ -45,6 +45,7 @@ class StepTracker:
         self.last = {s: None for s in self.SOURCES}
         self.last_duration = {s: 0.0 for s in self.SOURCES}
         self.pending_wait = {s: 0.0 for s in self.SOURCES}
+        self.pending_backward = {s: 0.0 for s in self.SOURCES}  # seconds inside outermost backward()
         self.count = {s: 0 for s in self.SOURCES}
         self.agg = {s: [0, 0.0, 0.0] for s in self.SOURCES}  # n, duration, wait
         self.max_events = hooks.agent.config.get("step_events_max", 2000)
@@ -54,6 +55,11 @@ class StepTracker:
         with self.lock:
             for s in self.SOURCES:
                 self.pending_wait[s] += seconds
+
+    def add_backward(self, seconds):
+        with self.lock:
+            for s in self.SOURCES:
+                self.pending_backward[s] += seconds
 
     def active(self, now=None):
         """The highest-precedence source that marked a step lately, else None."""
@@ -79,12 +85,18 @@ class StepTracker:
                 self.last_duration[source] = now - last
             wait = self.pending_wait[source]
             self.pending_wait[source] = 0.0
+            backward = self.pending_backward[source]
+            self.pending_backward[source] = 0.0
             self.count[source] += 1
             n = self.count[source]
         if last is not None:
             duration = now - last
             if n <= self.max_events:
-                self.hooks.agent.emit("step", src=source, n=n, dur=round(duration, 6), wait=round(wait, 6))
+                if backward:
+                    self.hooks.agent.emit("step", src=source, n=n, dur=round(duration, 6), wait=round(wait, 6),
+                                          bwd=round(backward, 6))
+                else:
+                    self.hooks.agent.emit("step", src=source, n=n, dur=round(duration, 6), wait=round(wait, 6))
             else:
                 with self.lock:
                     a = self.agg[source]

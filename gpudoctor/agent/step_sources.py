@@ -23,6 +23,7 @@ nothing while dynamo traces.
 """
 
 import threading
+import time
 import weakref
 
 LEARN_CALLS = 4
@@ -56,6 +57,7 @@ class BackwardSteps:
             with this.lock:
                 outer = this.active == 0
                 this.active += 1
+            began = time.perf_counter()
             try:
                 result = original(*args, **kwargs)
             finally:
@@ -63,6 +65,9 @@ class BackwardSteps:
                     this.active -= 1
             if outer:
                 try:
+                    # DDP's gradient all-reduce waits inside backward: time here tells a rank
+                    # that waits for a slower peer (gpudoctor/analysis/ranks.py)
+                    this.hooks.steps.add_backward(time.perf_counter() - began)
                     this.hooks.steps.boundary("backward")
                 except Exception as exc:
                     this.hooks.agent.error("backward_step", exc)

@@ -5,6 +5,7 @@ in our own code is recorded and swallowed, never raised into the workload.
 """
 
 import os
+import sys
 import threading
 import time
 import weakref
@@ -39,6 +40,7 @@ class TorchHooks:
         self.sources = None  # backward and forward step sources (step_sources.py)
         self.safepoints = None  # calls that open a window in a stepless run (safepoints.py)
         self.fetch_profiler = None  # where a loader worker spends its time (fetch_profile.py)
+        self.dist_reported = False  # the torch.distributed rank was sent ("dist")
 
     # -- installation ----------------------------------------------------------
     def install(self):
@@ -319,6 +321,10 @@ class TorchHooks:
         self.agent.writer.flush(force=True)
 
     def on_step(self, source, n):
+        # a short job may destroy its process group before the next flush; groups are joined
+        # before the loop, so the first steps (and then every 100th) are enough to look
+        if not self.dist_reported and (n <= 5 or n % 100 == 0):
+            self._report_dist()
         sources = self.sources
         if sources is not None:
             sources.on_step(source)
@@ -344,6 +350,7 @@ class TorchHooks:
         if self._in_worker():
             return
         self._report_cuda()
+        self._report_dist()
         if self.finished:
             return  # exiting: nothing new is hooked or armed
         try:
@@ -375,6 +382,23 @@ class TorchHooks:
 
     def _report_cuda(self):
         report_cuda(self)
+
+    def _report_dist(self):
+        """The rank of this process once it joined a process group (init_process_group).
+        Read, never imported: a launcher (torchrun) or a one-GPU script never pays for it,
+        and torchrun's launcher never joins a group, so it never claims a rank."""
+        if self.dist_reported:
+            return
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is None or not dist.is_available() or not dist.is_initialized():
+                return
+            self.dist_reported = True
+            self.agent.emit("dist", rank=int(dist.get_rank()), world_size=int(dist.get_world_size()),
+                            backend=str(dist.get_backend()))
+        except Exception as exc:
+            self.dist_reported = True
+            self.agent.error("dist", exc)
 
     def allocator_snapshot(self, label):
         """A compact copy of torch.cuda.memory_stats() for the current device."""

@@ -213,8 +213,15 @@ def cores_busy_percent(session: Session, samples: list[CpuSample]) -> float | No
 # ---- workers --------------------------------------------------------------------------------
 
 def ranks_with_loaders(session: Session) -> int:
-    """Processes iterating a loader at once (torchrun ranks on one host share its cores)."""
-    return max(1, len({lo.pid for lo in session.loaders if lo.batches > 0}))
+    """Processes sharing this node's cores: in a distributed job the ranks on the node (the
+    launcher's LOCAL_WORLD_SIZE; each rank's loop and workers need cores, whether or not its
+    loader was seen), else the processes iterating a loader at once."""
+    seen = len({lo.pid for lo in session.loaders if lo.batches > 0})
+    if session.ranks:
+        from gpudoctor.analysis.ranks import ranks_per_node
+
+        return max(1, ranks_per_node(session) or 0, seen)
+    return max(1, seen)
 
 
 def total_workers(session: Session) -> int:

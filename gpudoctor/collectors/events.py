@@ -55,6 +55,15 @@ class _ProcessState:
     fetch_profile: FetchProfile | None = None  # where this process spent its time making batches
     fetch_profile_loader: str | None = None  # the loader it fetched for (main process: its id)
     forward_root: str | None = None  # the module whose outermost forward marks steps
+    # torch.distributed: what the launcher said (environment) and what the process group said
+    env_rank: int | None = None
+    env_local_rank: int | None = None
+    env_world_size: int | None = None
+    env_local_world_size: int | None = None
+    job_id: str | None = None
+    dist_rank: int | None = None
+    dist_world_size: int | None = None
+    backend: str | None = None
 
 
 class EventReader:
@@ -141,6 +150,13 @@ class EventReader:
         proc.info.cuda_visible_devices = e.get("cuda_visible_devices")
         if e.get("role") == "worker":
             proc.info.role = "worker"
+        proc.env_rank, proc.env_local_rank = _int(e.get("rank")), _int(e.get("local_rank"))
+        proc.env_world_size, proc.env_local_world_size = _int(e.get("world_size")), _int(e.get("local_world_size"))
+        proc.job_id = str(e["job_id"]) if e.get("job_id") else None
+
+    def _on_dist(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        proc.dist_rank, proc.dist_world_size = _int(e.get("rank")), _int(e.get("world_size"))
+        proc.backend = str(e.get("backend")) if e.get("backend") else None
 
     def _on_process(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
         proc.info.argv = [str(a) for a in e.get("argv") or []]
@@ -154,7 +170,8 @@ class EventReader:
         src.count += 1
         src.last_t = max(t, src.last_t if src.last_t is not None else t)
         if len(src.records) < STEP_RECORDS_MAX:
-            src.records.append(StepRecord(t=t, duration_s=float(e["dur"]), data_wait_s=float(e["wait"])))
+            src.records.append(StepRecord(t=t, duration_s=float(e["dur"]), data_wait_s=float(e["wait"]),
+                                          backward_s=float(e["bwd"]) if e.get("bwd") is not None else None))
         else:
             src.aggregated += 1
             src.aggregated_duration_s += float(e["dur"])
@@ -273,12 +290,49 @@ class EventReader:
         else:
             self.allocator.append(snap)
 
+    # -- ranks -----------------------------------------------------------------
+    def rank_of(self, pid: int) -> int | None:
+        """The rank a process trained as: its process group's, else the launcher's RANK when
+        it stepped (torchrun's own process has no RANK and never steps, so it has none)."""
+        proc = self.processes.get(pid)
+        if proc is None or proc.info.role == "worker" or pid in self.worker_to_loader:
+            return None
+        if proc.dist_rank is not None:
+            return proc.dist_rank
+        return proc.env_rank if proc.steps and proc.env_world_size else None
+
+    def ranks(self) -> dict[int, int]:
+        """rank -> pid. Two processes claiming one rank (a restarted worker): the one that
+        joined a process group, then the one with more steps."""
+        chosen: dict[int, tuple[tuple[int, int], int]] = {}
+        for pid, proc in self.processes.items():
+            rank = self.rank_of(pid)
+            if rank is None:
+                continue
+            key = (int(proc.dist_rank is not None), sum(s.count for s in proc.steps.values()))
+            if rank not in chosen or key > chosen[rank][0]:
+                chosen[rank] = (key, pid)
+        return {rank: pid for rank, (_, pid) in sorted(chosen.items())}
+
+    def primary_pid(self) -> int | None:
+        """The process of the primary view: rank 0 (the lowest rank seen) in a distributed job."""
+        ranks = self.ranks()
+        return ranks[min(ranks)] if ranks else None
+
     # -- live numbers ----------------------------------------------------------
     def primary(self) -> tuple[int, str] | None:
-        """(pid, source) of the step stream that describes the run best."""
+        """(pid, source) of the step stream that describes the run best (in a distributed
+        job, the primary rank's)."""
+        only = self.primary_pid()
+        return (self.best_source(only) if only is not None else None) or self.best_source(None)
+
+    def best_source(self, only: int | None) -> tuple[int, str] | None:
+        """(pid, source) of the best step stream, of process `only` or of any process."""
         best: tuple[int, str] | None = None
         best_key: tuple[int, int] = (-1, -1)
         for pid, proc in self.processes.items():
+            if only is not None and pid != only:
+                continue
             for source, data in proc.steps.items():
                 key = (_SOURCE_RANK.get(source, 0), data.count)
                 if key > best_key:
@@ -321,6 +375,8 @@ class EventReader:
                 proc.info.role = "child"
             if proc.info.role != "worker":  # workers always leave through os._exit
                 proc.info.exit_handlers_ran = pid in self.byes or (None if _alive(pid) else False)
+        for rank, pid in self.ranks().items():
+            self.processes[pid].info.rank = rank
         session.processes = [p.info for p in sorted(self.processes.values(), key=lambda p: p.info.pid)]
         self._apply_loaders(session)
         self._apply_steps(session)
@@ -390,11 +446,19 @@ class EventReader:
                                                     "backward(), DataLoader batch or module forward)")
             return
         pid, source = best
-        data = self.processes[pid].steps[source]
         if source == "forward":
             session.notes.append(
                 f"steps are the outermost forwards of {self.processes[pid].forward_root or 'a module'} (no "
                 "gpudoctor.step(), optimizer, backward() or DataLoader marked them)")
+        session.steps, left_out = self.steps_of(pid, source)
+        if left_out:
+            session.notes.append(f"{left_out} steps inside the profiler window{'s' if len(self.profiles) > 1 else ''} "
+                                 "are left out of step statistics")
+
+    def steps_of(self, pid: int, source: str) -> tuple[Steps, int]:
+        """One process's steps of one source, without those inside its profiler windows; and
+        how many were left out."""
+        data = self.processes[pid].steps[source]
         records = data.records
         # steps inside the profiler windows run slower (tracing, stack capture): keep them out
         left_out = 0
@@ -405,10 +469,7 @@ class EventReader:
                 if len(kept) >= 3 and len(kept) < len(records):
                     left_out += len(records) - len(kept)
                     records = kept
-        if left_out:
-            session.notes.append(f"{left_out} steps inside the profiler window{'s' if len(self.profiles) > 1 else ''} "
-                                 "are left out of step statistics")
-        session.steps = Steps(
+        steps = Steps(
             source=source,
             count=data.count + 1,  # the first boundary opens step 1 without a record
             records=records,
@@ -416,6 +477,7 @@ class EventReader:
             warmup_steps=min(WARMUP_STEPS, max(0, len(data.records) - 3)),
             last_step_t=round(data.last_t, 3) if data.last_t is not None else None,
         )
+        return steps, left_out
 
 
 # precedence of the step sources (gpudoctor/agent/stats.py says why this order)
@@ -426,6 +488,7 @@ _Handler = Callable[[EventReader, int, _ProcessState, float, dict[str, Any]], No
 # event kind -> its handler; kinds not listed (from a newer agent) are read and ignored
 _HANDLERS: dict[str, _Handler] = {
     "hello": EventReader._on_hello,
+    "dist": EventReader._on_dist,
     "process": EventReader._on_process,
     "torch": EventReader._on_torch,
     "step": EventReader._on_step,
@@ -447,6 +510,13 @@ _HANDLERS: dict[str, _Handler] = {
     "bye": EventReader._on_bye,
     "agent_error": EventReader._on_agent_error,
 }
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None and str(value).strip() != "" else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _pid_from_name(name: str) -> int:

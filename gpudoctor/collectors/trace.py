@@ -156,6 +156,9 @@ class _TraceStats:
         self.op_gpu: dict[Any, float] = defaultdict(float)  # External id -> GPU us it launched
         self.cpu_self: dict[str, list[float]] = {}
         self._names: dict[str, str] = {}
+        # kernel intervals: collectives (nccl*, ncclDevKernel_*) and everything else
+        self.comm: list[tuple[float, float]] = []
+        self.compute: list[tuple[float, float]] = []
 
     def _intern(self, name: str) -> str:
         return self._names.setdefault(name, name)
@@ -199,6 +202,7 @@ class _TraceStats:
                  nbytes_arg: Any) -> None:
         self.gpu.append((ts, ts + dur, device, correlation, ext_id, kind))
         if kind == "k":
+            (self.comm if name.lower().startswith("nccl") else self.compute).append((ts, ts + dur))
             _tally(self.kernels, name, dur)
             self.durations.append(dur)
         elif kind == "c":
@@ -260,6 +264,11 @@ class _TraceStats:
         out.memcpy = {k: {f: round(v, 3) for f, v in e.items()} for k, e in sorted(self.memcpy.items())}
         out.memset_count, out.memset_us = self.memset_count, round(self.memset_us, 3)
         self._sync_stats(out, gaps)
+        if self.comm:
+            comm = _union(self.comm)
+            out.comm_kernel_count = len(self.comm)
+            out.comm_us = round(sum(end - start for start, end in comm), 3)
+            out.comm_overlap_us = round(_overlap(comm, _union(self.compute)), 3)
         if not self.gpu:
             out.error = ("no GPU activity in the trace: CUDA calls were recorded but no kernels or copies "
                          "(was ProfilerActivity.CUDA enabled?)" if self.launch_count or self.launches
@@ -452,3 +461,28 @@ def _self_times(intervals: list[tuple[float, float, str]]) -> Iterable[tuple[str
     while stack:
         done = stack.pop()
         yield done[1], max(0.0, done[2] - done[3])
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted, disjoint intervals covering the same time."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Time covered by both of two disjoint, sorted interval lists."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        low, high = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if high > low:
+            total += high - low
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total

@@ -26,13 +26,17 @@ SOURCE_WORDS = {
 }
 
 
-def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Session, t0: float) -> str | None:
-    """Fill `session.profile` and `session.profiles`; the primary window's trace file name, or None."""
+def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Session, t0: float,
+                  pid: int | None = None) -> str | None:
+    """Fill `session.profile` and `session.profiles` from the windows of process `pid` (the
+    primary rank of a distributed job; by default the first process that kept a window);
+    the primary window's trace file name, or None."""
     usable = [p for p in profiles if p.get("path")]
     if not usable:
         session.unavailable["profile"] = _why_none(profiles, session)
         return None
-    pid = usable[0].get("pid")
+    if pid is None or not any(p.get("pid") == pid for p in usable):
+        pid = usable[0].get("pid")
     mine = sorted((p for p in usable if p.get("pid") == pid),
                   key=lambda p: (int(p.get("index") or 0), float(p.get("t_start") or 0)))
     try:
@@ -73,6 +77,28 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
     session.profile = primary[0]
     session.unavailable.pop("profile", None)
     return primary[1]
+
+
+def rank_window(profiles: list[dict[str, Any]], workdir: Path, pid: int, t0: float) -> ProfileSummary | None:
+    """The first step-driven window of one rank's process, summarised (no replay: the
+    cross-rank checks read its totals and its communication kernels only)."""
+    mine = sorted((p for p in profiles if p.get("path") and p.get("pid") == pid),
+                  key=lambda p: (int(p.get("index") or 0), float(p.get("t_start") or 0)))
+    event = next((p for p in mine if p.get("source") != "time"), mine[0] if mine else None)
+    if event is None:
+        return None
+    try:
+        from gpudoctor.collectors.trace import load_trace, summarize_trace
+
+        summary = summarize_trace(load_trace(workdir / str(event["path"]), own_window=True),
+                                  steps=int(event.get("steps") or 0))
+    except Exception:  # one rank's unreadable trace costs only its own row
+        log.debug("rank trace analysis failed", exc_info=True)
+        return None
+    _describe(summary, event, t0, 1)
+    # the call sites and hot spots stay with the primary window: a rank's row needs totals
+    summary.call_sites, summary.top_cpu_ops, summary.sync_sites = [], [], []
+    return summary
 
 
 def _describe(summary: ProfileSummary, event: dict[str, Any], t0: float, index: int) -> None:

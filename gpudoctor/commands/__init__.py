@@ -20,4 +20,5 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "diagnose a bundled example workload with an input-pipeline problem"),
     "preflight": ("preflight", "machine and job checklist before a run (CI gate)"),
     "attach": ("attach", "sample a running process's CPU and GPUs (no agent) and report"),
+    "merge": ("merge", "merge the Sessions of one multi-node job (one per node) into one report"),
 }

@@ -43,6 +43,7 @@ from ._common import (
 )
 from ._hotspots import windows_view
 from .console import printable
+from .ranks import html_context as ranks_context
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ def context(report: Report) -> dict[str, Any]:
         "try_heading": try_heading(report),
         "trials": trial_rows(report),
         "overrides": override_rows(report),
+        **ranks_context(report, lambda steps: _chart(charts.step_breakdown, steps)),
     }
 
 

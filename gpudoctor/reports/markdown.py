@@ -27,6 +27,7 @@ from ._common import (
     trial_rows,
     try_heading,
 )
+from .ranks import markdown_lines as ranks_lines
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 MAX_REMEDIES = 5
@@ -101,6 +102,7 @@ def render(report: Report | Mapping[str, Any]) -> str:
         lines += [f"- {escape(row)}" for row in overrides]
         lines.append("")
 
+    lines += ranks_lines(report, escape)  # a distributed job: one row per rank
     lines += ["<details><summary>Measurements</summary>", "", "| | |", "|---|---|"]
     lines += [f"| {escape(name)} | {escape(value)} |" for name, value in summary_rows(report)]
     lines += ["", "</details>", ""]

@@ -34,6 +34,7 @@ from ._common import (
 )
 from .console import plain_text, printable, show
 from ._hotspots import hotspot_line
+from .ranks import terminal_table
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_REMEDIES = 3
@@ -63,6 +64,9 @@ def render(
     for finding in top_remedies(report, MAX_REMEDIES):
         console.print(_remedy(finding, highlight=console.is_terminal))
     _trials(report, console)
+    rank_table = terminal_table(report)  # a distributed job: one row per rank
+    if rank_table is not None:
+        console.print(rank_table)
     hotspots = hotspot_line(report)
     if hotspots:
         console.print(Text(printable(hotspots), style="dim"))

@@ -473,3 +473,25 @@ def test_real_cpu_trace_python_frames_locate_a_sync(cpu_trace):
     assert site.api == "aten::item"
     assert site.site is not None and site.site.startswith("_sum_item (test_trace.py:")
     assert site.site.endswith("-> Tensor.item")
+
+
+def test_nccl_kernels_give_communication_time_and_its_overlap_with_compute():
+    t = TraceBuilder()
+    # compute on stream 7: 0-100 and 300-400 us; all-reduce on stream 20: 50-150 and 200-350 us
+    t.kernel("ampere_bf16_gemm", ts=0.0, dur=100.0, stream=7)
+    t.kernel("ampere_bf16_gemm", ts=300.0, dur=100.0, stream=7)
+    t.kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", ts=50.0,
+             dur=100.0, stream=20)
+    t.kernel("ncclKernel_AllReduce_RING_LL_Sum_float", ts=200.0, dur=150.0, stream=20)
+    s = summarize_trace(t.data())
+    assert s.comm_kernel_count == 2
+    assert s.comm_us == pytest.approx(250.0)
+    assert s.comm_overlap_us == pytest.approx(50.0 + 50.0)  # 50-100 and 300-350
+    assert s.kernel_count == 4  # collectives are kernels too
+
+
+def test_no_nccl_kernels_no_communication():
+    t = TraceBuilder()
+    t.kernel("elementwise", ts=0.0, dur=10.0)
+    s = summarize_trace(t.data())
+    assert (s.comm_kernel_count, s.comm_us, s.comm_overlap_us) == (0, 0.0, 0.0)

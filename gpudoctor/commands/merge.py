@@ -1,0 +1,64 @@
+"""`gpudoctor merge A.session.json B.session.json ... --out DIR`: one report for a multi-node job.
+
+Run `gpudoctor diagnose` on every node of the job (one per node, under Slurm or any
+launcher); each writes a Session holding its node's ranks. `merge` joins them and
+judges the whole job once: the per-rank table, the straggler and the other
+multi-GPU checks over all ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpudoctor import exitcodes
+from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.session import Session, SessionError
+
+FORMAT_CHOICES = ("html", "json", "markdown", "junit")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("merge", help="merge the sessions of a multi-node job into one report",
+                              description=(__doc__ or "").split("\n\n", 1)[0])
+    p.add_argument("inputs", nargs="+", metavar="SESSION_JSON", help="one .session.json per node")
+    p.add_argument("--out", metavar="PATH", help="a directory, or a file stem (default: ./gpudoctor-reports/)")
+    p.add_argument("--format", dest="formats", action="append", choices=FORMAT_CHOICES, metavar="FMT",
+                   help="html|json|markdown|junit (repeatable; default html and json)")
+    p.add_argument("--ignore", action="append", default=[], metavar="ID", help="skip a check by ID or slug")
+    p.add_argument("--fail-on", choices=("warning", "critical"),
+                   help=f"exit {exitcodes.FAIL_ON} when a finding reaches this severity")
+    p.add_argument("--force", action="store_true", help="overwrite existing report files")
+    p.add_argument("--quiet", action="store_true", help="no summary on stderr (the files are still written)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpudoctor.commands.report import exit_code, judge, split_ids
+    from gpudoctor.merge import MergeError, merge_sessions
+    from gpudoctor.output import plan_outputs, write_outputs
+    from gpudoctor.reports import terminal
+
+    sessions = []
+    for name in args.inputs:
+        path = Path(name)
+        if not path.exists():
+            raise GpudoctorError(f"{name}: no such file", exitcodes.NOT_FOUND)
+        try:
+            sessions.append((path.name, Session.load(path)))
+        except SessionError as exc:
+            raise GpudoctorError(str(exc), exitcodes.BAD_DATA) from None
+    try:
+        merged = merge_sessions(sessions)
+    except MergeError as exc:
+        raise GpudoctorError(f"merge refused: {exc}", exitcodes.DIFFERENT_RUNS) from None
+    report = judge(merged, split_ids(args.ignore))
+    formats = list(dict.fromkeys(args.formats or ["html", "json"]))
+    paths = plan_outputs(args.out, "merged", datetime.now(), formats, force=args.force, trace=False)
+    written = write_outputs(paths, report, merged.to_dict(), fail_on=args.fail_on)
+    if not args.quiet:
+        terminal.show_summary(written.report, sys.stderr, written={k: str(p) for k, p in written.files.items()})
+    return exit_code(report, args.fail_on)
