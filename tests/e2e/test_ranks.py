@@ -13,7 +13,7 @@ import pytest
 
 from .conftest import WORKLOADS
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 DDP = str(WORKLOADS / "ddp_ranks.py")
 
