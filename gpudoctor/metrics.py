@@ -64,7 +64,7 @@ def step_summary(session: Session) -> StepSummary | None:
     window = steady_window(session)
     # (beyond a few sampling intervals: the samples after the last step cover their whole interval)
     margin = max(HOST_AHEAD_SHARE * total, HOST_AHEAD_SAMPLES * (session.gpu_sample_interval_s or 0.5))
-    if gpu_step is not None and median < HOST_AHEAD_GPU_SHARE * gpu_step[0]:
+    if gpu_step is not None and _ran_ahead(median, gpu_step):
         rate, median, p90 = 1.0 / gpu_step[1], gpu_step[1], max(p90, gpu_step[1])
     elif window is not None and window[1] - records[-1].t > margin:
         # else, when the GPU kept working well past the last step, the steps took until it was done
@@ -86,6 +86,20 @@ def step_summary(session: Session) -> StepSummary | None:
 HOST_AHEAD_GPU_SHARE = 0.5
 HOST_AHEAD_SHARE = 0.1  # the GPU busy past the last step by more than this share of the steps' time
 HOST_AHEAD_SAMPLES = 5  # ... and by more than this many GPU sampling intervals
+
+
+def _ran_ahead(host_median_s: float, gpu_step: tuple[float, float]) -> bool:
+    return host_median_s < HOST_AHEAD_GPU_SHARE * gpu_step[0]
+
+
+def host_ran_ahead(session: Session) -> bool:
+    """Whether the host queued its steady steps far faster than the GPU ran them (the steps
+    then took as long as their GPU work: step_summary)."""
+    records = session.steady_steps()
+    gpu_step = gpu_step_s(session)
+    if len(records) < 3 or gpu_step is None:
+        return False
+    return _ran_ahead(statistics.median(r.duration_s for r in records), gpu_step)
 
 
 def gpu_step_s(session: Session) -> tuple[float, float] | None:

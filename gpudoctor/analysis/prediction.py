@@ -128,6 +128,14 @@ def predict(session: Session, scenario: str, *, host_side: bool, rule_gain: floa
         scenario_row = next(s for s in replay.scenarios if s.name == scenario)
         if scenario_row.detail:
             detail += f"; {scenario_row.detail}"
+        if (not host_side and metrics.host_ran_ahead(session) and replay.baseline_gpu_busy_us
+                and scenario_row.gpu_busy_us > 0):
+            # a cheaper GPU work, and the host queued its steps far ahead: a step takes as long as
+            # its GPU work (the window's span also holds the backlog of the steps before it)
+            gain = replay.baseline_gpu_busy_us / scenario_row.gpu_busy_us
+            detail += (f"; the host ran ahead of the GPU, so a step takes its GPU time: "
+                       f"{replay.baseline_gpu_busy_us / 1e3:.1f} ms -> {scenario_row.gpu_busy_us / 1e3:.1f} ms "
+                       "of GPU work in the window")
     elif rule_gain is not None:
         method, gain, detail = "rule", rule_gain, rule_detail
     else:

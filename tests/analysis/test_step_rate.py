@@ -42,3 +42,22 @@ def test_gpu_bound_steps_that_blocked_the_host_keep_their_own_time():
     summary = metrics.step_summary(_session(host_step_s=0.020, gpu_busy_per_step_s=0.021))
     assert summary is not None
     assert summary.steps_per_s == pytest.approx(50.0)
+
+
+def test_cheaper_gpu_work_of_a_host_that_ran_ahead_gains_what_the_gpu_time_gains():
+    # The H200's 40-step fp32 run: the host queued 1 ms steps for 107 ms of GPU work each, and
+    # the window's span holds the backlog of the steps before it. TF32 makes a step as much
+    # shorter as its GPU work (its trial measured 5.95x), not as much as the span.
+    from pathlib import Path
+
+    from gpudoctor.analysis.prediction import predict
+    from gpudoctor.session import Session
+
+    session = Session.load(Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "fp32_matmul.session.json")
+    assert metrics.host_ran_ahead(session)
+    replay = session.profile.replay
+    tf32 = next(s for s in replay.scenarios if s.name == "tf32")
+    prediction = predict(session, "tf32", host_side=False)
+    assert prediction is not None and prediction.method == "replay"
+    assert prediction.gain == pytest.approx(replay.baseline_gpu_busy_us / tf32.gpu_busy_us)
+    assert 5.95 * 0.7 < prediction.gain < 5.95 * 1.3

@@ -17,7 +17,7 @@ FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "fp32_m
 
 def tf32_trial(measured: float | None) -> TrialResult:
     return TrialResult(name="tf32", label='float32_matmul_precision="high" (TF32)', override={"tf32": True},
-                       findings=["GD304"], numerics_change=True, predicted_gain=6.86, measured_gain=measured,
+                       findings=["GD304"], numerics_change=True, predicted_gain=7.30, measured_gain=measured,
                        steps_per_s=[4.0, 4.0 * measured if measured else None], steady_steps=[25, 25],
                        applied=[AppliedOverride("tf32", "float32_matmul_precision=high", "highest")],
                        report="run.trials/run.try-tf32.json")
@@ -41,10 +41,10 @@ def test_each_finding_reads_predicted_then_measured_with_what_was_applied():
     report = report_with(Trials(requested=["auto"], bound="--steps 60", results=[tf32_trial(5.8)],
                                 untried=[Untried("GD302", "the synchronising calls are in the code")]))
     [trial] = report["trials"]
-    assert trial["finding"] == "GD304" and trial["predicted_gain"] == 6.86 and trial["measured_gain"] == 5.8
+    assert trial["finding"] == "GD304" and trial["predicted_gain"] == 7.30 and trial["measured_gain"] == 5.8
     assert trial["steady_steps"] == [25, 25] and trial["numerics_change"] is True
     gd304 = next(f for f in report["findings"] if f["id"] == "GD304")
-    assert gd304["trial"]["text"] == ('predicted 6.86x, measured 5.80x with float32_matmul_precision="high" (TF32) '
+    assert gd304["trial"]["text"] == ('predicted 7.30x, measured 5.80x with float32_matmul_precision="high" (TF32) '
                                       "(changes numerics)")
     assert report["untried"] == [{"subject": "GD302", "why": "the synchronising calls are in the code"}]
     assert report["try"] == {"requested": ["auto"], "bound": "--steps 60"}
@@ -52,9 +52,9 @@ def test_each_finding_reads_predicted_then_measured_with_what_was_applied():
     assert "Remedies tried (--try auto; every run --steps 60)" in text and "measured 5.80x" in text
     assert "GD302 not tried: the synchronising calls are in the code" in text
     markdown = render(report, "markdown")
-    assert "| GD304 | predicted 6.86x, measured 5.80x" in markdown
+    assert "| GD304 | predicted 7.30x, measured 5.80x" in markdown
     html = render(report, "html")
-    assert "Tried (--try): predicted 6.86x, measured 5.80x" in html
+    assert "Tried (--try): predicted 7.30x, measured 5.80x" in html
     assert 'href="run.trials/run.try-tf32.html"' in html
 
 
@@ -62,7 +62,7 @@ def test_a_remedy_under_1_05x_says_so_plainly():
     assert measured_text(1.02) == "measured 1.02x: no measurable gain (under 1.05x)"
     assert measured_text(0.8) == "measured 0.80x: slower"
     assert measured_text(1.7) == "measured 1.70x"
-    assert "no measurable gain" in finding_line(tf32_trial(1.01), 6.86)
+    assert "no measurable gain" in finding_line(tf32_trial(1.01), 7.30)
     report = report_with(Trials(requested=["auto"], bound="--steps 60", results=[tf32_trial(1.01)]))
     assert report["trials"][0]["no_gain"] is True
 
@@ -70,7 +70,7 @@ def test_a_remedy_under_1_05x_says_so_plainly():
 def test_a_trial_that_measured_nothing_says_why():
     trial = tf32_trial(None)
     trial.status, trial.why = "failed", "the workload exited with code 1"
-    assert finding_line(trial, 6.86) == ('predicted 6.86x; the trial with float32_matmul_precision="high" (TF32) '
+    assert finding_line(trial, 7.30) == ('predicted 7.30x; the trial with float32_matmul_precision="high" (TF32) '
                                          "(changes numerics) measured nothing: the workload exited with code 1")
 
 
