@@ -16,6 +16,7 @@ from gpudoctor.cli import main
 torch = pytest.importorskip("torch")
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.integration,  # sweeps run in worker processes
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU"),
 ]
 
