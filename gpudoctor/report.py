@@ -142,6 +142,9 @@ INPUT_STALL_IDS = ("GD101", "GD102", "GD103", "GD104")
 
 
 def _lower(title: str) -> str:
+    """A title inside a sentence: its first letter lowered, unless it starts an acronym (GPU, OOM)."""
+    if title[1:2].isupper():
+        return title
     return title[:1].lower() + title[1:]
 
 

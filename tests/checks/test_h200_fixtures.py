@@ -296,3 +296,18 @@ def test_a_phase_change_gets_its_own_window_and_findings_say_which(checks):
     labels = [p.label for p in session.profiles]
     assert labels[0] == "start" and "phase" in labels and len(labels) >= 2
     assert any("window 3 (phase" in (f.window or "") for f in result.findings)
+
+
+def test_one_rank_torchrun_job_on_nccl_is_one_rank_with_its_numbers(checks):
+    # `gpudoctor diagnose -- torchrun --standalone --nproc-per-node=1 tests/workloads/gpu/ddp_ranks.py`
+    session, result = diagnose(checks, "ddp_one_rank")
+    assert [(r.rank, r.backend, r.world_size) for r in session.ranks] == [(0, "nccl", 1)]
+    assert session.primary_rank == 0
+    outcomes = {o.id: o for o in result.outcomes}
+    for check_id in ("GD501", "GD503", "GD504"):
+        assert outcomes[check_id].status == "skipped" and "one rank" in (outcomes[check_id].reason or "")
+    report = build_report(session, result)
+    (row,) = report["ranks"]["rows"]
+    assert row["rank"] == 0 and row["backend"] == "nccl" and row["steps"] > 50
+    assert 0 < row["step_time_s"] < 0.01 and row["gpu_busy_percent"] > 0
+    assert report["summary"]["verdict"].startswith("GPU under-used: GPU mostly idle")
