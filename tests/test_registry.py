@@ -138,7 +138,7 @@ def test_a_condition_on_explains_is_declared_by_the_check():
 def test_thresholds_are_numbers_with_their_source():
     share = Threshold("data wait worth a finding", 0.05, "share", "TensorBoard profiler plugin")
     count = CountThreshold("small copy", 64 * 1024, "bytes", "Nsight Systems")
-    assert share == 0.05 and 0.2 > share and share * 100 == 5.0 and f"{share:.0%}" == "5%"
+    assert share == 0.05 and share < 0.2 and share * 100 == 5.0 and f"{share:.0%}" == "5%"
     assert count == 65536 and f"{count}" == "65536" and count.shown() == "64 KiB"
     assert share.shown() == "5%"
     for thing in (share, count):

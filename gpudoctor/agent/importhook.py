@@ -44,9 +44,8 @@ class _PatchingLoader:
     def exec_module(self, module):
         self._loader.exec_module(module)  # the workload's import, unchanged
         try:
-            from .torch_hooks import TorchHooks
-
             from . import describe_process
+            from .torch_hooks import TorchHooks
 
             describe_process(self._agent)
             hooks = TorchHooks(self._agent, module)

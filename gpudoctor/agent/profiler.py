@@ -181,7 +181,7 @@ class ProfilerWindow:
         if self.cuda_seen is None:
             self.cuda_seen = now
         idle = self.hooks.steps.idle_s()
-        if self.hooks.steps.active() is not None or idle is not None and idle < self.no_step_after:
+        if self.hooks.steps.active() is not None or (idle is not None and idle < self.no_step_after):
             return
         if now - self.cuda_seen < self.no_step_after:
             return

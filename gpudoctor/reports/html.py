@@ -42,7 +42,6 @@ from ._common import (
     try_heading,
 )
 from ._hotspots import windows_view
-from .console import printable
 from .ranks import html_context as ranks_context
 
 log = logging.getLogger(__name__)
