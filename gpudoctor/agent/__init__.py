@@ -123,7 +123,7 @@ def describe_process(agent):
     """Emitted when torch is imported: the redacted command line of this process."""
     from .redact import env_secrets, redact_argv
 
-    argv = [sys.executable] + list(sys.argv or [])
+    argv = [sys.executable, *(sys.argv or [])]
     agent.emit("process", argv=redact_argv(argv, env_secrets(os.environ)))
 
 
@@ -239,12 +239,13 @@ def _record_exception(agent, exc_type, exc, tb, thread):
 
     name = getattr(exc_type, "__name__", str(exc_type))
     kind = "oom" if name == "OutOfMemoryError" else "exception"
-    fields = dict(
-        type=getattr(exc_type, "__module__", "") + "." + name if getattr(exc_type, "__module__", "") not in ("builtins", "") else name,
-        message=redact_text(str(exc), env_secrets(os.environ))[:2000],
-        traceback=_format_exception(exc_type, exc, tb),
-        thread=thread,
-    )
+    module = getattr(exc_type, "__module__", "")
+    fields = {
+        "type": module + "." + name if module not in ("builtins", "") else name,
+        "message": redact_text(str(exc), env_secrets(os.environ))[:2000],
+        "traceback": _format_exception(exc_type, exc, tb),
+        "thread": thread,
+    }
     if kind == "oom" and agent.torch_hooks is not None:
         fields["allocator"] = agent.torch_hooks.allocator_snapshot("oom")
     agent.emit(kind, **fields)

@@ -62,7 +62,7 @@ def _thin(xs: Sequence[Any], *series: Sequence[Any]) -> tuple[list[Any], ...]:
     """Every k-th point so a long run costs as many bytes as a short one."""
     n = len(xs)
     step = max(1, -(-n // MAX_POINTS))
-    return (list(xs[::step]),) + tuple(list(s[::step]) for s in series)
+    return (list(xs[::step]), *(list(s[::step]) for s in series))
 
 
 def _present(values: Sequence[Any]) -> bool:
