@@ -92,7 +92,7 @@ class FetchProfiler:
                 return False  # another profiler has the hook now: try the next batch
             self.prof.enable()
             return True
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the fetch profile is given up and reported)
             self.state = self.DONE
             self.hooks.agent.error("fetch_profile", exc)
             return False
@@ -125,7 +125,7 @@ class FetchProfiler:
                 self.state = self.DONE
                 prof, self.prof = self.prof, None
                 self._emit(prof)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the fetch profile is given up and reported)
             self.state = self.DONE
             self.hooks.agent.error("fetch_profile", exc)
 
@@ -134,7 +134,7 @@ class FetchProfiler:
         info = None
         try:
             info = self.hooks.torch.utils.data.get_worker_info()
-        except Exception:
+        except Exception:  # noqa: BLE001 (no worker info: the profile says less)
             pass
         agent = self.hooks.agent
         agent.emit("fetch_profile", batches=self.batches, wall_s=round(self.wall, 6), functions=functions,

@@ -22,7 +22,7 @@ class _TorchFinder:
                 if spec is not None and spec.loader is not None:
                     spec.loader = _PatchingLoader(spec.loader, self.agent)
                     return spec
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (a finder's failure never breaks the workload's import)
             self.agent.error("find_spec", exc)
         return None
 
@@ -51,7 +51,7 @@ class _PatchingLoader:
             hooks = TorchHooks(self._agent, module)
             hooks.install()
             self._agent.torch_hooks = hooks
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (torch without gpudoctor's hooks, never a failed import)
             self._agent.error("torch_hooks", exc)
         _apply_overrides(self._agent, module)
 
@@ -79,5 +79,5 @@ def _apply_overrides(agent, torch):
         from .overrides import apply
 
         apply(agent, torch)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (overrides not applied, and reported)
         agent.error("overrides", exc)

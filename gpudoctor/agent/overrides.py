@@ -46,7 +46,7 @@ class Overrides:
             if spec.get(key):
                 try:
                     fn(spec[key])
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 (reported as not applied)
                     self.agent.error("override_" + key, exc)
                     self.record(key, None, applied=False, note="%s: %s" % (type(exc).__name__, exc))
 
@@ -76,7 +76,7 @@ class Overrides:
                 return original(self_loader, *args, **kwargs)  # the workload's own error, as before
             try:
                 overrides._loader_arguments(bound.arguments, wanted, IterableDataset)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (the loader gets the workload's own arguments)
                 overrides.agent.error("override_loader_args", exc)
             return original(*bound.args, **bound.kwargs)
 
@@ -210,7 +210,7 @@ class Overrides:
                 if handle is not None:
                     handle.remove()
                 overrides._compile_module(module, options)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (the module runs eagerly, as written)
                 overrides.agent.error("override_compile", exc)
 
         state["handle"] = nn_module.register_module_forward_pre_hook(pre_hook)
@@ -225,7 +225,7 @@ class Overrides:
             import torch._dynamo.config as dynamo_config
 
             dynamo_config.suppress_errors = True  # a graph dynamo cannot compile runs eagerly, as before
-        except Exception:
+        except Exception:  # noqa: BLE001 (a torch without this setting: nothing to set)
             pass
         forward = getattr(kind, "forward", None)
         torch_forward = (getattr(forward, "__module__", None) or "").startswith("torch.")
@@ -254,7 +254,7 @@ class Overrides:
             self.record("compile_outcome", graphs, where="torch._dynamo", applied=graphs > 0,
                         note=note if graphs else note + ": nothing was compiled, the model ran eagerly")
             self.agent.writer.flush(force=True)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the outcome note is lost, not the run)
             self.agent.error("override_compile_outcome", exc)
 
 
@@ -267,6 +267,6 @@ def apply(agent, torch):
         overrides = Overrides(agent, torch, spec)
         overrides.install()
         return overrides
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (no overrides, and reported)
         agent.error("overrides", exc)
         return None

@@ -70,7 +70,7 @@ class _ThreadEnd:
     def __del__(self):
         try:
             self.owner.stop("thread-end")
-        except Exception:
+        except Exception:  # noqa: BLE001 (a finalizer never raises)
             pass
 
 
@@ -150,7 +150,7 @@ class ProfilerWindow:
         torch = self.torch
         try:
             grad = bool(torch.is_grad_enabled())
-        except Exception:
+        except Exception:  # noqa: BLE001 (grad mode unknown)
             grad = None
         return (source, getattr(self.hooks.tls, "last_loader", None), grad, self.hooks.cuda_initialized())
 
@@ -233,7 +233,7 @@ class ProfilerWindow:
                 self.hooks.agent.emit("profile", error="the workload runs its own profiler; gpudoctor's window was skipped")
                 self.state = self.DONE
                 return
-        except Exception:
+        except Exception:  # noqa: BLE001 (a torch without this check: the window starts)
             pass
         from torch.profiler import ProfilerActivity, profile
 
@@ -250,7 +250,7 @@ class ProfilerWindow:
             prof.start()
             self.prof = prof
             self.window.start_wall = time.time()  # the window begins once tracing runs (starting it takes a while)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (no window; the profile event says why)
             self.state = self.DONE
             self.hooks.agent.emit("profile", error="profiler failed to start: %s: %s" % (type(exc).__name__, exc))
 
@@ -272,7 +272,7 @@ class ProfilerWindow:
             self.state = self.IDLE
             try:
                 prof.stop()
-            except Exception:
+            except Exception:  # noqa: BLE001 (the discarded window is abandoned)
                 self.state = self.DONE
             return
         self.state = self.IDLE if self.taken < self.max_windows else self.DONE
@@ -287,14 +287,14 @@ class ProfilerWindow:
             path = os.path.join(self.hooks.agent.directory, "trace-%d-%d.json" % (os.getpid(), window.index))
             prof.export_chrome_trace(path)
             fields["path"] = os.path.basename(path)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the profile event says why)
             fields["error"] = "profiler failed to stop/export: %s: %s" % (type(exc).__name__, exc)
         self._record(window, end_wall)
         try:
             matmul = self.torch.backends.cuda.matmul
             fields["tf32"] = bool(matmul.allow_tf32)
             fields["float32_matmul_precision"] = self.torch.get_float32_matmul_precision()
-        except Exception:
+        except Exception:  # noqa: BLE001 (the precision facts are optional)
             pass
         snap = self.hooks.allocator_snapshot("steady")
         if snap:

@@ -27,7 +27,7 @@ def _start_gpudoctor_agent():
         sys.modules["_gpudoctor_agent"] = module
         spec.loader.exec_module(module)
         module.start()
-    except Exception:
+    except Exception:  # noqa: BLE001 (the agent never stops the workload from starting)
         pass  # the workload runs as if gpudoctor were not there
 
 
@@ -45,7 +45,7 @@ def _chain_next_sitecustomize():
         module = importlib.util.module_from_spec(spec)
         sys.modules["sitecustomize"] = module
         spec.loader.exec_module(module)
-    except Exception:
+    except Exception:  # noqa: BLE001 (the user's own sitecustomize: printed, as Python would)
         import traceback
 
         traceback.print_exc()  # the user's own sitecustomize failed: show it as Python would
