@@ -47,7 +47,8 @@ def test_schema_names_the_report_version() -> None:
             "checks"} <= set(schema["required"])
     finding = schema["$defs"]["ReportFinding"]
     assert finding["properties"]["severity"] == {"enum": ["info", "warning", "critical"]}
-    assert {"id", "stage", "severity", "title", "message", "evidence", "remedy", "estimated_gain"} <= set(finding["required"])
+    required = {"id", "stage", "severity", "title", "message", "evidence", "remedy", "estimated_gain"}
+    assert required <= set(finding["required"])
     assert schema["$defs"]["CheckRecord"]["properties"]["status"] == {"enum": ["pass", "finding", "skipped", "error"]}
 
 
@@ -72,7 +73,8 @@ def test_schema_refuses_what_the_model_refuses(validator: Any) -> None:
     text = (GOLDEN / golden_name(SESSIONS[0])).read_text(encoding="utf-8")
     good = {**json.loads(text), "docs": {}}
     for mutate in (
-        lambda r: r["findings"][0].__setitem__("severity", "fatal") if r["findings"] else r.__setitem__("findings", [{}]),
+        lambda r: (r["findings"][0].__setitem__("severity", "fatal") if r["findings"]
+                   else r.__setitem__("findings", [{}])),
         lambda r: r.__setitem__("duration_s", "long"),
         lambda r: r["checks"][0].__setitem__("status", "maybe"),
         lambda r: r["summary"].__setitem__("steps", 1.5),

@@ -210,7 +210,8 @@ def _install_exception_hooks(agent):
     def thread_hook(args):
         try:
             if args.exc_type is not SystemExit and getattr(args.thread, "name", "") != "gpudoctor-agent":
-                _record_exception(agent, args.exc_type, args.exc_value, args.exc_traceback, thread=getattr(args.thread, "name", None))
+                _record_exception(agent, args.exc_type, args.exc_value, args.exc_traceback,
+                                  thread=getattr(args.thread, "name", None))
         except Exception:  # noqa: BLE001 (the thread's exception still reaches its own hook)
             pass
         previous_thread_hook(args)

@@ -195,7 +195,8 @@ class Overrides:
         from torch.nn.modules import module as nn_module
 
         overrides = self
-        options = {k: v for k, v in wanted.items() if k in ("backend", "mode") and v} if isinstance(wanted, dict) else {}
+        options = ({k: v for k, v in wanted.items() if k in ("backend", "mode") and v}
+                   if isinstance(wanted, dict) else {})
         state = {"handle": None}
 
         def pre_hook(module, args):

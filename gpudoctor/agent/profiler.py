@@ -230,7 +230,8 @@ class ProfilerWindow:
         torch = self.torch
         try:
             if torch.autograd._profiler_enabled():
-                self.hooks.agent.emit("profile", error="the workload runs its own profiler; gpudoctor's window was skipped")
+                self.hooks.agent.emit(
+                    "profile", error="the workload runs its own profiler; gpudoctor's window was skipped")
                 self.state = self.DONE
                 return
         except Exception:  # noqa: BLE001 (a torch without this check: the window starts)

@@ -248,7 +248,8 @@ class TorchHooks:
             "pin_memory": getattr(loader, "pin_memory", None),
             "persistent_workers": getattr(loader, "persistent_workers", None),
             "prefetch_factor": getattr(loader, "prefetch_factor", None),
-            "dataset_class": type(dataset).__module__ + "." + type(dataset).__qualname__ if dataset is not None else None,
+            "dataset_class": (type(dataset).__module__ + "." + type(dataset).__qualname__
+                              if dataset is not None else None),
             "iterable": False,
             "dataset_len": None,
             "dataset_root": None,
