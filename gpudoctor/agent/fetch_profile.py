@@ -20,6 +20,7 @@ both use the same interpreter hook).
 import os
 import sys
 import time
+import types
 
 WARMUP_BATCHES = 5  # the first batches include starting the workers
 WAIT_SHARE = 0.05  # the TensorBoard profiler plugin's "input-bound" line
@@ -85,11 +86,12 @@ class FetchProfiler:
             if self.state == self.DONE:
                 return False
             if self.pid != os.getpid():  # forked: the parent's progress is not ours
-                self.__init__(self.hooks)
+                type(self).__init__(self, self.hooks)
             if self.state == self.IDLE and not self._claim():
                 return False
             if sys.getprofile() is not None or self.hooks.torch.autograd._profiler_enabled():
                 return False  # another profiler has the hook now: try the next batch
+            assert self.prof is not None  # set by _claim() with RUNNING
             self.prof.enable()
             return True
         except Exception as exc:  # noqa: BLE001 (the fetch profile is given up and reported)
@@ -118,6 +120,7 @@ class FetchProfiler:
     def end(self, wall):
         """After a profiled fetch (it may have raised)."""
         try:
+            assert self.prof is not None  # begin() returned True: a profile runs
             self.prof.disable()
             self.batches += 1
             self.wall += wall
@@ -144,7 +147,7 @@ class FetchProfiler:
 
 def top_functions(stats, cwd, top=TOP):
     """[[name, file, line, own_s, cumulative_s, calls, caller], ...] by own time, from cProfile's getstats()."""
-    callers = {}  # code -> (caller code, time spent in it from there)
+    callers: dict[types.CodeType, tuple[types.CodeType, float]] = {}  # code -> (caller code, its time from there)
     rows = []
     for entry in stats:
         code = entry.code

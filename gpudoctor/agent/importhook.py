@@ -20,7 +20,7 @@ class _TorchFinder:
                     continue
                 spec = finder.find_spec(fullname, path, target)
                 if spec is not None and spec.loader is not None:
-                    spec.loader = _PatchingLoader(spec.loader, self.agent)
+                    spec.loader = _PatchingLoader(spec.loader, self.agent)  # type: ignore[assignment]  # a duck-typed Loader
                     return spec
         except Exception as exc:  # noqa: BLE001 (a finder's failure never breaks the workload's import)
             self.agent.error("find_spec", exc)

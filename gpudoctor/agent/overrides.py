@@ -21,6 +21,7 @@ Like the rest of the agent: standard library only, and nothing raises into the w
 """
 
 import threading
+from typing import Any
 
 MAX_EVENTS = 40  # one loader built per epoch must not flood the event file
 
@@ -80,11 +81,11 @@ class Overrides:
                 overrides.agent.error("override_loader_args", exc)
             return original(*bound.args, **bound.kwargs)
 
-        __init__.__wrapped__ = original
+        __init__.__wrapped__ = original  # type: ignore[attr-defined]  # functools' marker, set on a plain function
         __init__.__name__ = original.__name__
         __init__.__qualname__ = original.__qualname__
         __init__.__doc__ = original.__doc__
-        DataLoader.__init__ = __init__
+        DataLoader.__init__ = __init__  # type: ignore[method-assign,assignment]  # the override's patch of torch
 
     def _loader_arguments(self, arguments, wanted, iterable_type):
         dataset = arguments.get("dataset")
@@ -139,7 +140,7 @@ class Overrides:
                 precision = "high"
             return set_precision(precision)
 
-        set_float32_matmul_precision.__wrapped__ = set_precision
+        set_float32_matmul_precision.__wrapped__ = set_precision  # type: ignore[attr-defined]  # functools' marker
         set_float32_matmul_precision.__doc__ = set_precision.__doc__
         torch.set_float32_matmul_precision = set_float32_matmul_precision
         cublas = type(torch.backends.cuda.matmul)
@@ -152,9 +153,9 @@ class Overrides:
             elif name == "fp32_precision" and value == "ieee":
                 overrides._held("tf32", "the workload set fp32_precision = 'ieee'; kept 'tf32'")
                 value = "tf32"
-            return setter(self_module, name, value)
+            return setter(self_module, name, value)  # type: ignore[call-arg]  # the class's unbound __setattr__
 
-        cublas.__setattr__ = __setattr__
+        cublas.__setattr__ = __setattr__  # type: ignore[assignment]  # the override's patch of torch's class
 
     def _held(self, name, note):
         if name not in self.held:
@@ -197,7 +198,7 @@ class Overrides:
         overrides = self
         options = ({k: v for k, v in wanted.items() if k in ("backend", "mode") and v}
                    if isinstance(wanted, dict) else {})
-        state = {"handle": None}
+        state: dict[str, Any] = {"handle": None}  # the forward pre-hook's handle, until it fires
 
         def pre_hook(module, args):
             try:
@@ -247,7 +248,8 @@ class Overrides:
         try:
             from torch._dynamo.utils import counters
 
-            frames, stats = counters.get("frames", {}), counters.get("stats", {})
+            frames: dict[str, int] = counters.get("frames", {})
+            stats: dict[str, int] = counters.get("stats", {})
             breaks = sum(counters.get("graph_break", {}).values())
             graphs = stats.get("unique_graphs", 0)
             note = "%d graph(s) compiled, %d frame(s) of %d traced, %d graph break(s)" % (

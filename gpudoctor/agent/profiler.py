@@ -94,7 +94,7 @@ class ProfilerWindow:
         self.later_after = float(config.get("profile_later_s", 60.0))
         self.state = self.IDLE
         self.prof = None
-        self.window = None
+        self.window: _Window | None = None  # the latest window, set by start()
         self.taken = 0  # windows opened (a discarded one is given back)
         self.phase = None  # (key, the source's step count and the time when the phase began)
         self.profiled = {}  # phase key -> its loader's epoch when profiled
@@ -113,6 +113,7 @@ class ProfilerWindow:
             return
         window = self.window
         if self.state == self.RUNNING:
+            assert window is not None  # RUNNING: start() set it
             if window.source == "time":
                 if threading.get_ident() == window.thread:
                     self.stop("superseded", keep=False)  # the run has steps after all: profile those
@@ -199,6 +200,7 @@ class ProfilerWindow:
 
     def _safe_point(self):
         """On the main thread, at a hooked call: open or close the time-bounded window."""
+        assert self.safepoints is not None  # only the safe points call this
         if self.state == self.IDLE and self.pending is not None:
             label, self.pending = self.pending, None
             if self.hooks.steps.active() is not None or self.hooks.compile_used:
@@ -208,7 +210,7 @@ class ProfilerWindow:
             self.start("time", 0, label, ("time",))
             if self.state != self.RUNNING:
                 self.safepoints.disarm()
-        elif self.state == self.RUNNING and self.window.source == "time":
+        elif self.state == self.RUNNING and self.window is not None and self.window.source == "time":
             self.calls += 1
             if time.time() - self.window.start_wall >= self.time_window or self.calls >= self.time_max_calls:
                 self.stop("time")
@@ -259,6 +261,7 @@ class ProfilerWindow:
         if self.state != self.RUNNING or self.prof is None:
             return
         window = self.window
+        assert window is not None  # RUNNING: start() set it
         if threading.get_ident() != window.thread:
             # e.g. interpreter exit on the main thread while steps ran on a daemon thread: stopping
             # Kineto from a foreign thread is not safe; the window is abandoned instead

@@ -86,7 +86,7 @@ class SafePoints:
                 setattr(wrapper, attr, getattr(original, attr))
             except (AttributeError, TypeError):
                 pass
-        wrapper.__wrapped__ = original
+        wrapper.__wrapped__ = original  # type: ignore[attr-defined]  # functools' marker, set on a plain function
         setattr(owner, name, wrapper)
         self.saved.append((owner, name, before))
 

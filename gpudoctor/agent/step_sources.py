@@ -78,7 +78,7 @@ class BackwardSteps:
                 setattr(backward, name, getattr(original, name))
             except (AttributeError, TypeError):
                 pass
-        backward.__wrapped__ = original
+        backward.__wrapped__ = original  # type: ignore[attr-defined]  # functools' marker, set on a plain function
         self.original = original
         autograd.backward = backward
 

@@ -25,7 +25,7 @@ class TorchHooks:
         self.steps = StepTracker(self)
         self.fetch = FetchStats()
         self.tls = threading.local()
-        self.loader_ids = weakref.WeakKeyDictionary()
+        self.loader_ids: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
         self.loader_stats = {}  # loader_id -> [batches, wait_total, wait_max]
         self.loader_lock = threading.Lock()
         self.loader_dirty = False
@@ -121,12 +121,12 @@ class TorchHooks:
             return batch
 
         for fn, orig in ((__init__, orig_init), (__next__, orig_next)):
-            fn.__wrapped__ = orig
+            fn.__wrapped__ = orig  # type: ignore[union-attr]  # functools' marker, set on a plain function
             fn.__name__ = orig.__name__
             fn.__qualname__ = orig.__qualname__
             fn.__doc__ = orig.__doc__
-        base.__init__ = __init__
-        base.__next__ = __next__
+        base.__init__ = __init__  # type: ignore[method-assign,assignment]  # patching torch's iterator class
+        base.__next__ = __next__  # type: ignore[method-assign]
 
     def _patch_fetchers(self):
         from torch.utils.data._utils import fetch as fetch_mod
@@ -145,7 +145,7 @@ class TorchHooks:
                     try:
                         result = orig(self_fetcher, possibly_batched_index)
                     finally:
-                        if profiling:
+                        if profiling and profiler is not None:  # profiling implies a profiler
                             profiler.end(_perf() - w0)
                     try:
                         wall, cpu = _perf() - w0, _cpu() - c0
@@ -155,12 +155,12 @@ class TorchHooks:
                         hooks.agent.error("fetch", exc)
                     return result
 
-                fetch.__wrapped__ = orig
+                fetch.__wrapped__ = orig  # type: ignore[attr-defined]  # functools' marker
                 fetch.__name__ = orig.__name__
                 fetch.__qualname__ = orig.__qualname__
                 return fetch
 
-            cls.fetch = make(orig)
+            cls.fetch = make(orig)  # type: ignore[method-assign]  # patching torch's fetcher classes
 
     def _watch_compile(self):
         """Note that torch.compile was called (Module.compile calls it too); it behaves as before."""
@@ -263,7 +263,7 @@ class TorchHooks:
         if info["batch_size"] is None:
             sampler = getattr(loader, "batch_sampler", None)
             info["batch_size"] = getattr(sampler, "batch_size", None)
-        if not info["iterable"]:
+        if not info["iterable"] and dataset is not None:  # len(None) would only raise, caught below
             try:
                 info["dataset_len"] = len(dataset)
             except Exception:  # noqa: BLE001 (a dataset's __len__ is user code and may raise anything)

@@ -23,6 +23,7 @@ def _start_gpudoctor_agent():
             os.path.join(agent_dir, "__init__.py"),
             submodule_search_locations=[agent_dir],
         )
+        assert spec is not None and spec.loader is not None  # a .py path always has a source loader
         module = importlib.util.module_from_spec(spec)
         sys.modules["_gpudoctor_agent"] = module
         spec.loader.exec_module(module)
