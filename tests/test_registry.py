@@ -37,7 +37,7 @@ def test_every_check_module_is_found_without_any_entry_point(monkeypatch):
     monkeypatch.setattr(registry, "entry_points", lambda group: [])
     checks, errors = registry.load_checks()
     assert not errors
-    assert len(checks) == len(CHECK_MODULES) == 16
+    assert len(checks) == len(CHECK_MODULES) == 20
     assert {c.run.__module__.rsplit(".", 1)[1] for c in checks} == set(CHECK_MODULES)
     # the ID is written once, in the declaration; the module name only has to start with it
     assert all(c.run.__module__.rsplit(".", 1)[1].startswith(c.id.lower()) for c in checks)

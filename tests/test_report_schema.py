@@ -90,11 +90,11 @@ def test_schema_refuses_what_the_model_refuses(validator: Any) -> None:
 def test_unknown_keys_are_allowed_and_kept(validator: Any) -> None:
     """Fields are only ever added: a newer report's extra keys fit v1 and survive a round trip."""
     text = (GOLDEN / golden_name(SESSIONS[0])).read_text(encoding="utf-8")
-    data = {**json.loads(text), "docs": {}, "ranks": [{"rank": 0}]}
+    data = {**json.loads(text), "docs": {}, "future_section": [{"rank": 0}]}
     data["summary"]["new_number"] = 1.5
     validator.validate(data)
     again = Report.from_dict(data).to_dict()
-    assert again["ranks"] == [{"rank": 0}] and again["summary"]["new_number"] == 1.5
+    assert again["future_section"] == [{"rank": 0}] and again["summary"]["new_number"] == 1.5
 
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "docs" / "examples").glob("diagnose-*-h200.json"))

@@ -21,7 +21,7 @@ def _has_gpu() -> bool:
     return subprocess.run(["nvidia-smi", "-L"], capture_output=True, check=False).returncode == 0
 
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow,
+pytestmark = [pytest.mark.gpu, pytest.mark.integration,
               pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU")]
 
 
