@@ -59,7 +59,8 @@ def test_a_plain_checkout_finds_the_builtins_without_metadata(tmp_path):
                          check=True, timeout=120).stdout.split("\n")
     assert Path(out[0]).resolve().is_relative_to(ROOT)
     assert out[1].split() == ["GD001", "GD101", "GD102", "GD103", "GD104", "GD105", "GD201", "GD202", "GD203",
-                              "GD301", "GD302", "GD303", "GD304", "GD305", "GD401", "GD402"]
+                              "GD301", "GD302", "GD303", "GD304", "GD305", "GD401", "GD402", "GD501", "GD502",
+                              "GD503", "GD504"]
 
 
 def test_pyproject_lists_no_builtin_check():
