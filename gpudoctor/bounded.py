@@ -10,8 +10,8 @@ memory stays near the limits whatever the input claims. The counts over-estimate
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 CHUNK_BYTES = 4 << 20

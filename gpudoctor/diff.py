@@ -36,7 +36,8 @@ from gpudoctor.report_model import Report, ReportFinding, Summary, Tool, as_repo
 
 __all__ = ["DIFF_SCHEMA", "comparability", "compare", "diff", "workload_identity"]
 # launchers whose own name says nothing about the workload they start
-LAUNCHERS = {"python", "python3", "torchrun", "accelerate", "launch", "deepspeed", "env", "srun", "mpirun", "bash", "sh", "uv", "run"}
+LAUNCHERS = {"python", "python3", "torchrun", "accelerate", "launch", "deepspeed", "env", "srun", "mpirun", "bash",
+             "sh", "uv", "run"}
 LAUNCHER_MODULES = {"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch", "deepspeed"}
 
 
@@ -91,7 +92,8 @@ def workload_identity(command: Any) -> str | None:
         i += 1
     for arg in args:
         name = os.path.basename(arg)
-        if arg and not arg.startswith("-") and "=" not in arg and name not in LAUNCHERS and not name.startswith("python"):
+        if (arg and not arg.startswith("-") and "=" not in arg and name not in LAUNCHERS
+                and not name.startswith("python")):
             return "command:" + name
     return None
 
@@ -146,7 +148,8 @@ def speedup(before: Summary, after: Summary) -> Speedup:
     b, a = before.steps_per_s, after.steps_per_s
     if b and a is not None:
         if before.batch_size != after.batch_size or before.batch_size is None:
-            return Speedup(basis="steps/s", note="batch size unknown or different: steps/s alone do not compare work done")
+            return Speedup(basis="steps/s",
+                           note="batch size unknown or different: steps/s alone do not compare work done")
         return Speedup(value=a / b, basis="steps/s")
     return Speedup(note="throughput not measured in both runs")
 

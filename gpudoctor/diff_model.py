@@ -83,7 +83,8 @@ class Samples:
     extra: Mapping[str, Any] = extra_field()
 
     @classmethod
-    def from_stats(cls, before: Mapping[str, Any], after: Mapping[str, Any], significance: Mapping[str, Any]) -> Samples:
+    def from_stats(cls, before: Mapping[str, Any], after: Mapping[str, Any],
+                   significance: Mapping[str, Any]) -> Samples:
         """From diff_stats.step_time_stats (each side) and diff_stats.significance."""
         return decode(cls, {"before": before, "after": after, **significance})
 

@@ -32,8 +32,8 @@ TABLE = [
     (INTERNAL, "internal error in gpudoctor"),
     (CANNOT_WRITE, "output directory cannot be created or written"),
     (OUTPUT_EXISTS, "a report already exists at the output path (nothing was overwritten)"),
-    (DIFFERENT_RUNS, "diff refused: the reports come from different GPUs or workloads; merge refused: the "
-                     "sessions are not one job (no ranks, different jobs or world sizes, a rank twice)"),
+    (DIFFERENT_RUNS, ("diff refused: the reports come from different GPUs or workloads; merge refused: the "
+                      "sessions are not one job (no ranks, different jobs or world sizes, a rank twice)")),
     (NO_PERMISSION, "attach: no permission to read that process (run as its user or root)"),
     (BAD_POLICY, "preflight policy unreadable, not TOML, or with an unknown key or a bad value"),
 ]

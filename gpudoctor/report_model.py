@@ -80,13 +80,15 @@ class ReportFinding:
     json_label: ClassVar[str] = "finding"
 
     id: str = json_field(doc="the check's stable ID, e.g. GD102")
-    stage: int = json_field(0, always=True, doc="playbook stage: 0 the run, 1 input, 2 GPU/batch, 3 kernels, 4 memory, 5 multi-GPU")
+    stage: int = json_field(0, always=True,
+                            doc="playbook stage: 0 the run, 1 input, 2 GPU/batch, 3 kernels, 4 memory, 5 multi-GPU")
     severity: Severity = json_field()
     title: str = json_field("", always=True)
     message: str = json_field("", always=True, doc="what was found, with the measured numbers")
     evidence: dict[str, EvidenceValue] = json_field(default_factory=dict, always=True)
     remedy: RemedyRecord | None = json_field(None, always=True)
-    estimated_gain: float | None = json_field(None, always=True, doc="predicted speed-up (x) without the cause; null when unknown")
+    estimated_gain: float | None = json_field(None, always=True,
+                                              doc="predicted speed-up (x) without the cause; null when unknown")
     slug: str | None = None
     prediction: PredictionRecord | None = None
     consequence_of: str | None = json_field(None, doc="the ID of the finding that explains this one")

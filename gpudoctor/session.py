@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.session_codec import build, clean
-
 from gpudoctor.trials.records import AppliedOverride, Trials
 
 SESSION_SCHEMA = "gpudoctor.session/1"

@@ -22,7 +22,7 @@ class Threshold(float):
     source: str
     module: str | None  # where it is defined, so a page can name it ({{NAME}}, see fill_page)
 
-    def __new__(cls, name: str, value: float, unit: str = "", source: str = "") -> Threshold:  # noqa: PYI034
+    def __new__(cls, name: str, value: float, unit: str = "", source: str = "") -> Threshold:
         obj = super().__new__(cls, value)
         obj.name, obj.unit, obj.source = name, unit, source
         obj.module = _caller_module()
@@ -47,7 +47,7 @@ class CountThreshold(int):
     source: str
     module: str | None  # where it is defined, so a page can name it ({{NAME}}, see fill_page)
 
-    def __new__(cls, name: str, value: int, unit: str = "", source: str = "") -> CountThreshold:  # noqa: PYI034
+    def __new__(cls, name: str, value: int, unit: str = "", source: str = "") -> CountThreshold:
         obj = super().__new__(cls, value)
         obj.name, obj.unit, obj.source = name, unit, source
         obj.module = _caller_module()

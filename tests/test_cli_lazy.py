@@ -46,7 +46,7 @@ def test_command_help_shows_its_full_options(command: str, capsys: pytest.Captur
         cli.main([command, "--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    assert f"usage: gpudoctor {command}" in out and "options:" in out or "optional arguments:" in out
+    assert (f"usage: gpudoctor {command}" in out and "options:" in out) or "optional arguments:" in out
 
 
 def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

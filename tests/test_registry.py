@@ -37,7 +37,7 @@ def test_every_check_module_is_found_without_any_entry_point(monkeypatch):
     monkeypatch.setattr(registry, "entry_points", lambda group: [])
     checks, errors = registry.load_checks()
     assert not errors
-    assert len(checks) == len(CHECK_MODULES) == 16
+    assert len(checks) == len(CHECK_MODULES) == 20
     assert {c.run.__module__.rsplit(".", 1)[1] for c in checks} == set(CHECK_MODULES)
     # the ID is written once, in the declaration; the module name only has to start with it
     assert all(c.run.__module__.rsplit(".", 1)[1].startswith(c.id.lower()) for c in checks)
@@ -59,7 +59,8 @@ def test_a_plain_checkout_finds_the_builtins_without_metadata(tmp_path):
                          check=True, timeout=120).stdout.split("\n")
     assert Path(out[0]).resolve().is_relative_to(ROOT)
     assert out[1].split() == ["GD001", "GD101", "GD102", "GD103", "GD104", "GD105", "GD201", "GD202", "GD203",
-                              "GD301", "GD302", "GD303", "GD304", "GD305", "GD401", "GD402"]
+                              "GD301", "GD302", "GD303", "GD304", "GD305", "GD401", "GD402", "GD501", "GD502",
+                              "GD503", "GD504"]
 
 
 def test_pyproject_lists_no_builtin_check():
@@ -138,7 +139,7 @@ def test_a_condition_on_explains_is_declared_by_the_check():
 def test_thresholds_are_numbers_with_their_source():
     share = Threshold("data wait worth a finding", 0.05, "share", "TensorBoard profiler plugin")
     count = CountThreshold("small copy", 64 * 1024, "bytes", "Nsight Systems")
-    assert share == 0.05 and 0.2 > share and share * 100 == 5.0 and f"{share:.0%}" == "5%"
+    assert share == 0.05 and share < 0.2 and share * 100 == 5.0 and f"{share:.0%}" == "5%"
     assert count == 65536 and f"{count}" == "65536" and count.shown() == "64 KiB"
     assert share.shown() == "5%"
     for thing in (share, count):

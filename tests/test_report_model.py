@@ -41,12 +41,14 @@ def test_a_recorded_report_decodes_to_typed_values() -> None:
     (lambda r: r.__setitem__("command", ["python", 3]), "'command[1]' is not a string"),
     (lambda r: r.__setitem__("summary", []), "'summary' is not an object"),
     (lambda r: r["findings"].__setitem__(1, "GD101"), "finding 2 is not an object"),
-    (lambda r: r["findings"][0].__setitem__("severity", "fatal"), "finding 1: 'severity' is not one of info, warning, critical"),
+    (lambda r: r["findings"][0].__setitem__("severity", "fatal"),
+     "finding 1: 'severity' is not one of info, warning, critical"),
     (lambda r: r["findings"][0].pop("id"), "finding 1: 'id' is missing"),
     (lambda r: r["findings"][0].__setitem__("estimated_gain", "2x"), "finding 1: 'estimated_gain' is not a number"),
     (lambda r: r["findings"][0]["remedy"].__setitem__("code", 1), "finding 1: 'remedy.code' is not a string"),
     (lambda r: r["findings"][0]["evidence"].__setitem__("share", 0.5), "finding 1: 'evidence.share' is not an object"),
-    (lambda r: r["checks"][0].__setitem__("status", "maybe"), "check 1: 'status' is not one of pass, finding, skipped, error"),
+    (lambda r: r["checks"][0].__setitem__("status", "maybe"),
+     "check 1: 'status' is not one of pass, finding, skipped, error"),
     (lambda r: r["summary"].__setitem__("steps", "many"), "'summary.steps' is not an integer"),
 ])
 def test_a_report_that_does_not_fit_is_refused_with_one_line(mutate: Any, reason: str) -> None:

@@ -47,7 +47,8 @@ def test_schema_names_the_report_version() -> None:
             "checks"} <= set(schema["required"])
     finding = schema["$defs"]["ReportFinding"]
     assert finding["properties"]["severity"] == {"enum": ["info", "warning", "critical"]}
-    assert {"id", "stage", "severity", "title", "message", "evidence", "remedy", "estimated_gain"} <= set(finding["required"])
+    required = {"id", "stage", "severity", "title", "message", "evidence", "remedy", "estimated_gain"}
+    assert required <= set(finding["required"])
     assert schema["$defs"]["CheckRecord"]["properties"]["status"] == {"enum": ["pass", "finding", "skipped", "error"]}
 
 
@@ -72,7 +73,8 @@ def test_schema_refuses_what_the_model_refuses(validator: Any) -> None:
     text = (GOLDEN / golden_name(SESSIONS[0])).read_text(encoding="utf-8")
     good = {**json.loads(text), "docs": {}}
     for mutate in (
-        lambda r: r["findings"][0].__setitem__("severity", "fatal") if r["findings"] else r.__setitem__("findings", [{}]),
+        lambda r: (r["findings"][0].__setitem__("severity", "fatal") if r["findings"]
+                   else r.__setitem__("findings", [{}])),
         lambda r: r.__setitem__("duration_s", "long"),
         lambda r: r["checks"][0].__setitem__("status", "maybe"),
         lambda r: r["summary"].__setitem__("steps", 1.5),
@@ -88,11 +90,11 @@ def test_schema_refuses_what_the_model_refuses(validator: Any) -> None:
 def test_unknown_keys_are_allowed_and_kept(validator: Any) -> None:
     """Fields are only ever added: a newer report's extra keys fit v1 and survive a round trip."""
     text = (GOLDEN / golden_name(SESSIONS[0])).read_text(encoding="utf-8")
-    data = {**json.loads(text), "docs": {}, "ranks": [{"rank": 0}]}
+    data = {**json.loads(text), "docs": {}, "future_section": [{"rank": 0}]}
     data["summary"]["new_number"] = 1.5
     validator.validate(data)
     again = Report.from_dict(data).to_dict()
-    assert again["ranks"] == [{"rank": 0}] and again["summary"]["new_number"] == 1.5
+    assert again["future_section"] == [{"rank": 0}] and again["summary"]["new_number"] == 1.5
 
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "docs" / "examples").glob("diagnose-*-h200.json"))

@@ -64,7 +64,7 @@ class Agent:
     def emit(self, kind, **fields):
         try:
             self.writer.emit(kind, **fields)
-        except Exception:
+        except Exception:  # noqa: BLE001 (an event that cannot be written is dropped, never raised)
             pass
 
     def error(self, where, exc):
@@ -114,7 +114,7 @@ def start():
         from .importhook import install_import_hook
 
         install_import_hook(agent)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (without the import hook the workload runs unobserved)
         agent.error("import_hook", exc)
     return agent
 
@@ -123,7 +123,7 @@ def describe_process(agent):
     """Emitted when torch is imported: the redacted command line of this process."""
     from .redact import env_secrets, redact_argv
 
-    argv = [sys.executable] + list(sys.argv or [])
+    argv = [sys.executable, *(sys.argv or [])]
     agent.emit("process", argv=redact_argv(argv, env_secrets(os.environ)))
 
 
@@ -147,7 +147,7 @@ def _format_exception(exc_type, exc, tb):
 
             text = "".join(traceback.format_exception(exc_type, exc, tb))
             break
-        except Exception as extra:
+        except Exception as extra:  # noqa: BLE001 (formatting may fail again; each failure is noted)
             interrupted.append("%s: %s" % (type(extra).__name__, extra))
     if text and interrupted:
         text += "\n(while this was recorded: %s)\n" % "; ".join(interrupted)
@@ -193,13 +193,13 @@ def _install_exception_hooks(agent):
                 quiet = _stopped_by_gpudoctor(agent, exc_type) and previous is sys.__excepthook__
                 agent.emit("interrupt", type=exc_type.__name__, by_gpudoctor=quiet or None)
             agent.writer.flush(force=True)
-        except Exception:
+        except Exception:  # noqa: BLE001 (the workload's exception still reaches its own hook)
             pass
         if not quiet:
             try:
                 _strip_call_through(exc)
                 tb = exc.__traceback__ if exc is not None else tb
-            except Exception:
+            except Exception:  # noqa: BLE001 (the traceback is then shown as it is)
                 pass
             previous(exc_type, exc, tb)
 
@@ -210,8 +210,9 @@ def _install_exception_hooks(agent):
     def thread_hook(args):
         try:
             if args.exc_type is not SystemExit and getattr(args.thread, "name", "") != "gpudoctor-agent":
-                _record_exception(agent, args.exc_type, args.exc_value, args.exc_traceback, thread=getattr(args.thread, "name", None))
-        except Exception:
+                _record_exception(agent, args.exc_type, args.exc_value, args.exc_traceback,
+                                  thread=getattr(args.thread, "name", None))
+        except Exception:  # noqa: BLE001 (the thread's exception still reaches its own hook)
             pass
         previous_thread_hook(args)
 
@@ -230,7 +231,7 @@ def _stopped_by_gpudoctor(agent, exc_type):
     try:
         return issubclass(exc_type, KeyboardInterrupt) and os.path.exists(
             os.path.join(agent.directory, STOP_MARKER))
-    except Exception:
+    except Exception:  # noqa: BLE001 (unknown: the workload's own interrupt)
         return False
 
 
@@ -239,12 +240,13 @@ def _record_exception(agent, exc_type, exc, tb, thread):
 
     name = getattr(exc_type, "__name__", str(exc_type))
     kind = "oom" if name == "OutOfMemoryError" else "exception"
-    fields = dict(
-        type=getattr(exc_type, "__module__", "") + "." + name if getattr(exc_type, "__module__", "") not in ("builtins", "") else name,
-        message=redact_text(str(exc), env_secrets(os.environ))[:2000],
-        traceback=_format_exception(exc_type, exc, tb),
-        thread=thread,
-    )
+    module = getattr(exc_type, "__module__", "")
+    fields = {
+        "type": module + "." + name if module not in ("builtins", "") else name,
+        "message": redact_text(str(exc), env_secrets(os.environ))[:2000],
+        "traceback": _format_exception(exc_type, exc, tb),
+        "thread": thread,
+    }
     if kind == "oom" and agent.torch_hooks is not None:
         fields["allocator"] = agent.torch_hooks.allocator_snapshot("oom")
     agent.emit(kind, **fields)
@@ -256,5 +258,5 @@ def _at_exit(agent):
             agent.torch_hooks.finish()
         agent.emit("bye", pid=os.getpid())
         agent.writer.close()
-    except Exception:
+    except Exception:  # noqa: BLE001 (exit must never fail because of gpudoctor)
         pass

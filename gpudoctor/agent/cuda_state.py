@@ -16,7 +16,7 @@ def report_cuda(hooks):
         hooks._pending_oom_observer = None
         try:
             pending[0](pending[1])
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the observer's failure is an agent_error)
             hooks.agent.error("oom_observer", exc)
     cuda = hooks.torch.cuda
     used = []
@@ -26,7 +26,7 @@ def report_cuda(hooks):
                 props = cuda.get_device_properties(index)
                 used.append({"index": index, "uuid": _uuid(props), "name": props.name,
                              "total_memory": props.total_memory})
-        except Exception:
+        except Exception:  # noqa: BLE001 (a device that cannot answer is left out)
             continue
     key = tuple(d["uuid"] for d in used)
     if used and key != hooks.cuda_reported:
@@ -48,7 +48,7 @@ def allocator_snapshot(hooks, label):
     try:
         device = cuda.current_device()
         stats = cuda.memory_stats(device)
-    except Exception:
+    except Exception:  # noqa: BLE001 (no allocator stats: no snapshot)
         return None
 
     def g(key):
@@ -70,7 +70,7 @@ def allocator_snapshot(hooks, label):
         free, total = cuda.mem_get_info(device)
         snap["device_free_bytes"] = int(free)
         snap["device_total_bytes"] = int(total)
-    except Exception:
+    except Exception:  # noqa: BLE001 (free/total memory is optional in the snapshot)
         pass
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + "," + os.environ.get("PYTORCH_ALLOC_CONF", "")
     snap["expandable_segments"] = "expandable_segments:true" in conf.replace(" ", "").lower()

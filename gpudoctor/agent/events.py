@@ -124,7 +124,7 @@ class EventWriter:
         self._stopped = True
         try:
             self.flush(force=True)
-        except Exception:
+        except Exception:  # noqa: BLE001 (closing never raises into the workload)
             pass
 
     # -- internals -----------------------------------------------------------
@@ -186,10 +186,10 @@ class EventWriter:
             for fn in list(self._periodic):
                 try:
                     fn()
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 (a failing periodic task is dropped and reported)
                     self._periodic.remove(fn)
                     self.emit("agent_error", where=getattr(fn, "__name__", "periodic"), error=repr(exc)[:300])
             try:
                 self.flush()
-            except Exception:
+            except Exception:  # noqa: BLE001 (the next interval flushes again)
                 pass

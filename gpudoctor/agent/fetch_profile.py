@@ -20,6 +20,7 @@ both use the same interpreter hook).
 import os
 import sys
 import time
+import types
 
 WARMUP_BATCHES = 5  # the first batches include starting the workers
 WAIT_SHARE = 0.05  # the TensorBoard profiler plugin's "input-bound" line
@@ -85,14 +86,15 @@ class FetchProfiler:
             if self.state == self.DONE:
                 return False
             if self.pid != os.getpid():  # forked: the parent's progress is not ours
-                self.__init__(self.hooks)
+                type(self).__init__(self, self.hooks)
             if self.state == self.IDLE and not self._claim():
                 return False
             if sys.getprofile() is not None or self.hooks.torch.autograd._profiler_enabled():
                 return False  # another profiler has the hook now: try the next batch
+            assert self.prof is not None  # set by _claim() with RUNNING
             self.prof.enable()
             return True
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the fetch profile is given up and reported)
             self.state = self.DONE
             self.hooks.agent.error("fetch_profile", exc)
             return False
@@ -118,6 +120,7 @@ class FetchProfiler:
     def end(self, wall):
         """After a profiled fetch (it may have raised)."""
         try:
+            assert self.prof is not None  # begin() returned True: a profile runs
             self.prof.disable()
             self.batches += 1
             self.wall += wall
@@ -125,7 +128,7 @@ class FetchProfiler:
                 self.state = self.DONE
                 prof, self.prof = self.prof, None
                 self._emit(prof)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the fetch profile is given up and reported)
             self.state = self.DONE
             self.hooks.agent.error("fetch_profile", exc)
 
@@ -134,7 +137,7 @@ class FetchProfiler:
         info = None
         try:
             info = self.hooks.torch.utils.data.get_worker_info()
-        except Exception:
+        except Exception:  # noqa: BLE001 (no worker info: the profile says less)
             pass
         agent = self.hooks.agent
         agent.emit("fetch_profile", batches=self.batches, wall_s=round(self.wall, 6), functions=functions,
@@ -144,7 +147,7 @@ class FetchProfiler:
 
 def top_functions(stats, cwd, top=TOP):
     """[[name, file, line, own_s, cumulative_s, calls, caller], ...] by own time, from cProfile's getstats()."""
-    callers = {}  # code -> (caller code, time spent in it from there)
+    callers: dict[types.CodeType, tuple[types.CodeType, float]] = {}  # code -> (caller code, its time from there)
     rows = []
     for entry in stats:
         code = entry.code

@@ -20,9 +20,9 @@ class _TorchFinder:
                     continue
                 spec = finder.find_spec(fullname, path, target)
                 if spec is not None and spec.loader is not None:
-                    spec.loader = _PatchingLoader(spec.loader, self.agent)
+                    spec.loader = _PatchingLoader(spec.loader, self.agent)  # type: ignore[assignment]  # a duck-typed Loader
                     return spec
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (a finder's failure never breaks the workload's import)
             self.agent.error("find_spec", exc)
         return None
 
@@ -44,15 +44,14 @@ class _PatchingLoader:
     def exec_module(self, module):
         self._loader.exec_module(module)  # the workload's import, unchanged
         try:
-            from .torch_hooks import TorchHooks
-
             from . import describe_process
+            from .torch_hooks import TorchHooks
 
             describe_process(self._agent)
             hooks = TorchHooks(self._agent, module)
             hooks.install()
             self._agent.torch_hooks = hooks
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (torch without gpudoctor's hooks, never a failed import)
             self._agent.error("torch_hooks", exc)
         _apply_overrides(self._agent, module)
 
@@ -80,5 +79,5 @@ def _apply_overrides(agent, torch):
         from .overrides import apply
 
         apply(agent, torch)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (overrides not applied, and reported)
         agent.error("overrides", exc)

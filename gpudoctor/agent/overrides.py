@@ -21,6 +21,7 @@ Like the rest of the agent: standard library only, and nothing raises into the w
 """
 
 import threading
+from typing import Any
 
 MAX_EVENTS = 40  # one loader built per epoch must not flood the event file
 
@@ -46,7 +47,7 @@ class Overrides:
             if spec.get(key):
                 try:
                     fn(spec[key])
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 (reported as not applied)
                     self.agent.error("override_" + key, exc)
                     self.record(key, None, applied=False, note="%s: %s" % (type(exc).__name__, exc))
 
@@ -76,15 +77,15 @@ class Overrides:
                 return original(self_loader, *args, **kwargs)  # the workload's own error, as before
             try:
                 overrides._loader_arguments(bound.arguments, wanted, IterableDataset)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (the loader gets the workload's own arguments)
                 overrides.agent.error("override_loader_args", exc)
             return original(*bound.args, **bound.kwargs)
 
-        __init__.__wrapped__ = original
+        __init__.__wrapped__ = original  # type: ignore[attr-defined]  # functools' marker, set on a plain function
         __init__.__name__ = original.__name__
         __init__.__qualname__ = original.__qualname__
         __init__.__doc__ = original.__doc__
-        DataLoader.__init__ = __init__
+        DataLoader.__init__ = __init__  # type: ignore[method-assign,assignment]  # the override's patch of torch
 
     def _loader_arguments(self, arguments, wanted, iterable_type):
         dataset = arguments.get("dataset")
@@ -139,7 +140,7 @@ class Overrides:
                 precision = "high"
             return set_precision(precision)
 
-        set_float32_matmul_precision.__wrapped__ = set_precision
+        set_float32_matmul_precision.__wrapped__ = set_precision  # type: ignore[attr-defined]  # functools' marker
         set_float32_matmul_precision.__doc__ = set_precision.__doc__
         torch.set_float32_matmul_precision = set_float32_matmul_precision
         cublas = type(torch.backends.cuda.matmul)
@@ -152,9 +153,9 @@ class Overrides:
             elif name == "fp32_precision" and value == "ieee":
                 overrides._held("tf32", "the workload set fp32_precision = 'ieee'; kept 'tf32'")
                 value = "tf32"
-            return setter(self_module, name, value)
+            return setter(self_module, name, value)  # type: ignore[call-arg]  # the class's unbound __setattr__
 
-        cublas.__setattr__ = __setattr__
+        cublas.__setattr__ = __setattr__  # type: ignore[assignment]  # the override's patch of torch's class
 
     def _held(self, name, note):
         if name not in self.held:
@@ -195,8 +196,9 @@ class Overrides:
         from torch.nn.modules import module as nn_module
 
         overrides = self
-        options = {k: v for k, v in wanted.items() if k in ("backend", "mode") and v} if isinstance(wanted, dict) else {}
-        state = {"handle": None}
+        options = ({k: v for k, v in wanted.items() if k in ("backend", "mode") and v}
+                   if isinstance(wanted, dict) else {})
+        state: dict[str, Any] = {"handle": None}  # the forward pre-hook's handle, until it fires
 
         def pre_hook(module, args):
             try:
@@ -210,7 +212,7 @@ class Overrides:
                 if handle is not None:
                     handle.remove()
                 overrides._compile_module(module, options)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (the module runs eagerly, as written)
                 overrides.agent.error("override_compile", exc)
 
         state["handle"] = nn_module.register_module_forward_pre_hook(pre_hook)
@@ -225,7 +227,7 @@ class Overrides:
             import torch._dynamo.config as dynamo_config
 
             dynamo_config.suppress_errors = True  # a graph dynamo cannot compile runs eagerly, as before
-        except Exception:
+        except Exception:  # noqa: BLE001 (a torch without this setting: nothing to set)
             pass
         forward = getattr(kind, "forward", None)
         torch_forward = (getattr(forward, "__module__", None) or "").startswith("torch.")
@@ -246,7 +248,8 @@ class Overrides:
         try:
             from torch._dynamo.utils import counters
 
-            frames, stats = counters.get("frames", {}), counters.get("stats", {})
+            frames: dict[str, int] = counters.get("frames", {})
+            stats: dict[str, int] = counters.get("stats", {})
             breaks = sum(counters.get("graph_break", {}).values())
             graphs = stats.get("unique_graphs", 0)
             note = "%d graph(s) compiled, %d frame(s) of %d traced, %d graph break(s)" % (
@@ -254,7 +257,7 @@ class Overrides:
             self.record("compile_outcome", graphs, where="torch._dynamo", applied=graphs > 0,
                         note=note if graphs else note + ": nothing was compiled, the model ran eagerly")
             self.agent.writer.flush(force=True)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the outcome note is lost, not the run)
             self.agent.error("override_compile_outcome", exc)
 
 
@@ -267,6 +270,6 @@ def apply(agent, torch):
         overrides = Overrides(agent, torch, spec)
         overrides.install()
         return overrides
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (no overrides, and reported)
         agent.error("overrides", exc)
         return None

@@ -70,7 +70,7 @@ class _ThreadEnd:
     def __del__(self):
         try:
             self.owner.stop("thread-end")
-        except Exception:
+        except Exception:  # noqa: BLE001 (a finalizer never raises)
             pass
 
 
@@ -94,7 +94,7 @@ class ProfilerWindow:
         self.later_after = float(config.get("profile_later_s", 60.0))
         self.state = self.IDLE
         self.prof = None
-        self.window = None
+        self.window: _Window | None = None  # the latest window, set by start()
         self.taken = 0  # windows opened (a discarded one is given back)
         self.phase = None  # (key, the source's step count and the time when the phase began)
         self.profiled = {}  # phase key -> its loader's epoch when profiled
@@ -113,6 +113,7 @@ class ProfilerWindow:
             return
         window = self.window
         if self.state == self.RUNNING:
+            assert window is not None  # RUNNING: start() set it
             if window.source == "time":
                 if threading.get_ident() == window.thread:
                     self.stop("superseded", keep=False)  # the run has steps after all: profile those
@@ -150,7 +151,7 @@ class ProfilerWindow:
         torch = self.torch
         try:
             grad = bool(torch.is_grad_enabled())
-        except Exception:
+        except Exception:  # noqa: BLE001 (grad mode unknown)
             grad = None
         return (source, getattr(self.hooks.tls, "last_loader", None), grad, self.hooks.cuda_initialized())
 
@@ -181,7 +182,7 @@ class ProfilerWindow:
         if self.cuda_seen is None:
             self.cuda_seen = now
         idle = self.hooks.steps.idle_s()
-        if self.hooks.steps.active() is not None or idle is not None and idle < self.no_step_after:
+        if self.hooks.steps.active() is not None or (idle is not None and idle < self.no_step_after):
             return
         if now - self.cuda_seen < self.no_step_after:
             return
@@ -199,6 +200,7 @@ class ProfilerWindow:
 
     def _safe_point(self):
         """On the main thread, at a hooked call: open or close the time-bounded window."""
+        assert self.safepoints is not None  # only the safe points call this
         if self.state == self.IDLE and self.pending is not None:
             label, self.pending = self.pending, None
             if self.hooks.steps.active() is not None or self.hooks.compile_used:
@@ -208,7 +210,7 @@ class ProfilerWindow:
             self.start("time", 0, label, ("time",))
             if self.state != self.RUNNING:
                 self.safepoints.disarm()
-        elif self.state == self.RUNNING and self.window.source == "time":
+        elif self.state == self.RUNNING and self.window is not None and self.window.source == "time":
             self.calls += 1
             if time.time() - self.window.start_wall >= self.time_window or self.calls >= self.time_max_calls:
                 self.stop("time")
@@ -230,10 +232,11 @@ class ProfilerWindow:
         torch = self.torch
         try:
             if torch.autograd._profiler_enabled():
-                self.hooks.agent.emit("profile", error="the workload runs its own profiler; gpudoctor's window was skipped")
+                self.hooks.agent.emit(
+                    "profile", error="the workload runs its own profiler; gpudoctor's window was skipped")
                 self.state = self.DONE
                 return
-        except Exception:
+        except Exception:  # noqa: BLE001 (a torch without this check: the window starts)
             pass
         from torch.profiler import ProfilerActivity, profile
 
@@ -250,7 +253,7 @@ class ProfilerWindow:
             prof.start()
             self.prof = prof
             self.window.start_wall = time.time()  # the window begins once tracing runs (starting it takes a while)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (no window; the profile event says why)
             self.state = self.DONE
             self.hooks.agent.emit("profile", error="profiler failed to start: %s: %s" % (type(exc).__name__, exc))
 
@@ -258,6 +261,7 @@ class ProfilerWindow:
         if self.state != self.RUNNING or self.prof is None:
             return
         window = self.window
+        assert window is not None  # RUNNING: start() set it
         if threading.get_ident() != window.thread:
             # e.g. interpreter exit on the main thread while steps ran on a daemon thread: stopping
             # Kineto from a foreign thread is not safe; the window is abandoned instead
@@ -272,7 +276,7 @@ class ProfilerWindow:
             self.state = self.IDLE
             try:
                 prof.stop()
-            except Exception:
+            except Exception:  # noqa: BLE001 (the discarded window is abandoned)
                 self.state = self.DONE
             return
         self.state = self.IDLE if self.taken < self.max_windows else self.DONE
@@ -287,14 +291,14 @@ class ProfilerWindow:
             path = os.path.join(self.hooks.agent.directory, "trace-%d-%d.json" % (os.getpid(), window.index))
             prof.export_chrome_trace(path)
             fields["path"] = os.path.basename(path)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the profile event says why)
             fields["error"] = "profiler failed to stop/export: %s: %s" % (type(exc).__name__, exc)
         self._record(window, end_wall)
         try:
             matmul = self.torch.backends.cuda.matmul
             fields["tf32"] = bool(matmul.allow_tf32)
             fields["float32_matmul_precision"] = self.torch.get_float32_matmul_precision()
-        except Exception:
+        except Exception:  # noqa: BLE001 (the precision facts are optional)
             pass
         snap = self.hooks.allocator_snapshot("steady")
         if snap:

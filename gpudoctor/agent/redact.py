@@ -61,7 +61,7 @@ def env_secrets(environ):
         for key, value in environ.items():
             if isinstance(value, str) and len(value) >= MIN_ENV_SECRET_LEN and is_secret_name(key):
                 values.add(value)
-    except Exception:
+    except Exception:  # noqa: BLE001 (an odd environment mapping yields no secrets)
         pass
     return sorted(values, key=len, reverse=True)
 

@@ -48,7 +48,7 @@ class SafePoints:
                 from torch.nn.modules import module
 
                 self.forward_handle = module.register_module_forward_pre_hook(self._on_forward)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (no forward safepoint, and reported)
                 self.agent.error("safepoint_forward", exc)
 
     def disarm(self):
@@ -62,12 +62,12 @@ class SafePoints:
                     delattr(owner, name)
                 else:
                     setattr(owner, name, before)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (reported; the other attributes are still restored)
                 self.agent.error("safepoint_restore", exc)
         if handle is not None:
             try:
                 handle.remove()
-            except Exception:
+            except Exception:  # noqa: BLE001 (the hook may already be gone)
                 pass
 
     def _wrap(self, owner, name):
@@ -86,7 +86,7 @@ class SafePoints:
                 setattr(wrapper, attr, getattr(original, attr))
             except (AttributeError, TypeError):
                 pass
-        wrapper.__wrapped__ = original
+        wrapper.__wrapped__ = original  # type: ignore[attr-defined]  # functools' marker, set on a plain function
         setattr(owner, name, wrapper)
         self.saved.append((owner, name, before))
 
@@ -101,7 +101,7 @@ class SafePoints:
         self.busy = True
         try:
             callback()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the callback's failure is reported, never raised)
             self.agent.error("safepoint", exc)
         finally:
             self.busy = False

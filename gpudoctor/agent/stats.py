@@ -42,11 +42,11 @@ class StepTracker:
     def __init__(self, hooks):
         self.hooks = hooks
         self.lock = threading.Lock()
-        self.last = {s: None for s in self.SOURCES}
-        self.last_duration = {s: 0.0 for s in self.SOURCES}
-        self.pending_wait = {s: 0.0 for s in self.SOURCES}
-        self.pending_backward = {s: 0.0 for s in self.SOURCES}  # seconds inside outermost backward()
-        self.count = {s: 0 for s in self.SOURCES}
+        self.last = dict.fromkeys(self.SOURCES)
+        self.last_duration = dict.fromkeys(self.SOURCES, 0.0)
+        self.pending_wait = dict.fromkeys(self.SOURCES, 0.0)
+        self.pending_backward = dict.fromkeys(self.SOURCES, 0.0)  # seconds inside outermost backward()
+        self.count = dict.fromkeys(self.SOURCES, 0)
         self.agg = {s: [0, 0.0, 0.0] for s in self.SOURCES}  # n, duration, wait
         self.max_events = hooks.agent.config.get("step_events_max", 2000)
         self.last_any = None  # perf_counter of the latest boundary of any source

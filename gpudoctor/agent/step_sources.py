@@ -69,7 +69,7 @@ class BackwardSteps:
                     # that waits for a slower peer (gpudoctor/analysis/ranks.py)
                     this.hooks.steps.add_backward(time.perf_counter() - began)
                     this.hooks.steps.boundary("backward")
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 (the step is lost, never the backward)
                     this.hooks.agent.error("backward_step", exc)
             return result
 
@@ -78,7 +78,7 @@ class BackwardSteps:
                 setattr(backward, name, getattr(original, name))
             except (AttributeError, TypeError):
                 pass
-        backward.__wrapped__ = original
+        backward.__wrapped__ = original  # type: ignore[attr-defined]  # functools' marker, set on a plain function
         self.original = original
         autograd.backward = backward
 
@@ -128,7 +128,7 @@ class ForwardSteps:
             if handle is not None:
                 try:
                     handle.remove()
-                except Exception:
+                except Exception:  # noqa: BLE001 (the hook may already be gone)
                     pass
 
     def _depth(self):
@@ -150,7 +150,7 @@ class ForwardSteps:
             state[1] += 1
             if state[1] == 1:
                 self._learn(module)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (the step source is lost, never the forward)
             self.hooks.agent.error("forward_step", exc)
         return None
 
@@ -161,7 +161,7 @@ class ForwardSteps:
             state = self._depth()
             if state[1] > 0:
                 state[1] -= 1
-        except Exception:
+        except Exception:  # noqa: BLE001 (the workload's forward is never disturbed)
             pass
         return None
 
@@ -234,5 +234,5 @@ class StepSources:
             if safepoints is not None:
                 safepoints.lock = threading.Lock()
                 safepoints.disarm()
-        except Exception:
+        except Exception:  # noqa: BLE001 (a forked child keeps running unobserved)
             pass

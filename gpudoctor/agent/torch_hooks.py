@@ -25,7 +25,7 @@ class TorchHooks:
         self.steps = StepTracker(self)
         self.fetch = FetchStats()
         self.tls = threading.local()
-        self.loader_ids = weakref.WeakKeyDictionary()
+        self.loader_ids: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
         self.loader_stats = {}  # loader_id -> [batches, wait_total, wait_max]
         self.loader_lock = threading.Lock()
         self.loader_dirty = False
@@ -50,7 +50,7 @@ class TorchHooks:
                          ("compile", self._watch_compile), ("step_sources", self._install_sources)):
             try:
                 fn()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (each hook is optional; reported)
                 agent.error(name, exc)
         try:
             import atexit
@@ -58,14 +58,14 @@ class TorchHooks:
             # registered after torch's own exit handlers, so it runs before them: a window
             # still open at exit is exported while torch is whole
             atexit.register(self.finish)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (no export at exit; reported)
             agent.error("atexit", exc)
         try:
             from .profiler import ProfilerWindow
 
             if agent.config.get("profile", True):
                 self.profiler = ProfilerWindow(self)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (no profiler windows; reported)
             agent.error("profiler_init", exc)
         agent.writer.add_periodic(self.periodic)
         agent.emit("torch", version=getattr(self.torch, "__version__", None),
@@ -94,7 +94,7 @@ class TorchHooks:
             orig_init(self_iter, loader, *args, **kwargs)
             try:
                 hooks._on_iter(self_iter, loader)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (the workload's iterator, unobserved)
                 hooks.agent.error("loader_init", exc)
 
         def __next__(self_iter):
@@ -116,17 +116,17 @@ class TorchHooks:
                 if getattr(self_iter, "_gpudoctor_workers_sent", True) is False:
                     hooks._send_workers(self_iter, loader_id)
                 hooks._on_batch(loader_id, waited)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (the batch is returned as it is)
                 hooks.agent.error("loader_next", exc)
             return batch
 
         for fn, orig in ((__init__, orig_init), (__next__, orig_next)):
-            fn.__wrapped__ = orig
+            fn.__wrapped__ = orig  # type: ignore[union-attr]  # functools' marker, set on a plain function
             fn.__name__ = orig.__name__
             fn.__qualname__ = orig.__qualname__
             fn.__doc__ = orig.__doc__
-        base.__init__ = __init__
-        base.__next__ = __next__
+        base.__init__ = __init__  # type: ignore[method-assign,assignment]  # patching torch's iterator class
+        base.__next__ = __next__  # type: ignore[method-assign]
 
     def _patch_fetchers(self):
         from torch.utils.data._utils import fetch as fetch_mod
@@ -145,22 +145,22 @@ class TorchHooks:
                     try:
                         result = orig(self_fetcher, possibly_batched_index)
                     finally:
-                        if profiling:
+                        if profiling and profiler is not None:  # profiling implies a profiler
                             profiler.end(_perf() - w0)
                     try:
                         wall, cpu = _perf() - w0, _cpu() - c0
                         r1 = runqueue_s() if r0 is not None else None
                         hooks._on_fetch(wall, cpu, r1 - r0 if r1 is not None else None)
-                    except Exception as exc:
+                    except Exception as exc:  # noqa: BLE001 (the fetched batch is returned as it is)
                         hooks.agent.error("fetch", exc)
                     return result
 
-                fetch.__wrapped__ = orig
+                fetch.__wrapped__ = orig  # type: ignore[attr-defined]  # functools' marker
                 fetch.__name__ = orig.__name__
                 fetch.__qualname__ = orig.__qualname__
                 return fetch
 
-            cls.fetch = make(orig)
+            cls.fetch = make(orig)  # type: ignore[method-assign]  # patching torch's fetcher classes
 
     def _watch_compile(self):
         """Note that torch.compile was called (Module.compile calls it too); it behaves as before."""
@@ -186,7 +186,7 @@ class TorchHooks:
                 self.profiler.disarm()
             elif self.safepoints is not None:
                 self.safepoints.disarm()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (unhooking is best effort; reported)
             self.agent.error("unhook", exc)
 
     def _patch_optimizer(self):
@@ -197,7 +197,7 @@ class TorchHooks:
         def post_step(optimizer, args, kwargs):
             try:
                 hooks.steps.boundary("optimizer")
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (the optimizer step is unaffected)
                 hooks.agent.error("optimizer_step", exc)
 
         register_optimizer_step_post_hook(post_step)
@@ -215,7 +215,7 @@ class TorchHooks:
                                  device_allocated=device_allocated, device_free=device_free,
                                  allocator=hooks.allocator_snapshot("oom"))
                 hooks.agent.writer.flush()
-            except Exception:
+            except Exception:  # noqa: BLE001 (an OOM observer never raises into the allocator)
                 pass
 
         # attached once the workload has initialised CUDA itself (see _report_cuda)
@@ -248,7 +248,8 @@ class TorchHooks:
             "pin_memory": getattr(loader, "pin_memory", None),
             "persistent_workers": getattr(loader, "persistent_workers", None),
             "prefetch_factor": getattr(loader, "prefetch_factor", None),
-            "dataset_class": type(dataset).__module__ + "." + type(dataset).__qualname__ if dataset is not None else None,
+            "dataset_class": (type(dataset).__module__ + "." + type(dataset).__qualname__
+                              if dataset is not None else None),
             "iterable": False,
             "dataset_len": None,
             "dataset_root": None,
@@ -257,15 +258,15 @@ class TorchHooks:
             from torch.utils.data import IterableDataset
 
             info["iterable"] = isinstance(dataset, IterableDataset)
-        except Exception:
+        except Exception:  # noqa: BLE001 (a torch without it: not known if iterable)
             pass
         if info["batch_size"] is None:
             sampler = getattr(loader, "batch_sampler", None)
             info["batch_size"] = getattr(sampler, "batch_size", None)
-        if not info["iterable"]:
+        if not info["iterable"] and dataset is not None:  # len(None) would only raise, caught below
             try:
                 info["dataset_len"] = len(dataset)
-            except Exception:
+            except Exception:  # noqa: BLE001 (a dataset's __len__ is user code and may raise anything)
                 pass
         info["dataset_root"] = dataset_root(dataset)
         return info
@@ -311,7 +312,7 @@ class TorchHooks:
             from multiprocessing import util
 
             util.Finalize(None, self._worker_exit, exitpriority=100)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (no flush at worker exit; reported)
             self.agent.error("worker_finalize", exc)
 
     def _worker_exit(self):
@@ -332,7 +333,7 @@ class TorchHooks:
         if profiler is not None:
             try:
                 profiler.on_step(source, n)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (the profiler is dropped, the step goes on)
                 self.agent.error("profiler_step", exc)
                 self.profiler = None
 
@@ -358,26 +359,26 @@ class TorchHooks:
                 self.sources.poll()
             if self.fetch_profiler is not None:
                 self.fetch_profiler.poll()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (polled again next interval; reported)
             self.agent.error("sources_poll", exc)
         profiler = self.profiler
         if profiler is not None:
             try:
                 profiler.poll()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (polled again next interval; reported)
                 self.agent.error("profiler_poll", exc)
 
     def _in_worker(self):
         try:
             return self.torch.utils.data.get_worker_info() is not None
-        except Exception:
+        except Exception:  # noqa: BLE001 (unknown: not a worker)
             return False
 
     def cuda_initialized(self):
         try:
             # is_initialized() is a flag: it never starts CUDA on the workload's behalf
             return bool(self.torch.cuda.is_initialized())
-        except Exception:
+        except Exception:  # noqa: BLE001 (unknown: CUDA not started)
             return False
 
     def _report_cuda(self):
@@ -396,7 +397,7 @@ class TorchHooks:
             self.dist_reported = True
             self.agent.emit("dist", rank=int(dist.get_rank()), world_size=int(dist.get_world_size()),
                             backend=str(dist.get_backend()))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (no rank facts; reported)
             self.dist_reported = True
             self.agent.error("dist", exc)
 
@@ -411,12 +412,12 @@ class TorchHooks:
         try:
             self.steps.flush_aggregates()
             self.periodic()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (exit goes on; reported)
             self.agent.error("finish", exc)
         if self.profiler is not None:
             try:
                 self.profiler.stop("exit")
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (exit goes on; reported)
                 self.agent.error("profiler_stop", exc)
         if not self._in_worker():
             snap = self.allocator_snapshot("end")

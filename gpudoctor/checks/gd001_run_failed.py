@@ -48,7 +48,8 @@ HANG_STEPS = CountThreshold(
     "... and at least this many median steps", 20, "steps",
     "gpudoctor: far outside step-to-step variation")
 
-_WORKER_DIED = re.compile(r"DataLoader worker \(pids?(?:\(s\))? ([\d, ]+)\) (is killed by signal: ([^.]+)|exited unexpectedly[^.]*)")
+_WORKER_DIED = re.compile(
+    r"DataLoader worker \(pids?(?:\(s\))? ([\d, ]+)\) (is killed by signal: ([^.]+)|exited unexpectedly[^.]*)")
 # a worker that dies while handing over a batch breaks the connection instead
 _BROKEN_HANDOVER = ("ConnectionResetError", "ConnectionRefusedError", "BrokenPipeError", "EOFError")
 _WORKER_RAISED = re.compile(r"^Caught (\w+) in DataLoader worker process (\d+)")
@@ -172,7 +173,8 @@ def _survived(session: Session, crashes: list[ErrorEvent]) -> Finding:
         message=f"{first.type}: {_first_line(first.message)} was raised and not caught in {where}, but the run "
                 f"exited with code 0{' (' + str(len(crashes)) + ' such exceptions)' if len(crashes) > 1 else ''}. "
                 "Work that part was doing may be missing.",
-        evidence={"exception": Evidence(first.type, label="exception type"), "pid": Evidence(first.pid, label="process"),
+        evidence={"exception": Evidence(first.type, label="exception type"),
+                  "pid": Evidence(first.pid, label="process"),
                   "count": Evidence(len(crashes), label="uncaught exceptions")},
         remedy=Remedy("Check that the thread or subprocess was meant to fail; its traceback is in the report's "
                       "evidence."),

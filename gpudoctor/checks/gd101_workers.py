@@ -145,10 +145,11 @@ def run(session: Session) -> list[Finding]:
     cores = metrics.usable_cores(session)
     ranks = ranks_with_loaders(session)
     found = analyses(session).input_stall
-    if cores and total_workers(session) > OVERSUBSCRIBED * cores:
-        if not light_workers(found) or total_workers(session) > worker_cap(cores, ranks, found) * ranks:
-            return [_too_many(session, loader, cores, ranks, found)]
-        # workers that sleep on I/O can outnumber the cores: their CPU use still fits
+    # too many workers for the cores, unless they sleep on I/O (light workers may outnumber the
+    # cores, their CPU use still fits) and stay under the cap
+    if (cores and total_workers(session) > OVERSUBSCRIBED * cores
+            and (not light_workers(found) or total_workers(session) > worker_cap(cores, ranks, found) * ranks)):
+        return [_too_many(session, loader, cores, ranks, found)]
     if found is None or not found.significant:
         return []
     finding = _too_few(session, loader, cores, ranks, found)

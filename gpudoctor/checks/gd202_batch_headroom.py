@@ -27,8 +27,8 @@ How it is measured
     batch: ``per_sample = (peak - baseline) / batch``. When the snapshots show no
     difference, everything is assumed to scale (``per_sample = peak / batch``),
     which under-estimates the bound. A snapshot taken before the optimizer state
-    existed lowers the baseline the same way: the estimate errs on the safe side. ``max_batch = (0.9 * device - baseline) /
-    per_sample``.
+    existed lowers the baseline the same way: the estimate errs on the safe side.
+    ``max_batch = (0.9 * device - baseline) / per_sample``.
 
 Thresholds, and where they come from
     - peak (allocated or reserved, whichever is larger) < {{PEAK_SHARE_MAX}} of the device: room

@@ -147,7 +147,8 @@ def _run(session: Session) -> list[Finding]:
     per_step = ""
     if profile.steps and profile.launch_count:
         launches = profile.launch_count / profile.steps
-        evidence["launches_per_step"] = Evidence(round(launches, 1), "launches/step", window, "kernel launches per step")
+        evidence["launches_per_step"] = Evidence(round(launches, 1), "launches/step", window,
+                                                 "kernel launches per step")
         per_step = f" The host issued {launches:,.0f} launches per step."
     elif profile.launch_count and window_seconds(profile):
         rate = profile.launch_count / (window_seconds(profile) or 1.0)

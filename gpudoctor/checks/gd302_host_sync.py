@@ -32,18 +32,18 @@ Thresholds, and where they come from
     - idle after syncs >= 10% of the GPU span: warning; >= 30%: critical. Below 10%
       the syncs cost the GPU little (it is the bottleneck anyway).
     - {{PER_STEP}} or more synchronisations per step ({{IN_WINDOW}} in the window when steps are unknown;
-      a window without steps gives syncs per second) with less idle: info. One ``loss.item()`` per step for logging is customary; two
-      or more mean the loop synchronises *inside* the step. Nsight Systems' expert
-      rules flag every synchronising API call; gpudoctor reports them when they
-      repeat or cost GPU time.
+      a window without steps gives syncs per second) with less idle: info. One ``loss.item()``
+      per step for logging is customary; two or more mean the loop synchronises *inside* the
+      step. Nsight Systems' expert rules flag every synchronising API call; gpudoctor reports
+      them when they repeat or cost GPU time.
     Severity by the predicted gain ({{GAIN_WARNING}} warning, {{GAIN_CRITICAL}} critical): the profiled
     window replayed with the workload's syncs no longer blocking and operators that
     only read a value back (``.item()``, ``.cpu()`` of a result) gone, so the host runs
     ahead and the GPU's queue stays full; never more than a host-side fix can buy
-    while the GPU was busy. Without a replay: span / (span - idle after syncs). Measured on an H200: a small MLP step with ``.item()``,
-    ``.cpu()`` and ``torch.cuda.synchronize()`` left the GPU idle 22% of its span after
-    those syncs; 50 blocking ``.to("cuda")`` copies of small pageable tensors per step,
-    20%.
+    while the GPU was busy. Without a replay: span / (span - idle after syncs). Measured on
+    an H200: a small MLP step with ``.item()``, ``.cpu()`` and ``torch.cuda.synchronize()``
+    left the GPU idle 22% of its span after those syncs; 50 blocking ``.to("cuda")`` copies
+    of small pageable tensors per step, 20%.
 
 What to do
     Keep values on the GPU and read them rarely: accumulate ``loss.detach()`` in a

@@ -31,8 +31,8 @@ Thresholds, and where they come from
     - fragmentation >= {{FRAGMENTATION_SHARE}} with >= {{MIN_INACTIVE_SPLIT}} inactive split in a snapshot whose
       reserved memory is >= {{MIN_RESERVED}}: a finding; warning when the reserved memory is
       >= {{TIGHT_DEVICE_SHARE}} of the device (fragmentation then turns into OOMs), info otherwise.
-    - reserved - allocated >= {{CACHED_GAP_SHARE}} of reserved and >= {{MIN_CACHED_GAP}}, with reserved >= {{TIGHT_DEVICE_SHARE}} of
-      the device: reported as cached memory held back.
+    - reserved - allocated >= {{CACHED_GAP_SHARE}} of reserved and >= {{MIN_CACHED_GAP}}, with
+      reserved >= {{TIGHT_DEVICE_SHARE}} of the device: reported as cached memory held back.
 
 What to do
     Set ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (PyTorch >= 2.1). If it is

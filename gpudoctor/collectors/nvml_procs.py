@@ -65,7 +65,7 @@ class ProcessGpuWatcher:
         wanted = set(pids)
         try:
             handles = self._open()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 (an NVML or driver failure costs only this value)
             self.use.error = f"NVML cannot list the GPUs: {nvml_device.describe(exc)}"
             return
         for handle, uuid in handles:
@@ -73,7 +73,7 @@ class ProcessGpuWatcher:
             for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
                 try:
                     processes = getattr(self.nv, name)(handle)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 (an NVML or driver failure costs only this value)
                     self.use.error = f"NVML cannot list the processes on GPU {uuid}: {nvml_device.describe(exc)}"
                     continue
                 for process in processes or ():
@@ -111,5 +111,5 @@ class ProcessGpuWatcher:
             self._initialized = False
             try:
                 self.nv.nvmlShutdown()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 (an NVML or driver failure costs only this value)
                 pass

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.collectors.hotspots import add_hotspots
-from gpudoctor.collectors.kineto_names import (  # noqa: F401  (public names re-exported)
+from gpudoctor.collectors.kineto_names import (  # public names re-exported
     _FRAME_NAME,
     _VERSION_SUFFIX,
     GRAPH_LAUNCH_APIS,

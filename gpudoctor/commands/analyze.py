@@ -52,10 +52,12 @@ def register(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("trace", metavar="TRACE", help="Chrome trace from torch.profiler (.json or .json.gz), or a directory of them (one per rank)")
+    p.add_argument("trace", metavar="TRACE",
+                   help="Chrome trace from torch.profiler (.json or .json.gz), or a directory of them (one per rank)")
     p.add_argument("--steps", type=non_negative_int, default=0, metavar="N",
                    help="training steps the trace covers (default: its ProfilerStep#N ranges, if any)")
-    p.add_argument("--out", metavar="PATH", help="report directory or file stem (default gpudoctor-reports/<trace>-<time>)")
+    p.add_argument("--out", metavar="PATH",
+                   help="report directory or file stem (default gpudoctor-reports/<trace>-<time>)")
     p.add_argument("--json", dest="json_path", metavar="PATH",
                    help="also write the JSON report here; '-' prints it on stdout and writes no other file "
                    "unless --out is given")
@@ -216,8 +218,9 @@ def run(args: argparse.Namespace) -> int:
     to_stdout = args.json_path == "-"
     if to_stdout and not args.out and any(f not in ("json", "terminal") for f in formats):
         # stdout already carries the JSON: another format would be silently dropped
-        raise GpudoctorError("--json - prints the JSON report on stdout; --format "
-                             f"{next(f for f in formats if f not in ('json', 'terminal'))} needs --out", exitcodes.USAGE)
+        other = next(f for f in formats if f not in ("json", "terminal"))
+        raise GpudoctorError(f"--json - prints the JSON report on stdout; --format {other} needs --out",
+                             exitcodes.USAGE)
     session = session_from_trace(path, steps=args.steps)
     report = judge(session, split_ids(args.ignore))
     if to_stdout:

@@ -103,5 +103,5 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
 def _name(process: Any) -> str:
     try:
         return str(process.name())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 (a process gone or unreadable: its pid names it)
         return str(process.pid)

@@ -22,7 +22,7 @@ FORMAT_CHOICES = ("html", "json", "markdown", "junit")
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("merge", help="merge the sessions of a multi-node job into one report",
+    p = subparsers.add_parser("merge", help="merge the Sessions of one multi-node job (one per node) into one report",
                               description=(__doc__ or "").split("\n\n", 1)[0])
     p.add_argument("inputs", nargs="+", metavar="SESSION_JSON", help="one .session.json per node")
     p.add_argument("--out", metavar="PATH", help="a directory, or a file stem (default: ./gpudoctor-reports/)")

@@ -36,14 +36,18 @@ def register(subparsers: Any) -> None:
         help="re-run the checks on a saved session (or report) and render it",
         description=__doc__.split("\n\n", 1)[0],
     )
-    p.add_argument("input", metavar="SESSION_OR_REPORT_JSON", help="a .session.json, or a report .json with its session beside it")
-    p.add_argument("--out", metavar="PATH", help="a directory, or a file stem / .html path (default: ./gpudoctor-reports/)")
+    p.add_argument("input", metavar="SESSION_OR_REPORT_JSON",
+                   help="a .session.json, or a report .json with its session beside it")
+    p.add_argument("--out", metavar="PATH",
+                   help="a directory, or a file stem / .html path (default: ./gpudoctor-reports/)")
     p.add_argument(
         "--format", dest="formats", action="append", choices=FORMAT_CHOICES, metavar="FMT",
         help="html|json|markdown|junit|terminal (repeatable); without --out a single format goes to stdout",
     )
-    p.add_argument("--ignore", action="append", default=[], metavar="ID", help="skip a check by ID or slug (repeatable, or comma-separated)")
-    p.add_argument("--fail-on", choices=("warning", "critical"), help=f"exit {exitcodes.FAIL_ON} when a finding reaches this severity")
+    p.add_argument("--ignore", action="append", default=[], metavar="ID",
+                   help="skip a check by ID or slug (repeatable, or comma-separated)")
+    p.add_argument("--fail-on", choices=("warning", "critical"),
+                   help=f"exit {exitcodes.FAIL_ON} when a finding reaches this severity")
     p.add_argument("--force", action="store_true", help="overwrite existing report files")
     p.add_argument("--quiet", action="store_true", help="no summary on stderr (the files are still written)")
     p.set_defaults(func=run)
@@ -89,7 +93,8 @@ def load_session_or_report(path: Path) -> tuple[Session | None, dict[str, Any] |
         return None, data
     if schema.startswith("gpudoctor.session/"):
         return _session_from(data, path), None
-    raise GpudoctorError(f"{path}: not a gpudoctor session or report (schema {schema or 'missing'!s})", exitcodes.BAD_DATA)
+    raise GpudoctorError(f"{path}: not a gpudoctor session or report (schema {schema or 'missing'!s})",
+                         exitcodes.BAD_DATA)
 
 
 def _session_from(data: Any, path: Path) -> Session:
@@ -131,7 +136,8 @@ def load_report(path: Path, ignore: list[str] | None = None) -> tuple[dict[str, 
         return judge(session, ignore or []), session
     assert saved is not None
     report = check_saved_report(saved, path)
-    print(f"gpudoctor: warning: {path}: its session file is not beside it; showing the saved findings without re-running the checks", file=sys.stderr)
+    print(f"gpudoctor: warning: {path}: its session file is not beside it; "
+          "showing the saved findings without re-running the checks", file=sys.stderr)
     return _apply_ignore(report, ignore or []).to_dict(), None
 
 
@@ -176,7 +182,8 @@ def _apply_ignore(report: Report, ignore: list[str]) -> Report:
 def default_stem(report: dict[str, Any], path: Path) -> str:
     identity = workload_identity(report.get("command"))
     if identity:
-        return identity.split(":", 1)[1].rsplit(".", 1)[-1] if identity.startswith("module:") else identity.split(":", 1)[1]
+        name = identity.split(":", 1)[1]
+        return name.rsplit(".", 1)[-1] if identity.startswith("module:") else name
     name = path.name
     for suffix in (".session.json", ".json"):
         if name.endswith(suffix):
@@ -203,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(render(report, fmt, fail_on=args.fail_on))
         return exit_code(report, args.fail_on)
-    paths = plan_outputs(args.out, default_stem(report, path), datetime.now(), file_formats, force=args.force, trace=False)
+    paths = plan_outputs(args.out, default_stem(report, path), datetime.now(), file_formats, force=args.force,
+                         trace=False)
     written = write_outputs(paths, report, session.to_dict() if session else None, fail_on=args.fail_on)
     # the summary is for the human: stderr, so stdout stays clean for scripts
     if not args.quiet:

@@ -82,7 +82,7 @@ class TorchPatchGuard:
             try:
                 for key in [k for k in list(registry.keys()) if k not in keys]:
                     registry.pop(key, None)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 (a registry left as is is reported; cleanup goes on)
                 failed.append("a torch hook registry")
                 log.warning("gpudoctor: could not clean a torch hook registry: %s", exc)
         return failed

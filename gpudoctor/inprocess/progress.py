@@ -31,7 +31,7 @@ def in_notebook() -> bool:
         return False
     try:
         shell = ipython.get_ipython()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 (IPython's shell lookup failing: not a notebook)
         return False
     return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
@@ -80,7 +80,7 @@ class NotebookProgress(ProgressDisplay):
             from IPython.display import display
 
             self.handle = display(_Line("gpudoctor watching: starting"), display_id=True)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 (a display must never raise into the notebook)
             log.debug("notebook progress: %s", exc)
             self.handle = None
 
@@ -97,7 +97,7 @@ class NotebookProgress(ProgressDisplay):
             return
         try:
             self.handle.update(_Line(text))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 (a display must never raise into the notebook)
             log.debug("notebook progress: %s", exc)
             self.handle = None
 
@@ -133,6 +133,6 @@ def make_progress(wanted: bool | None) -> ProgressDisplay:
         return ProgressDisplay()
     try:
         terminal = TerminalProgress()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 (no terminal progress, never a failed watch)
         return ProgressDisplay()
     return terminal if terminal.line.enabled else ProgressDisplay()

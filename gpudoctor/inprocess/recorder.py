@@ -76,7 +76,7 @@ class Recorder:
             self.cpu = CpuSampler(pid, self.t0, self.interval_s, main_pid=lambda: pid,
                                   worker_pids=lambda: set(self.reader.worker_to_loader))
             self.cpu.start()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 (no CPU samples: the rest is recorded)
             log.debug("cpu sampler: %s", exc)
             self.cpu = None
         for path in self.data_paths:

@@ -119,5 +119,5 @@ class Report(Mapping[str, Any]):
     def __str__(self) -> str:
         try:
             return self.text()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 (str() must not raise)
             return repr(self)

@@ -92,7 +92,7 @@ class Watch:
             return self
         try:
             self._start()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 (the user's code runs unwatched, never fails)
             self._abandon(f"gpudoctor could not start watching: {type(exc).__name__}: {exc}", exc)
         return self
 
@@ -170,7 +170,7 @@ class Watch:
         self.running = False
         try:
             self._report = self._conclude(exc_type, exc, tb)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:  # noqa: BLE001 (the user's code is done; the failure is the result)
             self._abandon(f"gpudoctor could not build the report: {type(error).__name__}: {error}", error)
         finally:
             if self._workdir is not None:
@@ -215,7 +215,7 @@ class Watch:
                      lambda: self._recorder and self._recorder.stop_sampling()):
             try:
                 stop()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 (each stop is tried; none may raise into the user's code)
                 pass
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
@@ -231,7 +231,7 @@ def _print_summary(report: Report) -> None:
         from gpudoctor.reports import terminal
 
         terminal.render(report.data, Console(stderr=True), written={k: str(v) for k, v in report.files.items()})
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 (the verdict is still printed)
         log.debug("summary: %s", exc)
         print(report.verdict, file=sys.stderr)
 
@@ -266,7 +266,7 @@ def diagnose_fn(fn: Callable[..., Any], *args: Any, steps: int | None = None,
     except BaseException as exc:
         try:
             exc.gpudoctor_report = w.report()  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 (the user's own exception is re-raised as it was)
             pass
         raise
     report = w.report()

@@ -167,7 +167,8 @@ def environment_rows(report: Report) -> list[tuple[str, str]]:
         ("CPU", cpu.get("model") or "not recorded"),
         ("Logical cores", _or(cpu.get("logical_cores"))),
         ("Usable cores (affinity, cgroup)", _or(cores)),
-        ("Host memory", format_bytes(env["host_memory_total_bytes"]) if env.get("host_memory_total_bytes") else "not recorded"),
+        ("Host memory",
+         format_bytes(env["host_memory_total_bytes"]) if env.get("host_memory_total_bytes") else "not recorded"),
         ("Python", env.get("python") or "not recorded"),
         ("Platform", env.get("platform") or "not recorded"),
     ]

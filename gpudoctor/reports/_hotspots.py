@@ -60,7 +60,8 @@ def hotspot_line(report: Report) -> str | None:
             parts.append(f"{_short(busiest.get('site'))} {_ms(busiest.get('cpu_us'))} CPU in operators")
     if not parts:
         return None
-    more = f" (+{len(found) - 1} more window{'s' if len(found) > 2 else ''} in the HTML report)" if len(found) > 1 else ""
+    more = (f" (+{len(found) - 1} more window{'s' if len(found) > 2 else ''} in the HTML report)"
+            if len(found) > 1 else "")
     return f"Hotspots ({table.get('name') or 'profiled window'}): " + "; ".join(parts) + more
 
 

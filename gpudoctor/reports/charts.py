@@ -62,7 +62,7 @@ def _thin(xs: Sequence[Any], *series: Sequence[Any]) -> tuple[list[Any], ...]:
     """Every k-th point so a long run costs as many bytes as a short one."""
     n = len(xs)
     step = max(1, -(-n // MAX_POINTS))
-    return (list(xs[::step]),) + tuple(list(s[::step]) for s in series)
+    return (list(xs[::step]), *(list(s[::step]) for s in series))
 
 
 def _present(values: Sequence[Any]) -> bool:
@@ -77,7 +77,8 @@ def _nan(values: Sequence[Any]) -> list[float]:
 def to_svg(fig: Figure) -> str:
     buf = io.StringIO()
     with matplotlib.rc_context(_RC):  # svg.* settings are read at save time
-        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+        fig.savefig(buf, format="svg", bbox_inches="tight",
+                    metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     svg = _NAMESPACES.sub("", _PROLOGUE.sub("", buf.getvalue(), count=1))
     svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.DOTALL)
     # drop the fixed size so the chart follows the page width (the viewBox keeps its shape)
@@ -117,7 +118,8 @@ def timeline(tl: Mapping[str, Any]) -> str | None:
         percent.append(("data wait (share of step)", step_t, share, "wait"))
     power = gpu.get("power_w") or []
     memory = gpu.get("memory_used_bytes") or []
-    panels = [p for p in ("percent" if percent else "", "power" if _present(power) else "", "memory" if _present(memory) else "") if p]
+    panels = [p for p in ("percent" if percent else "", "power" if _present(power) else "",
+                          "memory" if _present(memory) else "") if p]
     if not panels:
         return None
     heights = {"percent": 2.4, "power": 1.1, "memory": 1.1}
@@ -159,7 +161,8 @@ def step_breakdown(steps: Mapping[str, Any]) -> str | None:
     busy_ms = [1e3 * (d or 0.0) - w for d, w in zip(durations, wait_ms)]
     fig, axes = _figure(1.8)
     ax = axes[0]
-    ax.stackplot(t, wait_ms, busy_ms, labels=["data wait", "compute and the rest"], colors=[COLORS["wait"], COLORS["compute"]], alpha=0.85, linewidth=0)
+    ax.stackplot(t, wait_ms, busy_ms, labels=["data wait", "compute and the rest"],
+                 colors=[COLORS["wait"], COLORS["compute"]], alpha=0.85, linewidth=0)
     ax.set_ylabel("ms per step")
     ax.set_xlabel("seconds since start")
     ax.set_ylim(bottom=0)
@@ -211,7 +214,8 @@ def diff_timeline(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
     for ax, (title, lines) in zip(axes, panels):
         for side, t, values, label in lines:
             x, y = _thin(t, values)
-            ax.plot(x, _nan(y), label=f"{side}: {label}", color=COLORS["util"] if side == "before" else COLORS["sm"], linewidth=1.1)
+            ax.plot(x, _nan(y), label=f"{side}: {label}", color=COLORS["util"] if side == "before" else COLORS["sm"],
+                    linewidth=1.1)
         ax.set_ylabel(title)
         ax.set_ylim(0, 105)
         ax.grid(True, linewidth=0.3, alpha=0.5)

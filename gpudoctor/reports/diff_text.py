@@ -73,9 +73,11 @@ def render_terminal(diff: Diff | Mapping[str, Any], console: Console) -> None:
     head = Text("gpudoctor diff ", style="bold")
     head.append(diff.verdict, style="bold")
     console.print(head)
-    for side, info, samples in (("before", diff.before, diff.samples.before), ("after", diff.after, diff.samples.after)):
+    for side, info, samples in (("before", diff.before, diff.samples.before),
+                                ("after", diff.after, diff.samples.after)):
         line = Text(f"  {side:<6} ", style="dim")
-        line.append(f"{info.file or '?'}  ({', '.join(info.gpus) or 'no GPU'}; {info.workload or 'unknown workload'})", style="dim")
+        line.append(f"{info.file or '?'}  ({', '.join(info.gpus) or 'no GPU'}; {info.workload or 'unknown workload'})",
+                    style="dim")
         console.print(line, soft_wrap=True)
         console.print(Text(f"         {sample_text(samples)}", style="dim"), soft_wrap=True)
     if diff.samples.reason:
@@ -83,13 +85,15 @@ def render_terminal(diff: Diff | Mapping[str, Any], console: Console) -> None:
     for reason in diff.comparable.reasons:
         console.print(Text(f"  warning: not a like-for-like comparison: {reason} (--force)", style="yellow"))
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for name, justify in (("Metric", "left"), ("Before", "right"), ("After", "right"), ("Change", "right"), ("", "left")):
+    for name, justify in (("Metric", "left"), ("Before", "right"), ("After", "right"), ("Change", "right"),
+                          ("", "left")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for m in diff.metrics:
         if m.before is None and m.after is None:
             continue
         style = VERDICT_STYLE.get(m.verdict, "")
-        table.add_row(Text(m.label), Text(_value(m, "before")), Text(_value(m, "after")), Text(change_text(m), style=style), Text(ARROW.get(m.verdict, ""), style=style))
+        table.add_row(Text(m.label), Text(_value(m, "before")), Text(_value(m, "after")),
+                      Text(change_text(m), style=style), Text(ARROW.get(m.verdict, ""), style=style))
     console.print(table)
     for group, style in FINDING_GROUPS:
         for f in diff.findings.group(group):
@@ -121,7 +125,8 @@ def render_markdown(diff: Diff | Mapping[str, Any]) -> str:
         change = change_text(m)
         if m.verdict in ("better", "worse", "within noise", "too few steps"):
             change = f"{change} ({m.verdict})"
-        lines.append(f"| {escape(m.label)} | {escape(_value(m, 'before'))} | {escape(_value(m, 'after'))} | {escape(change)} |")
+        lines.append(f"| {escape(m.label)} | {escape(_value(m, 'before'))} | {escape(_value(m, 'after'))} "
+                     f"| {escape(change)} |")
     lines.append("")
     for group, _ in FINDING_GROUPS:
         items = diff.findings.group(group)

@@ -42,7 +42,6 @@ from ._common import (
     try_heading,
 )
 from ._hotspots import windows_view
-from .console import printable
 from .ranks import html_context as ranks_context
 
 log = logging.getLogger(__name__)
@@ -211,19 +210,23 @@ def _step_numbers(summary: Summary) -> list[tuple[str, str]]:
 
 def _profile_view(p: Mapping[str, Any]) -> dict[str, Any]:
     busy, idle = p.get("gpu_busy_us") or 0.0, p.get("gpu_idle_us") or 0.0
+
+    def us(value: Any) -> str:
+        return format_duration((value or 0) / 1e6)
+
     rows = [
         ("Profiled window", f"{p.get('steps', 0)} steps, {format_duration(float(p.get('window_s') or 0))}"),
-        ("Kernels", f"{p.get('kernel_count', 0):,} ({format_duration((p.get('kernel_total_us') or 0) / 1e6)} GPU time)"),
+        ("Kernels", f"{p.get('kernel_count', 0):,} ({us(p.get('kernel_total_us'))} GPU time)"),
         ("Median kernel", format_number(p.get("kernel_median_us"), "us")),
         ("GPU busy / idle", f"{format_duration(busy / 1e6)} / {format_duration(idle / 1e6)}"
          + (f" ({busy / (busy + idle):.0%} busy)" if busy + idle > 0 else "")),
         ("Idle gaps: kernel-to-kernel / host waits",
-         f"{format_duration((p.get('idle_gap_kernel_to_kernel_us') or 0) / 1e6)} / {format_duration((p.get('idle_gap_host_wait_us') or 0) / 1e6)}"),
-        ("Launches (CPU time)", f"{p.get('launch_count', 0):,} ({format_duration((p.get('launch_total_us') or 0) / 1e6)})"),
+         f"{us(p.get('idle_gap_kernel_to_kernel_us'))} / {us(p.get('idle_gap_host_wait_us'))}"),
+        ("Launches (CPU time)", f"{p.get('launch_count', 0):,} ({us(p.get('launch_total_us'))})"),
         ("Kernels shorter than their launch", f"{p.get('short_kernel_count', 0):,}"),
-        ("Host synchronisations", f"{p.get('sync_count', 0):,} ({format_duration((p.get('sync_total_us') or 0) / 1e6)})"),
+        ("Host synchronisations", f"{p.get('sync_count', 0):,} ({us(p.get('sync_total_us'))})"),
         ("Matmul: fp32 / tensor cores / total",
-         " / ".join(format_duration((p.get(k) or 0) / 1e6) for k in ("matmul_fp32_us", "matmul_tensor_core_us", "matmul_total_us"))),
+         " / ".join(us(p.get(k)) for k in ("matmul_fp32_us", "matmul_tensor_core_us", "matmul_total_us"))),
         ("TF32 enabled", format_number(p.get("tf32_enabled"))),
     ]
     streams = [s for s in p.get("streams") or [] if isinstance(s, Mapping)]

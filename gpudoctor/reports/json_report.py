@@ -75,7 +75,8 @@ def dumps_readable(value: Any, indent: int = 1, level: int = 0) -> str:
     600-point timeline is one line, not 600, and the structure stays readable."""
     pad, inner = " " * (indent * level), " " * (indent * (level + 1))
     if isinstance(value, dict) and value:
-        items = [f"{inner}{json.dumps(str(k), ensure_ascii=False)}: {dumps_readable(v, indent, level + 1)}" for k, v in value.items()]
+        items = [f"{inner}{json.dumps(str(k), ensure_ascii=False)}: {dumps_readable(v, indent, level + 1)}"
+                 for k, v in value.items()]
         return "{\n" + ",\n".join(items) + "\n" + pad + "}"
     if isinstance(value, list) and value and any(isinstance(v, (dict, list)) for v in value):
         items = [inner + dumps_readable(v, indent, level + 1) for v in value]

@@ -37,7 +37,8 @@ def render(report: Report | Mapping[str, Any], *, fail_on: str | None = None) ->
     checks = list(report.checks)
     known = {c.id for c in checks}
     # findings of a check the outcomes do not list (e.g. a plugin) still get a case
-    checks += [CheckRecord(id=cid, status="finding", title=fs[0].title) for cid, fs in by_check.items() if cid not in known]
+    checks += [CheckRecord(id=cid, status="finding", title=fs[0].title)
+               for cid, fs in by_check.items() if cid not in known]
 
     suites = ET.Element("testsuites", name="gpudoctor")
     suite = ET.SubElement(suites, "testsuite", name="gpudoctor", timestamp=_clean(report.started_at or ""))

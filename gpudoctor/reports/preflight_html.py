@@ -58,7 +58,8 @@ def _host_rows(host: Mapping[str, Any], report: Mapping[str, Any]) -> list[tuple
         ("Host", str(host.get("name") or "not recorded")),
         ("Platform", str(host.get("platform") or "not recorded")),
         ("Python", str(host.get("python") or "not recorded")),
-        ("torch", f"{host.get('torch') or 'not importable'}" + (f" (CUDA {host['torch_cuda']})" if host.get("torch_cuda") else "")),
+        ("torch", f"{host.get('torch') or 'not importable'}"
+         + (f" (CUDA {host['torch_cuda']})" if host.get("torch_cuda") else "")),
         ("Driver", f"{host.get('driver')} (CUDA {host.get('driver_cuda')})" if host.get("driver") else
          f"not read: {host.get('nvml_error') or 'unknown'}"),
         ("Checkpoint directory", str(report.get("checkpoint_dir") or ".")),
@@ -70,7 +71,8 @@ def _job_rows(job: Mapping[str, Any]) -> list[tuple[str, str]]:
     s = job.get("summary") or {}
     step = s.get("step_time_median_s")
     return [
-        ("Exit", f"{job.get('exit_code')} (stop: {job.get('stop_reason') or 'exited'}; {format_number(job.get('duration_s'), 's')})"),
+        ("Exit", (f"{job.get('exit_code')} (stop: {job.get('stop_reason') or 'exited'}; "
+                  f"{format_number(job.get('duration_s'), 's')})")),
         ("Steps", f"{s.get('steps') or 0} ({s.get('steady_steps') or 0} steady)"),
         ("Median step time", format_number(step, "s") if step is not None else "not measured"),
         ("Throughput", "not measured" if s.get("steps_per_s") is None else f"{s['steps_per_s']:.3g} steps/s"

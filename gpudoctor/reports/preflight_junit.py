@@ -16,7 +16,8 @@ from .junit import _clean, close_suites
 def render(report: Mapping[str, Any]) -> str:
     suites = ET.Element("testsuites", name="gpudoctor preflight")
     suite = ET.SubElement(suites, "testsuite", name="gpudoctor.preflight",
-                          timestamp=_clean(report.get("created_at") or ""), hostname=_clean((report.get("host") or {}).get("name") or ""))
+                          timestamp=_clean(report.get("created_at") or ""),
+                          hostname=_clean((report.get("host") or {}).get("name") or ""))
     props = ET.SubElement(suite, "properties")
     policy = report.get("policy") or {}
     for name, value in (("verdict", report.get("verdict")), ("schema", report.get("schema")),

@@ -125,7 +125,7 @@ def markdown_lines(report: Report, escape: Any) -> list[str]:
     lines = [f"#### {escape(title(report.ranks))}", "", "| " + " | ".join(h for _, h in HEADERS) + " |",
              "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(escape(row[key]) for key, _ in HEADERS) + " |" for row in rows]
-    return lines + [""]
+    return [*lines, ""]
 
 
 def html_context(report: Report, chart: Any) -> dict[str, Any]:

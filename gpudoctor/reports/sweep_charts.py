@@ -106,7 +106,8 @@ def latency(report: Mapping[str, Any]) -> str | None:
     with matplotlib.rc_context(_RC):
         sizes = [int(t["batch_size"]) for t in trials]
         fig, ax = _figure()
-        for key, label, style in (("latency_p50_s", "p50", "-"), ("latency_p90_s", "p90", "--"), ("latency_p99_s", "p99", ":")):
+        for key, label, style in (("latency_p50_s", "p50", "-"), ("latency_p90_s", "p90", "--"),
+                                  ("latency_p99_s", "p99", ":")):
             ax.plot(sizes, [t["timing"][key] * 1e3 for t in trials], linestyle=style, marker="o", markersize=2.5,
                     color=COLORS["wait"] if label == "p50" else COLORS["util"], linewidth=1.2, label=label)
         _batch_axis(ax, report, sizes)

@@ -30,7 +30,7 @@ def _chart(fn: Callable[[Mapping[str, Any]], str | None], report: Mapping[str, A
     """matplotlib's SVG (checked by charts.to_svg) as markup; a failed chart costs one picture."""
     try:
         svg = fn(report)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 (one picture lost, never the report)
         log.warning("sweep chart %s failed: %s", fn.__name__, exc)
         return None
     return Markup(svg) if svg else None

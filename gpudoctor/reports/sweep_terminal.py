@@ -33,7 +33,8 @@ def _table(report: Mapping[str, Any]) -> Table:
         numeric = header not in ("status", "notes")
         table.add_column(header, justify="right" if numeric else "left", no_wrap=numeric)
     for row in sweep_view.trial_rows(report):
-        cells = [Text(row[key], style=STATUS_STYLE.get(row["status"], "red") if key == "status" else "") for _, key in columns]
+        cells = [Text(row[key], style=STATUS_STYLE.get(row["status"], "red") if key == "status" else "")
+                 for _, key in columns]
         if row["status"] != "ok" and row["message"]:
             cells[-1] = Text(row["message"], style="dim")
         table.add_row(*cells)

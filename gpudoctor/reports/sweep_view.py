@@ -108,7 +108,8 @@ def title(report: Mapping[str, Any]) -> str:
     target = report.get("target") or {}
     device = report.get("device") or {}
     name = device.get("name") or device.get("type") or "unknown device"
-    return f"Batch-size sweep of {target.get('spec', '?')} ({target.get('mode', '?')}, {target.get('dtype', '?')}) on {name}"
+    return (f"Batch-size sweep of {target.get('spec', '?')} ({target.get('mode', '?')}, {target.get('dtype', '?')}) "
+            f"on {name}")
 
 
 def result_lines(report: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -18,8 +18,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from gpudoctor.report_model import Report, ReportFinding
 from gpudoctor.metrics import format_run_seconds
+from gpudoctor.report_model import Report, ReportFinding
 
 from ._common import (
     command_line,
@@ -32,8 +32,8 @@ from ._common import (
     trial_rows,
     try_heading,
 )
-from .console import plain_text, printable, show
 from ._hotspots import hotspot_line
+from .console import plain_text, printable, show
 from .ranks import terminal_table
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}

@@ -107,7 +107,7 @@ def _run_one(plan: TrialPlan, baseline: Session, options: RunOptions, folder: Pa
         written = None
         try:
             written = write_outputs(paths, report, trial.to_dict())
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 (the trial's result is still recorded)
             log.warning("the report of trial %s was not written: %s", stem, exc)
         result = _result(plan, baseline, trial)
         result.verdict = report["summary"].get("verdict")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from helpers import make_session, run_check
 
-from gpudoctor.checks import gd401_fragmentation
 from gpudoctor.analysis.memory import parse_oom_message
+from gpudoctor.checks import gd401_fragmentation
 from gpudoctor.checks.gd402_oom import run
 from gpudoctor.engine import run_checks
 from gpudoctor.session import AllocatorSnapshot, ErrorEvent

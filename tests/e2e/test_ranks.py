@@ -13,7 +13,7 @@ import pytest
 
 from .conftest import WORKLOADS
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.integration  # every test here starts a process
 
 DDP = str(WORKLOADS / "ddp_ranks.py")
 

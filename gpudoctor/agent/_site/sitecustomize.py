@@ -23,11 +23,12 @@ def _start_gpudoctor_agent():
             os.path.join(agent_dir, "__init__.py"),
             submodule_search_locations=[agent_dir],
         )
+        assert spec is not None and spec.loader is not None  # a .py path always has a source loader
         module = importlib.util.module_from_spec(spec)
         sys.modules["_gpudoctor_agent"] = module
         spec.loader.exec_module(module)
         module.start()
-    except Exception:
+    except Exception:  # noqa: BLE001 (the agent never stops the workload from starting)
         pass  # the workload runs as if gpudoctor were not there
 
 
@@ -45,7 +46,7 @@ def _chain_next_sitecustomize():
         module = importlib.util.module_from_spec(spec)
         sys.modules["sitecustomize"] = module
         spec.loader.exec_module(module)
-    except Exception:
+    except Exception:  # noqa: BLE001 (the user's own sitecustomize: printed, as Python would)
         import traceback
 
         traceback.print_exc()  # the user's own sitecustomize failed: show it as Python would
