@@ -24,7 +24,6 @@ import logging
 import os
 import re
 import stat
-import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ import msgspec
 
 from gpudoctor.bounded import InputTooLarge
 from gpudoctor.collectors import trace_file
-from gpudoctor.collectors.trace_file import TraceError, load_trace, trace_events
+from gpudoctor.collectors.trace_file import load_trace, trace_events
 
 log = logging.getLogger(__name__)
 
@@ -239,16 +238,10 @@ def read_trace(path: str | Path, *, own_window: bool = False) -> TraceIndex:
         is_dir, compressed = True, False
     if not is_dir:
         try:
-            with gc_paused():
+            with trace_file.read_errors(path), gc_paused():
                 return _streamed(path, compressed, own_window)
         except _Unstreamable as exc:
             log.debug("%s: read whole (%s)", path, exc)
-        except InputTooLarge as exc:
-            raise TraceError(f"{path}: trace (uncompressed) {exc}; profile fewer steps and try again") from None
-        except (EOFError, zlib.error, gzip.BadGzipFile):
-            raise TraceError(f"{path}: corrupt or truncated gzip file") from None
-        except OSError as exc:
-            raise TraceError(f"{path}: cannot read ({exc.strerror or exc})", not_found=True) from None
     return index_events(load_trace(path, own_window=own_window))  # the plain path: its checks and messages
 
 

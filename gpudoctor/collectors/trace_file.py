@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import stat
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,19 @@ class TraceError(Exception):
         self.not_found = not_found
 
 
+@contextlib.contextmanager
+def read_errors(path: Path) -> Iterator[None]:
+    """Reading a trace file: what can go wrong, as one-line TraceErrors."""
+    try:
+        yield
+    except InputTooLarge as exc:
+        raise TraceError(f"{path}: trace (uncompressed) {exc}; profile fewer steps and try again") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile):
+        raise TraceError(f"{path}: corrupt or truncated gzip file") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})", not_found=True) from None
+
+
 def load_trace(path: str | Path, max_bytes: int | None = None, *, own_window: bool = False) -> Any:
     """Read a Chrome trace (.json, or gzip told apart by its content) into plain JSON data.
     `own_window`: the agent's own window of this run (larger limits, see OWN_WINDOW_SCALE)."""
@@ -50,18 +64,12 @@ def load_trace(path: str | Path, max_bytes: int | None = None, *, own_window: bo
         found = sorted(p.name for p in path.glob("*.json*"))[:3]
         hint = f" (it holds {', '.join(found)})" if found else ""
         raise TraceError(f"{path}: is a directory, expected a trace file (.json or .json.gz){hint}", not_found=True)
-    try:
+    with read_errors(path):
         with open(path, "rb") as fh:
             compressed = fh.read(2) == b"\x1f\x8b"
         with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
             raw = read_bounded(fh, Limits(limit, MAX_TRACE_OBJECTS * scale, MAX_TRACE_VALUES * scale,
                                           "profiler trace"))
-    except InputTooLarge as exc:
-        raise TraceError(f"{path}: trace (uncompressed) {exc}; profile fewer steps and try again") from None
-    except (EOFError, zlib.error, gzip.BadGzipFile):
-        raise TraceError(f"{path}: corrupt or truncated gzip file") from None
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})", not_found=True) from None
     if not raw.strip():
         raise TraceError(f"{path}: empty file")
     try:
