@@ -74,14 +74,18 @@ def test_html_is_self_contained_escaped_and_marks_knee_and_edge() -> None:
     assert "http://" not in html and "https://" not in html
 
 
-def test_html_of_a_cpu_sweep_says_what_was_not_measured() -> None:
+def cpu_report() -> dict:
     runner = FakeRunner()
     plan = SearchPlan(batch_sizes=(1, 2, 4))
     outcome = run_search(plan, runner)
     outcome.trials[0].gpu_unavailable = "CPU run"
     spec = TrialSpec(target="m.py:build", mode="train", batch_size=1, device="cpu")
-    report = build_sweep_report(target="m.py:build", spec=spec, plan=plan, outcome=outcome, headroom=0.1,
-                                command=["gpudoctor"], duration_s=1.0)
+    return build_sweep_report(target="m.py:build", spec=spec, plan=plan, outcome=outcome, headroom=0.1,
+                              command=["gpudoctor"], duration_s=1.0)
+
+
+def test_html_of_a_cpu_sweep_says_what_was_not_measured() -> None:
+    report = cpu_report()
     html = sweep_html.render(report)
     assert "Not measured: CPU run" in html
     assert report["recommendations"]["online"]["batch_size"] is None
