@@ -24,11 +24,14 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor import exitcodes
 from gpudoctor.commands.argtypes import positive_float, positive_int
 from gpudoctor.exitcodes import GpudoctorError
+
+if TYPE_CHECKING:
+    from gpudoctor.sweep_model import SweepReport
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +198,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> dict[str, Any]:
+def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> SweepReport:
     from gpudoctor.sweep.report import build_sweep_report
     from gpudoctor.sweep.runner import SubprocessRunner
     from gpudoctor.sweep.search import TargetRejected, run_search
@@ -267,7 +270,7 @@ def progress_line(result: Any) -> str:
 
 
 def _finish(
-    args: argparse.Namespace, report: dict[str, Any], paths: Any, html_copy: Path | None, to_stdout: bool
+    args: argparse.Namespace, report: SweepReport, paths: Any, html_copy: Path | None, to_stdout: bool
 ) -> int:
     from rich.console import Console
 
@@ -278,7 +281,7 @@ def _finish(
     def render(data: Any, fmt: str) -> str:
         return sweep_html.render(data) if fmt == "html" else json.dumps(data, indent=1, allow_nan=False)
 
-    written = write_outputs(paths, report, None, render=render)
+    written = write_outputs(paths, report.to_dict(), None, render=render)
     files = {kind: str(path) for kind, path in written.files.items()}
     if html_copy is not None:
         try:
@@ -297,8 +300,8 @@ def _finish(
         # a pipe or a CI log has no width: 120 columns keep the table on one line per size
         console = Console(file=stream, highlight=False, width=None if stream.isatty() else 120)
         sweep_terminal.render(written.report, console, written=files)
-    if report["interrupted"]:
+    if report.interrupted:
         return INTERRUPTED
-    if report["failed"] or not any(t["status"] == "ok" for t in report["trials"]):
+    if report.failed or not any(t.status == "ok" for t in report.trials):
         return TARGET_FAILED
     return exitcodes.OK

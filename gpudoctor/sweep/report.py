@@ -1,7 +1,7 @@
-"""The sweep's finished report: a plain dict, schema `gpudoctor.sweep/1` (docs/sweep.md).
+"""The sweep's finished report: a typed `SweepReport`, schema `gpudoctor.sweep/1` (docs/sweep.md).
 
-Renderers (gpudoctor.reports.sweep_*) receive only this dict. Units are SI in the JSON
-(seconds, bytes, watts, samples per second); fields are only ever added.
+Renderers (gpudoctor.reports.sweep_*) receive only the report (gpudoctor.sweep_model).
+Units are SI in the JSON (seconds, bytes, watts, samples per second); fields are only ever added.
 """
 
 from __future__ import annotations
@@ -12,14 +12,26 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpudoctor import __version__
+from gpudoctor.jsonmodel import decode
+from gpudoctor.report_model import Tool
 from gpudoctor.sweep import records
 from gpudoctor.sweep.analysis import Analysis, analyze
 from gpudoctor.sweep.recommend import observations, offline, online
 from gpudoctor.sweep.records import TrialResult, TrialSpec
 from gpudoctor.sweep.search import SearchOutcome, SearchPlan
 from gpudoctor.sweep.stability import DEFAULT_MIN_TIME_S
+from gpudoctor.sweep_model import (
+    SWEEP_SCHEMA,
+    Recommendation,
+    StabilitySettings,
+    SweepReport,
+    SweepResults,
+    SweepSettings,
+    SweepTarget,
+    SweepTrial,
+)
 
-SWEEP_SCHEMA = "gpudoctor.sweep/1"
+__all__ = ["SWEEP_SCHEMA", "analysis_dict", "build_sweep_report", "stability_text"]
 
 STABILITY_RULE_TEXT = (
     "After warm-up (at least {warmup_iters} iterations and {warmup_s:g} s, again at every size), timed "
@@ -77,53 +89,53 @@ def build_sweep_report(
     command: list[str],
     duration_s: float,
     files: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> SweepReport:
     trials = outcome.trials
     analysis = analyze(trials, headroom, plan.latency_p50_budget_s)
     run_order = {id(t): i for i, t in enumerate(t for t in trials if t.status != records.SKIPPED)}
     ordered = sorted(trials, key=lambda t: (t.batch_size, run_order.get(id(t), 1 << 30)))
     recs = [offline(trials, analysis, spec.mode), online(trials, analysis, spec.mode)]
     device = _first(trials, "device")
-    return {
-        "schema": SWEEP_SCHEMA,
-        "tool": {"name": "gpudoctor", "version": __version__},
-        "command": command,
-        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "duration_s": round(duration_s, 3),
-        "target": {
-            "spec": target,
-            "mode": spec.mode,
-            "dtype": spec.dtype,
-            "compile": spec.compile,
-            "input_shape": list(spec.input_shape) if spec.input_shape else None,
-            "device_requested": spec.device,
-        },
-        "device": device,
-        "environment": _first(trials, "environment"),
-        "settings": {
-            "search": plan.mode,
-            "start": plan.start,
-            "max_batch": plan.max_batch,
-            "batch_sizes": list(plan.batch_sizes) if plan.batch_sizes else None,
-            "latency_p50_budget_s": plan.latency_p50_budget_s,
-            "headroom": headroom,
-            "stability": {
-                "rule": stability_text(spec),
-                "warmup_min_iters": spec.warmup_min_iters,
-                "warmup_min_s": spec.warmup_min_s,
-                "min_iters": spec.min_iters,
-                "min_time_s": spec.min_time_s or DEFAULT_MIN_TIME_S.get(device.get("type", ""), None),
-                "max_time_s": spec.max_time_s,
-                "rel_ci_target": spec.rel_ci_target,
-                "drift_target": spec.drift_target,
-            },
-        },
-        "stop_reason": outcome.stop_reason,
-        "failed": outcome.failed,
-        "interrupted": outcome.interrupted,
-        "trials": [_trial_dict(t, run_order.get(id(t))) for t in ordered],
-        "results": analysis_dict(analysis),
-        "recommendations": {r.regime: dataclasses.asdict(r) for r in recs},
-        "observations": observations(analysis),
-        "files": files or {},
-    }
+    return SweepReport(
+        schema=SWEEP_SCHEMA,
+        tool=Tool(name="gpudoctor", version=__version__),
+        command=list(command),
+        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        duration_s=round(duration_s, 3),
+        target=SweepTarget(
+            spec=target,
+            mode=spec.mode,
+            dtype=spec.dtype,
+            compile=spec.compile,
+            input_shape=list(spec.input_shape) if spec.input_shape else None,
+            device_requested=spec.device,
+        ),
+        device=device,
+        environment=_first(trials, "environment"),
+        settings=SweepSettings(
+            search=plan.mode,
+            start=plan.start,
+            max_batch=plan.max_batch,
+            batch_sizes=list(plan.batch_sizes) if plan.batch_sizes else None,
+            latency_p50_budget_s=plan.latency_p50_budget_s,
+            headroom=headroom,
+            stability=StabilitySettings(
+                rule=stability_text(spec),
+                warmup_min_iters=spec.warmup_min_iters,
+                warmup_min_s=spec.warmup_min_s,
+                min_iters=spec.min_iters,
+                min_time_s=spec.min_time_s or DEFAULT_MIN_TIME_S.get(device.get("type", ""), None),
+                max_time_s=spec.max_time_s,
+                rel_ci_target=spec.rel_ci_target,
+                drift_target=spec.drift_target,
+            ),
+        ),
+        stop_reason=outcome.stop_reason,
+        failed=outcome.failed,
+        interrupted=outcome.interrupted,
+        trials=[decode(SweepTrial, _trial_dict(t, run_order.get(id(t)))) for t in ordered],
+        results=decode(SweepResults, analysis_dict(analysis)),
+        recommendations={r.regime: decode(Recommendation, dataclasses.asdict(r)) for r in recs},
+        observations=observations(analysis),
+        files=dict(files or {}),
+    )

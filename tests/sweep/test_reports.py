@@ -41,7 +41,7 @@ def synthetic_report(mode: str = "infer", budget_s: float | None = 0.05) -> dict
     return build_sweep_report(
         target=HOSTILE, spec=spec, plan=plan, outcome=outcome, headroom=0.1,
         command=["gpudoctor", "sweep", HOSTILE, "--mode", mode], duration_s=12.5,
-    )
+    ).to_dict()
 
 
 def test_report_contract() -> None:
@@ -81,7 +81,7 @@ def cpu_report() -> dict:
     outcome.trials[0].gpu_unavailable = "CPU run"
     spec = TrialSpec(target="m.py:build", mode="train", batch_size=1, device="cpu")
     return build_sweep_report(target="m.py:build", spec=spec, plan=plan, outcome=outcome, headroom=0.1,
-                              command=["gpudoctor"], duration_s=1.0)
+                              command=["gpudoctor"], duration_s=1.0).to_dict()
 
 
 def test_html_of_a_cpu_sweep_says_what_was_not_measured() -> None:

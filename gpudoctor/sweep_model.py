@@ -1,0 +1,265 @@
+"""The batch-size sweep's report as typed data: schema ``gpudoctor.sweep/1`` (docs/sweep.md).
+
+`gpudoctor.sweep.report.build_sweep_report` builds a `SweepReport`; its renderers
+(gpudoctor.reports.sweep_*) read it; `SweepReport.to_dict` is its JSON, through the same
+codec as the report and the diff (gpudoctor.jsonmodel). Units are SI (seconds, bytes,
+watts, samples per second); "not measured" is null, never zero. Fields are only ever added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from gpudoctor.jsonmodel import decode, encode, extra_field, json_field, nulled_non_finite
+from gpudoctor.report_model import Tool
+
+SWEEP_SCHEMA = "gpudoctor.sweep/1"
+SCHEMA_ID = "https://gpudoctor.dev/schemas/sweep-v1.schema.json"
+
+TrialStatus = Literal["ok", "oom", "cuda_error", "error", "bad_target", "crashed", "timeout", "skipped"]
+
+
+@dataclass(frozen=True)
+class SweepTarget:
+    """What was swept, and how."""
+
+    spec: str = json_field("", always=True, doc="FILE.py:NAME or package.module:NAME")
+    mode: str = json_field("", always=True, doc="infer or train")
+    dtype: str = json_field("", always=True, doc="float32, or the autocast dtype")
+    compile: bool = json_field(False, always=True)
+    input_shape: list[int] | None = json_field(None, always=True, doc="one sample's shape, for a plain nn.Module")
+    device_requested: str = json_field("", always=True, doc="auto, cpu, cuda or cuda:N")
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class StabilitySettings:
+    """When a batch size's timing counts as measured (the stability rule)."""
+
+    rule: str = json_field("", always=True, doc="the rule in words")
+    warmup_min_iters: int = json_field(0, always=True)
+    warmup_min_s: float = json_field(0.0, always=True)
+    min_iters: int = json_field(0, always=True)
+    min_time_s: float | None = json_field(None, always=True)
+    max_time_s: float = json_field(0.0, always=True)
+    rel_ci_target: float = json_field(0.0, always=True, doc="half-width of the median's 95% interval, relative")
+    drift_target: float = json_field(0.0, always=True, doc="first-half vs second-half median, relative")
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """How the sizes were chosen."""
+
+    search: str = json_field("", always=True, doc="search (doubling, then bisection) or explicit")
+    start: int = json_field(1, always=True)
+    max_batch: int = json_field(0, always=True)
+    batch_sizes: list[int] | None = json_field(None, always=True, doc="the sizes given (explicit search)")
+    latency_p50_budget_s: float | None = json_field(None, always=True)
+    headroom: float = json_field(0.0, always=True, doc="memory kept free, a fraction of capacity")
+    stability: StabilitySettings = json_field(default_factory=StabilitySettings, always=True)
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class TrialTiming:
+    """Per-iteration times of the timed window (after warm-up)."""
+
+    timer: str = json_field("", always=True, doc="cuda_events or perf_counter")
+    iterations: int = json_field(0, always=True)
+    measured_s: float = json_field(0.0, always=True, doc="sum of the timed iterations")
+    wall_s: float = json_field(0.0, always=True)
+    warmup_iterations: int = json_field(0, always=True)
+    warmup_s: float = json_field(0.0, always=True)
+    step_time_mean_s: float = json_field(0.0, always=True)
+    step_time_median_s: float = json_field(0.0, always=True)
+    latency_p50_s: float = json_field(0.0, always=True)
+    latency_p90_s: float = json_field(0.0, always=True)
+    latency_p99_s: float = json_field(0.0, always=True)
+    samples_per_s: float = json_field(0.0, always=True)
+    stable: bool = json_field(False, always=True)
+    rel_ci_half_width: float | None = json_field(None, always=True)
+    drift: float | None = json_field(None, always=True)
+    stop_reason: str = json_field("", always=True)
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class TrialMemory:
+    """Memory of one size; peak_bytes decides whether it fits (reserved on GPU, RSS on CPU)."""
+
+    capacity_bytes: int | None = json_field(None, always=True)
+    free_at_start_bytes: int | None = json_field(None, always=True)
+    model_bytes: int | None = json_field(None, always=True)
+    peak_allocated_bytes: int | None = json_field(None, always=True)
+    peak_reserved_bytes: int | None = json_field(None, always=True)
+    peak_rss_bytes: int | None = json_field(None, always=True)
+    alloc_retries: int | None = json_field(None, always=True)
+    unavailable: dict[str, str] = json_field(default_factory=dict, always=True, doc="measurement -> why not")
+    peak_bytes: int | None = json_field(None, always=True)
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class TrialGpu:
+    """What NVML saw during the timed window of one size."""
+
+    util_percent_mean: float | None = json_field(None, always=True)
+    sm_activity_percent: float | None = json_field(None, always=True)
+    tensor_activity_percent: float | None = json_field(None, always=True)
+    dram_bw_util_percent: float | None = json_field(None, always=True)
+    power_w_mean: float | None = json_field(None, always=True)
+    power_w_max: float | None = json_field(None, always=True)
+    power_limit_w: float | None = json_field(None, always=True)
+    clock_event_reasons: list[str] = json_field(default_factory=list, always=True)
+    samples: int = json_field(0, always=True)
+    unavailable: dict[str, str] = json_field(default_factory=dict, always=True, doc="measurement -> why not")
+    power_fraction: float | None = json_field(None, always=True, doc="mean power over the limit")
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class SweepTrial:
+    """One batch size: measured, out of memory, failed or skipped."""
+
+    json_label = "trial"
+
+    batch_size: int = json_field()
+    status: TrialStatus = json_field()
+    message: str | None = json_field(None, always=True, doc="one line, for anything but ok")
+    phase: str | None = json_field(None, always=True, doc="where it failed: load, build, warmup, measure")
+    error_code: str | None = json_field(None, always=True)
+    timing: TrialTiming | None = json_field(None, always=True)
+    memory: TrialMemory = json_field(default_factory=TrialMemory, always=True)
+    gpu: TrialGpu | None = json_field(None, always=True)
+    gpu_unavailable: str | None = json_field(None, always=True, doc="why gpu is null")
+    device: dict[str, Any] = json_field(default_factory=dict, always=True)
+    environment: dict[str, Any] = json_field(default_factory=dict, always=True)
+    duration_s: float | None = json_field(None, always=True)
+    order: int | None = json_field(None, always=True, doc="position in the run sequence; null: never run")
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class Knee:
+    """Where the curve flattens."""
+
+    metric: str = json_field("", always=True, doc="samples_per_s or sm_activity_percent")
+    batch_size: int | None = json_field(None, always=True)
+    value: float | None = json_field(None, always=True)
+    peak_value: float | None = json_field(None, always=True)
+    peak_batch_size: int | None = json_field(None, always=True)
+    fraction_of_peak: float | None = json_field(None, always=True)
+    growth_per_doubling_after: float | None = json_field(None, always=True)
+    reason: str = json_field("", always=True)
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class MemoryEdge:
+    """The largest size that fits, and a straight-line fit of peak memory against size."""
+
+    largest_fit: int | None = json_field(None, always=True)
+    smallest_oom: int | None = json_field(None, always=True)
+    capacity_bytes: int | None = json_field(None, always=True)
+    headroom: float = json_field(0.0, always=True)
+    largest_fit_with_headroom: int | None = json_field(None, always=True)
+    per_sample_bytes: float | None = json_field(None, always=True)
+    fixed_bytes: float | None = json_field(None, always=True)
+    estimated_max_batch_with_headroom: int | None = json_field(None, always=True)
+    reason: str = json_field("", always=True)
+    found: bool = json_field(False, always=True, doc="both a size that fit and one that ran out of memory")
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class LatencyLimit:
+    """The largest size within the p50 latency budget."""
+
+    budget_s: float = json_field(0.0, always=True)
+    largest_within: int | None = json_field(None, always=True)
+    smallest_over: int | None = json_field(None, always=True)
+    p50_at_largest_within_s: float | None = json_field(None, always=True)
+    reason: str = json_field("", always=True)
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class PowerPoint:
+    """Power against its limit at one size."""
+
+    batch_size: int = json_field()
+    power_w_mean: float | None = json_field(None, always=True)
+    power_limit_w: float | None = json_field(None, always=True)
+    fraction: float | None = json_field(None, always=True)
+    verdict: str = json_field("", always=True, doc="at_limit, near_full, headroom or unknown")
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class SweepResults:
+    """The headline answers of the curves."""
+
+    knee: Knee = json_field(default_factory=Knee, always=True)
+    knee_sm_activity: Knee | None = json_field(None, always=True, doc="null when SM activity was not measured")
+    memory_edge: MemoryEdge = json_field(default_factory=MemoryEdge, always=True)
+    latency: LatencyLimit | None = json_field(None, always=True, doc="null without a latency budget")
+    power: list[PowerPoint] = json_field(default_factory=list, always=True)
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The batch size for one regime (offline: total hours; online: latency), and how to set it."""
+
+    regime: str = json_field("", always=True, doc="offline or online")
+    batch_size: int | None = json_field(None, always=True)
+    text: str = json_field("", always=True)
+    settings: dict[str, Any] = json_field(default_factory=dict, always=True)
+    code: str | None = json_field(None, always=True)
+    assumptions: list[str] = json_field(default_factory=list, always=True)
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """A batch-size sweep: what `gpudoctor sweep` writes as JSON."""
+
+    schema: str = json_field(SWEEP_SCHEMA, always=True)
+    tool: Tool = json_field(default_factory=Tool, always=True)
+    command: list[str] = json_field(default_factory=list, always=True)
+    created_at: str = json_field("", always=True)
+    duration_s: float = json_field(0.0, always=True)
+    target: SweepTarget = json_field(default_factory=SweepTarget, always=True)
+    device: dict[str, Any] = json_field(default_factory=dict, always=True, doc="type, name, index, uuid")
+    environment: dict[str, Any] = json_field(default_factory=dict, always=True, doc="torch, cuda, driver, python")
+    settings: SweepSettings = json_field(default_factory=SweepSettings, always=True)
+    stop_reason: str = json_field("", always=True)
+    failed: bool = json_field(False, always=True)
+    interrupted: bool = json_field(False, always=True)
+    trials: list[SweepTrial] = json_field(default_factory=list, always=True, doc="ascending batch size")
+    results: SweepResults = json_field(default_factory=SweepResults, always=True)
+    recommendations: dict[str, Recommendation] = json_field(default_factory=dict, always=True,
+                                                            doc="regime (offline, online) -> recommendation")
+    observations: list[str] = json_field(default_factory=list, always=True)
+    files: dict[str, str] = json_field(default_factory=dict, always=True, doc="kind -> file name, as written")
+    extra: Mapping[str, Any] = extra_field()
+
+    @classmethod
+    def from_dict(cls, data: Any) -> SweepReport:
+        return decode(cls, data)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = encode(self)
+        return out
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.get("type") == "cuda"
+
+
+def as_sweep(report: SweepReport | Mapping[str, Any]) -> SweepReport:
+    """A SweepReport, from a SweepReport or from its JSON dict (NaN read as not measured)."""
+    return report if isinstance(report, SweepReport) else SweepReport.from_dict(nulled_non_finite(report))
