@@ -51,6 +51,7 @@ def test_wheel_contains_everything_and_runs(tmp_path):
         "gpudoctor/agent/_site/sitecustomize.py",
         "gpudoctor/demo/workload.py",
         "gpudoctor/schemas/report-v1.schema.json",
+        "gpudoctor/schemas/sweep-v1.schema.json",
     ):
         assert expected in names, expected
     target = tmp_path / "site"

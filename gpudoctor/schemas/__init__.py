@@ -1,7 +1,8 @@
 """The published JSON Schemas of gpudoctor's documents, generated from the typed models.
 
 ``report-v1.schema.json`` describes schema ``gpudoctor.report/1`` (gpudoctor.report_model),
-``diff-v1.schema.json`` schema ``gpudoctor.diff/1`` (gpudoctor.diff_model).
+``diff-v1.schema.json`` schema ``gpudoctor.diff/1`` (gpudoctor.diff_model),
+``sweep-v1.schema.json`` schema ``gpudoctor.sweep/1`` (gpudoctor.sweep_model).
 The files are package data, so ``importlib.resources`` finds them in an installed
 gpudoctor; scripts/write_schemas.py regenerates them and a test keeps them equal to
 what the models say.
@@ -36,10 +37,22 @@ def diff_schema() -> dict[str, Any]:
     )
 
 
+def sweep_schema() -> dict[str, Any]:
+    from gpudoctor import jsonmodel
+    from gpudoctor.sweep_model import SCHEMA_ID, SWEEP_SCHEMA, SweepReport
+
+    return jsonmodel.schema(
+        SweepReport, title=SWEEP_SCHEMA, schema_id=SCHEMA_ID,
+        description="The batch-size sweep written by gpudoctor sweep. Version 1: fields are only ever added, "
+                    "so a consumer must accept keys it does not know.",
+    )
+
+
 # file name -> the function that generates it
 GENERATED: dict[str, Callable[[], dict[str, Any]]] = {
     "report-v1.schema.json": report_schema,
     "diff-v1.schema.json": diff_schema,
+    "sweep-v1.schema.json": sweep_schema,
 }
 
 

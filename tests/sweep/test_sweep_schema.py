@@ -1,0 +1,64 @@
+"""The published sweep schema (sweep-v1.schema.json): generated from gpudoctor.sweep_model,
+and every sweep fits it. Validated with `jsonschema` (test-only), independent of
+gpudoctor.jsonmodel, which generates it. (tests/test_report_schema.py keeps the committed
+file equal to the generated one.)
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import jsonschema
+import pytest
+
+from gpudoctor import schemas
+from gpudoctor.jsonmodel import DecodeError
+from gpudoctor.sweep_model import SWEEP_SCHEMA, SweepReport, as_sweep
+
+from .test_golden_sweep import CASES, GOLDEN
+from .test_reports import synthetic_report
+
+
+@pytest.fixture(scope="module")
+def validator() -> Any:
+    schema = schemas.load("sweep-v1.schema.json")
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def test_schema_names_the_sweep_version() -> None:
+    schema = schemas.load("sweep-v1.schema.json")
+    assert schema["title"] == SWEEP_SCHEMA == "gpudoctor.sweep/1"
+    assert {"schema", "tool", "command", "target", "settings", "trials", "results", "recommendations",
+            "stop_reason", "failed", "interrupted", "files"} <= set(schema["required"])
+    trial = schema["$defs"]["SweepTrial"]
+    assert {"batch_size", "status", "timing", "memory", "gpu", "order"} <= set(trial["required"])
+    assert "oom" in trial["properties"]["status"]["enum"]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_sweeps_fit_the_schema_and_round_trip(name: str, validator: Any) -> None:
+    text = (GOLDEN / f"{name}.sweep.json").read_text(encoding="utf-8")
+    data = json.loads(text)
+    validator.validate(data)
+    again = SweepReport.from_dict(data).to_dict()
+    assert again == data and json.dumps(again, indent=1) + "\n" == text  # same keys, same order
+
+
+def test_a_fresh_sweep_fits_the_schema(validator: Any) -> None:
+    validator.validate(synthetic_report())
+
+
+def test_unknown_keys_survive_and_bad_data_is_named() -> None:
+    data = synthetic_report()
+    newer = copy.deepcopy(data)
+    newer["from_the_future"] = {"x": 1}
+    newer["trials"][0]["new_measure"] = 2.5
+    assert as_sweep(newer).to_dict() == newer
+    broken = copy.deepcopy(data)
+    broken["trials"][1]["status"] = "exploded"
+    with pytest.raises(DecodeError, match=r"trial 2: 'status' is not one of ok"):
+        SweepReport.from_dict(broken)
