@@ -9,13 +9,15 @@ Each function returns None when there is nothing measured to draw.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
+
+from gpudoctor.sweep_model import SweepReport, SweepTrial, TrialTiming
 
 from .charts import _RC, COLORS, to_svg
 
@@ -25,8 +27,13 @@ EDGE_COLOR = "#D55E00"
 BUDGET_COLOR = "#CC79A7"
 
 
-def _ok(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [t for t in report.get("trials") or [] if t.get("status") == "ok" and t.get("timing")]
+def _ok(report: SweepReport) -> list[SweepTrial]:
+    return [t for t in report.trials if t.status == "ok" and t.timing is not None]
+
+
+def _timing(trial: SweepTrial) -> TrialTiming:
+    assert trial.timing is not None  # _ok's trials only
+    return trial.timing
 
 
 def _figure(height: float = 2.6) -> tuple[Figure, Any]:
@@ -35,9 +42,9 @@ def _figure(height: float = 2.6) -> tuple[Figure, Any]:
     return fig, fig.subplots()
 
 
-def _batch_axis(ax: Any, report: Mapping[str, Any], sizes: Sequence[int]) -> None:
+def _batch_axis(ax: Any, report: SweepReport, sizes: Sequence[int]) -> None:
     ax.set_xscale("log", base=2)
-    all_sizes = sorted({int(t["batch_size"]) for t in report.get("trials") or []} | set(sizes))
+    all_sizes = sorted({int(t.batch_size) for t in report.trials} | set(sizes))
     # label powers of two (bisection points would crowd the axis) plus the ends
     labelled = [s for s in all_sizes if s & (s - 1) == 0 or s in (all_sizes[0], all_sizes[-1])]
     ax.xaxis.set_major_locator(FixedLocator(labelled))
@@ -47,15 +54,15 @@ def _batch_axis(ax: Any, report: Mapping[str, Any], sizes: Sequence[int]) -> Non
     ax.grid(True, linewidth=0.3, alpha=0.5)
 
 
-def _marks(ax: Any, report: Mapping[str, Any]) -> None:
-    res = report.get("results") or {}
-    knee = (res.get("knee") or {}).get("batch_size")
+def _marks(ax: Any, report: SweepReport) -> None:
+    res = report.results
+    knee = res.knee.batch_size
     if knee:
         ax.axvline(knee, color=KNEE_COLOR, linestyle="--", linewidth=1.2, label=f"knee ({knee})")
-    edge = res.get("memory_edge") or {}
-    if edge.get("found"):
-        ax.axvline(edge["largest_fit"], color=EDGE_COLOR, linewidth=1.2, label=f"memory edge ({edge['largest_fit']})")
-    ooms = [int(t["batch_size"]) for t in report.get("trials") or [] if t.get("status") == "oom"]
+    edge = res.memory_edge
+    if edge.found:
+        ax.axvline(edge.largest_fit, color=EDGE_COLOR, linewidth=1.2, label=f"memory edge ({edge.largest_fit})")
+    ooms = [int(t.batch_size) for t in report.trials if t.status == "oom"]
     if ooms:
         lo, hi = ax.get_xlim()
         start = min(ooms)
@@ -69,20 +76,20 @@ def _finish(fig: Figure, ax: Any) -> str:
     return to_svg(fig)
 
 
-def throughput(report: Mapping[str, Any]) -> str | None:
+def throughput(report: SweepReport) -> str | None:
     trials = _ok(report)
     if not trials:
         return None
     with matplotlib.rc_context(_RC):
-        sizes = [int(t["batch_size"]) for t in trials]
+        sizes = [int(t.batch_size) for t in trials]
         fig, ax = _figure()
-        ax.plot(sizes, [t["timing"]["samples_per_s"] for t in trials], marker="o", markersize=3,
+        ax.plot(sizes, [_timing(t).samples_per_s for t in trials], marker="o", markersize=3,
                 color=COLORS["compute"], linewidth=1.4, label="throughput")
         _batch_axis(ax, report, sizes)
         ax.set_ylabel("samples / s")
         ax.set_ylim(bottom=0)
         _marks(ax, report)
-        sm = [(int(t["batch_size"]), (t.get("gpu") or {}).get("sm_activity_percent")) for t in trials]
+        sm = [(int(t.batch_size), t.gpu.sm_activity_percent if t.gpu is not None else None) for t in trials]
         sm = [(s, v) for s, v in sm if isinstance(v, (int, float))]
         if sm:
             twin = ax.twinx()
@@ -99,48 +106,49 @@ def throughput(report: Mapping[str, Any]) -> str | None:
         return _finish(fig, ax)
 
 
-def latency(report: Mapping[str, Any]) -> str | None:
+def latency(report: SweepReport) -> str | None:
     trials = _ok(report)
     if not trials:
         return None
     with matplotlib.rc_context(_RC):
-        sizes = [int(t["batch_size"]) for t in trials]
+        sizes = [int(t.batch_size) for t in trials]
         fig, ax = _figure()
         for key, label, style in (("latency_p50_s", "p50", "-"), ("latency_p90_s", "p90", "--"),
                                   ("latency_p99_s", "p99", ":")):
-            ax.plot(sizes, [t["timing"][key] * 1e3 for t in trials], linestyle=style, marker="o", markersize=2.5,
+            values = [getattr(_timing(t), key) * 1e3 for t in trials]
+            ax.plot(sizes, values, linestyle=style, marker="o", markersize=2.5,
                     color=COLORS["wait"] if label == "p50" else COLORS["util"], linewidth=1.2, label=label)
         _batch_axis(ax, report, sizes)
         ax.set_yscale("log")
         ax.set_ylabel("latency per batch, ms")
-        budget = (report.get("settings") or {}).get("latency_p50_budget_s")
+        budget = report.settings.latency_p50_budget_s
         if budget:
             ax.axhline(budget * 1e3, color=BUDGET_COLOR, linewidth=1.1, label=f"p50 budget ({budget * 1e3:g} ms)")
         _marks(ax, report)
         return _finish(fig, ax)
 
 
-def memory(report: Mapping[str, Any]) -> str | None:
-    trials = [t for t in _ok(report) if isinstance((t.get("memory") or {}).get("peak_bytes"), (int, float))]
+def memory(report: SweepReport) -> str | None:
+    trials = [t for t in _ok(report) if t.memory.peak_bytes is not None]
     if not trials:
         return None
     with matplotlib.rc_context(_RC):
-        sizes = [int(t["batch_size"]) for t in trials]
+        sizes = [int(t.batch_size) for t in trials]
         fig, ax = _figure(2.2)
-        cuda = (report.get("device") or {}).get("type") == "cuda"
-        ax.plot(sizes, [t["memory"]["peak_bytes"] / GIB for t in trials], marker="o", markersize=3,
+        cuda = report.on_gpu
+        ax.plot(sizes, [(t.memory.peak_bytes or 0) / GIB for t in trials], marker="o", markersize=3,
                 color=COLORS["memory"], linewidth=1.2, label="peak reserved" if cuda else "peak RSS")
-        allocated = [(int(t["batch_size"]), t["memory"].get("peak_allocated_bytes")) for t in trials]
-        allocated = [(s, v) for s, v in allocated if isinstance(v, (int, float))]
+        allocated = [(int(t.batch_size), t.memory.peak_allocated_bytes) for t in trials
+                     if t.memory.peak_allocated_bytes is not None]
         if allocated:
             ax.plot([s for s, _ in allocated], [v / GIB for _, v in allocated], marker=".", linestyle="--",
                     color=COLORS["tensor"], linewidth=1.0, label="peak allocated")
-        edge = (report.get("results") or {}).get("memory_edge") or {}
-        capacity = edge.get("capacity_bytes")
+        edge = report.results.memory_edge
+        capacity = edge.capacity_bytes
         if capacity:
             ax.axhline(capacity / GIB, color=EDGE_COLOR, linewidth=1.0, label="capacity")
-            ax.axhline(capacity * (1 - edge.get("headroom", 0)) / GIB, color=EDGE_COLOR, linestyle=":",
-                       linewidth=1.0, label=f"{edge.get('headroom', 0):.0%} headroom")
+            ax.axhline(capacity * (1 - edge.headroom) / GIB, color=EDGE_COLOR, linestyle=":",
+                       linewidth=1.0, label=f"{edge.headroom:.0%} headroom")
         _batch_axis(ax, report, sizes)
         ax.set_ylabel("GiB")
         ax.set_ylim(bottom=0)
@@ -148,15 +156,18 @@ def memory(report: Mapping[str, Any]) -> str | None:
         return _finish(fig, ax)
 
 
-def gpu_activity(report: Mapping[str, Any]) -> str | None:
+def gpu_activity(report: SweepReport) -> str | None:
     series: dict[str, list[tuple[int, float]]] = {"util": [], "sm": [], "power": []}
     for t in _ok(report):
-        gpu = t.get("gpu") or {}
+        gpu = t.gpu
+        if gpu is None:
+            continue
         for key, field in (("util", "util_percent_mean"), ("sm", "sm_activity_percent")):
-            if isinstance(gpu.get(field), (int, float)):
-                series[key].append((int(t["batch_size"]), float(gpu[field])))
-        if isinstance(gpu.get("power_fraction"), (int, float)):
-            series["power"].append((int(t["batch_size"]), 100.0 * gpu["power_fraction"]))
+            value = getattr(gpu, field)
+            if isinstance(value, (int, float)):
+                series[key].append((int(t.batch_size), float(value)))
+        if isinstance(gpu.power_fraction, (int, float)):
+            series["power"].append((int(t.batch_size), 100.0 * gpu.power_fraction))
     if not any(series.values()):
         return None
     with matplotlib.rc_context(_RC):

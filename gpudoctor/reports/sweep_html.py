@@ -16,6 +16,7 @@ import jinja2
 from markupsafe import Markup
 
 from gpudoctor.metrics import format_duration
+from gpudoctor.sweep_model import SweepReport, as_sweep
 
 from . import sweep_charts, sweep_view
 from ._common import argv_line
@@ -26,7 +27,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
 
-def _chart(fn: Callable[[Mapping[str, Any]], str | None], report: Mapping[str, Any]) -> Markup | None:
+def _chart(fn: Callable[[SweepReport], str | None], report: SweepReport) -> Markup | None:
     """matplotlib's SVG (checked by charts.to_svg) as markup; a failed chart costs one picture."""
     try:
         svg = fn(report)
@@ -36,9 +37,9 @@ def _chart(fn: Callable[[Mapping[str, Any]], str | None], report: Mapping[str, A
     return Markup(svg) if svg else None
 
 
-def _environment_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
-    device = report.get("device") or {}
-    env = report.get("environment") or {}
+def _environment_rows(report: SweepReport) -> list[tuple[str, str]]:
+    device = report.device
+    env = report.environment
     rows = [("Device", str(device.get("name") or device.get("type") or "unknown"))]
     if device.get("total_memory_bytes"):
         rows.append(("Device memory", sweep_view.size_bytes(device["total_memory_bytes"])))
@@ -52,21 +53,22 @@ def _environment_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def context(report: Mapping[str, Any]) -> dict[str, Any]:
-    settings = report.get("settings") or {}
-    recs = report.get("recommendations") or {}
+def context(report: SweepReport | Mapping[str, Any]) -> dict[str, Any]:
+    report = as_sweep(report)
+    settings = report.settings
+    recs = report.recommendations
     return {
         "csp": CSP,
         "report": report,
         "title": sweep_view.title(report),
-        "command": argv_line(report.get("command")),
-        "duration": format_duration(float(report.get("duration_s") or 0)),
-        "gpu": (report.get("device") or {}).get("type") == "cuda",
+        "command": argv_line(report.command),
+        "duration": format_duration(float(report.duration_s or 0)),
+        "gpu": report.on_gpu,
         "memory_label": sweep_view.memory_label(report),
         "rows": sweep_view.trial_rows(report),
         "results": sweep_view.result_lines(report),
         "recommendations": [recs[k] for k in ("offline", "online") if recs.get(k)],
-        "stability": (settings.get("stability") or {}).get("rule"),
+        "stability": settings.stability.rule,
         "settings": settings,
         "gpu_missing": sweep_view.gpu_unavailable(report),
         "environment_rows": _environment_rows(report),
@@ -74,15 +76,15 @@ def context(report: Mapping[str, Any]) -> dict[str, Any]:
         "latency_svg": _chart(sweep_charts.latency, report),
         "memory_svg": _chart(sweep_charts.memory, report),
         "activity_svg": _chart(sweep_charts.gpu_activity, report),
-        "files": report.get("files") or {},
+        "files": report.files,
     }
 
 
-def render(report: Mapping[str, Any]) -> str:
+def render(report: SweepReport | Mapping[str, Any]) -> str:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=True,
-        undefined=jinja2.ChainableUndefined,  # a field missing from an older report renders empty
+        undefined=jinja2.ChainableUndefined,  # defensive: an unknown name renders empty, never fails
         trim_blocks=True,
         lstrip_blocks=True,
     )

@@ -15,13 +15,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpudoctor.sweep_model import SweepReport, as_sweep
+
 from . import sweep_view
 
 STATUS_STYLE = {"ok": "green", "oom": "yellow", "skipped": "dim"}
 
 
-def _table(report: Mapping[str, Any]) -> Table:
-    gpu = (report.get("device") or {}).get("type") == "cuda"
+def _table(report: SweepReport) -> Table:
+    gpu = report.on_gpu
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     columns = [("batch", "batch"), ("status", "status"), ("samples/s", "throughput"),
                ("p50 ms", "p50"), ("p90 ms", "p90"), ("p99 ms", "p99"),
@@ -41,32 +43,33 @@ def _table(report: Mapping[str, Any]) -> Table:
     return table
 
 
-def render(report: Mapping[str, Any], console: Console, *, written: Mapping[str, str | Path] | None = None) -> None:
+def render(report: SweepReport | Mapping[str, Any], console: Console, *,
+           written: Mapping[str, str | Path] | None = None) -> None:
+    report = as_sweep(report)
     console.print(Text(sweep_view.title(report), style="bold"))
     console.print(_table(report))
     why = sweep_view.gpu_unavailable(report)
-    if why and (report.get("device") or {}).get("type") == "cuda":
+    if why and report.on_gpu:
         console.print(Text(f"GPU activity not measured: {why}", style="dim"))
-    stop = report.get("stop_reason")
-    if stop:
-        console.print(Text(f"Stopped: {stop}", style="red" if report.get("failed") else "dim"))
+    if report.stop_reason:
+        console.print(Text(f"Stopped: {report.stop_reason}", style="red" if report.failed else "dim"))
     for label, sentence in sweep_view.result_lines(report):
         line = Text(f"{label}: ", style="bold")
         line.append(sentence)
         console.print(line)
     for regime in ("offline", "online"):
-        rec = (report.get("recommendations") or {}).get(regime) or {}
-        if not rec.get("text"):
+        rec = report.recommendations.get(regime)
+        if rec is None or not rec.text:
             continue
-        console.print(Text(rec["text"], style="cyan" if rec.get("batch_size") else ""))
-        if rec.get("code"):
-            console.print(Text(str(rec["code"]), style="dim"), soft_wrap=True)
-    files = dict(written) if written is not None else dict(report.get("files") or {})
+        console.print(Text(rec.text, style="cyan" if rec.batch_size else ""))
+        if rec.code:
+            console.print(Text(str(rec.code), style="dim"), soft_wrap=True)
+    files = dict(written) if written is not None else dict(report.files)
     if files:
         console.print(Text("Written: " + ", ".join(str(p) for p in files.values()), style="dim"))
 
 
-def to_text(report: Mapping[str, Any], width: int = 120) -> str:
+def to_text(report: SweepReport | Mapping[str, Any], width: int = 120) -> str:
     console = Console(width=width, record=True, file=io.StringIO(), color_system=None, force_terminal=False)
     render(report, console)
     return console.export_text()

@@ -1,15 +1,15 @@
 """Words and numbers shared by the sweep renderers (terminal and HTML).
 
-Everything reads the finished `gpudoctor.sweep/1` dict only. "Not measured" prints as
+Everything reads the finished report only (gpudoctor.sweep_model.SweepReport). "Not measured" prints as
 "-" in tables (with the reason elsewhere), never as zero.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from gpudoctor.metrics import format_bytes
+from gpudoctor.sweep_model import SweepReport, SweepResults
 
 DASH = "-"
 
@@ -39,11 +39,11 @@ def size_bytes(value: Any) -> str:
     return format_bytes(float(value)) if _num(value) else DASH
 
 
-def results(report: Mapping[str, Any]) -> Mapping[str, Any]:
-    return report.get("results") or {}
+def results(report: SweepReport) -> SweepResults:
+    return report.results
 
 
-def marks(report: Mapping[str, Any]) -> dict[int, list[str]]:
+def marks(report: SweepReport) -> dict[int, list[str]]:
     """batch size -> labels: knee, memory edge, largest with headroom, latency limit."""
     res = results(report)
     out: dict[int, list[str]] = {}
@@ -52,103 +52,91 @@ def marks(report: Mapping[str, Any]) -> dict[int, list[str]]:
         if isinstance(size, int):
             out.setdefault(size, []).append(label)
 
-    add((res.get("knee") or {}).get("batch_size"), "knee")
-    edge = res.get("memory_edge") or {}
-    if edge.get("found"):
-        add(edge.get("largest_fit"), "memory edge")
-    add(edge.get("largest_fit_with_headroom"), f"fits with {edge.get('headroom', 0):.0%} headroom")
-    latency = res.get("latency") or {}
-    add(latency.get("largest_within"), "latency limit")
+    add(res.knee.batch_size, "knee")
+    edge = res.memory_edge
+    if edge.found:
+        add(edge.largest_fit, "memory edge")
+    add(edge.largest_fit_with_headroom, f"fits with {edge.headroom:.0%} headroom")
+    if res.latency is not None:
+        add(res.latency.largest_within, "latency limit")
     return out
 
 
-def trial_rows(report: Mapping[str, Any]) -> list[dict[str, str]]:
-    budget = (report.get("settings") or {}).get("latency_p50_budget_s")
+def trial_rows(report: SweepReport) -> list[dict[str, str]]:
+    budget = report.settings.latency_p50_budget_s
     labels = marks(report)
     rows = []
-    for trial in report.get("trials") or []:
-        timing = trial.get("timing") or {}
-        memory = trial.get("memory") or {}
-        gpu = trial.get("gpu") or {}
-        size = trial.get("batch_size")
-        notes = list(labels.get(size, [])) if trial.get("status") == "ok" else []
-        if budget and _num(timing.get("latency_p50_s")) and timing["latency_p50_s"] > budget:
+    for trial in report.trials:
+        timing = trial.timing
+        memory = trial.memory
+        gpu = trial.gpu
+        size = trial.batch_size
+        notes = list(labels.get(size, [])) if trial.status == "ok" else []
+        if budget and timing is not None and _num(timing.latency_p50_s) and timing.latency_p50_s > budget:
             notes.append("over latency budget")
-        if trial.get("status") == "ok" and not timing.get("stable"):
+        if trial.status == "ok" and not (timing is not None and timing.stable):
             notes.append("not stable")
-        power = gpu.get("power_w_mean")
-        fraction = gpu.get("power_fraction")
+        power = gpu.power_w_mean if gpu is not None else None
+        fraction = gpu.power_fraction if gpu is not None else None
         rows.append({
             "batch": str(size),
-            "status": str(trial.get("status")),
-            "message": str(trial.get("message") or ""),
-            "throughput": rate(timing.get("samples_per_s")),
-            "p50": ms(timing.get("latency_p50_s")),
-            "p90": ms(timing.get("latency_p90_s")),
-            "p99": ms(timing.get("latency_p99_s")),
-            "allocated": size_bytes(memory.get("peak_allocated_bytes")),
-            "reserved": size_bytes(memory.get("peak_reserved_bytes")),
-            "peak": size_bytes(memory.get("peak_bytes")),
-            "sm": percent(gpu.get("sm_activity_percent")),
-            "util": percent(gpu.get("util_percent_mean")),
+            "status": str(trial.status),
+            "message": str(trial.message or ""),
+            "throughput": rate(timing.samples_per_s if timing is not None else None),
+            "p50": ms(timing.latency_p50_s if timing is not None else None),
+            "p90": ms(timing.latency_p90_s if timing is not None else None),
+            "p99": ms(timing.latency_p99_s if timing is not None else None),
+            "allocated": size_bytes(memory.peak_allocated_bytes),
+            "reserved": size_bytes(memory.peak_reserved_bytes),
+            "peak": size_bytes(memory.peak_bytes),
+            "sm": percent(gpu.sm_activity_percent if gpu is not None else None),
+            "util": percent(gpu.util_percent_mean if gpu is not None else None),
             "power": (f"{power:.0f} W" + (f" ({fraction:.0%})" if _num(fraction) else "")) if _num(power) else DASH,
-            "iterations": str(timing.get("iterations", DASH)),
-            "stable": ("yes" if timing.get("stable") else "no") if timing else DASH,
+            "iterations": str(timing.iterations) if timing is not None else DASH,
+            "stable": ("yes" if timing.stable else "no") if timing is not None else DASH,
             "notes": ", ".join(notes),
         })
     return rows
 
 
-def memory_label(report: Mapping[str, Any]) -> str:
-    device = report.get("device") or {}
-    return "peak reserved" if device.get("type") == "cuda" else "peak RSS"
+def memory_label(report: SweepReport) -> str:
+    return "peak reserved" if report.on_gpu else "peak RSS"
 
 
-def title(report: Mapping[str, Any]) -> str:
-    target = report.get("target") or {}
-    device = report.get("device") or {}
-    name = device.get("name") or device.get("type") or "unknown device"
-    return (f"Batch-size sweep of {target.get('spec', '?')} ({target.get('mode', '?')}, {target.get('dtype', '?')}) "
-            f"on {name}")
+def title(report: SweepReport) -> str:
+    target = report.target
+    name = report.device.get("name") or report.device.get("type") or "unknown device"
+    return f"Batch-size sweep of {target.spec} ({target.mode}, {target.dtype}) on {name}"
 
 
-def result_lines(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+def result_lines(report: SweepReport) -> list[tuple[str, str]]:
     """(label, sentence) for the headline results."""
     res = results(report)
-    lines = []
-    knee = res.get("knee") or {}
-    if knee:
-        lines.append(("Knee (throughput)", str(knee.get("reason", ""))))
-    sm = res.get("knee_sm_activity")
-    if sm:
-        lines.append(("Knee (SM activity)", str(sm.get("reason", ""))))
-    edge = res.get("memory_edge") or {}
-    if edge:
-        text = str(edge.get("reason", ""))
-        fit = edge.get("largest_fit_with_headroom")
-        if fit is not None:
-            text += f"; largest measured size within {edge.get('headroom', 0):.0%} headroom: {fit}"
-        per_sample = edge.get("per_sample_bytes")
-        if _num(per_sample):
-            text += f"; about {size_bytes(per_sample)} per sample"
-        if edge.get("estimated_max_batch_with_headroom") is not None and not edge.get("found"):
-            text += f"; estimated size at the headroom: {edge['estimated_max_batch_with_headroom']}"
-        lines.append(("Memory", text))
-    latency = res.get("latency")
-    if latency:
-        lines.append(("Latency", str(latency.get("reason", ""))))
-    for note in report.get("observations") or []:
+    lines = [("Knee (throughput)", res.knee.reason)]
+    if res.knee_sm_activity is not None:
+        lines.append(("Knee (SM activity)", res.knee_sm_activity.reason))
+    edge = res.memory_edge
+    text = edge.reason
+    if edge.largest_fit_with_headroom is not None:
+        text += f"; largest measured size within {edge.headroom:.0%} headroom: {edge.largest_fit_with_headroom}"
+    if _num(edge.per_sample_bytes):
+        text += f"; about {size_bytes(edge.per_sample_bytes)} per sample"
+    if edge.estimated_max_batch_with_headroom is not None and not edge.found:
+        text += f"; estimated size at the headroom: {edge.estimated_max_batch_with_headroom}"
+    lines.append(("Memory", text))
+    if res.latency is not None:
+        lines.append(("Latency", res.latency.reason))
+    for note in report.observations:
         lines.append(("Observed", str(note)))
     return lines
 
 
-def gpu_unavailable(report: Mapping[str, Any]) -> str | None:
+def gpu_unavailable(report: SweepReport) -> str | None:
     """Why the GPU columns are empty, from the first trial that says."""
-    for trial in report.get("trials") or []:
-        if trial.get("gpu_unavailable"):
-            return str(trial["gpu_unavailable"])
-        gpu = trial.get("gpu") or {}
-        reasons = gpu.get("unavailable") or {}
+    for trial in report.trials:
+        if trial.gpu_unavailable:
+            return str(trial.gpu_unavailable)
+        reasons = trial.gpu.unavailable if trial.gpu is not None else {}
         if reasons.get("nvml"):
             return str(reasons["nvml"])
         if reasons.get("sm_activity_percent"):

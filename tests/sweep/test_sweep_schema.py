@@ -15,9 +15,10 @@ import pytest
 
 from gpudoctor import schemas
 from gpudoctor.jsonmodel import DecodeError
+from gpudoctor.reports import sweep_html, sweep_terminal
 from gpudoctor.sweep_model import SWEEP_SCHEMA, SweepReport, as_sweep
 
-from .test_golden_sweep import CASES, GOLDEN
+from .test_golden_sweep import CASES, GOLDEN, pinned
 from .test_reports import synthetic_report
 
 
@@ -62,3 +63,10 @@ def test_unknown_keys_survive_and_bad_data_is_named() -> None:
     broken["trials"][1]["status"] = "exploded"
     with pytest.raises(DecodeError, match=r"trial 2: 'status' is not one of ok"):
         SweepReport.from_dict(broken)
+
+
+def test_renderers_take_the_typed_model() -> None:
+    data = pinned("gpu_infer_budget")
+    model = SweepReport.from_dict(data)
+    assert sweep_terminal.to_text(model, width=160) == sweep_terminal.to_text(data, width=160)
+    assert sweep_html.render(model) == (GOLDEN / "gpu_infer_budget.sweep.html").read_text(encoding="utf-8")
