@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -20,6 +21,9 @@ from gpudoctor.sweep_model import SWEEP_SCHEMA, SweepReport, as_sweep
 
 from .test_golden_sweep import CASES, GOLDEN, pinned
 from .test_reports import synthetic_report
+
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "docs" / "examples").glob("sweep-*.json"))
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +51,14 @@ def test_golden_sweeps_fit_the_schema_and_round_trip(name: str, validator: Any) 
     validator.validate(data)
     again = SweepReport.from_dict(data).to_dict()
     assert again == data and json.dumps(again, indent=1) + "\n" == text  # same keys, same order
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_the_recorded_h200_sweeps_fit_the_schema_and_round_trip(path: Path, validator: Any) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    validator.validate(data)
+    again = SweepReport.from_dict(data).to_dict()
+    assert again == data and list(again) == list(data)
 
 
 def test_a_fresh_sweep_fits_the_schema(validator: Any) -> None:
