@@ -22,7 +22,6 @@ from gpudoctor.sweep_model import SWEEP_SCHEMA, SweepReport, as_sweep
 from .test_golden_sweep import CASES, GOLDEN, pinned
 from .test_reports import synthetic_report
 
-
 EXAMPLES = sorted((Path(__file__).parents[2] / "docs" / "examples").glob("sweep-*.json"))
 
 
