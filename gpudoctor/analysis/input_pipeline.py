@@ -11,7 +11,8 @@ Shared by GD101 (workers), GD102 (input stall), GD103 (CPU saturation) and GD104
 - a worker hands each batch over through shared memory and a queue: the consuming
   loop pays that hand-off (unpickling the batch, rebuilding its tensors) instead
   of producing the batch itself. Measured: see HANDOFF_S. A worker only helps when
-  producing a batch in the loop costs more than receiving one.
+  producing a batch in the loop costs more than receiving one, both without the time
+  queued for a CPU that other processes keep busy (see uncontended_fetch_per_batch).
 """
 
 from __future__ import annotations
@@ -280,6 +281,24 @@ def handoff_cost(session: Session, loader: LoaderInfo, found: InputStall) -> tup
     return HANDOFF_S, False
 
 
+def uncontended_fetch_per_batch(loader: LoaderInfo) -> float | None:
+    """What producing one batch costs with the time spent queued for a CPU taken out.
+
+    Wall = CPU + waiting for a CPU + blocked (I/O, sleeps). On a machine whose cores other
+    processes keep busy, the loop's own fetch is stretched by the run queue while HANDOFF_S
+    (measured on an idle machine) is not: the hand-off is CPU work in the same loop and
+    would be stretched alike. Comparing the two without the run queue compares like with
+    like. The run queue read around a fetch can catch a preemption just outside it, so the
+    cost never drops below the fetch's own CPU time.
+    """
+    if loader.fetch_batches == 0:
+        return None
+    wall = loader.fetch_wall_s
+    if loader.fetch_runqueue_s is not None:
+        wall = max(loader.fetch_cpu_s, wall - loader.fetch_runqueue_s)
+    return wall / loader.fetch_batches
+
+
 def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> WorkerPlan:
     cores = metrics.usable_cores(session)
     ranks = ranks_with_loaders(session)
@@ -308,9 +327,12 @@ def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> Work
                       cap_binds=cap_binds, handoff_s=handoff, handoff_measured=measured, prediction=None)
     if recommended is None or recommended <= loader.num_workers:
         return plan
-    if loader.num_workers == 0 and fetch is not None and fetch <= handoff:
-        why = (f"producing a batch in the loop costs {metrics.format_duration(fetch)}, no more than receiving one "
-               f"from a worker (about {metrics.format_duration(handoff)}"
+    own = uncontended_fetch_per_batch(loader)
+    if loader.num_workers == 0 and own is not None and own <= handoff:
+        queued = (f" ({metrics.format_duration(fetch)} with the time it waited for a busy CPU, which a "
+                  f"hand-off would wait for too)" if fetch is not None and fetch > own * 1.05 else "")
+        why = (f"producing a batch in the loop costs {metrics.format_duration(own)}{queued}, no more than "
+               f"receiving one from a worker (about {metrics.format_duration(handoff)}"
                + ("" if measured else f": {HANDOFF_SOURCE}") + ")")
         return replace(plan, cap_binds=False, why_not=why, handoff_bound=True)
     prediction = _workers_prediction(session, found, fetch, compute, recommended, handoff, loader.num_workers)

@@ -65,6 +65,26 @@ def test_graded_by_what_the_change_buys_not_by_the_stall():
     assert "cheaper" in stall.remedy.text and "num_workers=" not in (stall.remedy.code or "")
 
 
+def test_time_queued_for_a_busy_cpu_is_not_counted_against_the_hand_off():
+    # a loaded 2-core machine (issue 15): an in-memory batch took 6.1 ms of wall in the loop, of
+    # which 0.4 ms on a CPU and the rest queued for one behind other processes. The hand-off
+    # (0.9 ms, measured idle) is CPU work in the same loop and would queue alike: compared
+    # without the queue, producing the batch is the cheaper, and no worker is advised
+    loader = make_loader(num_workers=0, batches=300, fetch_s_per_batch=0.0061, fetch_cpu_ratio=0.067,
+                         fetch_runqueue_s=300 * 0.0057)
+    session = make_session(steps=make_steps(300, 0.0089, 0.0082), loaders=[loader], usable_cores=2)
+    assert run(session) == []
+    (stall,) = gd102.run(session)
+    assert stall.remedy is not None and "Workers would not help" in stall.remedy.text
+    assert "waited for a busy CPU" in stall.remedy.text
+    # the same wall time spent on a CPU (an idle machine, an expensive batch): a worker is worth it
+    busy = make_loader(num_workers=0, batches=300, fetch_s_per_batch=0.0061, fetch_cpu_ratio=0.98,
+                       fetch_runqueue_s=0.0)
+    session = make_session(steps=make_steps(300, 0.0089, 0.0082), loaders=[busy], usable_cores=8)
+    (f,) = run(session)
+    assert f.evidence["recommended_workers"].value >= 2
+
+
 def test_usable_cores_come_from_quota_not_machine_size():
     loader = make_loader(num_workers=1, batches=50, fetch_s_per_batch=0.090)
     session = make_session(steps=make_steps(50, 0.100, 0.080), loaders=[loader],

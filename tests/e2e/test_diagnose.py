@@ -206,9 +206,13 @@ def test_a_run_without_step_boundaries_gets_a_time_bounded_profiler_window(diagn
     assert profile["step_source"] == "time" and profile["label"] == "start"
     length = profile["window_end_s"] - profile["window_start_s"]
     # opened at a tensor copy >= 1 s after "CUDA" started (starting Kineto takes seconds on a small CPU
-    # box), closed at the first copy 1 s later, long before the loop ends
-    assert 0.9 <= length <= 3.0, profile
+    # box, more under load), closed at the first copy 1 s later, before the loop ends: the window holds
+    # only some of the loop's matmuls (counts, not durations: a loaded machine runs the same loop slower)
+    assert length >= 0.9, profile
     assert profile["window_start_s"] >= 1.0
+    inferences = int(re.search(r"inferences (\d+)", run.stdout).group(1))
+    profiled = next(op["count"] for op in profile["top_ops"] if op["name"] == "aten::mm")
+    assert 0 < profiled < inferences, (profiled, inferences)
     assert (run.out / profile["trace_file"]).is_file()
     assert profile["call_sites"] and "stepless_infer.py" in profile["call_sites"][0]["site"]
 
@@ -221,7 +225,8 @@ def test_an_inference_loop_with_a_module_gets_a_window_from_its_forwards(diagnos
     profile = session["profile"]
     assert profile is not None and profile["step_source"] == "forward", session["unavailable"]
     # early in the loop, not at its end: forwards ran after the window closed (an ordering,
-    # not a time: a loaded machine starts the loop later and the window with it)
+    # not a time: a loaded machine starts the loop later and the window with it; the workload
+    # runs a fixed count of forwards of at least 20 ms each, never fewer under load)
     assert profile["window_end_s"] < session["steps"]["last_step_t"], (profile, session["steps"]["last_step_t"])
     assert profile["top_cpu_ops"] and profile["top_cpu_ops"][0]["name"].startswith("aten::")
     hotspots = run.report["evidence"]["hotspots"]
