@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor import metrics
-from gpudoctor.analysis.input_pipeline import DEEPER_PREFETCH, input_stall, worker_plan
+from gpudoctor.analysis.input_pipeline import DEEPER_PREFETCH, worker_plan
+from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Finding
 from gpudoctor.session import LoaderInfo, Session
 from gpudoctor.trials.records import Untried
@@ -142,14 +143,14 @@ class _Planner:
         if loader.iterable:
             return self.skip(f.id, "an IterableDataset decides how it splits across workers: set num_workers in "
                                    "the code, sharding the stream with get_worker_info()")
-        found = input_stall(self.session)
-        if count is None and found is not None:
-            count = worker_plan(self.session, loader, found).recommended
+        found = analyses(self.session).input_stall
+        plan = worker_plan(self.session, loader, found) if found is not None else None
+        if count is None and plan is not None:
+            count = plan.recommended
         explicit = self.request.named.get("workers")
         if explicit is not None:
             count = int(explicit)
         if count is None:
-            plan = worker_plan(self.session, loader, found) if found is not None else None
             why = plan.why_not if plan is not None and plan.why_not else "no worker count would help here"
             return self.skip(f.id, f"{why}; the batches must get cheaper in the code")
         deeper = found is not None and found.stall.kind in ("waiting", "mixed")
