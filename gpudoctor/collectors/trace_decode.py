@@ -138,36 +138,33 @@ class TraceIndex:
     def add(self, events: list[Event]) -> None:
         """Sort a batch of decoded events into the lists (once per chunk: the one per-event loop)."""
         kinds, kind_of, names = self._kinds, self._kind, self._names
-        gpu, api, ops, frames = self.gpu.append, self.api.append, self.ops.append, self.frames.append
+        lists = {GPU_KERNEL: self.gpu, GPU_COPY: self.gpu, GPU_SET: self.gpu, API: self.api, OP: self.ops,
+                 ANNOTATION: self.ops, FRAME: self.frames}
         first, last, count, malformed, position = self.first, self.last, self.events, self.malformed, self._position
         for event in events:
             if event.ph != "X":
                 continue
-            ts, dur = event.ts, event.dur
-            if ts is None or dur is None or dur < 0 or event.name is None:
+            ts, dur, name = event.ts, event.dur, event.name
+            if ts is None or dur is None or dur < 0 or name is None:
                 malformed += 1
                 continue
             count += 1
             category = event.cat
-            kind = kinds[category] if type(category) is str and category in kinds else kind_of(category)
+            kind = kinds.get(category) if type(category) is str else None
+            if kind is None:
+                kind = kind_of(category)
             if kind == TRACE:
                 continue  # the profiler's own span, not activity
-            first = min(first, ts)
-            last = max(last, ts + dur)
+            if ts < first:
+                first = ts
+            if ts + dur > last:
+                last = ts + dur
             if kind == OTHER:
                 continue
             event.kind, event.pos = kind, position
             position += 1
-            name = event.name
-            event.name = names.setdefault(name, name)  # type: ignore[arg-type]  # one copy of each name
-            if kind <= GPU_SET:
-                gpu(event)
-            elif kind == API:
-                api(event)
-            elif kind == FRAME:
-                frames(event)
-            else:
-                ops(event)
+            event.name = names.setdefault(name, name)  # one copy of each name
+            lists[kind].append(event)
         self.first, self.last, self.events, self.malformed, self._position = first, last, count, malformed, position
 
 
@@ -245,25 +242,35 @@ def read_trace(path: str | Path, *, own_window: bool = False) -> TraceIndex:
     return index_events(load_trace(path, own_window=own_window))  # the plain path: its checks and messages
 
 
-def _count_events(path: Path, compressed: bool, own_window: bool) -> None:
-    """Refuse a trace over the byte limit or of more than MAX_TRACE_EVENTS events (``"ph"``
-    keys: an over-estimate) before decoding any. The typed decode materialises no ``args``
-    object and no value it does not read, so its memory follows the events kept."""
-    scale = trace_file.OWN_WINDOW_SCALE if own_window else 1
-    max_bytes, max_events = trace_file.MAX_TRACE_BYTES * scale, trace_file.MAX_TRACE_EVENTS * scale
-    if not compressed and os.stat(path).st_size <= min(max_bytes, max_events * len(b'{"ph":0}')):
-        return  # under the size limit, and too small to hold that many events
+def _count_events(path: Path, own_window: bool) -> None:
+    """Refuse a gzip trace whose content is over the byte limit or holds more than
+    MAX_TRACE_EVENTS events (``"ph"`` keys: an over-estimate) before decoding any: a few
+    MB on disk can inflate to millions of tiny events."""
+    max_bytes, max_events = _limits(own_window)
     size, events, tail = 0, 0, b""
-    with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
+    with gzip.open(path, "rb") as fh:
         while block := fh.read(CHUNK_BYTES):
             size += len(block)
             events += (tail + block[:3]).count(b'"ph"') + block.count(b'"ph"')
             tail = block[-3:]
             if size > max_bytes:
-                raise InputTooLarge(f"larger than {max_bytes >> 20} MiB: not a profiler trace gpudoctor can read")
+                raise _too_many_bytes(max_bytes)
             if events > max_events:
-                raise InputTooLarge(f"more than {max_events:,} events (JSON objects): far more than a profiler "
-                                    "trace holds; refused rather than filling memory")
+                raise _too_many_events(max_events)
+
+
+def _limits(own_window: bool) -> tuple[int, int]:
+    scale = trace_file.OWN_WINDOW_SCALE if own_window else 1
+    return trace_file.MAX_TRACE_BYTES * scale, trace_file.MAX_TRACE_EVENTS * scale
+
+
+def _too_many_bytes(max_bytes: int) -> InputTooLarge:
+    return InputTooLarge(f"larger than {max_bytes >> 20} MiB: not a profiler trace gpudoctor can read")
+
+
+def _too_many_events(max_events: int) -> InputTooLarge:
+    return InputTooLarge(f"more than {max_events:,} events (JSON objects): far more than a profiler "
+                         "trace holds; refused rather than filling memory")
 
 
 def _blocks(fh: Any) -> Iterator[bytes]:
@@ -272,51 +279,74 @@ def _blocks(fh: Any) -> Iterator[bytes]:
 
 
 def _streamed(path: Path, compressed: bool, own_window: bool) -> TraceIndex:
-    _count_events(path, compressed, own_window)
+    """The events chunk by chunk. A plain file is refused by its size before anything is
+    read and by its event count as it is decoded (each decoded event is a small struct:
+    the memory stays bounded by the limit); gzip input is counted first (see _count_events)."""
+    max_bytes, max_events = _limits(own_window)
+    if compressed:
+        _count_events(path, own_window)
+    elif os.stat(path).st_size > max_bytes:
+        raise _too_many_bytes(max_bytes)
     index = TraceIndex()
     chunk_decoder = msgspec.json.Decoder(list[Event])
     with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
         blocks = _blocks(fh)
-        head, buffer = _head(blocks)
+        head, rest = _head(blocks)
+        buffer = bytearray(b"[") + rest  # "[" then the events not yet decoded
+        decoded = 0
         for block in blocks:
             buffer += block
-            cut = _decode_whole_events(buffer, chunk_decoder, index)
-            del buffer[:cut]
+            cut, count = _decode_whole_events(buffer, chunk_decoder, index)
+            del buffer[1:cut]
+            decoded += count
+            if decoded > max_events:
+                raise _too_many_events(max_events)
     if b'"traceEvents"' in buffer:
         raise _Unstreamable("a second traceEvents key")
     try:
-        meta = msgspec.json.decode(head + b"[" + bytes(buffer), type=_Meta)
+        meta = msgspec.json.decode(head + bytes(buffer), type=_Meta)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise _Unstreamable(f"end: {exc}") from None
+    if decoded + len(meta.traceEvents or []) > max_events:
+        raise _too_many_events(max_events)
     index.add(meta.traceEvents or [])
     index.meta = {k: getattr(meta, k) for k in ("host_name", "cuda_runtime_version", "deviceProperties")
                   if getattr(meta, k) is not None}
     return index
 
 
-def _decode_whole_events(buffer: bytearray, decoder: msgspec.json.Decoder, index: TraceIndex) -> int:
-    """Decode the events `buffer` holds whole into `index`; how many bytes that consumed.
+def _decode_whole_events(buffer: bytearray, decoder: msgspec.json.Decoder, index: TraceIndex) -> tuple[int, int]:
+    """Decode the events `buffer` holds whole (after its leading ``[``) into `index`; (where
+    the first event not decoded starts, how many were decoded).
 
     A cut is a ``}`` then ``,`` and the ``{`` of the next event (whitespace between): kernel
     names such as ``{lambda(float)#1}, std::array`` hold the first two. When a string
-    fools even that, the chunk does not decode and the previous candidate is tried."""
+    fools even that, the chunk does not decode and the previous candidate is tried. The
+    chunk is decoded in place: its ``,`` is made the array's ``]`` for the decode (no copy)."""
     end = len(buffer)
     for _ in range(MAX_CUT_TRIES):
-        cut = buffer.rfind(b"},", 0, end)
+        cut = buffer.rfind(b"},", 1, end)
         if cut < 0:
-            return 0
+            return 1, 0
         end = cut
         after = _NEXT_EVENT.match(buffer, cut + 2)
         if after is None:
             continue
+        buffer[cut + 1] = 0x5D  # "]"
+        view = memoryview(buffer)
+        chunk = view[: cut + 2]
         try:
-            events = decoder.decode(b"[" + bytes(buffer[: cut + 1]) + b"]")
+            events = decoder.decode(chunk)
         except msgspec.ValidationError as exc:
             raise _Unstreamable(f"chunk: {exc}") from None
         except msgspec.DecodeError:
             continue
+        finally:
+            chunk.release()
+            view.release()
+            buffer[cut + 1] = 0x2C  # ","
         index.add(events)
-        return after.end() - 1
+        return after.end() - 1, len(events)
     raise _Unstreamable("no place to cut the event array")
 
 

@@ -1,0 +1,101 @@
+"""The streamed, typed decode (trace_decode) gives what the plain json.loads path gives,
+whatever the chunk boundaries, and refuses oversized input while it reads."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.bounded import InputTooLarge
+from gpudoctor.collectors import trace_decode, trace_file
+from gpudoctor.collectors.trace_decode import index_events, read_trace
+from gpudoctor.collectors.trace_file import load_trace
+
+
+def _events(n: int) -> list[dict]:
+    """Events whose strings hold what a naive cut would take for event boundaries."""
+    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}}]
+    for i in range(n):
+        ts = 100.0 + i * 10
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": ts, "dur": 8,
+                       "args": {"External id": i + 1, "Input Dims": [[4, 4], [4, 4]]}})
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2,
+                       "ts": ts + 1, "dur": 3, "args": {"correlation": 1000 + i, "External id": i + 1}})
+        name = "void f<{lambda(float)#1}, std::array<char*, 1>>(int) }, {" if i % 3 == 0 else f"gemm_{i % 5}"
+        events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts + 4, "dur": 2.5,
+                       "args": {"correlation": 1000 + i, "device": 0, "stream": 7, "grid": [1, 1, 1]}})
+        events.append({"ph": "f", "id": 1000 + i, "pid": 0, "tid": 7, "ts": ts + 4, "cat": "ac2g", "name": "ac2g"})
+    events.append({"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": 1, "tid": 2, "ts": 50, "dur": 1e6})
+    return events
+
+
+def _rows(index: trace_decode.TraceIndex) -> list[tuple]:
+    return [(e.kind, e.pos, e.name, e.ts, e.dur, e.pid, e.tid, e.correlation, e.external_id, e.device, e.stream)
+            for e in [*index.gpu, *index.api, *index.ops, *index.frames]]
+
+
+def _write(path: Path, data: dict, *, indent: int | None = None, compress: bool = False) -> Path:
+    text = json.dumps(data, indent=indent).encode()
+    path.write_bytes(gzip.compress(text) if compress else text)
+    return path
+
+
+@pytest.mark.parametrize("chunk", [64, 257, 4096, 1 << 20])
+@pytest.mark.parametrize("layout", ["compact", "indented", "gzip", "meta_after"])
+def test_streamed_decode_equals_the_plain_path(tmp_path: Path, monkeypatch, chunk: int, layout: str) -> None:
+    data: dict = {"schemaVersion": 1, "traceEvents": _events(60)}
+    if layout == "meta_after":
+        data = {"traceEvents": data["traceEvents"], "host_name": "node-7", "cuda_runtime_version": 12040}
+    path = _write(tmp_path / "t.json", data, indent=1 if layout == "indented" else None, compress=layout == "gzip")
+    monkeypatch.setattr(trace_decode, "CHUNK_BYTES", chunk)
+    streamed = read_trace(path)
+    plain = index_events(load_trace(path))
+    assert _rows(streamed) == _rows(plain)
+    assert (streamed.events, streamed.malformed, streamed.first, streamed.last) == \
+        (plain.events, plain.malformed, plain.first, plain.last) == (181, 0, 100.0, 100.0 + 59 * 10 + 8)
+    assert len(streamed.gpu) == len(streamed.api) == len(streamed.ops) == 60
+    if layout == "meta_after":
+        assert streamed.meta == {"host_name": "node-7", "cuda_runtime_version": 12040}
+
+
+def test_a_cut_inside_a_string_is_not_taken(tmp_path: Path, monkeypatch) -> None:
+    """Chunks ending inside a kernel name that holds '}, {' decode at the previous real cut."""
+    events = _events(40)
+    path = _write(tmp_path / "t.json", {"traceEvents": events})
+    for chunk in range(40, 400, 23):
+        monkeypatch.setattr(trace_decode, "CHUNK_BYTES", chunk)
+        index = read_trace(path)
+        assert [e.name for e in index.gpu] == [e["name"] for e in events if e.get("cat") == "kernel"]
+
+
+def test_a_plain_file_with_too_many_events_is_refused_as_it_is_read(tmp_path: Path, monkeypatch) -> None:
+    path = _write(tmp_path / "t.json", {"traceEvents": _events(200)})  # 802 events
+    monkeypatch.setattr(trace_decode, "CHUNK_BYTES", 1024)
+    monkeypatch.setattr(trace_file, "MAX_TRACE_EVENTS", 500)
+    with pytest.raises(InputTooLarge, match="more than 500 events"):
+        trace_decode._streamed(path, False, False)
+    monkeypatch.setattr(trace_file, "MAX_TRACE_EVENTS", 802)
+    assert read_trace(path).events == 601  # complete events: 3 per step and the profiler's span
+
+
+def test_a_gzip_file_with_too_many_events_is_refused_before_decoding(tmp_path: Path, monkeypatch) -> None:
+    path = _write(tmp_path / "t.json.gz", {"traceEvents": _events(200)}, compress=True)
+    monkeypatch.setattr(trace_file, "MAX_TRACE_EVENTS", 500)
+
+    def no_decode(*args, **kwargs):
+        raise AssertionError("decoded before counting")
+
+    monkeypatch.setattr(trace_decode, "_decode_whole_events", no_decode)
+    with pytest.raises(InputTooLarge, match="more than 500 events"):
+        trace_decode._streamed(path, True, False)
+
+
+def test_a_plain_file_over_the_byte_limit_is_refused_unread(tmp_path: Path, monkeypatch) -> None:
+    path = _write(tmp_path / "t.json", {"traceEvents": _events(20)})
+    monkeypatch.setattr(trace_file, "MAX_TRACE_BYTES", 4 << 10)  # 4 KiB: the file is about 7
+    with pytest.raises(InputTooLarge, match="larger than 0 MiB"):
+        trace_decode._streamed(path, False, own_window=False)
+    assert read_trace(path, own_window=True).events == 61  # the agent's own window: three times the limit
