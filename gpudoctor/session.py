@@ -263,6 +263,7 @@ class ReplaySummary:
     """What the replay of the profiled window predicts (see gpudoctor/replay)."""
 
     steps: int = 0  # steps the window covers (0: unknown)
+    scope: str = ""  # "": the whole window; else the part of a long window replayed (replay.window)
     measured_span_us: float = 0.0  # the trace's window as recorded
     baseline_span_us: float | None = None  # the model replayed as measured (after calibration)
     baseline_gpu_busy_us: float | None = None

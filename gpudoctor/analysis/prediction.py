@@ -125,6 +125,8 @@ def predict(session: Session, scenario: str, *, host_side: bool, rule_gain: floa
         method = "replay"
         steps = f"{replay.steps} steps" if replay.steps else "the window"
         detail = f"replay of the profiled window ({steps}; {replay.calibration})"
+        if replay.scope:
+            detail += f"; replayed: {replay.scope}"
         scenario_row = next(s for s in replay.scenarios if s.name == scenario)
         if scenario_row.detail:
             detail += f"; {scenario_row.detail}"

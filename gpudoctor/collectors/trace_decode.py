@@ -122,6 +122,7 @@ class TraceIndex:
         self.ops: list[Event] = []  # operators and record_function ranges
         self.frames: list[Event] = []  # Python functions
         self.meta: dict[str, Any] = {}
+        self.part: tuple[int, str] | None = None  # a long window's part to replay: (its steps, what part)
         self._position = 0
         self._names: dict[str, str] = {}
         self._kinds: dict[Any, int] = dict(_CATEGORY_KINDS)

@@ -84,7 +84,7 @@ def session_from_trace(path: str | Path, steps: int = 0) -> Session:
     path = Path(path)
     if path.is_dir() and rank_traces(path):
         return session_from_trace_dir(path, steps)
-    profile, meta, pids = _summarize_file(path, steps)
+    profile, meta, pids = _summarize_file(path, steps, parallel=True)
     session = _session(profile, meta, pids)
     session.notes.append(f"built by `gpudoctor analyze` from the profiler trace {path.name}")
     return session
@@ -141,17 +141,23 @@ def _summarize_file_quietly(path: Path, steps: int) -> tuple[ProfileSummary, dic
         return f"{exc.code} {exc}"
 
 
-def _summarize_file(path: Path, steps: int) -> tuple[ProfileSummary, dict[str, Any], list[int]]:
-    """(ProfileSummary with its replay, the trace's metadata, the pids that ran operators)."""
+def _summarize_file(path: Path, steps: int, *, parallel: bool = False) -> tuple[ProfileSummary, dict[str, Any],
+                                                                               list[int]]:
+    """(ProfileSummary with its replay, the trace's metadata, the pids that ran operators).
+
+    `parallel`: a long trace's replay may run in a forked process beside the statistics
+    (replay.background); directories are analysed a process per trace instead."""
     from gpudoctor.collectors.trace import TraceError, summarize_trace
     from gpudoctor.collectors.trace_decode import gc_paused, read_trace
-    from gpudoctor.replay import replay_or_error
+    from gpudoctor.replay import background
+    from gpudoctor.replay.window import profiler_steps
 
     try:
         with gc_paused():
             data = read_trace(path)
+            replay = background.start(data, steps if steps > 0 else profiler_steps(data), parallel=parallel)
             profile = summarize_trace(data, steps=steps)
-            profile.replay = replay_or_error(data, profile.steps)
+            profile.replay = replay()
     except TraceError as exc:
         message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
         raise GpudoctorError(message, exitcodes.NOT_FOUND if exc.not_found else exitcodes.BAD_DATA) from None

@@ -75,12 +75,16 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
     `unprofiled_step_us` and `unprofiled_wait_us` (mean step time and data wait per step
     outside the window) calibrate the replay when the run measured them.
     """
+    from gpudoctor.collectors.trace_decode import index_events
+    from gpudoctor.replay.window import latest_stretch
+
     began = time.perf_counter()
-    timeline = build(events)
+    index, steps, scope = latest_stretch(index_events(events), steps)
+    timeline = build(index)
     if timeline is None:
         return None
     if len(timeline.items) + len(timeline.ops) > MAX_ITEMS:
-        return ReplaySummary(steps=steps, measured_span_us=round(timeline.measured_span_us, 3),
+        return ReplaySummary(steps=steps, scope=scope, measured_span_us=round(timeline.measured_span_us, 3),
                              error=f"the window holds {len(timeline.items) + len(timeline.ops):,} host items and "
                                    "GPU operations: too many to replay")
     scale, data_scale, calibration = _calibrate(timeline, steps, unprofiled_step_us, unprofiled_wait_us)
@@ -88,6 +92,7 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
     base = run(timeline, measured)
     summary = ReplaySummary(
         steps=steps,
+        scope=scope,
         measured_span_us=round(timeline.measured_span_us, 3),
         baseline_span_us=round(base.span_us, 3),
         baseline_gpu_busy_us=round(base.gpu_busy_us, 3),

@@ -37,6 +37,15 @@ def test_replay_gain_with_the_step_times_it_implies():
     assert p is not None and p.method == "replay" and p.gain == pytest.approx(2.5)
     assert p.step_time_s == pytest.approx(0.010) and p.predicted_step_time_s == pytest.approx(0.004)
     assert "replay of the profiled window (10 steps" in p.detail
+    assert "replayed:" not in p.detail  # the whole window
+
+
+def test_a_long_window_replayed_in_part_says_which_part():
+    profile = replay(data=40.0)
+    profile.replay.scope = "the last 10 of 80 steps (90.0 of 700.0 ms), 150,000 of 1,000,000 events"  # type: ignore[union-attr]
+    p = predict(make_session(steps=make_steps(50, 0.010), profile=profile), "data", host_side=True)
+    assert p is not None and p.gain == pytest.approx(2.5)
+    assert "; replayed: the last 10 of 80 steps (90.0 of 700.0 ms), 150,000 of 1,000,000 events" in p.detail
 
 
 def test_a_host_side_fix_cannot_beat_what_the_gpu_allows():

@@ -1,0 +1,87 @@
+"""The part of a long profiled window that the replay models.
+
+A replay walks every host item and GPU operation, once per what-if: its cost grows with
+the window while its answer, the ratio of a step's time with and without a cause, does
+not (a window repeats its steps). A window of more than REPLAY_MAX_EVENTS events is
+replayed over its latest stretch of at most that many, begun at a step boundary where one
+falls inside it (see _boundaries): a stretch cut inside a step would begin with GPU work
+whose launches it lacks. Every committed recorded window (at most 137,000 events) is
+replayed whole; the part replayed is named in ReplaySummary.scope and the predictions.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpudoctor.collectors.trace_decode import TraceIndex
+
+REPLAY_MAX_EVENTS = 150_000
+SAMPLE = 8
+STEP_PREFIX = "ProfilerStep#"
+OPTIMIZER_PREFIX = "Optimizer.step#"  # torch.optim's record_function around step()
+LOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
+
+
+def latest_stretch(index: TraceIndex, steps: int, budget: int = REPLAY_MAX_EVENTS) -> tuple[TraceIndex, int, str]:
+    """(the events to replay, the steps they cover, "" or what part of the window that is)."""
+    if index.part is not None:  # already the part to replay
+        return index, *index.part
+    groups = (index.gpu, index.api, index.ops, index.frames)
+    total = sum(len(group) for group in groups)
+    if total <= budget:
+        return index, steps, ""
+    # the budget-th latest start, estimated from every SAMPLE-th event: the cut moves to a step boundary next
+    starts: list[float] = sorted((e.ts for group in groups for e in group[::SAMPLE]), reverse=True)  # type: ignore[misc]
+    cut = starts[min(len(starts) - 1, budget // SAMPLE)]
+    kind, marks = _boundaries(index)
+    later = sorted(ts for ts in marks if ts >= cut)
+    inside = len(later) - 1 if kind == "optimizer steps" else len(later)  # an end at the cut closes a step before it
+    first: float = index.first
+    last: float = index.last
+    if inside > 0:
+        cut = later[0]
+    share = (last - cut) / (last - first) if last > first else 1.0
+    span = f"{(last - cut) / 1e3:,.1f} of {(last - first) / 1e3:,.1f} ms"
+    if inside > 0 and kind == "steps":
+        kept_steps, what = inside, f"the last {inside} of {len(marks)} steps ({span})"
+    elif inside > 0:
+        kept_steps = max(1, round(steps * inside / len(marks))) if steps else 0
+        what = f"the last {inside} {kind} ({span})"
+    else:
+        kept_steps, what = (max(1, round(steps * share)) if steps else 0), f"the last {span}"
+    part = TraceIndex()
+    part.gpu, part.api, part.ops, part.frames = ([e for e in group if e.ts >= cut] for group in groups)  # type: ignore[operator]
+    part.events = sum(len(group) for group in (part.gpu, part.api, part.ops, part.frames))
+    part.first, part.last, part.meta = cut, last, index.meta
+    part.part = (kept_steps, f"{what}, {part.events:,} of {total:,} events: a long window is replayed in part")
+    return part, *part.part
+
+
+def _boundaries(index: TraceIndex) -> tuple[str, list[float]]:
+    """Where steps begin, by the best marks the trace holds: ``ProfilerStep#N`` starts, else
+    the ends of ``optimizer.step()`` (a training step ends with it), else the starts of
+    DataLoader ``__next__`` calls (an inference loop fetches its next batch)."""
+    steps: dict[str, float] = {}
+    optimizer: list[float] = []
+    loader: list[float] = []
+    names = {e.name for e in index.ops}  # a few hundred distinct names: test those, not every event
+    marks = {n for n in names if n.startswith((STEP_PREFIX, OPTIMIZER_PREFIX)) or LOADER.match(n)}  # type: ignore[union-attr,arg-type]
+    for event in (e for e in index.ops if e.name in marks):
+        name: str = event.name  # type: ignore[assignment]
+        ts: float = event.ts  # type: ignore[assignment]  # indexed events have their times
+        if name.startswith(STEP_PREFIX):
+            steps[name] = min(ts, steps.get(name, ts))
+        elif name.startswith(OPTIMIZER_PREFIX):
+            optimizer.append(ts + event.dur)  # type: ignore[operator]
+        else:
+            loader.append(ts)
+    if steps:
+        return "steps", list(steps.values())
+    if optimizer:
+        return "optimizer steps", optimizer
+    return "batches", loader
+
+
+def profiler_steps(index: TraceIndex) -> int:
+    """The steps a trace's ``ProfilerStep#N`` ranges mark (what the statistics count)."""
+    return len({e.name for e in index.ops if e.name.startswith(STEP_PREFIX)})  # type: ignore[union-attr]
