@@ -20,6 +20,7 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -74,17 +75,18 @@ def register(sub: Any) -> None:
 
 
 
-def session_from_trace(path: str | Path, steps: int = 0) -> Session:
+def session_from_trace(path: str | Path, steps: int = 0, *, meanwhile: Callable[[], None] | None = None) -> Session:
     """A Session (source="analyze") holding the trace's ProfileSummary and what its metadata says.
 
     `path` may be a directory of traces, one per rank (torch.profiler.tensorboard_trace_handler
     writes ``*.pt.trace.json[.gz]``): see session_from_trace_dir.
     Raises GpudoctorError (NOT_FOUND or BAD_DATA) for input that is not a readable trace.
+    `meanwhile` is called once the statistics are done, while the replay may still run beside.
     """
     path = Path(path)
     if path.is_dir() and rank_traces(path):
         return session_from_trace_dir(path, steps)
-    profile, meta, pids = _summarize_file(path, steps, parallel=True)
+    profile, meta, pids = _summarize_file(path, steps, parallel=True, meanwhile=meanwhile)
     session = _session(profile, meta, pids)
     session.notes.append(f"built by `gpudoctor analyze` from the profiler trace {path.name}")
     return session
@@ -141,8 +143,8 @@ def _summarize_file_quietly(path: Path, steps: int) -> tuple[ProfileSummary, dic
         return f"{exc.code} {exc}"
 
 
-def _summarize_file(path: Path, steps: int, *, parallel: bool = False) -> tuple[ProfileSummary, dict[str, Any],
-                                                                               list[int]]:
+def _summarize_file(path: Path, steps: int, *, parallel: bool = False,
+                    meanwhile: Callable[[], None] | None = None) -> tuple[ProfileSummary, dict[str, Any], list[int]]:
     """(ProfileSummary with its replay, the trace's metadata, the pids that ran operators).
 
     `parallel`: a long trace's replay may run in a forked process beside the statistics
@@ -157,6 +159,8 @@ def _summarize_file(path: Path, steps: int, *, parallel: bool = False) -> tuple[
             data = read_trace(path)
             replay = background.start(data, steps if steps > 0 else profiler_steps(data), parallel=parallel)
             profile = summarize_trace(data, steps=steps)
+            if meanwhile is not None:
+                meanwhile()
             profile.replay = replay()
     except TraceError as exc:
         message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
@@ -213,6 +217,19 @@ def trace_stem(path: Path) -> str:
     return name
 
 
+def _prepare(formats: list[str]) -> None:
+    """Import what judging and the report need (matplotlib for the HTML's charts above all)
+    while a long trace's replay finishes in its own process: that time is otherwise waited."""
+    import gpudoctor.engine
+    import gpudoctor.report  # noqa: F401
+    from gpudoctor.registry import load_checks
+    from gpudoctor.reports import renderer
+
+    load_checks()
+    for fmt in formats or ["html", "json"]:
+        renderer(fmt)
+
+
 def run(args: argparse.Namespace) -> int:
     from gpudoctor.commands.report import judge, split_ids
     from gpudoctor.model import severity_rank
@@ -227,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
         other = next(f for f in formats if f not in ("json", "terminal"))
         raise GpudoctorError(f"--json - prints the JSON report on stdout; --format {other} needs --out",
                              exitcodes.USAGE)
-    session = session_from_trace(path, steps=args.steps)
+    session = session_from_trace(path, steps=args.steps, meanwhile=lambda: _prepare(formats))
     report = judge(session, split_ids(args.ignore))
     if to_stdout:
         text = render(report, "json")
