@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -33,6 +32,7 @@ from gpudoctor.session import Environment, GpuInfo, ProcessInfo, ProfileSummary,
 log = logging.getLogger(__name__)
 
 FORMAT_CHOICES = ("html", "json", "markdown", "junit", "terminal")
+LONG_TRACE_BYTES = 32 << 20  # decoding takes over a tenth of a second: the HTML renderer starts beside
 RANK_TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")  # torch.profiler.tensorboard_trace_handler's names
 # what a profiler trace cannot tell; the checks needing these facts are skipped with this reason
 NOT_IN_TRACE = {
@@ -102,6 +102,8 @@ def session_from_trace_dir(directory: Path, steps: int = 0) -> Session:
     the first trace (by name: rank 0 with the handler's names) is the primary window the
     checks judge; every trace is a window of its own in `profiles`, named after its file."""
     paths = rank_traces(directory)
+    from gpudoctor.forking import usable_cores
+
     workers = min(len(paths), usable_cores())
     if workers > 1:
         from concurrent.futures import ProcessPoolExecutor
@@ -126,13 +128,6 @@ def session_from_trace_dir(directory: Path, steps: int = 0) -> Session:
                          f"({', '.join(p.name for p in paths[:8])}{', ...' if len(paths) > 8 else ''}); "
                          f"the checks judge {paths[0].name}, every trace is shown")
     return session
-
-
-def usable_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def _summarize_file_quietly(path: Path, steps: int) -> tuple[ProfileSummary, dict[str, Any], list[int]] | str:
@@ -217,17 +212,27 @@ def trace_stem(path: Path) -> str:
     return name
 
 
-def _prepare(formats: list[str]) -> None:
-    """Import what judging and the report need (matplotlib for the HTML's charts above all)
-    while a long trace's replay finishes in its own process: that time is otherwise waited."""
+def _prepare(formats: list[str], done: tuple[str, ...]) -> None:
+    """Import what judging and the report need (matplotlib for the HTML's charts above all;
+    not the formats in `done`, made ready elsewhere) while a long trace's replay finishes in
+    its own process: that time is otherwise waited."""
     import gpudoctor.engine
     import gpudoctor.report  # noqa: F401
     from gpudoctor.registry import load_checks
     from gpudoctor.reports import renderer
 
     load_checks()
-    for fmt in formats or ["html", "json"]:
-        renderer(fmt)
+    for fmt in formats:
+        if fmt not in done:
+            renderer(fmt)
+
+
+def _long_trace(path: Path) -> bool:
+    """A trace whose decode outlasts the HTML renderer's imports (and no fixture of the tests)."""
+    try:
+        return path.is_file() and path.stat().st_size >= LONG_TRACE_BYTES
+    except OSError:
+        return False
 
 
 def run(args: argparse.Namespace) -> int:
@@ -235,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
     from gpudoctor.model import severity_rank
     from gpudoctor.output import plan_outputs, write_outputs
     from gpudoctor.reports import render, terminal
+    from gpudoctor.reports.worker import RenderWorker
 
     path = Path(args.trace)
     formats = list(dict.fromkeys(args.formats or []))
@@ -244,27 +250,32 @@ def run(args: argparse.Namespace) -> int:
         other = next(f for f in formats if f not in ("json", "terminal"))
         raise GpudoctorError(f"--json - prints the JSON report on stdout; --format {other} needs --out",
                              exitcodes.USAGE)
-    session = session_from_trace(path, steps=args.steps, meanwhile=lambda: _prepare(formats))
-    report = judge(session, split_ids(args.ignore))
-    if to_stdout:
-        text = render(report, "json")
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    if not args.out and (to_stdout or (len(formats) == 1 and not args.json_path)):
-        if not to_stdout:  # one format asked for, no --out: it is the output (pipe it, redirect it)
-            if formats[0] == "terminal":
-                terminal.show_summary(report, sys.stdout)
-            else:
-                sys.stdout.write(render(report, formats[0], fail_on=args.fail_on))
-        elif not args.quiet:
-            terminal.show_summary(report, sys.stderr)
-    else:
-        file_formats = [f for f in formats if f != "terminal"] or ["html", "json"]
-        paths = plan_outputs(args.out, trace_stem(path), datetime.now(), file_formats, force=args.force,
-                             json_path=None if to_stdout else args.json_path, trace=False)
-        written = write_outputs(paths, report, session.to_dict(), fail_on=args.fail_on)
-        report = written.report
-        if not args.quiet:  # the human summary: stderr, so stdout stays clean for scripts
-            terminal.show_summary(report, sys.stderr, written={k: str(p) for k, p in written.files.items()})
+    to_files = bool(args.out) or not (to_stdout or (len(formats) == 1 and not args.json_path))
+    file_formats = [f for f in formats if f != "terminal"] or ["html", "json"]
+    html = "html" in file_formats if to_files else formats == ["html"]
+    # a long trace: the HTML's renderer (matplotlib) is imported in a process of its own meanwhile
+    with RenderWorker.start(("html",) if html and _long_trace(path) else (), args.fail_on) as worker:
+        session = session_from_trace(path, steps=args.steps,
+                                     meanwhile=lambda: _prepare(file_formats, done=worker.formats))
+        report = judge(session, split_ids(args.ignore))
+        if to_stdout:
+            text = render(report, "json")
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        if not to_files:
+            if not to_stdout:  # one format asked for, no --out: it is the output (pipe it, redirect it)
+                if formats[0] == "terminal":
+                    terminal.show_summary(report, sys.stdout)
+                else:
+                    sys.stdout.write(worker.render(report, formats[0]))
+            elif not args.quiet:
+                terminal.show_summary(report, sys.stderr)
+        else:
+            paths = plan_outputs(args.out, trace_stem(path), datetime.now(), file_formats, force=args.force,
+                                 json_path=None if to_stdout else args.json_path, trace=False)
+            written = write_outputs(paths, report, session.to_dict(), fail_on=args.fail_on, render=worker.render)
+            report = written.report
+            if not args.quiet:  # the human summary: stderr, so stdout stays clean for scripts
+                terminal.show_summary(report, sys.stderr, written={k: str(p) for k, p in written.files.items()})
     threshold = severity_rank(args.fail_on) if args.fail_on else None
     if threshold is not None and any(severity_rank(f["severity"]) >= threshold for f in report["findings"]):
         return exitcodes.FAIL_ON

@@ -12,11 +12,10 @@ this process when its result is asked for: the same code on the same events, the
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
+from gpudoctor import forking
 from gpudoctor.collectors.trace_decode import TraceIndex
 from gpudoctor.replay.scenarios import replay_or_error
 from gpudoctor.replay.window import latest_stretch
@@ -30,19 +29,12 @@ PARALLEL_MIN_EVENTS = 150_000  # smaller traces replay in half a second or less:
 def start(index: TraceIndex, steps: int, *, parallel: bool = True) -> Callable[[], ReplaySummary | None]:
     """Begin replaying `index` (covering `steps` steps); call the result for the ReplaySummary."""
     events = len(index.gpu) + len(index.api) + len(index.ops) + len(index.frames)
-    if not parallel or events < PARALLEL_MIN_EVENTS or not _spare_core() or not hasattr(os, "fork"):
+    if not parallel or events < PARALLEL_MIN_EVENTS or not forking.spare_core():
         return lambda: replay_or_error(index, steps)
     part = latest_stretch(index, steps)[0]  # chosen here: the child touches only the events it replays
     try:
-        import multiprocessing
-
-        context = multiprocessing.get_context("fork")
-        receive, send = context.Pipe(duplex=False)
-        for stream in (sys.stdout, sys.stderr):  # nothing buffered here may be written twice
-            stream.flush()
-        child = context.Process(target=_replay_and_send, args=(part, steps, send), daemon=True,
-                                name="gpudoctor-replay")
-        child.start()
+        receive, send = forking.pipe(duplex=False)
+        child = forking.start_child(_replay_and_send, (part, steps, send), "gpudoctor-replay")
     except (OSError, ValueError) as exc:
         log.debug("replay in this process: %s", exc)
         return lambda: replay_or_error(part, steps)
@@ -68,9 +60,3 @@ def _replay_and_send(part: TraceIndex, steps: int, send: Any) -> None:
     send.send(replay_or_error(part, steps))
     send.close()
 
-
-def _spare_core() -> bool:
-    try:
-        return len(os.sched_getaffinity(0)) > 1
-    except (AttributeError, OSError):
-        return (os.cpu_count() or 1) > 1

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor import exitcodes, forking
 from gpudoctor.cli import main
-from gpudoctor.commands import analyze
 from gpudoctor.commands.analyze import session_from_trace
 
 pytestmark = pytest.mark.integration  # worker processes / the CLI in a subprocess
@@ -42,7 +41,7 @@ def test_every_rank_is_analysed_with_its_own_numbers(rank_dir: Path) -> None:
 
 def test_the_same_numbers_in_one_process(rank_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     parallel = session_from_trace(rank_dir)
-    monkeypatch.setattr(analyze, "usable_cores", lambda: 1)
+    monkeypatch.setattr(forking, "usable_cores", lambda: 1)
     serial = session_from_trace(rank_dir)
     both = [serial.to_dict()["profiles"], parallel.to_dict()["profiles"]]
     for profiles in both:

@@ -26,7 +26,7 @@ def _same(a, b) -> None:
 def test_a_forked_replay_equals_the_replay_in_process(monkeypatch) -> None:
     index = read_trace(WINDOWS / "item_per_layer.trace.json.gz")
     monkeypatch.setattr(background, "PARALLEL_MIN_EVENTS", 0)
-    monkeypatch.setattr(background, "_spare_core", lambda: True)
+    monkeypatch.setattr(background.forking, "spare_core", lambda: True)
     forked = background.start(index, 5)()
     assert forked is not None and forked.error is None and forked.scenarios
     _same(forked, replay_or_error(index, 5))
@@ -36,7 +36,7 @@ def test_a_forked_replay_equals_the_replay_in_process(monkeypatch) -> None:
 def test_a_replay_whose_process_dies_says_so(monkeypatch) -> None:
     index = read_trace(WINDOWS / "fp32_matmul.trace.json.gz")
     monkeypatch.setattr(background, "PARALLEL_MIN_EVENTS", 0)
-    monkeypatch.setattr(background, "_spare_core", lambda: True)
+    monkeypatch.setattr(background.forking, "spare_core", lambda: True)
     monkeypatch.setattr(background, "_replay_and_send", lambda *args: __import__("os")._exit(3))
     summary = background.start(index, 2)()
     assert summary is not None and summary.error is not None and "exit code 3" in summary.error
@@ -44,7 +44,7 @@ def test_a_replay_whose_process_dies_says_so(monkeypatch) -> None:
 
 def test_small_traces_and_single_cores_replay_in_this_process(monkeypatch) -> None:
     index = read_trace(WINDOWS / "fp32_matmul.trace.json.gz")
-    monkeypatch.setattr(background, "_spare_core", lambda: False)
+    monkeypatch.setattr(background.forking, "spare_core", lambda: False)
     monkeypatch.setattr(background, "PARALLEL_MIN_EVENTS", 0)
     summary = background.start(index, 2)()  # a fork here would fail: tests without the marker may not fork
     assert summary is not None and summary.error is None
