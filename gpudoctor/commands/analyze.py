@@ -154,15 +154,17 @@ def _summarize_file(path: Path, steps: int, *, parallel: bool = False,
             data = read_trace(path)
             replay = background.start(data, steps if steps > 0 else profiler_steps(data), parallel=parallel)
             profile = summarize_trace(data, steps=steps)
+            meta, pids = data.meta, _process_ids(data)
             if meanwhile is not None:
                 meanwhile()
+            del data  # freeing a million events takes a while: better while the replay runs beside
             profile.replay = replay()
     except TraceError as exc:
         message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
         raise GpudoctorError(message, exitcodes.NOT_FOUND if exc.not_found else exitcodes.BAD_DATA) from None
     except MemoryError:
         raise GpudoctorError(f"{path}: too large to load in memory; profile fewer steps", exitcodes.BAD_DATA) from None
-    return profile, data.meta, _process_ids(data)
+    return profile, meta, pids
 
 
 def _session(profile: ProfileSummary, meta: dict[str, Any], pids: list[int]) -> Session:
