@@ -26,7 +26,7 @@ import re
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -52,6 +52,12 @@ MAX_CUT_TRIES = 16
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
+# the Chrome trace format's event phases: decoded as these very objects (no string per event);
+# any other value does not decode, and the trace is read the plain way
+Phase = Literal["X", "B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "N", "O", "D", "M", "V", "v", "R",
+                "c", "(", ")"]
+
+
 class Args(msgspec.Struct, gc=False):
     """The ``args`` fields read; UNSET tells an absent key from a null one."""
 
@@ -67,7 +73,7 @@ class Event(msgspec.Struct, gc=False):
     or not a number); ``name`` a string or None. ``kind`` and ``pos`` are set when indexed
     (their JSON names cannot occur in a trace: never decoded)."""
 
-    ph: Any = None
+    ph: Phase | None = None
     cat: Any = ""
     name: str | None = None
     ts: float | None = None
@@ -164,7 +170,10 @@ class TraceIndex:
                 continue
             event.kind, event.pos = kind, position
             position += 1
-            event.name = names.setdefault(name, name)  # one copy of each name
+            # one copy of each name and category: a string per event adds up
+            event.name = names.setdefault(name, name)
+            if type(category) is str:
+                event.cat = names.setdefault(category, category)
             lists[kind].append(event)
         self.first, self.last, self.events, self.malformed, self._position = first, last, count, malformed, position
 

@@ -99,3 +99,15 @@ def test_a_plain_file_over_the_byte_limit_is_refused_unread(tmp_path: Path, monk
     with pytest.raises(InputTooLarge, match="larger than 0 MiB"):
         trace_decode._streamed(path, False, own_window=False)
     assert read_trace(path, own_window=True).events == 61  # the agent's own window: three times the limit
+
+
+def test_an_unknown_phase_is_read_the_plain_way(tmp_path: Path) -> None:
+    """Phases decode as shared constants; a value outside the format's list falls back to
+    json.loads, with the same events (the unknown one is not a complete event)."""
+    events = _events(10)
+    events.insert(5, {"ph": "Z", "name": "custom", "ts": 1, "dur": 1, "pid": 1, "tid": 2})
+    path = _write(tmp_path / "t.json", {"traceEvents": events})
+    index = read_trace(path)
+    assert _rows(index) == _rows(index_events(load_trace(path)))
+    assert index.events == 31
+    assert all(e.ph is index.gpu[0].ph for e in [*index.gpu, *index.api, *index.ops])  # one "X" for all
