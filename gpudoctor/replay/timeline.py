@@ -119,9 +119,6 @@ class _Thread:
         self.frames: list[tuple[float, float, bool]] = []  # Python frames: start, end, the user's own?
         self.annotations = 0  # record_function ranges (DataLoader, optimizer, ProfilerStep)
 
-    def see(self, ts: float, end: float) -> None:
-        self.first, self.last = min(self.first, ts), max(self.last, end)
-
 
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
@@ -168,7 +165,10 @@ def build(source: Any) -> Timeline | None:
             if key not in first_seen or event.pos < first_seen[key]:
                 first_seen[key] = event.pos
             ts, dur, name, category = event.ts, event.dur, event.name, event.kind
-            thread.see(ts, ts + dur)  # type: ignore[arg-type,operator]
+            if ts < thread.first:  # type: ignore[operator]
+                thread.first = ts  # type: ignore[assignment]
+            if ts + dur > thread.last:  # type: ignore[operator]
+                thread.last = ts + dur  # type: ignore[operator]
             if category == API:
                 api = apis.get(name)  # type: ignore[arg-type]
                 if api is None:
@@ -197,7 +197,7 @@ def build(source: Any) -> Timeline | None:
     order = sorted(range(len(ops)), key=lambda i: (ops[i].start, ops[i].start + ops[i].dur))
     remap = {old: new for new, old in enumerate(order)}
     ops = [ops[i] for i in order]
-    corr_ops = {c: sorted(remap[i] for i in idx) for c, idx in corr_ops.items()}
+    corr_ops = {c: [remap[idx[0]]] if len(idx) == 1 else sorted(remap[i] for i in idx) for c, idx in corr_ops.items()}
     per_thread: dict[int, list[HostItem]] = {}
     launches_by_thread: dict[int, int] = {}
     for number, thread in enumerate(active.values()):
