@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpudoctor.session import CpuSample, GpuSample, LoaderInfo, Session
+if TYPE_CHECKING:
+    from gpudoctor.session import CpuSample, GpuSample, LoaderInfo, Session
 
 
 def percentile(values: list[float], q: float) -> float | None:

@@ -7,13 +7,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from gpudoctor.session import Session
 from gpudoctor.thresholds import AnyThreshold, CountThreshold, Threshold, fill_page, thresholds_in  # noqa: F401
 
 if TYPE_CHECKING:
+    # for annotations only: the Session's dataclasses cost `gpudoctor checks` a sixth of its time
     from gpudoctor.analysis.prediction import Prediction
+    from gpudoctor.session import Session
 
-RunFn = Callable[[Session], Sequence["Finding"]]
+RunFn = Callable[["Session"], Sequence["Finding"]]
 
 Severity = Literal["info", "warning", "critical"]  # in rising order
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)

@@ -7,19 +7,29 @@ install and a plain checkout without installed metadata all find the same built-
 Third-party checks register under the entry point group ``gpudoctor.checks``
 (docs/plugins.md) and are loaded, validated and reported on failure the same way:
 a broken built-in is an error outcome like a broken plugin, never a crash.
+
+Importing importlib.metadata (it pulls in the email package) took a tenth of
+`gpudoctor checks`; it is imported only when some installed distribution's
+``entry_points.txt`` names the group, found by reading those files directly.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import os
 import pkgutil
+import sys
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
+from importlib.machinery import PathFinder
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from gpudoctor.model import Check, declared_check
 from gpudoctor.plugins import check_problem
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +106,47 @@ def load_checks() -> tuple[list[Check], list[PluginError]]:
             continue
         found[check.id] = check
     return sorted(found.values(), key=lambda c: c.id), errors
+
+
+def entry_points(group: str) -> list[EntryPoint]:
+    """The installed entry points of `group` (importlib.metadata's, in its order); none, without
+    importing importlib.metadata, when no distribution on the path can declare one."""
+    if not _may_declare(group):
+        return []
+    from importlib.metadata import entry_points as installed
+
+    return list(installed(group=group))
+
+
+def _may_declare(group: str) -> bool:
+    """Whether importlib.metadata could find an entry point of `group`: some distribution's
+    entry_points.txt (where importlib.metadata looks for one: the *.dist-info and *.egg-info
+    folders, and an egg's EGG-INFO, of every directory on sys.path) mentions the group's name.
+    Where distributions are not plain folders (a zip archive on the path, a finder of its
+    own in sys.meta_path), it answers yes and importlib.metadata looks itself."""
+    if any(finder is not PathFinder and hasattr(finder, "find_distributions") for finder in sys.meta_path):
+        return True
+    needle = group.encode()
+    for entry in sys.path:
+        if not isinstance(entry, str):
+            return True
+        root = entry or "."
+        try:
+            names = os.listdir(root)
+        except NotADirectoryError:  # a zip archive: distributions may be inside
+            return True
+        except (OSError, ValueError):  # not there, not readable, or not a path (a path hook's key)
+            continue
+        for name in names:
+            if not name.lower().endswith(("dist-info", "egg-info")):  # an egg's own is EGG-INFO
+                continue
+            try:
+                with open(os.path.join(root, name, "entry_points.txt"), "rb") as fh:
+                    if needle in fh.read():
+                        return True
+            except OSError:  # none (most distributions), or a single-file egg-info
+                continue
+    return False
 
 
 def _origin(ep: EntryPoint) -> str:

@@ -52,3 +52,28 @@ def test_command_help_shows_its_full_options(command: str, capsys: pytest.Captur
 def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["nope"]) == exitcodes.USAGE
     assert "invalid choice" in capsys.readouterr().err
+
+
+# what the catalog commands never need: they read each check's declaration, never run one
+NOT_FOR_THE_CATALOG = ("gpudoctor.session", "gpudoctor.replay", "gpudoctor.report_model", "gpudoctor.engine",
+                       "gpudoctor.collectors", "importlib.metadata", "rich.markdown")
+
+
+@pytest.mark.parametrize("argv", [["checks", "--plain"], ["checks"], ["explain", "GD101"], ["explain", "GD304"]])
+def test_the_catalog_imports_no_session_replay_or_metadata(argv: list[str]) -> None:
+    """`gpudoctor checks` and `explain` (into a pipe) import every check but none of what running
+    one needs (issue 16: the catalog in under 150 ms; benchmarks/analyze_speed.py times it).
+    importlib.metadata stays out while no installed distribution declares a check plugin."""
+    code = ("import sys\nbefore = set(sys.modules)\nfrom gpudoctor import cli, registry\n"
+            f"code = cli.main({argv!r})\n"
+            "print(code, registry._may_declare(registry.GROUP))\n"
+            "print(' '.join(sorted(set(sys.modules) - before)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    status, new = out.strip().splitlines()[-2:]
+    assert status.split()[0] == "0"
+    loaded = new.split()
+    assert "gpudoctor.checks.gd101_workers" in loaded and "gpudoctor.checks.gd504_rank_starved" in loaded
+    unwanted = [m for m in loaded if m.startswith(NOT_FOR_THE_CATALOG)]
+    if status.split()[1] == "True":  # a plugin is installed here: its lookup needs importlib.metadata
+        unwanted = [m for m in unwanted if not m.startswith("importlib.metadata")]
+    assert unwanted == []

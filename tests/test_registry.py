@@ -186,3 +186,126 @@ def test_every_page_states_the_numbers_of_the_thresholds_it_names():
     assert "Median read latency >= 5 ms:" in gd104_storage.run.check.doc
     assert "{{SLOW_LATENCY_MS}}" in (gd104_storage.__doc__ or "")  # the source names it, once
     assert f"busy share < {gd201_gpu_idle.BUSY_CRITICAL.shown()}: critical" in gd201_gpu_idle.run.check.doc
+
+
+# ---- entry points without importlib.metadata where no distribution declares one ----------------
+
+PLUGIN_MODULE = '''
+from gpudoctor.model import Finding, check
+
+@check("ZZ801", "from-a-dist-info", stage=2, title="Declared by an installed distribution")
+def run(session):
+    return []
+'''
+
+
+def _distribution(site: Path, name: str, entry_points: str | None, info: str = "dist-info") -> None:
+    folder = site / f"{name}-1.2.{info}"
+    folder.mkdir(parents=True)
+    (folder / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.2\n")
+    if entry_points is not None:
+        (folder / "entry_points.txt").write_text(entry_points)
+
+
+def _no_metadata(monkeypatch):
+    """importlib.metadata's entry points fail the test if they are read."""
+    import importlib.metadata
+
+    def refused(**kw):
+        raise AssertionError(f"importlib.metadata.entry_points{kw} was read")
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", refused)
+
+
+def test_a_plugin_installed_as_a_dist_info_is_found(monkeypatch, tmp_path):
+    """The real lookup (no fake entry points): a distribution on sys.path declaring the group."""
+    _distribution(tmp_path, "zz_plugin", "[console_scripts]\nzz = zz_plugin:main\n\n"
+                                         "[gpudoctor.checks]\nZZ801 = zz_plugin_check:run\n")
+    _distribution(tmp_path, "unrelated", "[console_scripts]\nun = unrelated:main\n")
+    (tmp_path / "zz_plugin_check.py").write_text(PLUGIN_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "zz_plugin_check", raising=False)
+    try:
+        found = registry.entry_points(group=registry.GROUP)
+        assert [(ep.name, ep.value) for ep in found] == [("ZZ801", "zz_plugin_check:run")]
+        checks, errors = registry.load_checks()
+        assert not errors
+        assert [c.id for c in checks].count("ZZ801") == 1 and {"GD101", "GD504"} <= {c.id for c in checks}
+        assert registry.find_check("from-a-dist-info").title == "Declared by an installed distribution"
+    finally:
+        sys.modules.pop("zz_plugin_check", None)
+
+
+def test_a_broken_plugin_from_a_dist_info_is_named_with_its_distribution(monkeypatch, tmp_path):
+    _distribution(tmp_path, "zz_broken", "[gpudoctor.checks]\nZZ802 = zz_no_such_module:run\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _, errors = registry.load_checks()
+    assert [(e.name, e.reason.split(": ")[0]) for e in errors] == [("ZZ802", "zz_broken 1.2")]
+    assert "ModuleNotFoundError" in errors[0].reason
+
+
+def test_without_a_declaring_distribution_importlib_metadata_is_not_read(monkeypatch, tmp_path):
+    _distribution(tmp_path, "tool", "[console_scripts]\ntool = tool:main\n")
+    _distribution(tmp_path, "plain", None)
+    _distribution(tmp_path, "old_style", "[console_scripts]\nold = old_style:main\n", info="egg-info")
+    (tmp_path / "single_file.egg-info").write_text("Metadata-Version: 1.0\nName: single-file\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "missing"), "a path hook's key", str(tmp_path)])
+    assert not registry._may_declare(registry.GROUP)
+    _no_metadata(monkeypatch)
+    assert registry.entry_points(group=registry.GROUP) == []
+
+
+def test_a_mention_of_the_group_is_not_a_declaration(monkeypatch, tmp_path):
+    """The lookup reads bytes, not sections: a file naming the group in another way sends it to
+    importlib.metadata, which finds no entry point of the group there."""
+    _distribution(tmp_path, "near_miss", "[gpudoctor.checksum]\nZZ805 = near:run\n"
+                                         "[console_scripts]\nx = gpudoctor.checks_tool:main\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    assert registry._may_declare(registry.GROUP)
+    assert registry.entry_points(group=registry.GROUP) == []
+
+
+@pytest.mark.parametrize("where", ["egg", "egg-info", "zip", "finder"])
+def test_where_a_plugin_may_hide_importlib_metadata_looks(monkeypatch, tmp_path, where):
+    """An egg's EGG-INFO and an *.egg-info folder are read directly; a zip archive on the path or
+    a finder listing distributions its own way is left to importlib.metadata (it is asked)."""
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    assert not registry._may_declare(registry.GROUP)
+    if where == "egg":
+        egg = tmp_path / "zz_egg-1.2-py3.11.egg"
+        (egg / "EGG-INFO").mkdir(parents=True)
+        (egg / "EGG-INFO" / "PKG-INFO").write_text("Metadata-Version: 1.0\nName: zz-egg\nVersion: 1.2\n")
+        (egg / "EGG-INFO" / "entry_points.txt").write_text("[gpudoctor.checks]\nZZ803 = zz_egg:run\n")
+        sys.path.append(str(egg))
+    elif where == "egg-info":
+        _distribution(tmp_path, "zz_legacy", "[gpudoctor.checks]\nZZ804 = zz_legacy:run\n", info="egg-info")
+    elif where == "zip":
+        archive = tmp_path / "bundle.zip"
+        archive.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip archive
+        sys.path.append(str(archive))
+    if where in ("egg", "egg-info"):  # where importlib.metadata finds one too
+        from importlib.metadata import entry_points
+
+        assert [ep.name for ep in entry_points(group=registry.GROUP)] == ["ZZ803" if where == "egg" else "ZZ804"]
+    if where == "finder":
+        class Finder:
+            @staticmethod
+            def find_spec(*args):
+                return None
+
+            @staticmethod
+            def find_distributions(*args, **kwargs):
+                return iter(())
+
+        monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, Finder])
+    assert registry._may_declare(registry.GROUP)
+
+
+def test_the_lookup_agrees_with_importlib_metadata_here():
+    """In this environment (whatever plugins it holds), the same entry points as importlib.metadata's."""
+    from importlib.metadata import entry_points
+
+    expected = [(ep.name, ep.value) for ep in entry_points(group=registry.GROUP)]
+    assert [(ep.name, ep.value) for ep in registry.entry_points(group=registry.GROUP)] == expected
+    if expected:
+        assert registry._may_declare(registry.GROUP)

@@ -17,10 +17,13 @@ Then nothing on the host can make the run faster; only cheaper work can
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
-from gpudoctor.session import GpuSample, Session
 from gpudoctor.thresholds import CountThreshold, Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import GpuSample, Session
 
 SM_ACTIVITY_FULL = Threshold(
     "SM activity of a fully used GPU", 80.0, "%",

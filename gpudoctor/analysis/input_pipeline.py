@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from gpudoctor import metrics
 from gpudoctor.analysis.prediction import GAIN_WARNING, Prediction, predict
-from gpudoctor.session import CpuSample, LoaderInfo, Session
 from gpudoctor.thresholds import CountThreshold, Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import CpuSample, LoaderInfo, Session
 
 WAIT_SHARE_WARNING = Threshold(
     "data wait worth a finding", 0.05, "share",

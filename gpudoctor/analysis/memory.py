@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpudoctor.model import Remedy
-from gpudoctor.session import AllocatorSnapshot, ErrorEvent, Session
+
+if TYPE_CHECKING:
+    from gpudoctor.session import AllocatorSnapshot, ErrorEvent, Session
 
 _UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9}
 _SIZE = r"([\d.]+) ?(B|KiB|MiB|GiB|TiB|KB|MB|GB)"

@@ -20,14 +20,14 @@ expressed as a gain), 1.43x or more (30% of the step) is critical.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor import metrics
 from gpudoctor.analysis.gpu_state import gpu_load
-from gpudoctor.replay.scenarios import SCENARIOS
-from gpudoctor.replay.scenarios import gain as replay_gain
-from gpudoctor.session import ReplaySummary, Session
 from gpudoctor.thresholds import Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import ReplaySummary, Session
 
 GAIN_WARNING = Threshold(
     "predicted gain for a warning", 1.0 / (1.0 - 0.05), "x",
@@ -118,6 +118,11 @@ def host_side_bound(session: Session) -> tuple[float, str] | None:
 def predict(session: Session, scenario: str, *, host_side: bool, rule_gain: float | None = None,
             rule_detail: str = "", label: str | None = None) -> Prediction | None:
     """The prediction for one cause; None when nothing can estimate it."""
+    # the replay's scenarios are read here, not at import: `gpudoctor checks` and `explain` import
+    # every check (and so this module) and never predict anything
+    from gpudoctor.replay.scenarios import SCENARIOS
+    from gpudoctor.replay.scenarios import gain as replay_gain
+
     label = label or SCENARIOS.get(scenario, scenario)
     replay = replay_of(session)
     gain = replay_gain(replay, scenario) if replay is not None else None

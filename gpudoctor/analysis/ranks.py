@@ -36,9 +36,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpudoctor.session import RankInfo, Session
 from gpudoctor.thresholds import Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import RankInfo, Session
 
 STRAGGLER_EXCESS = Threshold("a rank's own time above the others' median, share of the step", 0.10, "share",
                              "twice the 5% data-wait line of the design: outside scheduling noise")

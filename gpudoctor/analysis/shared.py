@@ -16,11 +16,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.gpu_state import GpuActivity, GpuLoad, fully_used, gpu_activity
 from gpudoctor.analysis.input_pipeline import InputStall, input_stall
 from gpudoctor.analysis.memory import OomFacts, oom_facts, oom_seen
-from gpudoctor.session import Session
+
+if TYPE_CHECKING:
+    from gpudoctor.session import Session
 
 
 class Analyses:

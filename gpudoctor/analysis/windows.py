@@ -7,9 +7,10 @@ call sites that launched the most GPU work, blocked the most or cost the most CP
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpudoctor.session import ProfileSummary
+if TYPE_CHECKING:
+    from gpudoctor.session import ProfileSummary
 
 TOP = 8
 

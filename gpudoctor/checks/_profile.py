@@ -13,12 +13,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.windows import describe_window, window_name, window_seconds  # noqa: F401
 from gpudoctor.model import Finding, Skip
-from gpudoctor.session import ProfileSummary, Session, Steps
 
-CheckFn = Callable[[Session], Sequence[Finding]]
+if TYPE_CHECKING:
+    from gpudoctor.session import ProfileSummary, Session
+
+CheckFn = Callable[["Session"], Sequence[Finding]]
 
 
 def gpu_profile(session: Session) -> ProfileSummary:
@@ -70,6 +73,8 @@ def _view(session: Session, window: ProfileSummary, primary: bool) -> Session:
     """The session as one window's check sees it. A later window whose steps came from
     another source (an evaluation loop's batches, in a run of optimizer steps) is not
     measured against the run's steps: its predictions use its own replayed step."""
+    from gpudoctor.session import Steps  # loaded by then (the session is one); not at import, for `checks`
+
     if primary or window.step_source == session.steps.source:
         return dataclasses.replace(session, profile=window)
     return dataclasses.replace(session, profile=window, steps=Steps(source=window.step_source))

@@ -35,10 +35,13 @@ from __future__ import annotations
 import re
 import signal
 import statistics
+from typing import TYPE_CHECKING
 
 from gpudoctor.model import Evidence, Finding, Remedy, check
-from gpudoctor.session import ErrorEvent, Session
 from gpudoctor.thresholds import CountThreshold, Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import ErrorEvent, Session
 
 STOPPED_BY_REQUEST = {"duration", "steps", "interrupted", "terminated"}
 HANG_MIN_S = Threshold(

@@ -81,6 +81,8 @@ Example
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor import metrics
 from gpudoctor.analysis.input_pipeline import (
     CORES_SATURATED_PERCENT,
@@ -101,7 +103,9 @@ from gpudoctor.analysis.input_pipeline import (
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, severity_for
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
-from gpudoctor.session import LoaderInfo, Session
+
+if TYPE_CHECKING:
+    from gpudoctor.session import LoaderInfo, Session
 
 
 def _ms(seconds: float) -> float:

@@ -83,6 +83,8 @@ Example
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor import metrics
 from gpudoctor.analysis.input_pipeline import (
     STALL_LIMITS,
@@ -98,8 +100,10 @@ from gpudoctor.analysis.input_pipeline import (
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, Prediction, severity_for
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
-from gpudoctor.session import LoaderInfo, Session
 from gpudoctor.thresholds import Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import LoaderInfo, Session
 
 BURST_MEDIAN_SHARE = Threshold(
     "median wait below this share of the mean wait: bursts", 0.5, "share",

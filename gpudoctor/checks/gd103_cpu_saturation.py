@@ -66,6 +66,8 @@ Example
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor import metrics
 from gpudoctor.analysis.input_pipeline import (
     CORES_SATURATED_PERCENT,
@@ -80,8 +82,10 @@ from gpudoctor.analysis.input_pipeline import (
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, Prediction, predict, severity_for
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
-from gpudoctor.session import Session
 from gpudoctor.thresholds import Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import Session
 
 MAIN_THREAD_PEGGED_PERCENT = Threshold(
     "main thread busy: pegged at or above", 90.0, "% of one core",

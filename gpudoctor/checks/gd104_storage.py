@@ -53,13 +53,17 @@ Example
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor import metrics
 from gpudoctor.analysis.input_pipeline import STALL_LIMITS, InputStall, data_prediction
 from gpudoctor.analysis.prediction import GAIN_WARNING, SEVERITY_GAINS
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
-from gpudoctor.session import Session, StorageProbe
 from gpudoctor.thresholds import CountThreshold, Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import Session, StorageProbe
 
 SLOW_LATENCY_MS = Threshold(
     "median read latency: slow at or above", 5.0, "ms",

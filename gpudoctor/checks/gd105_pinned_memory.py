@@ -58,12 +58,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
-from gpudoctor.session import LoaderInfo, ProfileSummary, Session
 from gpudoctor.thresholds import CountThreshold, Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import LoaderInfo, ProfileSummary, Session
 
 SMALL_COPY_BYTES = CountThreshold(
     "copies below this size are ignored", 64 * 1024, "bytes",

@@ -60,12 +60,16 @@ Example
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor.analysis.gpu_state import GpuActivity, in_words
 from gpudoctor.analysis.prediction import bound_prediction
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
-from gpudoctor.session import Session
 from gpudoctor.thresholds import CountThreshold, Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import Session
 
 BUSY_WARNING = Threshold(
     "busy share below this: a warning", 50.0, "%",

@@ -57,14 +57,17 @@ from __future__ import annotations
 import math
 import os
 import shlex
+from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
 from gpudoctor.analysis.gpu_state import GpuActivity, in_words
 from gpudoctor.analysis.memory import gpu_memory_total
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
-from gpudoctor.session import AllocatorSnapshot, Session
 from gpudoctor.thresholds import Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import AllocatorSnapshot, Session
 
 PEAK_SHARE_MAX = Threshold(
     "peak memory below this share of the device: headroom", 0.50, "share",

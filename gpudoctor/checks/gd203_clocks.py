@@ -52,11 +52,14 @@ What to do
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
-from gpudoctor.session import GpuInfo, GpuSample, Session
 from gpudoctor.thresholds import Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import GpuInfo, GpuSample, Session
 
 BUSY_PERCENT = Threshold(
     "utilization (or SM activity) at which clocks matter", 50.0, "%",

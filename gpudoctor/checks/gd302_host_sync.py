@@ -70,12 +70,16 @@ Example
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_duration
 from gpudoctor.model import Evidence, Finding, Remedy, check
-from gpudoctor.session import Session
 from gpudoctor.thresholds import CountThreshold, Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import Session
 
 PER_STEP = Threshold(
     "synchronisations per step: more is a finding", 2.0, "syncs/step",

@@ -58,12 +58,16 @@ Example
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_bytes, format_duration
 from gpudoctor.model import Evidence, Finding, Remedy, check
-from gpudoctor.session import Session
 from gpudoctor.thresholds import CountThreshold, Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import Session
 
 SHARE_WARNING = Threshold(
     "copy time / (copy + kernel time): a warning", 0.20, "share",

@@ -58,12 +58,15 @@ Example
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name
-from gpudoctor.collectors.kineto_names import classify_gemm
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
-from gpudoctor.session import Session
 from gpudoctor.thresholds import Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import Session
 
 SHARE_INFO = Threshold("fp32 GEMM time / kernel time worth saying", 0.10, "share", "gpudoctor")
 SPAN_WARNING = Threshold("fp32 GEMM time / GPU span worth doing first", 0.25, "share", "gpudoctor")
@@ -122,6 +125,8 @@ def _run(session: Session) -> list[Finding]:
                "or the precision is forced back to \"highest\" somewhere; bf16/fp16 autocast still applies.")
     else:
         why = "Whether TF32 was allowed was not recorded."
+    from gpudoctor.collectors.kineto_names import classify_gemm  # the trace's vocabulary: not for `checks`
+
     top = next((k for k in profile.top_kernels if classify_gemm(k.name) == "fp32"), None)
     message = (
         f"{share:.0%} of the GPU's kernel time in the {window} went to matrix multiplies in full fp32 "

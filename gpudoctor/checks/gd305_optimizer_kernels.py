@@ -43,6 +43,8 @@ Example
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor.analysis.prediction import (
     GAIN_WARNING,
     SEVERITY_GAINS,
@@ -51,7 +53,9 @@ from gpudoctor.analysis.prediction import (
     severity_for,
 )
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
-from gpudoctor.session import Session
+
+if TYPE_CHECKING:
+    from gpudoctor.session import Session
 
 REMEDY = Remedy(
     text="Update all parameters with a few multi-tensor kernels: build the optimizer with fused=True where it "

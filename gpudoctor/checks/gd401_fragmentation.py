@@ -47,11 +47,15 @@ Example
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor import metrics
 from gpudoctor.analysis.memory import expandable_remedy, fragmentation, gpu_memory_total
 from gpudoctor.model import Evidence, Finding, Skip, check
-from gpudoctor.session import AllocatorSnapshot, Session
 from gpudoctor.thresholds import CountThreshold, Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import AllocatorSnapshot, Session
 
 FRAGMENTATION_SHARE = Threshold(
     "inactive split / reserved: fragmented at or above", 0.20, "share",

@@ -47,12 +47,16 @@ What to do
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor import metrics
 from gpudoctor.analysis.memory import ENV_FIX, OomFacts, expandable_remedy
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
-from gpudoctor.session import Session
 from gpudoctor.thresholds import Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import Session
 
 FRAGMENTATION_CONTRIBUTED = Threshold(
     "reserved-but-unallocated / reserved: fragmentation contributed", 0.10, "share",

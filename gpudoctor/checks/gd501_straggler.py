@@ -31,9 +31,13 @@ What to do
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor.analysis import ranks
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
-from gpudoctor.session import Session
+
+if TYPE_CHECKING:
+    from gpudoctor.session import Session
 
 
 @check("GD501", "straggler", stage=5, title="A straggling rank holds the job back",

@@ -25,9 +25,13 @@ What to do
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor.analysis import ranks
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
-from gpudoctor.session import Session
+
+if TYPE_CHECKING:
+    from gpudoctor.session import Session
 
 
 @check("GD503", "gpu-imbalance", stage=5, title="Unequal GPU activity across ranks", requires=("gpu",),

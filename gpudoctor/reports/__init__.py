@@ -13,10 +13,9 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.report_model import Report, as_report
-
 if TYPE_CHECKING:
     from gpudoctor.diff_model import Diff
+    from gpudoctor.report_model import Report
 
 # name -> (module, file suffix)
 FORMATS: dict[str, tuple[str, str]] = {
@@ -47,6 +46,9 @@ def render(report: Report | Mapping[str, Any], fmt: str, *, fail_on: str | None 
     """Render the report in one format. `fail_on` matters to junit only (which
     findings count as failures); the others show every finding. A dict that does not
     fit the report model raises jsonmodel.DecodeError (a ValueError, one line)."""
+    # not at import: `gpudoctor checks` reaches this package for reports.console alone
+    from gpudoctor.report_model import as_report
+
     fn = renderer(fmt)
     report = as_report(report)
     if fmt == "junit":

@@ -20,9 +20,13 @@ What to do
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
-from gpudoctor.session import Session
 from gpudoctor.thresholds import Threshold
+
+if TYPE_CHECKING:  # an annotation only: `gpudoctor checks` imports this module and runs nothing
+    from gpudoctor.session import Session
 
 # written once: the code compares against these, `gpudoctor explain EX401` prints them
 WARN_SHARE = Threshold("peak resident memory of the tree: a warning", 0.8, "share",
