@@ -2,12 +2,17 @@
 
 Builds a big trace from a committed real H200 window (tests/fixtures/h200/windows/
 tiny_kernels.trace.json.gz, 172,793 events) by laying copies of its events end to end
-(times shifted, correlation and External ids renumbered), then, in one paired run:
+(times shifted, correlation and External ids renumbered), then, in --pairs alternated runs:
 
-- `gpudoctor analyze BIG --json OUT --quiet` (a fresh process): wall time and peak RSS;
+- `gpudoctor analyze BIG --out DIR --quiet` (a fresh process writing the HTML and JSON reports);
 - HTA 0.5.0 from its own virtualenv, when given (--hta-python or $GPUDOCTOR_BENCH_HTA):
   TraceAnalysis on a one-rank directory holding the same file, then its temporal, idle
-  time and kernel breakdowns; wall time and peak RSS. Skipped when absent.
+  time and kernel breakdowns. Skipped when absent.
+
+Each run's wall time, and its peak memory: the largest sum of the proportional set sizes
+(PSS) of the command and every process it started, sampled every 50 ms (gpudoctor forks
+helpers for a long trace; PSS counts a page they share once in all). The medians of the
+times and the largest peaks are compared.
 
 It also measures what users wait for on every run (median of --repeat runs each):
 `gpudoctor --help`, `gpudoctor checks` and `gpudoctor explain GD101` (issue 16: each under
@@ -165,6 +170,7 @@ def main() -> int:
                         help="python of a virtualenv with HolisticTraceAnalysis (default $GPUDOCTOR_BENCH_HTA)")
     parser.add_argument("--repeat", type=int, default=7, help="runs per CLI timing (median)")
     parser.add_argument("--out", type=Path, default=Path("bench-out"), help="directory for the results")
+    parser.add_argument("--pairs", type=int, default=3, help="alternated runs of gpudoctor and HTA (medians)")
     parser.add_argument("--skip-big", action="store_true", help="only the CLI and report timings")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -181,21 +187,35 @@ def main() -> int:
             events = build_trace(args.events, big)
             results["trace"] = {"events": events, "mib": round(big.stat().st_size / 2**20, 1)}
             print(f"trace: {events:,} events, {results['trace']['mib']} MiB")
-            ours = measured([*gpudoctor, "analyze", str(big), "--json", str(work / "ours.json"), "--quiet"])
-            results["gpudoctor_analyze"] = ours
-            print(f"gpudoctor analyze: {ours['seconds']:.2f} s, {ours['peak_mib']:.0f} MiB peak")
+            hta_command = None
             if args.hta_python and Path(args.hta_python).exists():
                 script = work / "hta_run.py"
                 script.write_text(HTA_SCRIPT)
-                env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-                hta = measured([args.hta_python, str(script), str(rank_dir)], env=env)
-                results["hta"] = hta
-                results["time_ratio"] = round(ours["seconds"] / hta["seconds"], 3)
-                results["memory_ratio"] = round(ours["peak_mib"] / hta["peak_mib"], 3)
-                print(f"HTA 0.5.0: {hta['seconds']:.2f} s, {hta['peak_mib']:.0f} MiB peak")
-                print(f"gpudoctor / HTA: {results['time_ratio']:.3f}x time, {results['memory_ratio']:.3f}x memory")
+                hta_command = [args.hta_python, str(script), str(rank_dir)]
             else:
                 print("HTA: skipped (no --hta-python / $GPUDOCTOR_BENCH_HTA)")
+            runs: dict[str, list[dict[str, Any]]] = {"gpudoctor_analyze": [], "hta": []}
+            for n in range(args.pairs):  # alternated: both see the same machine
+                ours = measured([*gpudoctor, "analyze", str(big), "--out", str(work / f"ours{n}" / "big"), "--quiet"])
+                runs["gpudoctor_analyze"].append(ours)
+                print(f"gpudoctor: {ours['seconds']:.2f} s, {ours['peak_mib']:.0f} MiB peak (PSS, all its processes)")
+                if hta_command:
+                    hta = measured(hta_command, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                    runs["hta"].append(hta)
+                    print(f"HTA 0.5.0: {hta['seconds']:.2f} s, {hta['peak_mib']:.0f} MiB peak; "
+                          f"this pair: {ours['seconds'] / hta['seconds']:.3f}x time")
+            results["runs"] = runs
+            for name, done in runs.items():
+                if done:
+                    results[name] = {"seconds": round(statistics.median(r["seconds"] for r in done), 3),
+                                     "peak_mib": round(max(r["peak_mib"] for r in done), 1)}
+            if runs["hta"]:
+                ours, hta = results["gpudoctor_analyze"], results["hta"]
+                results["time_ratio"] = round(ours["seconds"] / hta["seconds"], 3)
+                results["memory_ratio"] = round(ours["peak_mib"] / hta["peak_mib"], 3)
+                print(f"medians of {args.pairs} pairs: gpudoctor {ours['seconds']:.2f} s, HTA {hta['seconds']:.2f} s; "
+                      f"gpudoctor / HTA: {results['time_ratio']:.3f}x time, {results['memory_ratio']:.3f}x memory "
+                      "(peaks)")
         cli = {"--help": median_seconds([*gpudoctor, "--help"], args.repeat),
                "checks": median_seconds([*gpudoctor, "checks"], args.repeat),
                "explain GD101": median_seconds([*gpudoctor, "explain", "GD101"], args.repeat)}
