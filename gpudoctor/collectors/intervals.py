@@ -1,0 +1,165 @@
+"""Whole-array sweeps over the intervals of a profiler trace (numpy), with the results of the
+sequential loops they replace, to the last bit.
+
+Nesting. The intervals of each thread, sorted by (start, -end) (file order on ties), are
+walked with a stack: before an interval is pushed, the stack's top is popped while it ended
+before the new start (`touching` intervals, whose end equals the new start, are popped too
+when asked). The entry left below the new interval is its *parent*. Whatever the nesting,
+proper or not, the parent of i is the last j < i of its thread still open at i's start
+(``end_j >= start_i``, or ``> start_i`` with `touching`): an entry above that j ended before
+the start (so it was popped) and j itself cannot have been popped by an earlier push, whose
+start was no later. So the parent is found for all intervals at once by pointer jumping:
+every interval between the parent candidate and i ended before i's start, and jumping to
+the candidate's own candidate keeps that true because starts only grow.
+
+Sums. ``np.sum`` adds pairwise and differs from a Python loop in the last bits; here every
+float sum runs in the loop's order: ``np.bincount(weights=...)`` and ``np.cumsum`` add one
+value after the other, in array order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+Thread = tuple[Any, Any]
+
+
+def codes(keys: Iterable[Hashable]) -> tuple[np.ndarray, list[Any]]:
+    """An int code per key (0, 1, ... in order of first appearance) and the distinct keys."""
+    keys = list(keys)
+    distinct = list(dict.fromkeys(keys))
+    if len(distinct) <= 1:
+        return np.zeros(len(keys), dtype=np.int64), distinct
+    lookup = {key: code for code, key in enumerate(distinct)}
+    return np.fromiter(map(lookup.__getitem__, keys), dtype=np.int64, count=len(keys)), distinct
+
+
+def floats(values: Sequence[float]) -> np.ndarray:
+    return np.fromiter(values, dtype=np.float64, count=len(values))
+
+
+def sequential_sum(values: np.ndarray) -> float:
+    """0.0 + v0 + v1 + ... in array order (what a Python loop of ``total += v`` gives)."""
+    if not len(values):
+        return 0.0
+    return float(np.cumsum(np.concatenate((np.zeros(1), values)))[-1])
+
+
+def grouped_sums(keys: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """Per key 0..groups-1: 0.0 + its values in array order."""
+    return np.bincount(keys, weights=values, minlength=groups) if len(keys) else np.zeros(groups)
+
+
+def grouped_max(keys: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """Per key: max(0.0, its values) (the running max of a tally that starts at 0.0)."""
+    peak = np.zeros(groups)
+    if len(keys):
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        firsts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+        peak[sorted_keys[firsts]] = np.maximum(np.maximum.reduceat(values[order], firsts), 0.0)
+    return peak
+
+
+def tally(keys: np.ndarray, values: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(count, total, max) per key, the total added in array order (trace._tally's numbers)."""
+    counts = np.bincount(keys, minlength=groups) if len(keys) else np.zeros(groups, dtype=np.int64)
+    return counts, grouped_sums(keys, values, groups), grouped_max(keys, values, groups)
+
+
+def blocks(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The union of intervals already sorted by start: (block starts, block ends, index of
+    the interval opening each block). A block grows while the next start is at most its end."""
+    if not len(starts):
+        empty = np.zeros(0)
+        return empty, empty, np.zeros(0, dtype=np.int64)
+    reach = np.maximum.accumulate(ends)
+    opening = np.flatnonzero(np.r_[True, starts[1:] > reach[:-1]])
+    closing = np.r_[opening[1:] - 1, len(starts) - 1]
+    return starts[opening], reach[closing], opening
+
+
+class Nested:
+    """Intervals of several threads: each thread's run sorted by (start, -end), file order on
+    ties; runs in the order of the threads' codes."""
+
+    def __init__(self, thread_codes: np.ndarray, threads: list[Any], starts: np.ndarray, ends: np.ndarray) -> None:
+        self.threads = threads
+        self.order = np.lexsort((-ends, starts, thread_codes))  # lexsort is stable
+        self.start = starts[self.order]
+        self.end = ends[self.order]
+        self.bounds = np.searchsorted(thread_codes[self.order], np.arange(len(threads) + 1))
+        self.run_start = np.repeat(self.bounds[:-1], np.diff(self.bounds))  # first index of each one's run
+        self.run_end = np.repeat(self.bounds[1:], np.diff(self.bounds))
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def parents(self, touching: bool) -> np.ndarray:
+        """The stack entry below each interval when it is pushed (-1: none); `touching`: an
+        entry that ended exactly at the new start is popped."""
+        index = np.arange(len(self))
+        parent = index - 1
+        parent[self.run_start == index] = -1
+
+        def closed(candidates: np.ndarray, at: np.ndarray) -> np.ndarray:
+            ends = self.end[np.maximum(candidates, 0)]
+            return (candidates >= 0) & ((ends <= at) if touching else (ends < at))
+
+        todo = np.flatnonzero(closed(parent, self.start))
+        while len(todo):
+            parent[todo] = parent[parent[todo]]
+            todo = todo[closed(parent[todo], self.start[todo])]
+        return parent
+
+    def pop_order(self, parent: np.ndarray) -> np.ndarray:
+        """Indices in the order the stack pops them (a post-order: the nested first)."""
+        index = np.arange(len(self))
+        popped_at = index + 1  # the first later push that pops it, or the run's end
+
+        def inside(candidates: np.ndarray, owners: np.ndarray) -> np.ndarray:
+            within = candidates < self.run_end[owners]
+            return within & (parent[np.minimum(candidates, len(self) - 1)] >= owners)
+
+        todo = np.flatnonzero(inside(popped_at, index)) if len(self) else index
+        while len(todo):
+            popped_at[todo] = popped_at[popped_at[todo]]
+            todo = todo[inside(popped_at[todo], todo)]
+        return np.lexsort((-index, popped_at))
+
+    def self_times(self) -> tuple[np.ndarray, np.ndarray]:
+        """(own time of each interval: its duration less its children's, at least 0; the pop
+        order) as trace's operator stack computes them."""
+        parent = self.parents(touching=True)
+        durations = self.end - self.start
+        nested = parent >= 0
+        children = grouped_sums(parent[nested], durations[nested], len(self))
+        own = durations - children
+        return np.where(own > 0.0, own, 0.0), self.pop_order(parent)
+
+    def outermost(self) -> np.ndarray:
+        """Mask of the intervals not nested in an earlier one of their thread (starting at or
+        after the latest end so far)."""
+        if not len(self):
+            return np.zeros(0, dtype=bool)
+        previous = np.full(len(self), -np.inf)
+        for low, high in zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist()):
+            if high > low + 1:
+                previous[low + 1:high] = np.maximum.accumulate(self.end[low:high - 1])
+        return self.start >= previous
+
+    def tops(self, thread: int, times: np.ndarray, parent: np.ndarray) -> np.ndarray:
+        """For times on one thread: the innermost entry of the stack (`parent` of
+        ``parents(touching=False)``) once every interval starting at or before the time is
+        pushed and the ended ones popped from the top; -1 when the stack is empty."""
+        low, high = self.bounds[thread], self.bounds[thread + 1]
+        top = low + np.searchsorted(self.start[low:high], times, side="right") - 1
+        top[top < low] = -1
+        todo = np.flatnonzero((top >= 0) & (self.end[np.maximum(top, 0)] < times))
+        while len(todo):
+            top[todo] = parent[top[todo]]
+            todo = todo[(top[todo] >= 0) & (self.end[np.maximum(top[todo], 0)] < times[todo])]
+        return top
