@@ -16,15 +16,12 @@ launched from a thread without Python frames is the autograd engine's
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
-from gpudoctor.collectors.kineto_names import (
-    _VERSION_SUFFIX,
-    GRAPH_LAUNCH_APIS,
-    KERNEL_LAUNCH_APIS,
-    SYNC_APIS,
-)
+import numpy as np
+
+from gpudoctor.collectors.intervals import codes, grouped_sums
+from gpudoctor.collectors.trace_columns import HostEvents, TraceColumns
 from gpudoctor.session import CallSite, ProfileSummary
 
 TOP_OPS = 10
@@ -40,69 +37,42 @@ NOT_OWN = "(no frame of the workload's own code)"
 Thread = tuple[Any, Any]
 
 
-def add_hotspots(source: Any, out: ProfileSummary) -> None:
+def add_hotspots(source: Any, out: ProfileSummary, columns: TraceColumns | None = None) -> None:
     """Fill `out.top_cpu_ops` and `out.call_sites` from the trace's events (a TraceIndex or
-    what trace_decode.index_events takes)."""
-    from gpudoctor.collectors.trace import _self_times, _tally, _top
-    from gpudoctor.collectors.trace_decode import OP, index_events
+    what trace_decode.index_events takes); `columns`: the index's, when already taken."""
+    from gpudoctor.collectors.trace import _top
+    from gpudoctor.collectors.trace_decode import index_events
 
-    index = index_events(source)
-    ops: dict[Thread, list[tuple[float, float, str]]] = defaultdict(list)
-    frames: dict[Thread, list[tuple[float, float, str]]] = defaultdict(list)
-    launches: dict[Any, tuple[Thread, float]] = {}  # correlation -> (thread, ts)
-    syncs: list[tuple[Thread, float, float]] = []
-    gpu_us: dict[Any, float] = defaultdict(float)
-    autograd_threads: set[Thread] = set()
-    for event in index.ops:
-        if event.kind == OP:
-            thread, name = (event.pid, event.tid), event.name
-            ops[thread].append((event.ts, event.ts + event.dur, name))  # type: ignore[operator,arg-type]
-            if name.startswith("autograd::engine"):  # type: ignore[union-attr]
-                autograd_threads.add(thread)
-    for event in index.frames:
-        frames[(event.pid, event.tid)].append((event.ts, event.ts + event.dur, event.name))  # type: ignore[operator,arg-type]
-    for event in index.gpu:
-        if event.args is not None and event.args.correlation is not None:
-            gpu_us[event.args.correlation] += event.dur  # type: ignore[operator]
-    apis: dict[str, tuple[bool, bool]] = {}  # name -> sync?, launch?
-    for event in index.api:
-        known = apis.get(event.name)  # type: ignore[arg-type]
-        if known is None:
-            api = _VERSION_SUFFIX.sub("", event.name)  # type: ignore[arg-type]
-            known = apis[event.name] = (api in SYNC_APIS, api in KERNEL_LAUNCH_APIS or api in GRAPH_LAUNCH_APIS  # type: ignore[index]
-                                        or "Memcpy" in api or "Memset" in api)
-        if known[0]:
-            syncs.append(((event.pid, event.tid), event.ts, event.dur))  # type: ignore[arg-type]
-        if known[1] and event.args is not None and event.args.correlation is not None:
-            launches[event.args.correlation] = ((event.pid, event.tid), event.ts)  # type: ignore[assignment]
-    own: dict[str, list[float]] = {}
-    for intervals in ops.values():
-        for op_name, seconds in _self_times(intervals):
-            _tally(own, op_name, seconds)
-    out.top_cpu_ops = _top(own.items())[:TOP_OPS]
-    sites = _Sites(frames, autograd_threads)
-    for correlation, (thread, ts) in launches.items():
-        if correlation in gpu_us:
-            sites.add(thread, ts, "gpu", gpu_us[correlation])
-    for thread, ts, dur in syncs:
-        sites.add(thread, ts, "sync", dur)
-    for thread, intervals in ops.items():
-        for ts, end in _outermost(intervals):
-            sites.add(thread, ts, "cpu", end - ts)
+    if columns is None:
+        columns = TraceColumns(index_events(source))
+    out.top_cpu_ops = _top(columns.own_times)[:TOP_OPS]
+    operators = columns.operators
+    autograd_threads = {operators.threads[code] for code in
+                        set(operators.thread_codes[[i for i, name in enumerate(operators.names)
+                                                    if name.startswith("autograd::engine")]].tolist())}
+    sites = _Sites(columns.frames, autograd_threads)
+    correlations = [c for c in columns.gpu_correlation if c is not None]
+    if correlations:
+        correlation_codes, distinct = codes(correlations)
+        launched = [c is not None for c in columns.gpu_correlation]
+        totals = grouped_sums(correlation_codes, columns.gpu_dur[launched], len(distinct))
+        gpu_us = dict(zip(distinct, totals.tolist()))
+        queued = [(position, gpu_us[c]) for c, position in columns.launch_at.items() if c in gpu_us]
+        if queued:
+            positions = np.array([p for p, _ in queued], dtype=np.int64)
+            sites.add([columns.api_thread(p) for p in positions.tolist()], columns.api_start[positions], "gpu",
+                      np.array([us for _, us in queued]))
+    if columns.syncs:
+        positions = np.array(columns.syncs, dtype=np.int64)
+        sites.add([columns.api_thread(p) for p in columns.syncs], columns.api_start[positions], "sync",
+                  columns.api_dur[positions])
+    if len(operators.start):
+        nest = operators.nested
+        outer = np.flatnonzero(nest.outermost())
+        thread_of = np.searchsorted(nest.bounds, outer, side="right") - 1
+        sites.add([operators.threads[c] for c in thread_of.tolist()], nest.start[outer], "cpu",
+                  nest.end[outer] - nest.start[outer])
     out.call_sites = sites.ranked()
-
-
-def _outermost(intervals: list[tuple[float, float, str]]) -> list[tuple[float, float]]:
-    """The operators not nested in another on the same thread."""
-    result: list[tuple[float, float]] = []
-    reach = float("-inf")
-    for start, end, _ in sorted(intervals, key=lambda i: (i[0], -i[1])):
-        if start >= reach:
-            result.append((start, end))
-            reach = end
-        else:
-            reach = max(reach, end)
-    return result
 
 
 def _innermost(names: list[str] | tuple[str, ...]) -> str:
@@ -122,47 +92,51 @@ def _innermost(names: list[str] | tuple[str, ...]) -> str:
 
 
 class _Sites:
-    """Queries (thread, time) collected first, resolved to call sites in one sweep per thread."""
+    """Queries (thread, time) collected first, resolved to call sites in one sweep: each
+    query's innermost open frame (intervals.Nested.tops), whose stack names the site. Frames
+    get the id of their stack (a trie of (parent's stack, name)), so a site is worked out
+    once per distinct stack; a stack that still holds a frame ended before the query (not
+    properly nested) is filtered the way the frame stack was."""
 
-    def __init__(self, frames: dict[Thread, list[tuple[float, float, str]]], autograd: set[Thread]) -> None:
+    KINDS = ("gpu", "sync", "cpu")
+
+    def __init__(self, frames: HostEvents, autograd: set[Thread]) -> None:
         self.frames = frames
         self.autograd = autograd
-        self.queries: dict[Thread, list[tuple[float, str, float]]] = defaultdict(list)
+        self.threads: dict[Thread, int] = {}  # in order of their first query
+        self.parts: list[tuple[np.ndarray, np.ndarray, int, np.ndarray]] = []  # thread ids, times, kind, values
 
-    def add(self, thread: Thread, ts: float, kind: str, value: float) -> None:
-        self.queries[thread].append((ts, kind, value))
+    def add(self, threads: list[Thread], times: np.ndarray, kind: str, values: np.ndarray) -> None:
+        ids = np.fromiter((self.threads.setdefault(t, len(self.threads)) for t in threads), dtype=np.int64,
+                          count=len(threads))
+        self.parts.append((ids, np.asarray(times, dtype=np.float64), self.KINDS.index(kind),
+                           np.asarray(values, dtype=np.float64)))
 
     def ranked(self) -> list[CallSite]:
-        from gpudoctor.collectors.trace import _enclosing, _site
-
+        if not self.parts:
+            return []
+        thread_ids = np.concatenate([p[0] for p in self.parts])
+        times = np.concatenate([p[1] for p in self.parts])
+        kinds = np.concatenate([np.full(len(p[0]), p[2]) for p in self.parts])
+        values = np.concatenate([p[3] for p in self.parts])
+        order = np.lexsort((times, thread_ids))  # stable: each thread's queries by time, in the order added
+        thread_ids, times, kinds, values = thread_ids[order], times[order], kinds[order], values[order]
+        where = self._where(thread_ids, times)
+        site_codes, names = codes(where)
         table: dict[str, CallSite] = {}
-        places: dict[tuple[str, ...], str | None] = {}  # a stack's site (None: gpudoctor's own), once
-        for thread, queries in self.queries.items():
-            queries.sort(key=lambda q: q[0])
-            stacks = _enclosing(self.frames.get(thread, []), [q[0] for q in queries])
-            for (_, kind, value), stack in zip(queries, stacks):
-                names = tuple(i[2] for i in stack)
-                if names in places:
-                    where = places[names]
-                elif any(marker in n.replace("\\", "/") for n in names for marker in AGENT_WINDOW):
-                    where = places[names] = None  # gpudoctor's own work (opening or closing the window)
-                elif names:
-                    where = places[names] = (_site(names) or _innermost(names)).split(" -> ", 1)[0]
-                else:
-                    where = AUTOGRAD if thread in self.autograd else NO_FRAME
-                if where is None:
-                    continue
-                site = table.get(where)
-                if site is None:
-                    site = table[where] = CallSite(site=where)
-                if kind == "gpu":
-                    site.gpu_us += value
-                    site.launches += 1
-                elif kind == "sync":
-                    site.blocked_us += value
-                    site.syncs += 1
-                else:
-                    site.cpu_us += value
+        for code, name in enumerate(names):
+            if name is not None:
+                table[name] = CallSite(site=name)
+        for kind, (total_field, count_field) in enumerate((("gpu_us", "launches"), ("blocked_us", "syncs"),
+                                                           ("cpu_us", None))):
+            mine = kinds == kind
+            totals = grouped_sums(site_codes[mine], values[mine], len(names)).tolist()
+            counts = np.bincount(site_codes[mine], minlength=len(names)).tolist()
+            for code, name in enumerate(names):
+                if name is not None and counts[code]:
+                    setattr(table[name], total_field, totals[code])
+                    if count_field:
+                        setattr(table[name], count_field, counts[code])
         keep: dict[str, CallSite] = {}
         for field in ("gpu_us", "blocked_us", "cpu_us"):
             ranked = sorted((s for s in table.values() if getattr(s, field) > 0), key=lambda s: -getattr(s, field))
@@ -172,3 +146,106 @@ class _Sites:
             site.gpu_us, site.blocked_us, site.cpu_us = (round(site.gpu_us, 3), round(site.blocked_us, 3),
                                                          round(site.cpu_us, 3))
         return sorted(keep.values(), key=lambda s: (-(s.gpu_us + s.blocked_us + s.cpu_us), s.site))
+
+    def _where(self, thread_ids: np.ndarray, times: np.ndarray) -> list[str | None]:
+        """The site of each query (None: gpudoctor's own work)."""
+        frames, stacks = self.frames, _Stacks(self.frames)
+        places: dict[tuple[str, ...], str | None] = {}  # a stack's site, once
+        where: list[str | None] = [None] * len(times)
+        threads = list(self.threads)
+        bounds = np.searchsorted(thread_ids, np.arange(len(threads) + 1))
+        for code, thread in enumerate(threads):
+            low, high = int(bounds[code]), int(bounds[code + 1])
+            if low == high:
+                continue
+            empty = AUTOGRAD if thread in self.autograd else NO_FRAME
+            frame_thread = stacks.thread_code(thread)
+            if frame_thread is None:
+                where[low:high] = [empty] * (high - low)
+                continue
+            at = times[low:high]
+            tops = frames.nested.tops(frame_thread, at, stacks.parent)
+            tops_list, at_list = tops.tolist(), at.tolist()
+            proper = (tops >= 0) & (stacks.min_end[np.maximum(tops, 0)] >= at)
+            nodes = stacks.node[np.maximum(tops, 0)].tolist()
+            for i, (top, t, whole, node) in enumerate(zip(tops_list, at_list, proper.tolist(), nodes)):
+                if top < 0:
+                    where[low + i] = empty
+                    continue
+                names = stacks.names(node) if whole else stacks.open_names(top, t)
+                site = places.get(names, places)
+                if site is places:
+                    site = places[names] = _place(names)
+                where[low + i] = site  # type: ignore[assignment]
+        return where
+
+
+def _place(names: tuple[str, ...]) -> str | None:
+    """The site of a (non-empty) stack, None for gpudoctor's own work."""
+    from gpudoctor.collectors.trace import _site
+
+    if any(marker in n.replace("\\", "/") for n in names for marker in AGENT_WINDOW):
+        return None  # gpudoctor's own work (opening or closing the window)
+    return (_site(names) or _innermost(names)).split(" -> ", 1)[0]
+
+
+class _Stacks:
+    """The frame stacks of a trace: each frame's parent on its thread's stack, the id of the
+    stack it tops (equal ids: equal names, outermost first) and the earliest end in it."""
+
+    def __init__(self, frames: HostEvents) -> None:
+        self.frames = frames
+        nest = frames.nested
+        self.parent = nest.parents(touching=False)
+        count = len(nest)
+        name_codes, self.distinct = codes(frames.names[i] for i in nest.order.tolist())
+        depth = (self.parent >= 0).astype(np.int64)
+        above = self.parent.copy()
+        todo = np.flatnonzero(above >= 0)
+        while len(todo):  # pointer jumping: depth = hops to the root
+            up = above[todo]
+            depth[todo] += depth[up]
+            above[todo] = above[up]
+            todo = todo[above[todo] >= 0]
+        self.node = np.zeros(count, dtype=np.int64)
+        self.min_end = nest.end.copy()
+        self.node_parent: list[int] = []
+        self.node_name: list[int] = []
+        by_depth = np.argsort(depth, kind="stable")
+        levels = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
+        width = max(len(self.distinct), 1)
+        for low, high in zip(levels[:-1].tolist(), levels[1:].tolist()):
+            level = by_depth[low:high]
+            parent = self.parent[level]
+            above_node = np.where(parent >= 0, self.node[np.maximum(parent, 0)], -1)
+            keys = (above_node + 1) * width + name_codes[level]
+            distinct_keys, inverse = np.unique(keys, return_inverse=True)
+            self.node[level] = len(self.node_parent) + inverse.reshape(-1)
+            self.node_parent += (distinct_keys // width - 1).tolist()
+            self.node_name += (distinct_keys % width).tolist()
+            nested = parent >= 0
+            self.min_end[level[nested]] = np.minimum(self.min_end[level[nested]], self.min_end[parent[nested]])
+        self._names: dict[int, tuple[str, ...]] = {}
+
+    def thread_code(self, thread: Thread) -> int | None:
+        try:
+            return self.frames.threads.index(thread)
+        except ValueError:
+            return None
+
+    def names(self, node: int) -> tuple[str, ...]:
+        """The frames of a stack id, outermost first."""
+        known = self._names.get(node)
+        if known is None:
+            up = self.node_parent[node]
+            known = self._names[node] = (self.names(up) if up >= 0 else ()) + (self.distinct[self.node_name[node]],)
+        return known
+
+    def open_names(self, top: int, time: float) -> tuple[str, ...]:
+        """The frames of the stack under `top` still open at `time`, outermost first."""
+        nest, names = self.frames.nested, []
+        while top >= 0:
+            if nest.end[top] >= time:
+                names.append(self.frames.names[int(nest.order[top])])
+            top = int(self.parent[top])
+        return tuple(reversed(names))
