@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from gpudoctor.collectors.intervals import codes, grouped_sums
+from gpudoctor.collectors.intervals import codes, first_appearance, grouped_sums
 from gpudoctor.collectors.trace_columns import HostEvents, TraceColumns
 from gpudoctor.session import CallSite, ProfileSummary
 
@@ -47,31 +47,28 @@ def add_hotspots(source: Any, out: ProfileSummary, columns: TraceColumns | None 
         columns = TraceColumns(index_events(source))
     out.top_cpu_ops = _top(columns.own_times)[:TOP_OPS]
     operators = columns.operators
-    autograd_threads = {operators.threads[code] for code in
-                        set(operators.thread_codes[[i for i, name in enumerate(operators.names)
-                                                    if name.startswith("autograd::engine")]].tolist())}
-    sites = _Sites(columns.frames, autograd_threads)
-    correlations = [c for c in columns.gpu_correlation if c is not None]
-    if correlations:
-        correlation_codes, distinct = codes(correlations)
-        launched = [c is not None for c in columns.gpu_correlation]
+    autograd = operators.thread_codes[operators.named(lambda name: name.startswith("autograd::engine"))]
+    sites = _Sites(columns.frames, {operators.threads[code] for code in set(autograd.tolist())})
+    launched = [i for i, c in enumerate(columns.gpu_correlation) if c is not None]
+    if launched:
+        correlation_codes, distinct = codes([columns.gpu_correlation[i] for i in launched])
         totals = grouped_sums(correlation_codes, columns.gpu_dur[launched], len(distinct))
         gpu_us = dict(zip(distinct, totals.tolist()))
         queued = [(position, gpu_us[c]) for c, position in columns.launch_at.items() if c in gpu_us]
         if queued:
             positions = np.array([p for p, _ in queued], dtype=np.int64)
-            sites.add([columns.api_thread(p) for p in positions.tolist()], columns.api_start[positions], "gpu",
+            api_codes, api_threads = columns.api_threads
+            sites.add(api_codes[positions], api_threads, columns.api_start[positions], "gpu",
                       np.array([us for _, us in queued]))
     if columns.syncs:
         positions = np.array(columns.syncs, dtype=np.int64)
-        sites.add([columns.api_thread(p) for p in columns.syncs], columns.api_start[positions], "sync",
-                  columns.api_dur[positions])
+        api_codes, api_threads = columns.api_threads
+        sites.add(api_codes[positions], api_threads, columns.api_start[positions], "sync", columns.api_dur[positions])
     if len(operators.start):
         nest = operators.nested
         outer = np.flatnonzero(nest.outermost())
         thread_of = np.searchsorted(nest.bounds, outer, side="right") - 1
-        sites.add([operators.threads[c] for c in thread_of.tolist()], nest.start[outer], "cpu",
-                  nest.end[outer] - nest.start[outer])
+        sites.add(thread_of, operators.threads, nest.start[outer], "cpu", nest.end[outer] - nest.start[outer])
     out.call_sites = sites.ranked()
 
 
@@ -106,10 +103,15 @@ class _Sites:
         self.threads: dict[Thread, int] = {}  # in order of their first query
         self.parts: list[tuple[np.ndarray, np.ndarray, int, np.ndarray]] = []  # thread ids, times, kind, values
 
-    def add(self, threads: list[Thread], times: np.ndarray, kind: str, values: np.ndarray) -> None:
-        ids = np.fromiter((self.threads.setdefault(t, len(self.threads)) for t in threads), dtype=np.int64,
-                          count=len(threads))
-        self.parts.append((ids, np.asarray(times, dtype=np.float64), self.KINDS.index(kind),
+    def add(self, thread_codes: np.ndarray, threads: list[Thread], times: np.ndarray, kind: str,
+            values: np.ndarray) -> None:
+        """Queries on `threads[thread_codes[i]]` at `times[i]`, in this order."""
+        if not len(thread_codes):
+            return
+        ids = np.zeros(len(threads), dtype=np.int64)
+        for code in first_appearance(thread_codes).tolist():
+            ids[code] = self.threads.setdefault(threads[code], len(self.threads))
+        self.parts.append((ids[thread_codes], np.asarray(times, dtype=np.float64), self.KINDS.index(kind),
                            np.asarray(values, dtype=np.float64)))
 
     def ranked(self) -> list[CallSite]:
@@ -121,14 +123,13 @@ class _Sites:
         values = np.concatenate([p[3] for p in self.parts])
         order = np.lexsort((times, thread_ids))  # stable: each thread's queries by time, in the order added
         thread_ids, times, kinds, values = thread_ids[order], times[order], kinds[order], values[order]
-        where = self._where(thread_ids, times)
-        site_codes, names = codes(where)
+        site_codes, names = self._where(thread_ids, times)
         table: dict[str, CallSite] = {}
-        for code, name in enumerate(names):
-            if name is not None:
-                table[name] = CallSite(site=name)
+        for code in first_appearance(site_codes).tolist():  # the order the loop met them
+            if names[code] is not None:
+                table[names[code]] = CallSite(site=names[code])  # type: ignore[index]
         for kind, (total_field, count_field) in enumerate((("gpu_us", "launches"), ("blocked_us", "syncs"),
-                                                           ("cpu_us", None))):
+                                                           ("cpu_us", ""))):
             mine = kinds == kind
             totals = grouped_sums(site_codes[mine], values[mine], len(names)).tolist()
             counts = np.bincount(site_codes[mine], minlength=len(names)).tolist()
@@ -147,37 +148,46 @@ class _Sites:
                                                          round(site.cpu_us, 3))
         return sorted(keep.values(), key=lambda s: (-(s.gpu_us + s.blocked_us + s.cpu_us), s.site))
 
-    def _where(self, thread_ids: np.ndarray, times: np.ndarray) -> list[str | None]:
-        """The site of each query (None: gpudoctor's own work)."""
-        frames, stacks = self.frames, _Stacks(self.frames)
-        places: dict[tuple[str, ...], str | None] = {}  # a stack's site, once
-        where: list[str | None] = [None] * len(times)
+    def _where(self, thread_ids: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
+        """The site of each query, as codes into a list of sites (None: gpudoctor's own work)."""
+        stacks = _Stacks(self.frames) if len(self.frames.start) else None
+        places: dict[tuple[str, ...], int] = {}  # a stack's site, once
+        site_codes: dict[str | None, int] = {}
+        site_of_node: dict[int, int] = {}
+        where = np.zeros(len(times), dtype=np.int64)
         threads = list(self.threads)
         bounds = np.searchsorted(thread_ids, np.arange(len(threads) + 1))
-        for code, thread in enumerate(threads):
-            low, high = int(bounds[code]), int(bounds[code + 1])
+
+        def place(names: tuple[str, ...]) -> int:
+            code = places.get(names)
+            if code is None:
+                code = places[names] = site_codes.setdefault(_place(names), len(site_codes))
+            return code
+
+        for thread_id, thread in enumerate(threads):
+            low, high = int(bounds[thread_id]), int(bounds[thread_id + 1])
             if low == high:
                 continue
-            empty = AUTOGRAD if thread in self.autograd else NO_FRAME
-            frame_thread = stacks.thread_code(thread)
-            if frame_thread is None:
-                where[low:high] = [empty] * (high - low)
+            empty = site_codes.setdefault(AUTOGRAD if thread in self.autograd else NO_FRAME, len(site_codes))
+            frame_thread = stacks.thread_code(thread) if stacks is not None else None
+            if stacks is None or frame_thread is None:
+                where[low:high] = empty
                 continue
             at = times[low:high]
-            tops = frames.nested.tops(frame_thread, at, stacks.parent)
-            tops_list, at_list = tops.tolist(), at.tolist()
-            proper = (tops >= 0) & (stacks.min_end[np.maximum(tops, 0)] >= at)
-            nodes = stacks.node[np.maximum(tops, 0)].tolist()
-            for i, (top, t, whole, node) in enumerate(zip(tops_list, at_list, proper.tolist(), nodes)):
-                if top < 0:
-                    where[low + i] = empty
-                    continue
-                names = stacks.names(node) if whole else stacks.open_names(top, t)
-                site = places.get(names, places)
-                if site is places:
-                    site = places[names] = _place(names)
-                where[low + i] = site  # type: ignore[assignment]
-        return where
+            tops = self.frames.nested.tops(frame_thread, at, stacks.parent)
+            safe = np.maximum(tops, 0)
+            codes_here = np.full(len(at), empty, dtype=np.int64)
+            whole = (tops >= 0) & (stacks.min_end[safe] >= at)
+            if whole.any():
+                nodes, inverse = np.unique(stacks.node[tops[whole]], return_inverse=True)
+                for node in nodes.tolist():
+                    if node not in site_of_node:
+                        site_of_node[node] = place(stacks.names(node))
+                codes_here[whole] = np.array([site_of_node[n] for n in nodes.tolist()])[inverse.reshape(-1)]
+            for i in np.flatnonzero((tops >= 0) & ~whole).tolist():
+                codes_here[i] = place(stacks.open_names(int(tops[i]), float(at[i])))
+            where[low:high] = codes_here
+        return where, list(site_codes)
 
 
 def _place(names: tuple[str, ...]) -> str | None:
@@ -198,7 +208,7 @@ class _Stacks:
         nest = frames.nested
         self.parent = nest.parents(touching=False)
         count = len(nest)
-        name_codes, self.distinct = codes(frames.names[i] for i in nest.order.tolist())
+        name_codes = frames.name_codes[nest.order]
         depth = (self.parent >= 0).astype(np.int64)
         above = self.parent.copy()
         todo = np.flatnonzero(above >= 0)
@@ -209,22 +219,23 @@ class _Stacks:
             todo = todo[above[todo] >= 0]
         self.node = np.zeros(count, dtype=np.int64)
         self.min_end = nest.end.copy()
-        self.node_parent: list[int] = []
-        self.node_name: list[int] = []
+        node_parents, node_names = [], []
         by_depth = np.argsort(depth, kind="stable")
-        levels = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
-        width = max(len(self.distinct), 1)
-        for low, high in zip(levels[:-1].tolist(), levels[1:].tolist()):
+        levels = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2)).tolist()
+        width, made = max(len(frames.distinct_names), 1), 0
+        for low, high in zip(levels[:-1], levels[1:]):
             level = by_depth[low:high]
             parent = self.parent[level]
             above_node = np.where(parent >= 0, self.node[np.maximum(parent, 0)], -1)
-            keys = (above_node + 1) * width + name_codes[level]
-            distinct_keys, inverse = np.unique(keys, return_inverse=True)
-            self.node[level] = len(self.node_parent) + inverse.reshape(-1)
-            self.node_parent += (distinct_keys // width - 1).tolist()
-            self.node_name += (distinct_keys % width).tolist()
+            distinct_keys, inverse = np.unique((above_node + 1) * width + name_codes[level], return_inverse=True)
+            self.node[level] = made + inverse.reshape(-1)
+            made += len(distinct_keys)
+            node_parents.append(distinct_keys // width - 1)
+            node_names.append(distinct_keys % width)
             nested = parent >= 0
             self.min_end[level[nested]] = np.minimum(self.min_end[level[nested]], self.min_end[parent[nested]])
+        self.node_parent: list[int] = np.concatenate(node_parents).tolist() if node_parents else []
+        self.node_name: list[int] = np.concatenate(node_names).tolist() if node_names else []
         self._names: dict[int, tuple[str, ...]] = {}
 
     def thread_code(self, thread: Thread) -> int | None:
@@ -238,7 +249,8 @@ class _Stacks:
         known = self._names.get(node)
         if known is None:
             up = self.node_parent[node]
-            known = self._names[node] = (self.names(up) if up >= 0 else ()) + (self.distinct[self.node_name[node]],)
+            known = self._names[node] = ((self.names(up) if up >= 0 else ())
+                                         + (self.frames.distinct_names[self.node_name[node]],))
         return known
 
     def open_names(self, top: int, time: float) -> tuple[str, ...]:

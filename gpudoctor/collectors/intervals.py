@@ -29,12 +29,38 @@ Thread = tuple[Any, Any]
 
 def codes(keys: Iterable[Hashable]) -> tuple[np.ndarray, list[Any]]:
     """An int code per key (0, 1, ... in order of first appearance) and the distinct keys."""
-    keys = list(keys)
+    keys = keys if isinstance(keys, list) else list(keys)
     distinct = list(dict.fromkeys(keys))
     if len(distinct) <= 1:
         return np.zeros(len(keys), dtype=np.int64), distinct
     lookup = {key: code for code, key in enumerate(distinct)}
     return np.fromiter(map(lookup.__getitem__, keys), dtype=np.int64, count=len(keys)), distinct
+
+
+def first_appearance(values: np.ndarray) -> np.ndarray:
+    """The distinct values of an int array in order of first appearance."""
+    distinct, first = np.unique(values, return_index=True)
+    return distinct[np.argsort(first, kind="stable")]
+
+
+def pair_codes(firsts: list[Any], seconds: list[Any]) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
+    """codes(zip(firsts, seconds)), quicker for numbers (process and thread ids): only where
+    the pair changes from one position to the next is a tuple made."""
+    count = len(firsts)
+    try:
+        a = np.fromiter(firsts, dtype=np.float64, count=count)
+        b = np.fromiter(seconds, dtype=np.float64, count=count)
+    except (TypeError, ValueError, OverflowError):
+        return codes(zip(firsts, seconds))
+    if count == 0 or not (np.isfinite(a).all() and np.isfinite(b).all()) \
+            or max(np.abs(a).max(), np.abs(b).max()) >= 2.0 ** 53:
+        return codes(zip(firsts, seconds))  # floats would merge distinct ids
+    runs = np.flatnonzero(np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])])
+    if len(runs) * 4 > count:
+        return codes(zip(firsts, seconds))
+    starts = runs.tolist()
+    run_codes, distinct = codes([(firsts[i], seconds[i]) for i in starts])
+    return np.repeat(run_codes, np.diff(np.r_[runs, count])), distinct
 
 
 def floats(values: Sequence[float]) -> np.ndarray:

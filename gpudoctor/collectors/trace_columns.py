@@ -10,11 +10,12 @@ or memset call carries it (the last such call when ids repeat).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from gpudoctor.collectors.intervals import Nested, codes, floats, tally
+from gpudoctor.collectors.intervals import Nested, codes, pair_codes, tally
 from gpudoctor.collectors.kineto_names import (
     _VERSION_SUFFIX,
     GRAPH_LAUNCH_APIS,
@@ -42,10 +43,12 @@ class HostEvents:
 
     def __init__(self, events: list[Any]) -> None:
         self.events = events
-        self.start = floats([e.ts for e in events])
-        self.end = self.start + floats([e.dur for e in events])
+        count = len(events)
+        self.start = np.fromiter([e.ts for e in events], dtype=np.float64, count=count)
+        self.end = self.start + np.fromiter([e.dur for e in events], dtype=np.float64, count=count)
         self.names: list[str] = [e.name for e in events]
-        self.thread_codes, self.threads = codes(zip([e.pid for e in events], [e.tid for e in events]))
+        self.name_codes, self.distinct_names = codes(self.names)
+        self.thread_codes, self.threads = pair_codes([e.pid for e in events], [e.tid for e in events])
 
     @functools.cached_property
     def nested(self) -> Nested:
@@ -59,6 +62,22 @@ class HostEvents:
             return np.zeros(0, dtype=np.int64)
         return np.flatnonzero(self.thread_codes == code) if len(self.threads) > 1 else np.arange(len(self.start))
 
+    def named(self, test: Callable[[str], bool]) -> np.ndarray:
+        """Mask of the events whose name passes `test`."""
+        chosen = np.array([test(name) for name in self.distinct_names], dtype=bool)
+        return chosen[self.name_codes] if len(self.name_codes) else np.zeros(0, dtype=bool)
+
+
+def str_codes(values: list[Any]) -> tuple[np.ndarray, list[str]]:
+    """codes([str(v) for v in values]), quicker when the values are of one type with one
+    spelling per value (ints or strings: equal ones are spelled alike)."""
+    types = set(map(type, values))
+    if len(types) == 1 and types <= {int, str}:
+        raw_codes, distinct = codes(values)
+        label_codes, labels = codes([str(v) for v in distinct])
+        return (label_codes[raw_codes] if len(raw_codes) else raw_codes), labels
+    return codes([str(v) for v in values])
+
 
 class TraceColumns:
     """The columns of one TraceIndex."""
@@ -66,35 +85,38 @@ class TraceColumns:
     def __init__(self, index: TraceIndex) -> None:
         self.index = index
         gpu = index.gpu
-        self.gpu_kind = np.fromiter((e.kind for e in gpu), dtype=np.int64, count=len(gpu))
+        count = len(gpu)
+        self.gpu_kind = np.fromiter([e.kind for e in gpu], dtype=np.int64, count=count)
         self.gpu_names: list[str] = [e.name for e in gpu]  # type: ignore[misc]
-        self.gpu_start = floats([e.ts for e in gpu])  # type: ignore[misc]
-        self.gpu_dur = floats([e.dur for e in gpu])  # type: ignore[misc]
+        self.gpu_start = np.fromiter([e.ts for e in gpu], dtype=np.float64, count=count)
+        self.gpu_dur = np.fromiter([e.dur for e in gpu], dtype=np.float64, count=count)
         self.gpu_end = self.gpu_start + self.gpu_dur
-        args = [e.args for e in gpu]
-        self.gpu_correlation = [a.correlation if a is not None else None for a in args]
-        self.gpu_external_id = [a.external_id if a is not None else None for a in args]
+        self.gpu_args = [e.args for e in gpu]
+        self.gpu_correlation = [a.correlation if a is not None else None for a in self.gpu_args]
+        self.gpu_external_id = [a.external_id if a is not None else None for a in self.gpu_args]
 
         api = index.api
-        self.api_start = floats([e.ts for e in api])  # type: ignore[misc]
-        self.api_dur = floats([e.dur for e in api])  # type: ignore[misc]
-        name_codes, distinct = codes(e.name for e in api)
+        count = len(api)
+        self.api_start = np.fromiter([e.ts for e in api], dtype=np.float64, count=count)
+        self.api_dur = np.fromiter([e.dur for e in api], dtype=np.float64, count=count)
+        self.api_name_codes, distinct = codes([e.name for e in api])
         self.api_kinds = [ApiKind(name) for name in distinct]
-        self.api_name_codes = name_codes
         tracked = np.array([k.tracked for k in self.api_kinds], dtype=bool)
-        queued = np.flatnonzero(tracked[name_codes]) if len(api) else np.zeros(0, dtype=np.int64)
-        pairs = [(a.correlation, int(i)) for i in queued.tolist()
-                 if (a := api[i].args) is not None and a.correlation is not None]
+        queued = np.flatnonzero(tracked[self.api_name_codes]).tolist() if count else []
+        queued_args = [api[i].args for i in queued]
+        pairs = [(a.correlation, i) for a, i in zip(queued_args, queued) if a is not None and a.correlation is not None]
         self.launch_at: dict[Any, int] = dict(pairs)  # correlation -> position in index.api (the last)
-        self.gpu_launch = np.fromiter((self.launch_at.get(c, -1) if c is not None else -1
-                                       for c in self.gpu_correlation), dtype=np.int64, count=len(gpu))
+        launch_at = self.launch_at
+        self.gpu_launch = np.fromiter([launch_at.get(c, -1) if c is not None else -1 for c in self.gpu_correlation],
+                                      dtype=np.int64, count=len(gpu))
+
+    @functools.cached_property
+    def api_threads(self) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
+        api = self.index.api
+        return pair_codes([e.pid for e in api], [e.tid for e in api])
 
     def api_kind(self, position: int) -> ApiKind:
         return self.api_kinds[int(self.api_name_codes[position])]
-
-    def api_thread(self, position: int) -> tuple[Any, Any]:
-        event = self.index.api[position]
-        return (event.pid, event.tid)
 
     @functools.cached_property
     def syncs(self) -> list[int]:
@@ -137,7 +159,7 @@ class TraceColumns:
             return []
         nest = operators.nested
         own, popped = nest.self_times()
-        name_codes, distinct = codes(operators.names[i] for i in nest.order[popped].tolist())
-        counts, totals, peaks = tally(name_codes, own[popped], len(distinct))
+        counts, totals, peaks = tally(operators.name_codes[nest.order[popped]], own[popped],
+                                      len(operators.distinct_names))
         return [(name, [count, total, peak]) for name, count, total, peak
-                in zip(distinct, counts.tolist(), totals.tolist(), peaks.tolist())]
+                in zip(operators.distinct_names, counts.tolist(), totals.tolist(), peaks.tolist())]
