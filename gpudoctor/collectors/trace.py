@@ -57,7 +57,7 @@ from gpudoctor.collectors.kineto_names import (  # public names re-exported
     copy_kind,
     frame_kind,
 )
-from gpudoctor.collectors.trace_columns import TraceColumns
+from gpudoctor.collectors.trace_columns import TraceColumns, str_codes
 from gpudoctor.collectors.trace_decode import (
     GPU_COPY,
     GPU_KERNEL,
@@ -163,12 +163,12 @@ class _TraceStats:
         assert columns is not None
         op_names = columns.op_names[0]
         api_index = index.api
-        attributed = []
-        for ext_id, launch in zip(columns.gpu_external_id, columns.gpu_launch.tolist()):
-            if ext_id not in op_names:
-                args = api_index[launch].args if launch >= 0 else None
-                ext_id = args.external_id if args is not None else None
-            attributed.append(ext_id if ext_id in op_names else None)
+        attributed = [ext_id if ext_id in op_names else None for ext_id in columns.gpu_external_id]
+        for i in [i for i, ext_id in enumerate(attributed) if ext_id is None]:
+            launch = int(columns.gpu_launch[i])
+            args = api_index[launch].args if launch >= 0 else None
+            ext_id = args.external_id if args is not None else None
+            attributed[i] = ext_id if ext_id in op_names else None
         kept = [i for i, ext_id in enumerate(attributed) if ext_id is not None]
         if kept:
             ext_codes, ext_ids = codes(attributed[i] for i in kept)
@@ -212,9 +212,9 @@ class _TraceStats:
         else:
             out.top_ops = _top(self.cpu_self)
         self._sync_stats(out, gaps)
-        kernels = np.flatnonzero(columns.gpu_kind == GPU_KERNEL)
-        is_comm = {name: name.lower().startswith("nccl") for name in set(columns.gpu_names[i] for i in kernels.tolist())}
-        comm_mask = np.array([is_comm[columns.gpu_names[i]] for i in kernels.tolist()], dtype=bool)
+        kernels, (name_codes, names) = self.kernels
+        is_comm = np.array([name.lower().startswith("nccl") for name in names], dtype=bool)
+        comm_mask = is_comm[name_codes] if len(name_codes) else np.zeros(0, dtype=bool)
         if comm_mask.any():
             comm = _union_of(columns.gpu_start[kernels[comm_mask]], columns.gpu_end[kernels[comm_mask]])
             out.comm_kernel_count = int(comm_mask.sum())
@@ -227,10 +227,19 @@ class _TraceStats:
                          else "no GPU activity in the trace: a CPU-only profile (no kernels, copies or CUDA calls)")
         return out
 
-    def _kernel_stats(self, out: ProfileSummary) -> None:
+    @functools.cached_property
+    def kernels(self) -> tuple[np.ndarray, tuple[np.ndarray, list[str]]]:
+        """The positions of the kernels in index.gpu; a code per kernel for its name, the names."""
         columns = self.columns
         assert columns is not None
         kernels = np.flatnonzero(columns.gpu_kind == GPU_KERNEL)
+        names = columns.gpu_names
+        return kernels, codes(names if len(kernels) == len(names) else [names[i] for i in kernels.tolist()])
+
+    def _kernel_stats(self, out: ProfileSummary) -> None:
+        columns = self.columns
+        assert columns is not None
+        kernels, (name_codes, names) = self.kernels
         durations = columns.gpu_dur[kernels]
         out.kernel_count = len(kernels)
         out.kernel_total_us = round(float(sum(durations.tolist())), 3)
@@ -241,7 +250,6 @@ class _TraceStats:
             ordered, middle = np.sort(durations).tolist(), len(durations) // 2
             median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
             out.kernel_median_us = round(median, 3)
-        name_codes, names = codes(columns.gpu_names[i] for i in kernels.tolist())
         counts, totals, peaks = tally(name_codes, durations, len(names))
         rows = list(zip(names, zip(counts.tolist(), totals.tolist(), peaks.tolist())))
         out.top_kernels = _top(rows)  # type: ignore[arg-type]
@@ -287,7 +295,7 @@ class _TraceStats:
         """Busy/idle of the busiest device into `out`; the start times of its idle gaps."""
         columns = self.columns
         assert columns is not None
-        device_codes, devices = codes([str(e.device) for e in columns.index.gpu])
+        device_codes, devices = str_codes(columns.gpu_arg("device", "pid"))
         best: tuple[list[float], list[float]] | None = None
         best_device = -1
         for device in range(len(devices)):
@@ -309,8 +317,8 @@ class _TraceStats:
         first; its share of the device's span (first start to last end, as busy + idle)."""
         columns = self.columns
         assert columns is not None
-        gpu = columns.index.gpu
-        stream_codes, streams = codes([str(gpu[i].stream) for i in mine.tolist()])
+        stream = columns.gpu_arg("stream", "tid")
+        stream_codes, streams = str_codes(stream if len(mine) == len(stream) else [stream[i] for i in mine.tolist()])
         rows = []
         for code, stream in enumerate(streams):
             own = mine[stream_codes == code]

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from itertools import compress
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from gpudoctor.collectors.intervals import Nested, codes, pair_codes, tally
@@ -41,14 +43,23 @@ class ApiKind:
 class HostEvents:
     """Host events of one list (operators or Python frames) as columns, file order."""
 
-    def __init__(self, events: list[Any]) -> None:
-        self.events = events
+    def __init__(self, events: list[Any], kind: int | None = None) -> None:
+        """`kind`: only the events of that kind (Event.kind)."""
         count = len(events)
-        self.start = np.fromiter([e.ts for e in events], dtype=np.float64, count=count)
-        self.end = self.start + np.fromiter([e.dur for e in events], dtype=np.float64, count=count)
-        self.names: list[str] = [e.name for e in events]
-        self.name_codes, self.distinct_names = codes(self.names)
-        self.thread_codes, self.threads = pair_codes([e.pid for e in events], [e.tid for e in events])
+        self.all_names: list[str] = [e.name for e in events]
+        start = np.fromiter([e.ts for e in events], dtype=np.float64, count=count)
+        end = start + np.fromiter([e.dur for e in events], dtype=np.float64, count=count)
+        pids, tids, names = [e.pid for e in events], [e.tid for e in events], self.all_names
+        if kind is not None:
+            keep = np.fromiter([e.kind for e in events], dtype=np.int64, count=count) == kind
+            if not keep.all():
+                start, end = start[keep], end[keep]
+                chosen = keep.tolist()
+                pids, tids, names = (list(compress(pids, chosen)), list(compress(tids, chosen)),
+                                     list(compress(names, chosen)))
+        self.start, self.end, self.names = start, end, names
+        self.name_codes, self.distinct_names = codes(names)
+        self.thread_codes, self.threads = pair_codes(pids, tids)
 
     @functools.cached_property
     def nested(self) -> Nested:
@@ -129,7 +140,7 @@ class TraceColumns:
     @functools.cached_property
     def operators(self) -> HostEvents:
         """index.ops less the record_function ranges."""
-        return HostEvents([e for e in self.index.ops if e.kind == OP])
+        return HostEvents(self.index.ops, OP)
 
     @functools.cached_property
     def frames(self) -> HostEvents:
@@ -139,7 +150,7 @@ class TraceColumns:
     def op_names(self) -> tuple[dict[Any, str], set[str]]:
         """(External id -> operator or range name, the ``ProfilerStep#N`` names) of index.ops."""
         ops = self.index.ops
-        names = [e.name for e in ops]
+        names = self.operators.all_names
         steps = {name for name in set(names) if name.startswith(STEP_PREFIX)}  # type: ignore[union-attr]
         external = [a.external_id if (a := e.args) is not None else None for e in ops]
         if steps:
@@ -163,3 +174,12 @@ class TraceColumns:
                                       len(operators.distinct_names))
         return [(name, [count, total, peak]) for name, count, total, peak
                 in zip(operators.distinct_names, counts.tolist(), totals.tolist(), peaks.tolist())]
+
+    def gpu_arg(self, field: str, fallback: str) -> list[Any]:
+        """Event.device (field "device", fallback "pid") or Event.stream ("stream", "tid") of
+        each GPU event: the args' value when the key is there, else the event's own."""
+        values = [getattr(a, field) if a is not None else msgspec.UNSET for a in self.gpu_args]
+        gpu = self.index.gpu
+        for i in [i for i, v in enumerate(values) if v is msgspec.UNSET]:
+            values[i] = getattr(gpu[i], fallback)
+        return values
