@@ -96,6 +96,27 @@ def tally(keys: np.ndarray, values: np.ndarray, groups: int) -> tuple[np.ndarray
     return counts, grouped_sums(keys, values, groups), grouped_max(keys, values, groups)
 
 
+def range_min(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """min(values[low[i]:high[i]]) for each i, inf for an empty range (a sparse table: the
+    minimum of two overlapping power-of-two windows)."""
+    result = np.full(len(low), np.inf)
+    length = high - low
+    some = length > 0
+    if not some.any():
+        return result
+    level = np.zeros(len(low), dtype=np.int64)
+    level[some] = np.frexp(length[some].astype(np.float64))[1] - 1  # floor(log2(length))
+    table = [values]
+    for step in range(1, int(level.max()) + 1):
+        half = 1 << (step - 1)
+        table.append(np.minimum(table[-1][:-half], table[-1][half:]))
+    for step in np.unique(level[some]).tolist():
+        chosen = some & (level == step)
+        width = 1 << step
+        result[chosen] = np.minimum(table[step][low[chosen]], table[step][high[chosen] - width])
+    return result
+
+
 def blocks(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The union of intervals already sorted by start: (block starts, block ends, index of
     the interval opening each block). A block grows while the next start is at most its end."""

@@ -33,7 +33,6 @@ Python frames and operators around synchronisations) and dropped.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import logging
 import math
@@ -45,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from gpudoctor.collectors.hotspots import add_hotspots
-from gpudoctor.collectors.intervals import blocks, codes, grouped_sums, sequential_sum, tally
+from gpudoctor.collectors.intervals import blocks, codes, grouped_sums, range_min, sequential_sum, tally
 from gpudoctor.collectors.kineto_names import (  # public names re-exported
     _FRAME_NAME,
     _VERSION_SUFFIX,
@@ -147,7 +146,8 @@ class _TraceStats:
         self.columns: TraceColumns | None = None
         self.syncs: list[tuple[Any, float, float, str]] = []  # thread, ts, dur, api
         self.around: dict[Any, list[tuple[float, float, bool, str]]] = defaultdict(list)  # ts, end, frame?, name
-        self.op_gpu: list[tuple[Any, float]] = []  # (External id, GPU us it launched), first launch first
+        # External ids that launched GPU work (first launch first) and the GPU us of each
+        self.op_gpu: tuple[list[Any], np.ndarray] = ([], np.zeros(0))
         self.cpu_self: list[tuple[str, list[float]]] = []
 
     def add(self, index: TraceIndex) -> None:
@@ -173,11 +173,11 @@ class _TraceStats:
         if kept:
             ext_codes, ext_ids = codes(attributed[i] for i in kept)
             gpu_us = grouped_sums(ext_codes, columns.gpu_end[kept] - columns.gpu_start[kept], len(ext_ids))
-            self.op_gpu = list(zip(ext_ids, gpu_us.tolist()))
+            self.op_gpu = (ext_ids, gpu_us)
         sync_times: dict[Any, list[float]] = defaultdict(list)
         for thread, ts, _, _ in self.syncs:
             sync_times[thread].append(ts)
-        if not self.op_gpu:
+        if not self.op_gpu[0]:
             self.cpu_self = columns.own_times
         for thread, times in sync_times.items():
             at = np.sort(np.array(times, dtype=np.float64))
@@ -205,9 +205,9 @@ class _TraceStats:
             if len(columns.api_name_codes) else np.zeros(0, dtype=bool)
         out.launch_count = int(launches.sum())
         out.launch_total_us = round(sequential_sum(columns.api_dur[launches]), 3)
-        if self.op_gpu:
-            name_codes, names = codes(op_names[ext_id] for ext_id, _ in self.op_gpu)
-            counts, totals, peaks = tally(name_codes, np.array([us for _, us in self.op_gpu]), len(names))
+        if self.op_gpu[0]:
+            name_codes, names = codes([op_names[ext_id] for ext_id in self.op_gpu[0]])
+            counts, totals, peaks = tally(name_codes, self.op_gpu[1], len(names))
             out.top_ops = _top(zip(names, zip(counts.tolist(), totals.tolist(), peaks.tolist())))  # type: ignore[arg-type]
         else:
             out.top_ops = _top(self.cpu_self)
@@ -291,12 +291,12 @@ class _TraceStats:
         memsets = columns.gpu_dur[columns.gpu_kind == GPU_SET]
         out.memset_count, out.memset_us = len(memsets), round(sequential_sum(memsets), 3)
 
-    def _timeline(self, out: ProfileSummary) -> list[float]:
+    def _timeline(self, out: ProfileSummary) -> tuple[np.ndarray, np.ndarray]:
         """Busy/idle of the busiest device into `out`; the start times of its idle gaps."""
         columns = self.columns
         assert columns is not None
         device_codes, devices = str_codes(columns.gpu_arg("device", "pid"))
-        best: tuple[list[float], list[float]] | None = None
+        best: tuple[list[float], tuple[np.ndarray, np.ndarray]] | None = None
         best_device = -1
         for device in range(len(devices)):
             mine = np.flatnonzero(device_codes == device) if len(devices) > 1 else np.arange(len(device_codes))
@@ -304,7 +304,7 @@ class _TraceStats:
             if best is None or totals[0] > best[0][0]:
                 best, best_device = (totals, gaps), device
         if best is None:
-            return []
+            return np.zeros(0), np.zeros(0)
         (busy, k2k, host, other), gaps = best
         out.streams = self._streams(np.flatnonzero(device_codes == best_device), busy + k2k + host + other)
         out.gpu_busy_us, out.gpu_idle_us = round(busy, 3), round(k2k + host + other, 3)
@@ -330,8 +330,8 @@ class _TraceStats:
                          "busy_share": round(busy / span, 4) if span > 0 else None})
         return sorted(rows, key=lambda r: (-r["busy_us"], r["stream"]))
 
-    def _busy_and_gaps(self, mine: np.ndarray) -> tuple[list[float], list[float]]:
-        """([busy, kernel-to-kernel, host wait, other] us, [gap start, gap end, ...]) on one device."""
+    def _busy_and_gaps(self, mine: np.ndarray) -> tuple[list[float], tuple[np.ndarray, np.ndarray]]:
+        """([busy, kernel-to-kernel, host wait, other] us, (gap starts, gap ends)) on one device."""
         columns = self.columns
         assert columns is not None
         starts, ends = columns.gpu_start[mine], columns.gpu_end[mine]
@@ -347,11 +347,9 @@ class _TraceStats:
         # 1 kernel-to-kernel, 2 host wait, 3 other (a dependency)
         kind = np.where(late, 2, np.where(gap < KERNEL_TO_KERNEL_GAP_US, 1, np.where(queued, 3, 2)))
         sums = grouped_sums(kind, gap, 4).tolist()
-        gaps = np.empty(2 * len(gap))
-        gaps[0::2], gaps[1::2] = gap_starts, gap_ends
-        return [busy, sums[1], sums[2], sums[3]], gaps.tolist()
+        return [busy, sums[1], sums[2], sums[3]], (gap_starts, gap_ends)
 
-    def _sync_stats(self, out: ProfileSummary, gaps: list[float]) -> None:
+    def _sync_stats(self, out: ProfileSummary, gaps: tuple[np.ndarray, np.ndarray]) -> None:
         by_thread: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
         for thread, ts, dur, api in self.syncs:
             by_thread[thread].append((ts, dur, api))
@@ -377,16 +375,17 @@ class _TraceStats:
                           for (api, site), (c, t) in ranked]
         # a gap follows a sync when the GPU ran dry during the sync and the host resumed
         # inside the gap: the sync emptied the queue and the host had to refill it
-        blocked = sorted((ts + dur, ts) for _, ts, dur, _ in self.syncs)
-        ends = [b[0] for b in blocked]
-        for gap_start, gap_end in zip(gaps[::2], gaps[1::2]):
-            i = bisect.bisect_left(ends, gap_start - SYNC_SLACK_US)
-            while i < len(blocked) and blocked[i][0] <= gap_end + SYNC_SLACK_US:
-                if blocked[i][1] <= gap_start + SYNC_SLACK_US:
-                    out.idle_after_sync_us += gap_end - gap_start
-                    break
-                i += 1
-        out.idle_after_sync_us = round(out.idle_after_sync_us, 3)
+        gap_starts, gap_ends = gaps
+        if self.syncs and len(gap_starts):
+            sync_starts = np.array([ts for _, ts, _, _ in self.syncs], dtype=np.float64)
+            sync_ends = sync_starts + np.array([dur for _, _, dur, _ in self.syncs], dtype=np.float64)
+            order = np.argsort(sync_ends, kind="stable")
+            sync_starts, sync_ends = sync_starts[order], sync_ends[order]
+            # the syncs that ended around the gap: did one of them start before it?
+            low = np.searchsorted(sync_ends, gap_starts - SYNC_SLACK_US, side="left")
+            high = np.searchsorted(sync_ends, gap_ends + SYNC_SLACK_US, side="right")
+            after_sync = range_min(sync_starts, low, high) <= gap_starts + SYNC_SLACK_US
+            out.idle_after_sync_us = round(sequential_sum((gap_ends - gap_starts)[after_sync]), 3)
 
 
 def _site(frames: list[str] | tuple[str, ...]) -> str | None:

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudoctor.collectors.intervals import Nested, blocks, codes, sequential_sum, tally
+from gpudoctor.collectors.intervals import Nested, blocks, codes, range_min, sequential_sum, tally
 
 
 def nested(rows: list[tuple[Any, float, float]]) -> Nested:
@@ -157,3 +157,14 @@ def test_outermost_is_the_reach_loop(raw):
             else:
                 reach = max(reach, -neg_end)
     assert got == sorted(expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=-50, max_value=50), min_size=1, max_size=40),
+       st.lists(st.tuples(st.integers(min_value=0, max_value=45), st.integers(min_value=0, max_value=45)), max_size=20))
+def test_range_min_is_the_min_of_each_slice(values, ranges):
+    array = np.array(values, dtype=float)
+    low = np.array([min(a, len(values)) for a, _ in ranges], dtype=np.int64)
+    high = np.array([min(b, len(values)) for _, b in ranges], dtype=np.int64)
+    got = range_min(array, low, high).tolist()
+    assert got == [min(values[a:b], default=float("inf")) for a, b in zip(low.tolist(), high.tolist())]
