@@ -16,11 +16,12 @@ launched from a thread without Python frames is the autograd engine's
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
-from gpudoctor.collectors.intervals import codes, first_appearance, grouped_sums
+from gpudoctor.collectors.intervals import first_appearance, grouped_sums
 from gpudoctor.collectors.trace_columns import HostEvents, TraceColumns
 from gpudoctor.session import CallSite, ProfileSummary
 
@@ -49,17 +50,16 @@ def add_hotspots(source: Any, out: ProfileSummary, columns: TraceColumns | None 
     operators = columns.operators
     autograd = operators.thread_codes[operators.named(lambda name: name.startswith("autograd::engine"))]
     sites = _Sites(columns.frames, {operators.threads[code] for code in set(autograd.tolist())})
-    launched = [i for i, c in enumerate(columns.gpu_correlation) if c is not None]
-    if launched:
-        correlation_codes, distinct = codes([columns.gpu_correlation[i] for i in launched])
-        totals = grouped_sums(correlation_codes, columns.gpu_dur[launched], len(distinct))
-        gpu_us = dict(zip(distinct, totals.tolist()))
-        queued = [(position, gpu_us[c]) for c, position in columns.launch_at.items() if c in gpu_us]
-        if queued:
-            positions = np.array([p for p, _ in queued], dtype=np.int64)
+    caller = columns.gpu_caller
+    if len(columns.launch_calls):
+        mapped = caller >= 0
+        counts = np.bincount(caller[mapped], minlength=len(columns.launch_calls))
+        gpu_us = grouped_sums(caller[mapped], columns.gpu_dur[mapped], len(columns.launch_calls))
+        queued = counts > 0  # launch calls whose work is in the trace, in the order of their ids
+        if queued.any():
+            positions = columns.launch_calls[queued]
             api_codes, api_threads = columns.api_threads
-            sites.add(api_codes[positions], api_threads, columns.api_start[positions], "gpu",
-                      np.array([us for _, us in queued]))
+            sites.add(api_codes[positions], api_threads, columns.api_start[positions], "gpu", gpu_us[queued])
     if columns.syncs:
         positions = np.array(columns.syncs, dtype=np.int64)
         api_codes, api_threads = columns.api_threads
@@ -223,7 +223,7 @@ class _Stacks:
         by_depth = np.argsort(depth, kind="stable")
         levels = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2)).tolist()
         width, made = max(len(frames.distinct_names), 1), 0
-        for low, high in zip(levels[:-1], levels[1:]):
+        for low, high in pairwise(levels):
             level = by_depth[low:high]
             parent = self.parent[level]
             above_node = np.where(parent >= 0, self.node[np.maximum(parent, 0)], -1)

@@ -45,7 +45,7 @@ import numpy as np
 
 from gpudoctor.collectors.hotspots import add_hotspots
 from gpudoctor.collectors.intervals import blocks, codes, grouped_sums, range_min, sequential_sum, tally
-from gpudoctor.collectors.kineto_names import (  # public names re-exported
+from gpudoctor.collectors.kineto_names import (  # noqa: F401  (public names re-exported)
     _FRAME_NAME,
     _VERSION_SUFFIX,
     GRAPH_LAUNCH_APIS,
@@ -220,10 +220,11 @@ class _TraceStats:
             out.comm_kernel_count = int(comm_mask.sum())
             out.comm_us = round(sum(end - start for start, end in comm), 3)
             compute = kernels[~comm_mask]
-            out.comm_overlap_us = round(_overlap(comm, _union_of(columns.gpu_start[compute], columns.gpu_end[compute])), 3)
+            overlap = _overlap(comm, _union_of(columns.gpu_start[compute], columns.gpu_end[compute]))
+            out.comm_overlap_us = round(overlap, 3)
         if not len(columns.gpu_kind):
             out.error = ("no GPU activity in the trace: CUDA calls were recorded but no kernels or copies "
-                         "(was ProfilerActivity.CUDA enabled?)" if out.launch_count or columns.launch_at
+                         "(was ProfilerActivity.CUDA enabled?)" if out.launch_count or len(columns.launch_calls)
                          else "no GPU activity in the trace: a CPU-only profile (no kernels, copies or CUDA calls)")
         return out
 
@@ -282,7 +283,8 @@ class _TraceStats:
         for i in np.flatnonzero(columns.gpu_kind == GPU_COPY).tolist():
             args = columns.index.gpu[i].args
             nbytes = _number(args.bytes if args is not None else None) or 0.0
-            entry = memcpy.setdefault(copy_kind(columns.gpu_names[i]), {"count": 0, "bytes": 0, "us": 0.0, "small_count": 0})
+            entry = memcpy.setdefault(copy_kind(columns.gpu_names[i]),
+                                      {"count": 0, "bytes": 0, "us": 0.0, "small_count": 0})
             entry["count"] += 1
             entry["bytes"] += int(nbytes)
             entry["us"] += float(columns.gpu_dur[i])
@@ -317,8 +319,8 @@ class _TraceStats:
         first; its share of the device's span (first start to last end, as busy + idle)."""
         columns = self.columns
         assert columns is not None
-        stream = columns.gpu_arg("stream", "tid")
-        stream_codes, streams = str_codes(stream if len(mine) == len(stream) else [stream[i] for i in mine.tolist()])
+        values = columns.gpu_arg("stream", "tid")
+        stream_codes, streams = str_codes(values if len(mine) == len(values) else [values[i] for i in mine.tolist()])
         rows = []
         for code, stream in enumerate(streams):
             own = mine[stream_codes == code]

@@ -115,11 +115,14 @@ class TraceColumns:
         tracked = np.array([k.tracked for k in self.api_kinds], dtype=bool)
         queued = np.flatnonzero(tracked[self.api_name_codes]).tolist() if count else []
         queued_args = [api[i].args for i in queued]
-        pairs = [(a.correlation, i) for a, i in zip(queued_args, queued) if a is not None and a.correlation is not None]
-        self.launch_at: dict[Any, int] = dict(pairs)  # correlation -> position in index.api (the last)
-        launch_at = self.launch_at
-        self.gpu_launch = np.fromiter([launch_at.get(c, -1) if c is not None else -1 for c in self.gpu_correlation],
-                                      dtype=np.int64, count=len(gpu))
+        callers = [(a.correlation, i) for a, i in zip(queued_args, queued)
+                   if a is not None and a.correlation is not None]
+        # the calls that queued GPU work, one per correlation id (the last call) in the order
+        # the ids first appear (a dict's order); each GPU event's entry among them, or -1
+        self.launch_calls, self.gpu_caller = _match([c for c, _ in callers], np.array([i for _, i in callers],
+                                                    dtype=np.int64), self.gpu_correlation)
+        self.gpu_launch = np.where(self.gpu_caller >= 0, self.launch_calls[np.maximum(self.gpu_caller, 0)], -1) \
+            if len(self.launch_calls) else np.full(len(gpu), -1, dtype=np.int64)
 
     @functools.cached_property
     def api_threads(self) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
@@ -183,3 +186,30 @@ class TraceColumns:
         for i in [i for i, v in enumerate(values) if v is msgspec.UNSET]:
             values[i] = getattr(gpu[i], fallback)
         return values
+
+
+def _match(keys: list[Any], positions: np.ndarray, lookups: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """dict(zip(keys, positions)) as (its values in its order, the entry of each lookup or
+    -1; None finds nothing); with numpy when all are ints."""
+    if keys and set(map(type, keys)) == {int} and set(map(type, lookups)) <= {int, type(None)}:
+        try:
+            ids = np.array(keys, dtype=np.int64)
+            found = np.array([-1 if v is None else v for v in lookups], dtype=np.int64)
+            wanted = np.array([v is not None for v in lookups], dtype=bool)
+        except OverflowError:
+            ids = None
+        if ids is not None:
+            distinct, first = np.unique(ids, return_index=True)
+            _, last_reversed = np.unique(ids[::-1], return_index=True)
+            last = len(ids) - 1 - last_reversed
+            by_first = np.argsort(first, kind="stable")
+            rank = np.empty(len(distinct), dtype=np.int64)
+            rank[by_first] = np.arange(len(distinct))
+            at = np.minimum(np.searchsorted(distinct, found), len(distinct) - 1)
+            hit = wanted & (distinct[at] == found)
+            return positions[last][by_first], np.where(hit, rank[at], -1)
+    table = dict(zip(keys, positions.tolist()))
+    entry = {key: i for i, key in enumerate(table)}
+    return (np.array(list(table.values()), dtype=np.int64),
+            np.fromiter([entry.get(v, -1) if v is not None else -1 for v in lookups], dtype=np.int64,
+                        count=len(lookups)))
