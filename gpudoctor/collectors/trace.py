@@ -146,8 +146,8 @@ class _TraceStats:
         self.columns: TraceColumns | None = None
         self.syncs: list[tuple[Any, float, float, str]] = []  # thread, ts, dur, api
         self.around: dict[Any, list[tuple[float, float, bool, str]]] = defaultdict(list)  # ts, end, frame?, name
-        # External ids that launched GPU work (first launch first) and the GPU us of each
-        self.op_gpu: tuple[list[Any], np.ndarray] = ([], np.zeros(0))
+        # the operators that launched GPU work (first launch first) and the GPU us of each
+        self.op_gpu: tuple[list[str], np.ndarray] = ([], np.zeros(0))
         self.cpu_self: list[tuple[str, list[float]]] = []
 
     def add(self, index: TraceIndex) -> None:
@@ -161,19 +161,11 @@ class _TraceStats:
         """Attribute GPU time to operators; keep the frames and operators around syncs."""
         columns = self.columns
         assert columns is not None
-        op_names = columns.op_names[0]
-        api_index = index.api
-        attributed = [ext_id if ext_id in op_names else None for ext_id in columns.gpu_external_id]
-        for i in [i for i, ext_id in enumerate(attributed) if ext_id is None]:
-            launch = int(columns.gpu_launch[i])
-            args = api_index[launch].args if launch >= 0 else None
-            ext_id = args.external_id if args is not None else None
-            attributed[i] = ext_id if ext_id in op_names else None
-        kept = [i for i, ext_id in enumerate(attributed) if ext_id is not None]
-        if kept:
-            ext_codes, ext_ids = codes(attributed[i] for i in kept)
-            gpu_us = grouped_sums(ext_codes, columns.gpu_end[kept] - columns.gpu_start[kept], len(ext_ids))
-            self.op_gpu = (ext_ids, gpu_us)
+        attributed, ext_ids, names = columns.gpu_operators
+        kept = attributed >= 0
+        if kept.any():
+            gpu_us = grouped_sums(attributed[kept], columns.gpu_end[kept] - columns.gpu_start[kept], len(ext_ids))
+            self.op_gpu = (names, gpu_us)
         sync_times: dict[Any, list[float]] = defaultdict(list)
         for thread, ts, _, _ in self.syncs:
             sync_times[thread].append(ts)
@@ -194,8 +186,7 @@ class _TraceStats:
     def summary(self, steps: int) -> ProfileSummary:
         columns = self.columns
         assert columns is not None
-        op_names, step_names = columns.op_names
-        out = ProfileSummary(steps=steps if steps > 0 else len(step_names))
+        out = ProfileSummary(steps=steps if steps > 0 else len(columns.step_names))
         if self.last > self.first:
             out.window_s = round((self.last - self.first) / 1e6, 6)
         self._kernel_stats(out)
@@ -206,7 +197,7 @@ class _TraceStats:
         out.launch_count = int(launches.sum())
         out.launch_total_us = round(sequential_sum(columns.api_dur[launches]), 3)
         if self.op_gpu[0]:
-            name_codes, names = codes([op_names[ext_id] for ext_id in self.op_gpu[0]])
+            name_codes, names = codes(self.op_gpu[0])
             counts, totals, peaks = tally(name_codes, self.op_gpu[1], len(names))
             out.top_ops = _top(zip(names, zip(counts.tolist(), totals.tolist(), peaks.tolist())))  # type: ignore[arg-type]
         else:

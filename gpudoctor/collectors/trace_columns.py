@@ -50,15 +50,16 @@ class HostEvents:
         start = np.fromiter([e.ts for e in events], dtype=np.float64, count=count)
         end = start + np.fromiter([e.dur for e in events], dtype=np.float64, count=count)
         pids, tids, names = [e.pid for e in events], [e.tid for e in events], self.all_names
+        self.all_name_codes, self.distinct_names = codes(names)  # distinct_names: of all the events
+        name_codes = self.all_name_codes
         if kind is not None:
             keep = np.fromiter([e.kind for e in events], dtype=np.int64, count=count) == kind
             if not keep.all():
-                start, end = start[keep], end[keep]
+                start, end, name_codes = start[keep], end[keep], name_codes[keep]
                 chosen = keep.tolist()
                 pids, tids, names = (list(compress(pids, chosen)), list(compress(tids, chosen)),
                                      list(compress(names, chosen)))
-        self.start, self.end, self.names = start, end, names
-        self.name_codes, self.distinct_names = codes(names)
+        self.start, self.end, self.names, self.name_codes = start, end, names, name_codes
         self.thread_codes, self.threads = pair_codes(pids, tids)
 
     @functools.cached_property
@@ -150,19 +151,70 @@ class TraceColumns:
         return HostEvents(self.index.frames)
 
     @functools.cached_property
-    def op_names(self) -> tuple[dict[Any, str], set[str]]:
-        """(External id -> operator or range name, the ``ProfilerStep#N`` names) of index.ops."""
-        ops = self.index.ops
-        names = self.operators.all_names
-        steps = {name for name in set(names) if name.startswith(STEP_PREFIX)}  # type: ignore[union-attr]
-        external = [a.external_id if (a := e.args) is not None else None for e in ops]
+    def step_names(self) -> set[str]:
+        """The ``ProfilerStep#N`` ranges' names."""
+        return {name for name in self.operators.distinct_names if name.startswith(STEP_PREFIX)}
+
+    @functools.cached_property
+    def gpu_operators(self) -> tuple[np.ndarray, list[Any], list[str]]:
+        """The operator each GPU event's work is attributed to: the one its External id names,
+        else the one of the call that queued it (an op or range of index.ops, the last of an
+        id; ProfilerStep ranges are none). (Per GPU event a code or -1, the External id of each
+        code in the order they first appear, its operator's name.)"""
+        operators = self.operators
+        external = [a.external_id if (a := e.args) is not None else None for e in self.index.ops]
+        named = operators.all_name_codes
+        steps = self.step_names
         if steps:
-            pairs = [(x, n) for x, n in zip(external, names) if n not in steps]
-            table = dict(pairs)
-        else:
-            table = dict(zip(external, names))
+            is_step = np.array([name in steps for name in operators.distinct_names], dtype=bool)
+            keep = ~is_step[named]
+            external = list(compress(external, keep.tolist()))
+            named = named[keep]
+        from_gpu = self.gpu_external_id
+        numeric = _int_array(external, none_as=None)
+        gpu_ids = _int_array(from_gpu, none_as=-1) if numeric is not None else None
+        if numeric is not None and gpu_ids is not None:
+            present = numeric[1]
+            ids, names = numeric[0][present], named[present]
+            distinct, first = np.unique(ids[::-1], return_index=True)  # the last of each id
+            name_of = names[::-1][first]
+            found = _lookup(distinct, gpu_ids[0], gpu_ids[1])
+            missing = np.flatnonzero(found < 0)
+            if len(missing):
+                api = self.index.api
+                launch = self.gpu_launch[missing].tolist()
+                fallback = [(a.external_id if (a := api[i].args) is not None else None) if i >= 0 else None
+                            for i in launch]
+                fallback_ids = _int_array(fallback, none_as=-1)
+                if fallback_ids is None:
+                    return self._gpu_operators_by_dict(external, named)
+                found[missing] = _lookup(distinct, fallback_ids[0], fallback_ids[1])
+            hit = found >= 0
+            order, codes_in_order = _first_appearance_codes(found[hit])
+            code = np.full(len(found), -1, dtype=np.int64)
+            code[hit] = codes_in_order
+            return (code, distinct[order].tolist(),
+                    [operators.distinct_names[i] for i in name_of[order].tolist()])
+        return self._gpu_operators_by_dict(external, named)
+
+    def _gpu_operators_by_dict(self, external: list[Any], named: np.ndarray) -> tuple[np.ndarray, list[Any], list[str]]:
+        distinct_names = self.operators.distinct_names
+        table = dict(zip(external, named.tolist()))
         table.pop(None, None)
-        return table, steps  # type: ignore[return-value]
+        api = self.index.api
+        attributed = [ext_id if ext_id in table else None for ext_id in self.gpu_external_id]
+        for i in [i for i, ext_id in enumerate(attributed) if ext_id is None]:
+            launch = int(self.gpu_launch[i])
+            args = api[launch].args if launch >= 0 else None
+            ext_id = args.external_id if args is not None else None
+            attributed[i] = ext_id if ext_id in table else None
+        kept = [i for i, ext_id in enumerate(attributed) if ext_id is not None]
+        code = np.full(len(attributed), -1, dtype=np.int64)
+        if not kept:
+            return code, [], []
+        ext_codes, ext_ids = codes([attributed[i] for i in kept])
+        code[kept] = ext_codes
+        return code, ext_ids, [distinct_names[table[x]] for x in ext_ids]
 
     @functools.cached_property
     def own_times(self) -> list[tuple[str, list[float]]]:
@@ -176,7 +228,7 @@ class TraceColumns:
         counts, totals, peaks = tally(operators.name_codes[nest.order[popped]], own[popped],
                                       len(operators.distinct_names))
         return [(name, [count, total, peak]) for name, count, total, peak
-                in zip(operators.distinct_names, counts.tolist(), totals.tolist(), peaks.tolist())]
+                in zip(operators.distinct_names, counts.tolist(), totals.tolist(), peaks.tolist()) if count]
 
     def gpu_arg(self, field: str, fallback: str) -> list[Any]:
         """Event.device (field "device", fallback "pid") or Event.stream ("stream", "tid") of
@@ -213,3 +265,34 @@ def _match(keys: list[Any], positions: np.ndarray, lookups: list[Any]) -> tuple[
     return (np.array(list(table.values()), dtype=np.int64),
             np.fromiter([entry.get(v, -1) if v is not None else -1 for v in lookups], dtype=np.int64,
                         count=len(lookups)))
+
+
+def _int_array(values: list[Any], none_as: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """(values as int64, mask of those not None), None for None, or None when some value is
+    no plain int (a float, a bool, a string: the dict path then keeps Python's equality)."""
+    types = set(map(type, values))
+    types.discard(type(None))
+    if types - {int}:
+        return None
+    try:
+        array = np.array([-1 if v is None else v for v in values], dtype=np.int64)
+    except OverflowError:
+        return None
+    return array, np.array([v is not None for v in values], dtype=bool)
+
+
+def _lookup(sorted_keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The index of each wanted value in sorted_keys, -1 when absent."""
+    if not len(sorted_keys):
+        return np.full(len(values), -1, dtype=np.int64)
+    at = np.minimum(np.searchsorted(sorted_keys, values), len(sorted_keys) - 1)
+    return np.where(wanted & (sorted_keys[at] == values), at, -1)
+
+
+def _first_appearance_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values in order of first appearance, a code per value into that order)."""
+    distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[by_first] = np.arange(len(distinct))
+    return distinct[by_first], rank[inverse.reshape(-1)]
