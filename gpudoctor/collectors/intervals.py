@@ -48,6 +48,11 @@ def pair_codes(firsts: list[Any], seconds: list[Any]) -> tuple[np.ndarray, list[
     the pair changes from one position to the next is a tuple made."""
     count = len(firsts)
     try:
+        if len(set(firsts)) == 1 and len(set(seconds)) == 1:
+            return np.zeros(count, dtype=np.int64), [(firsts[0], seconds[0])]
+    except TypeError:  # an unhashable id: then so is the pair, as in a dict
+        pass
+    try:
         a = np.fromiter(firsts, dtype=np.float64, count=count)
         b = np.fromiter(seconds, dtype=np.float64, count=count)
     except (TypeError, ValueError, OverflowError):

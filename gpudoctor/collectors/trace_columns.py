@@ -115,13 +115,11 @@ class TraceColumns:
         self.api_kinds = [ApiKind(name) for name in distinct]
         tracked = np.array([k.tracked for k in self.api_kinds], dtype=bool)
         queued = np.flatnonzero(tracked[self.api_name_codes]).tolist() if count else []
-        queued_args = [api[i].args for i in queued]
-        callers = [(a.correlation, i) for a, i in zip(queued_args, queued)
-                   if a is not None and a.correlation is not None]
+        queued_args = [e.args for e in api] if len(queued) == count else [api[i].args for i in queued]
+        callers = [a.correlation if a is not None else None for a in queued_args]
         # the calls that queued GPU work, one per correlation id (the last call) in the order
         # the ids first appear (a dict's order); each GPU event's entry among them, or -1
-        self.launch_calls, self.gpu_caller = _match([c for c, _ in callers], np.array([i for _, i in callers],
-                                                    dtype=np.int64), self.gpu_correlation)
+        self.launch_calls, self.gpu_caller = _match(callers, np.array(queued, dtype=np.int64), self.gpu_correlation)
         self.gpu_launch = np.where(self.gpu_caller >= 0, self.launch_calls[np.maximum(self.gpu_caller, 0)], -1) \
             if len(self.launch_calls) else np.full(len(gpu), -1, dtype=np.int64)
 
@@ -171,8 +169,8 @@ class TraceColumns:
             external = list(compress(external, keep.tolist()))
             named = named[keep]
         from_gpu = self.gpu_external_id
-        numeric = _int_array(external, none_as=None)
-        gpu_ids = _int_array(from_gpu, none_as=-1) if numeric is not None else None
+        numeric = _int_array(external)
+        gpu_ids = _int_array(from_gpu) if numeric is not None else None
         if numeric is not None and gpu_ids is not None:
             present = numeric[1]
             ids, names = numeric[0][present], named[present]
@@ -185,7 +183,7 @@ class TraceColumns:
                 launch = self.gpu_launch[missing].tolist()
                 fallback = [(a.external_id if (a := api[i].args) is not None else None) if i >= 0 else None
                             for i in launch]
-                fallback_ids = _int_array(fallback, none_as=-1)
+                fallback_ids = _int_array(fallback)
                 if fallback_ids is None:
                     return self._gpu_operators_by_dict(external, named)
                 found[missing] = _lookup(distinct, fallback_ids[0], fallback_ids[1])
@@ -241,44 +239,43 @@ class TraceColumns:
 
 
 def _match(keys: list[Any], positions: np.ndarray, lookups: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """dict(zip(keys, positions)) as (its values in its order, the entry of each lookup or
-    -1; None finds nothing); with numpy when all are ints."""
-    if keys and set(map(type, keys)) == {int} and set(map(type, lookups)) <= {int, type(None)}:
-        try:
-            ids = np.array(keys, dtype=np.int64)
-            found = np.array([-1 if v is None else v for v in lookups], dtype=np.int64)
-            wanted = np.array([v is not None for v in lookups], dtype=bool)
-        except OverflowError:
-            ids = None
-        if ids is not None:
-            distinct, first = np.unique(ids, return_index=True)
-            _, last_reversed = np.unique(ids[::-1], return_index=True)
-            last = len(ids) - 1 - last_reversed
-            by_first = np.argsort(first, kind="stable")
-            rank = np.empty(len(distinct), dtype=np.int64)
-            rank[by_first] = np.arange(len(distinct))
-            at = np.minimum(np.searchsorted(distinct, found), len(distinct) - 1)
-            hit = wanted & (distinct[at] == found)
-            return positions[last][by_first], np.where(hit, rank[at], -1)
-    table = dict(zip(keys, positions.tolist()))
+    """dict(zip(keys, positions)) without the None keys, as (its values in its order, the
+    entry of each lookup or -1; None finds nothing); with numpy when all are ints."""
+    numeric = _int_array(keys)
+    found = _int_array(lookups) if numeric is not None else None
+    if numeric is not None and found is not None:
+        ids, present = numeric
+        ids, positions = ids[present], positions[present]
+        if not len(ids):
+            return positions, np.full(len(lookups), -1, dtype=np.int64)
+        distinct, first = np.unique(ids, return_index=True)
+        _, last_reversed = np.unique(ids[::-1], return_index=True)
+        last = len(ids) - 1 - last_reversed
+        by_first = np.argsort(first, kind="stable")
+        rank = np.empty(len(distinct), dtype=np.int64)
+        rank[by_first] = np.arange(len(distinct))
+        at = _lookup(distinct, found[0], found[1])
+        return positions[last][by_first], np.where(at >= 0, rank[np.maximum(at, 0)], -1)
+    table = {key: position for key, position in zip(keys, positions.tolist()) if key is not None}
     entry = {key: i for i, key in enumerate(table)}
     return (np.array(list(table.values()), dtype=np.int64),
             np.fromiter([entry.get(v, -1) if v is not None else -1 for v in lookups], dtype=np.int64,
                         count=len(lookups)))
 
 
-def _int_array(values: list[Any], none_as: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """(values as int64, mask of those not None), None for None, or None when some value is
-    no plain int (a float, a bool, a string: the dict path then keeps Python's equality)."""
+def _int_array(values: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the values as int64 with -1 for None, mask of those not None), or None when a value is
+    no plain int (a float, a bool, a string: the dict path keeps Python's equality for them)."""
     types = set(map(type, values))
-    types.discard(type(None))
-    if types - {int}:
-        return None
     try:
-        array = np.array([-1 if v is None else v for v in values], dtype=np.int64)
+        if types == {int}:
+            return np.fromiter(values, dtype=np.int64, count=len(values)), np.ones(len(values), dtype=bool)
+        if types - {int, type(None)}:
+            return None
+        return (np.array([-1 if v is None else v for v in values], dtype=np.int64),
+                np.array([v is not None for v in values], dtype=bool))
     except OverflowError:
         return None
-    return array, np.array([v is not None for v in values], dtype=bool)
 
 
 def _lookup(sorted_keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
