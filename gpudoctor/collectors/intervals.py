@@ -48,8 +48,12 @@ def pair_codes(firsts: list[Any], seconds: list[Any]) -> tuple[np.ndarray, list[
     the pair changes from one position to the next is a tuple made."""
     count = len(firsts)
     try:
-        if len(set(firsts)) == 1 and len(set(seconds)) == 1:
-            return np.zeros(count, dtype=np.int64), [(firsts[0], seconds[0])]
+        if len(set(firsts)) == 1:  # one process: its threads' ids tell them apart
+            second_codes, distinct = codes(seconds)
+            return second_codes, [(firsts[0], second) for second in distinct]
+        if len(set(seconds)) == 1:
+            first_codes, distinct = codes(firsts)
+            return first_codes, [(first, seconds[0]) for first in distinct]
     except TypeError:  # an unhashable id: then so is the pair, as in a dict
         pass
     try:

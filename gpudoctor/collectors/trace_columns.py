@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from gpudoctor.collectors.intervals import Nested, codes, pair_codes, tally
+from gpudoctor.collectors.intervals import Nested, codes, first_appearance, pair_codes, tally
 from gpudoctor.collectors.kineto_names import (
     _VERSION_SUFFIX,
     GRAPH_LAUNCH_APIS,
@@ -49,18 +49,26 @@ class HostEvents:
         self.all_names: list[str] = [e.name for e in events]
         start = np.fromiter([e.ts for e in events], dtype=np.float64, count=count)
         end = start + np.fromiter([e.dur for e in events], dtype=np.float64, count=count)
-        pids, tids, names = [e.pid for e in events], [e.tid for e in events], self.all_names
-        self.all_name_codes, self.distinct_names = codes(names)  # distinct_names: of all the events
-        name_codes = self.all_name_codes
+        pids, tids = [e.pid for e in events], [e.tid for e in events]
+        self.all_name_codes, self.distinct_names = codes(self.all_names)  # distinct_names: of all the events
+        self.start, self.end, self.name_codes = start, end, self.all_name_codes
+        self.kept: list[bool] | None = None
         if kind is not None:
             keep = np.fromiter([e.kind for e in events], dtype=np.int64, count=count) == kind
             if not keep.all():
-                start, end, name_codes = start[keep], end[keep], name_codes[keep]
-                chosen = keep.tolist()
-                pids, tids, names = (list(compress(pids, chosen)), list(compress(tids, chosen)),
-                                     list(compress(names, chosen)))
-        self.start, self.end, self.names, self.name_codes = start, end, names, name_codes
+                self.start, self.end, self.name_codes = start[keep], end[keep], self.all_name_codes[keep]
+                thread_codes, threads = pair_codes(pids, tids)
+                order = first_appearance(thread_codes[keep])  # the threads these events are on, as met
+                renumber = np.full(len(threads), -1, dtype=np.int64)
+                renumber[order] = np.arange(len(order))
+                self.thread_codes, self.threads = renumber[thread_codes[keep]], [threads[i] for i in order.tolist()]
+                self.kept = keep.tolist()
+                return
         self.thread_codes, self.threads = pair_codes(pids, tids)
+
+    @functools.cached_property
+    def names(self) -> list[str]:
+        return self.all_names if self.kept is None else list(compress(self.all_names, self.kept))
 
     @functools.cached_property
     def nested(self) -> Nested:
