@@ -92,10 +92,7 @@ def grouped_max(keys: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray
     """Per key: max(0.0, its values) (the running max of a tally that starts at 0.0)."""
     peak = np.zeros(groups)
     if len(keys):
-        order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order]
-        firsts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-        peak[sorted_keys[firsts]] = np.maximum(np.maximum.reduceat(values[order], firsts), 0.0)
+        np.maximum.at(peak, keys, values)
     return peak
 
 

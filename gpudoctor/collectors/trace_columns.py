@@ -239,11 +239,12 @@ class TraceColumns:
     def gpu_arg(self, field: str, fallback: str) -> list[Any]:
         """Event.device (field "device", fallback "pid") or Event.stream ("stream", "tid") of
         each GPU event: the args' value when the key is there, else the event's own."""
-        values = [getattr(a, field) if a is not None else msgspec.UNSET for a in self.gpu_args]
-        gpu = self.index.gpu
-        for i in [i for i, v in enumerate(values) if v is msgspec.UNSET]:
-            values[i] = getattr(gpu[i], fallback)
-        return values
+        unset, gpu = msgspec.UNSET, self.index.gpu
+        if field == "device":
+            return [v if (v := (a.device if a is not None else unset)) is not unset else e.pid
+                    for a, e in zip(self.gpu_args, gpu)]
+        return [v if (v := (a.stream if a is not None else unset)) is not unset else e.tid
+                for a, e in zip(self.gpu_args, gpu)]
 
 
 def _match(keys: list[Any], positions: np.ndarray, lookups: list[Any]) -> tuple[np.ndarray, np.ndarray]:
