@@ -220,7 +220,7 @@ class _Stacks:
         self.node = np.zeros(count, dtype=np.int64)
         self.min_end = nest.end.copy()
         node_parents, node_names = [], []
-        by_depth = np.argsort(depth, kind="stable")
+        by_depth = np.argsort(depth.astype(np.int16) if count and depth.max() < 2 ** 15 else depth, kind="stable")
         levels = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2)).tolist()
         width, made = max(len(frames.distinct_names), 1), 0
         for low, high in pairwise(levels):

@@ -38,9 +38,13 @@ def codes(keys: Iterable[Hashable]) -> tuple[np.ndarray, list[Any]]:
 
 
 def first_appearance(values: np.ndarray) -> np.ndarray:
-    """The distinct values of an int array in order of first appearance."""
-    distinct, first = np.unique(values, return_index=True)
-    return distinct[np.argsort(first, kind="stable")]
+    """The distinct values of an array of codes (ints >= 0) in order of first appearance."""
+    if not len(values):
+        return values
+    first = np.full(int(values.max()) + 1, len(values), dtype=np.int64)
+    np.minimum.at(first, values, np.arange(len(values)))
+    seen = np.flatnonzero(first < len(values))
+    return seen[np.argsort(first[seen], kind="stable")]
 
 
 def pair_codes(firsts: list[Any], seconds: list[Any]) -> tuple[np.ndarray, list[tuple[Any, Any]]]:

@@ -257,9 +257,9 @@ def _match(keys: list[Any], positions: np.ndarray, lookups: list[Any]) -> tuple[
         ids, positions = ids[present], positions[present]
         if not len(ids):
             return positions, np.full(len(lookups), -1, dtype=np.int64)
-        distinct, first = np.unique(ids, return_index=True)
-        _, last_reversed = np.unique(ids[::-1], return_index=True)
-        last = len(ids) - 1 - last_reversed
+        distinct, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        last = np.zeros(len(distinct), dtype=np.int64)
+        np.maximum.at(last, inverse.reshape(-1), np.arange(len(ids)))
         by_first = np.argsort(first, kind="stable")
         rank = np.empty(len(distinct), dtype=np.int64)
         rank[by_first] = np.arange(len(distinct))
