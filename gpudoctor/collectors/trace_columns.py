@@ -239,12 +239,14 @@ class TraceColumns:
     def gpu_arg(self, field: str, fallback: str) -> list[Any]:
         """Event.device (field "device", fallback "pid") or Event.stream ("stream", "tid") of
         each GPU event: the args' value when the key is there, else the event's own."""
-        unset, gpu = msgspec.UNSET, self.index.gpu
-        if field == "device":
-            return [v if (v := (a.device if a is not None else unset)) is not unset else e.pid
-                    for a, e in zip(self.gpu_args, gpu)]
-        return [v if (v := (a.stream if a is not None else unset)) is not unset else e.tid
-                for a, e in zip(self.gpu_args, gpu)]
+        unset, gpu, args = msgspec.UNSET, self.index.gpu, self.gpu_args
+        try:
+            values = [a.device for a in args] if field == "device" else [a.stream for a in args]
+        except AttributeError:  # some events without args
+            values = [getattr(a, field) if a is not None else unset for a in args]
+        if unset in values:
+            values = [getattr(gpu[i], fallback) if v is unset else v for i, v in enumerate(values)]
+        return values
 
 
 def _match(keys: list[Any], positions: np.ndarray, lookups: list[Any]) -> tuple[np.ndarray, np.ndarray]:
