@@ -227,8 +227,8 @@ class _Stacks:
             level = by_depth[low:high]
             parent = self.parent[level]
             above_node = np.where(parent >= 0, self.node[np.maximum(parent, 0)], -1)
-            distinct_keys, inverse = np.unique((above_node + 1) * width + name_codes[level], return_inverse=True)
-            self.node[level] = made + inverse.reshape(-1)
+            distinct_keys, inverse = _distinct((above_node + 1) * width + name_codes[level])
+            self.node[level] = made + inverse
             made += len(distinct_keys)
             node_parents.append(distinct_keys // width - 1)
             node_names.append(distinct_keys % width)
@@ -261,3 +261,15 @@ class _Stacks:
                 names.append(self.frames.names[int(nest.order[top])])
             top = int(self.parent[top])
         return tuple(reversed(names))
+
+
+def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(keys, return_inverse=True) of ints >= 0; by a table when their range is small."""
+    top = int(keys.max()) + 1 if len(keys) else 0
+    if top > 4 * len(keys) + 1024:
+        distinct, inverse = np.unique(keys, return_inverse=True)
+        return distinct, inverse.reshape(-1)
+    present = np.zeros(top, dtype=bool)
+    present[keys] = True
+    rank = np.cumsum(present) - 1
+    return np.flatnonzero(present), rank[keys]
