@@ -121,7 +121,10 @@ class _Sites:
         times = np.concatenate([p[1] for p in self.parts])
         kinds = np.concatenate([np.full(len(p[0]), p[2]) for p in self.parts])
         values = np.concatenate([p[3] for p in self.parts])
-        order = np.lexsort((times, thread_ids))  # stable: each thread's queries by time, in the order added
+        # stable: each thread's queries by time, in the order added
+        by_time = np.argsort(times, kind="stable")
+        order = by_time[np.argsort(thread_ids[by_time].astype(np.int16) if len(self.threads) < 2 ** 15
+                                   else thread_ids[by_time], kind="stable")]
         thread_ids, times, kinds, values = thread_ids[order], times[order], kinds[order], values[order]
         site_codes, names = self._where(thread_ids, times)
         table: dict[str, CallSite] = {}

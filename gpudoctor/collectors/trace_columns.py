@@ -111,9 +111,13 @@ class TraceColumns:
         self.gpu_start = np.fromiter([e.ts for e in gpu], dtype=np.float64, count=count)
         self.gpu_dur = np.fromiter([e.dur for e in gpu], dtype=np.float64, count=count)
         self.gpu_end = self.gpu_start + self.gpu_dur
-        self.gpu_args = [e.args for e in gpu]
-        self.gpu_correlation = [a.correlation if a is not None else None for a in self.gpu_args]
-        self.gpu_external_id = [a.external_id if a is not None else None for a in self.gpu_args]
+        self.gpu_args = args = [e.args for e in gpu]
+        try:  # every GPU event has args (a kineto trace's do): no test per event
+            self.gpu_correlation = [a.correlation for a in args]
+            self.gpu_external_id = [a.external_id for a in args]
+        except AttributeError:
+            self.gpu_correlation = [a.correlation if a is not None else None for a in args]
+            self.gpu_external_id = [a.external_id if a is not None else None for a in args]
 
         api = index.api
         count = len(api)
