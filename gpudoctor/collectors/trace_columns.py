@@ -47,14 +47,14 @@ class HostEvents:
         """`kind`: only the events of that kind (Event.kind)."""
         count = len(events)
         self.all_names: list[str] = [e.name for e in events]
-        start = np.fromiter([e.ts for e in events], dtype=np.float64, count=count)
-        end = start + np.fromiter([e.dur for e in events], dtype=np.float64, count=count)
+        start = np.fromiter((e.ts for e in events), dtype=np.float64, count=count)
+        end = start + np.fromiter((e.dur for e in events), dtype=np.float64, count=count)
         pids, tids = [e.pid for e in events], [e.tid for e in events]
         self.all_name_codes, self.distinct_names = codes(self.all_names)  # distinct_names: of all the events
         self.start, self.end, self.name_codes = start, end, self.all_name_codes
         self.kept: list[bool] | None = None
         if kind is not None:
-            keep = np.fromiter([e.kind for e in events], dtype=np.int64, count=count) == kind
+            keep = np.fromiter((e.kind for e in events), dtype=np.int64, count=count) == kind
             if not keep.all():
                 self.start, self.end, self.name_codes = start[keep], end[keep], self.all_name_codes[keep]
                 thread_codes, threads = pair_codes(pids, tids)
@@ -106,10 +106,10 @@ class TraceColumns:
         self.index = index
         gpu = index.gpu
         count = len(gpu)
-        self.gpu_kind = np.fromiter([e.kind for e in gpu], dtype=np.int64, count=count)
+        self.gpu_kind = np.fromiter((e.kind for e in gpu), dtype=np.int64, count=count)
         self.gpu_names: list[str] = [e.name for e in gpu]  # type: ignore[misc]
-        self.gpu_start = np.fromiter([e.ts for e in gpu], dtype=np.float64, count=count)
-        self.gpu_dur = np.fromiter([e.dur for e in gpu], dtype=np.float64, count=count)
+        self.gpu_start = np.fromiter((e.ts for e in gpu), dtype=np.float64, count=count)
+        self.gpu_dur = np.fromiter((e.dur for e in gpu), dtype=np.float64, count=count)
         self.gpu_end = self.gpu_start + self.gpu_dur
         self.gpu_args = args = [e.args for e in gpu]
         try:  # every GPU event has args (a kineto trace's do): no test per event
@@ -121,8 +121,8 @@ class TraceColumns:
 
         api = index.api
         count = len(api)
-        self.api_start = np.fromiter([e.ts for e in api], dtype=np.float64, count=count)
-        self.api_dur = np.fromiter([e.dur for e in api], dtype=np.float64, count=count)
+        self.api_start = np.fromiter((e.ts for e in api), dtype=np.float64, count=count)
+        self.api_dur = np.fromiter((e.dur for e in api), dtype=np.float64, count=count)
         self.api_name_codes, distinct = codes([e.name for e in api])
         self.api_kinds = [ApiKind(name) for name in distinct]
         tracked = np.array([k.tracked for k in self.api_kinds], dtype=bool)
