@@ -113,8 +113,8 @@ class TraceColumns:
         self.gpu_end = self.gpu_start + self.gpu_dur
         self.gpu_args = args = [e.args for e in gpu]
         try:  # every GPU event has args (a kineto trace's do): no test per event
-            self.gpu_correlation = [a.correlation for a in args]
-            self.gpu_external_id = [a.external_id for a in args]
+            self.gpu_correlation = [a.correlation for a in args]  # type: ignore[union-attr]
+            self.gpu_external_id = [a.external_id for a in args]  # type: ignore[union-attr]
         except AttributeError:
             self.gpu_correlation = [a.correlation if a is not None else None for a in args]
             self.gpu_external_id = [a.external_id if a is not None else None for a in args]
@@ -245,7 +245,8 @@ class TraceColumns:
         each GPU event: the args' value when the key is there, else the event's own."""
         unset, gpu, args = msgspec.UNSET, self.index.gpu, self.gpu_args
         try:
-            values = [a.device for a in args] if field == "device" else [a.stream for a in args]
+            values = ([a.device for a in args] if field == "device"  # type: ignore[union-attr]
+                      else [a.stream for a in args])  # type: ignore[union-attr]
         except AttributeError:  # some events without args
             values = [getattr(a, field) if a is not None else unset for a in args]
         if unset in values:
