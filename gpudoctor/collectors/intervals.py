@@ -171,8 +171,16 @@ class Nested:
         """The stack entry below each interval when it is pushed (-1: none); `touching`: an
         entry that ended exactly at the new start is popped."""
         index = np.arange(len(self))
-        parent = index - 1
-        parent[self.run_start == index] = -1
+        if not len(self):
+            return index
+        # the first candidate: the last interval still open when the next one started (one
+        # with a child). Those after it were closed before their next started, so before
+        # this start too: a run of siblings is passed over in one step.
+        has_child = np.zeros(len(self), dtype=bool)
+        has_child[:-1] = (self.end[:-1] > self.start[1:]) if touching else (self.end[:-1] >= self.start[1:])
+        has_child[self.run_end - 1 == index] = False
+        parent = np.r_[-1, np.maximum.accumulate(np.where(has_child, index, -1))[:-1]]
+        parent[parent < self.run_start] = -1
 
         def closed(candidates: np.ndarray, at: np.ndarray) -> np.ndarray:
             ends = self.end[np.maximum(candidates, 0)]
