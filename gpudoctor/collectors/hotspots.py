@@ -16,15 +16,13 @@ launched from a thread without Python frames is the autograd engine's
 
 from __future__ import annotations
 
-from collections import defaultdict
+from itertools import pairwise
 from typing import Any
 
-from gpudoctor.collectors.kineto_names import (
-    _VERSION_SUFFIX,
-    GRAPH_LAUNCH_APIS,
-    KERNEL_LAUNCH_APIS,
-    SYNC_APIS,
-)
+import numpy as np
+
+from gpudoctor.collectors.intervals import first_appearance, grouped_sums
+from gpudoctor.collectors.trace_columns import HostEvents, TraceColumns
 from gpudoctor.session import CallSite, ProfileSummary
 
 TOP_OPS = 10
@@ -40,69 +38,38 @@ NOT_OWN = "(no frame of the workload's own code)"
 Thread = tuple[Any, Any]
 
 
-def add_hotspots(source: Any, out: ProfileSummary) -> None:
+def add_hotspots(source: Any, out: ProfileSummary, columns: TraceColumns | None = None) -> None:
     """Fill `out.top_cpu_ops` and `out.call_sites` from the trace's events (a TraceIndex or
-    what trace_decode.index_events takes)."""
-    from gpudoctor.collectors.trace import _self_times, _tally, _top
-    from gpudoctor.collectors.trace_decode import OP, index_events
+    what trace_decode.index_events takes); `columns`: the index's, when already taken."""
+    from gpudoctor.collectors.trace import _top
+    from gpudoctor.collectors.trace_decode import index_events
 
-    index = index_events(source)
-    ops: dict[Thread, list[tuple[float, float, str]]] = defaultdict(list)
-    frames: dict[Thread, list[tuple[float, float, str]]] = defaultdict(list)
-    launches: dict[Any, tuple[Thread, float]] = {}  # correlation -> (thread, ts)
-    syncs: list[tuple[Thread, float, float]] = []
-    gpu_us: dict[Any, float] = defaultdict(float)
-    autograd_threads: set[Thread] = set()
-    for event in index.ops:
-        if event.kind == OP:
-            thread, name = (event.pid, event.tid), event.name
-            ops[thread].append((event.ts, event.ts + event.dur, name))  # type: ignore[operator,arg-type]
-            if name.startswith("autograd::engine"):  # type: ignore[union-attr]
-                autograd_threads.add(thread)
-    for event in index.frames:
-        frames[(event.pid, event.tid)].append((event.ts, event.ts + event.dur, event.name))  # type: ignore[operator,arg-type]
-    for event in index.gpu:
-        if event.args is not None and event.args.correlation is not None:
-            gpu_us[event.args.correlation] += event.dur  # type: ignore[operator]
-    apis: dict[str, tuple[bool, bool]] = {}  # name -> sync?, launch?
-    for event in index.api:
-        known = apis.get(event.name)  # type: ignore[arg-type]
-        if known is None:
-            api = _VERSION_SUFFIX.sub("", event.name)  # type: ignore[arg-type]
-            known = apis[event.name] = (api in SYNC_APIS, api in KERNEL_LAUNCH_APIS or api in GRAPH_LAUNCH_APIS  # type: ignore[index]
-                                        or "Memcpy" in api or "Memset" in api)
-        if known[0]:
-            syncs.append(((event.pid, event.tid), event.ts, event.dur))  # type: ignore[arg-type]
-        if known[1] and event.args is not None and event.args.correlation is not None:
-            launches[event.args.correlation] = ((event.pid, event.tid), event.ts)  # type: ignore[assignment]
-    own: dict[str, list[float]] = {}
-    for intervals in ops.values():
-        for op_name, seconds in _self_times(intervals):
-            _tally(own, op_name, seconds)
-    out.top_cpu_ops = _top(own.items())[:TOP_OPS]
-    sites = _Sites(frames, autograd_threads)
-    for correlation, (thread, ts) in launches.items():
-        if correlation in gpu_us:
-            sites.add(thread, ts, "gpu", gpu_us[correlation])
-    for thread, ts, dur in syncs:
-        sites.add(thread, ts, "sync", dur)
-    for thread, intervals in ops.items():
-        for ts, end in _outermost(intervals):
-            sites.add(thread, ts, "cpu", end - ts)
+    if columns is None:
+        columns = TraceColumns(index_events(source))
+    out.top_cpu_ops = _top(columns.own_times)[:TOP_OPS]
+    operators = columns.operators
+    autograd = operators.thread_codes[operators.named(lambda name: name.startswith("autograd::engine"))]
+    sites = _Sites(columns.frames, {operators.threads[code] for code in set(autograd.tolist())})
+    caller = columns.gpu_caller
+    if len(columns.launch_calls):
+        mapped = caller >= 0
+        counts = np.bincount(caller[mapped], minlength=len(columns.launch_calls))
+        gpu_us = grouped_sums(caller[mapped], columns.gpu_dur[mapped], len(columns.launch_calls))
+        queued = counts > 0  # launch calls whose work is in the trace, in the order of their ids
+        if queued.any():
+            positions = columns.launch_calls[queued]
+            api_codes, api_threads = columns.api_threads
+            sites.add(api_codes[positions], api_threads, columns.api_start[positions], "gpu", gpu_us[queued])
+    if columns.syncs:
+        positions = np.array(columns.syncs, dtype=np.int64)
+        api_codes, api_threads = columns.api_threads
+        sites.add(api_codes[positions], api_threads, columns.api_start[positions], "sync", columns.api_dur[positions])
+    if len(operators.start):
+        nest = operators.nested
+        outer = np.flatnonzero(nest.outermost())
+        thread_of = np.searchsorted(nest.bounds, outer, side="right") - 1
+        sites.add(thread_of, operators.threads, nest.start[outer], "cpu", nest.end[outer] - nest.start[outer])
     out.call_sites = sites.ranked()
-
-
-def _outermost(intervals: list[tuple[float, float, str]]) -> list[tuple[float, float]]:
-    """The operators not nested in another on the same thread."""
-    result: list[tuple[float, float]] = []
-    reach = float("-inf")
-    for start, end, _ in sorted(intervals, key=lambda i: (i[0], -i[1])):
-        if start >= reach:
-            result.append((start, end))
-            reach = end
-        else:
-            reach = max(reach, end)
-    return result
 
 
 def _innermost(names: list[str] | tuple[str, ...]) -> str:
@@ -122,47 +89,58 @@ def _innermost(names: list[str] | tuple[str, ...]) -> str:
 
 
 class _Sites:
-    """Queries (thread, time) collected first, resolved to call sites in one sweep per thread."""
+    """Queries (thread, time) collected first, resolved to call sites in one sweep: each
+    query's innermost open frame (intervals.Nested.tops), whose stack names the site. Frames
+    get the id of their stack (a trie of (parent's stack, name)), so a site is worked out
+    once per distinct stack; a stack that still holds a frame ended before the query (not
+    properly nested) is filtered the way the frame stack was."""
 
-    def __init__(self, frames: dict[Thread, list[tuple[float, float, str]]], autograd: set[Thread]) -> None:
+    KINDS = ("gpu", "sync", "cpu")
+
+    def __init__(self, frames: HostEvents, autograd: set[Thread]) -> None:
         self.frames = frames
         self.autograd = autograd
-        self.queries: dict[Thread, list[tuple[float, str, float]]] = defaultdict(list)
+        self.threads: dict[Thread, int] = {}  # in order of their first query
+        self.parts: list[tuple[np.ndarray, np.ndarray, int, np.ndarray]] = []  # thread ids, times, kind, values
 
-    def add(self, thread: Thread, ts: float, kind: str, value: float) -> None:
-        self.queries[thread].append((ts, kind, value))
+    def add(self, thread_codes: np.ndarray, threads: list[Thread], times: np.ndarray, kind: str,
+            values: np.ndarray) -> None:
+        """Queries on `threads[thread_codes[i]]` at `times[i]`, in this order."""
+        if not len(thread_codes):
+            return
+        ids = np.zeros(len(threads), dtype=np.int64)
+        for code in first_appearance(thread_codes).tolist():
+            ids[code] = self.threads.setdefault(threads[code], len(self.threads))
+        self.parts.append((ids[thread_codes], np.asarray(times, dtype=np.float64), self.KINDS.index(kind),
+                           np.asarray(values, dtype=np.float64)))
 
     def ranked(self) -> list[CallSite]:
-        from gpudoctor.collectors.trace import _enclosing, _site
-
+        if not self.parts:
+            return []
+        thread_ids = np.concatenate([p[0] for p in self.parts])
+        times = np.concatenate([p[1] for p in self.parts])
+        kinds = np.concatenate([np.full(len(p[0]), p[2]) for p in self.parts])
+        values = np.concatenate([p[3] for p in self.parts])
+        # stable: each thread's queries by time, in the order added
+        by_time = np.argsort(times, kind="stable")
+        order = by_time[np.argsort(thread_ids[by_time].astype(np.int16) if len(self.threads) < 2 ** 15
+                                   else thread_ids[by_time], kind="stable")]
+        thread_ids, times, kinds, values = thread_ids[order], times[order], kinds[order], values[order]
+        site_codes, names = self._where(thread_ids, times)
         table: dict[str, CallSite] = {}
-        places: dict[tuple[str, ...], str | None] = {}  # a stack's site (None: gpudoctor's own), once
-        for thread, queries in self.queries.items():
-            queries.sort(key=lambda q: q[0])
-            stacks = _enclosing(self.frames.get(thread, []), [q[0] for q in queries])
-            for (_, kind, value), stack in zip(queries, stacks):
-                names = tuple(i[2] for i in stack)
-                if names in places:
-                    where = places[names]
-                elif any(marker in n.replace("\\", "/") for n in names for marker in AGENT_WINDOW):
-                    where = places[names] = None  # gpudoctor's own work (opening or closing the window)
-                elif names:
-                    where = places[names] = (_site(names) or _innermost(names)).split(" -> ", 1)[0]
-                else:
-                    where = AUTOGRAD if thread in self.autograd else NO_FRAME
-                if where is None:
-                    continue
-                site = table.get(where)
-                if site is None:
-                    site = table[where] = CallSite(site=where)
-                if kind == "gpu":
-                    site.gpu_us += value
-                    site.launches += 1
-                elif kind == "sync":
-                    site.blocked_us += value
-                    site.syncs += 1
-                else:
-                    site.cpu_us += value
+        for code in first_appearance(site_codes).tolist():  # the order the loop met them
+            if names[code] is not None:
+                table[names[code]] = CallSite(site=names[code])  # type: ignore[index]
+        for kind, (total_field, count_field) in enumerate((("gpu_us", "launches"), ("blocked_us", "syncs"),
+                                                           ("cpu_us", ""))):
+            mine = kinds == kind
+            totals = grouped_sums(site_codes[mine], values[mine], len(names)).tolist()
+            counts = np.bincount(site_codes[mine], minlength=len(names)).tolist()
+            for code, name in enumerate(names):
+                if name is not None and counts[code]:
+                    setattr(table[name], total_field, totals[code])
+                    if count_field:
+                        setattr(table[name], count_field, counts[code])
         keep: dict[str, CallSite] = {}
         for field in ("gpu_us", "blocked_us", "cpu_us"):
             ranked = sorted((s for s in table.values() if getattr(s, field) > 0), key=lambda s: -getattr(s, field))
@@ -172,3 +150,129 @@ class _Sites:
             site.gpu_us, site.blocked_us, site.cpu_us = (round(site.gpu_us, 3), round(site.blocked_us, 3),
                                                          round(site.cpu_us, 3))
         return sorted(keep.values(), key=lambda s: (-(s.gpu_us + s.blocked_us + s.cpu_us), s.site))
+
+    def _where(self, thread_ids: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
+        """The site of each query, as codes into a list of sites (None: gpudoctor's own work)."""
+        stacks = _Stacks(self.frames) if len(self.frames.start) else None
+        places: dict[tuple[str, ...], int] = {}  # a stack's site, once
+        site_codes: dict[str | None, int] = {}
+        site_of_node: dict[int, int] = {}
+        where = np.zeros(len(times), dtype=np.int64)
+        threads = list(self.threads)
+        bounds = np.searchsorted(thread_ids, np.arange(len(threads) + 1))
+
+        def place(names: tuple[str, ...]) -> int:
+            code = places.get(names)
+            if code is None:
+                code = places[names] = site_codes.setdefault(_place(names), len(site_codes))
+            return code
+
+        for thread_id, thread in enumerate(threads):
+            low, high = int(bounds[thread_id]), int(bounds[thread_id + 1])
+            if low == high:
+                continue
+            empty = site_codes.setdefault(AUTOGRAD if thread in self.autograd else NO_FRAME, len(site_codes))
+            frame_thread = stacks.thread_code(thread) if stacks is not None else None
+            if stacks is None or frame_thread is None:
+                where[low:high] = empty
+                continue
+            at = times[low:high]
+            tops = self.frames.nested.tops(frame_thread, at, stacks.parent)
+            safe = np.maximum(tops, 0)
+            codes_here = np.full(len(at), empty, dtype=np.int64)
+            whole = (tops >= 0) & (stacks.min_end[safe] >= at)
+            if whole.any():
+                nodes, inverse = np.unique(stacks.node[tops[whole]], return_inverse=True)
+                for node in nodes.tolist():
+                    if node not in site_of_node:
+                        site_of_node[node] = place(stacks.names(node))
+                codes_here[whole] = np.array([site_of_node[n] for n in nodes.tolist()])[inverse.reshape(-1)]
+            for i in np.flatnonzero((tops >= 0) & ~whole).tolist():
+                codes_here[i] = place(stacks.open_names(int(tops[i]), float(at[i])))
+            where[low:high] = codes_here
+        return where, list(site_codes)
+
+
+def _place(names: tuple[str, ...]) -> str | None:
+    """The site of a (non-empty) stack, None for gpudoctor's own work."""
+    from gpudoctor.collectors.trace import _site
+
+    if any(marker in n.replace("\\", "/") for n in names for marker in AGENT_WINDOW):
+        return None  # gpudoctor's own work (opening or closing the window)
+    return (_site(names) or _innermost(names)).split(" -> ", 1)[0]
+
+
+class _Stacks:
+    """The frame stacks of a trace: each frame's parent on its thread's stack, the id of the
+    stack it tops (equal ids: equal names, outermost first) and the earliest end in it."""
+
+    def __init__(self, frames: HostEvents) -> None:
+        self.frames = frames
+        nest = frames.nested
+        self.parent = nest.parents(touching=False)
+        count = len(nest)
+        name_codes = frames.name_codes[nest.order]
+        depth = (self.parent >= 0).astype(np.int64)
+        above = self.parent.copy()
+        todo = np.flatnonzero(above >= 0)
+        while len(todo):  # pointer jumping: depth = hops to the root
+            up = above[todo]
+            depth[todo] += depth[up]
+            above[todo] = above[up]
+            todo = todo[above[todo] >= 0]
+        self.node = np.zeros(count, dtype=np.int64)
+        self.min_end = nest.end.copy()
+        node_parents, node_names = [], []
+        by_depth = np.argsort(depth.astype(np.int16) if count and depth.max() < 2 ** 15 else depth, kind="stable")
+        levels = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2)).tolist()
+        width, made = max(len(frames.distinct_names), 1), 0
+        for low, high in pairwise(levels):
+            level = by_depth[low:high]
+            parent = self.parent[level]
+            above_node = np.where(parent >= 0, self.node[np.maximum(parent, 0)], -1)
+            distinct_keys, inverse = _distinct((above_node + 1) * width + name_codes[level])
+            self.node[level] = made + inverse
+            made += len(distinct_keys)
+            node_parents.append(distinct_keys // width - 1)
+            node_names.append(distinct_keys % width)
+            nested = parent >= 0
+            self.min_end[level[nested]] = np.minimum(self.min_end[level[nested]], self.min_end[parent[nested]])
+        self.node_parent: list[int] = np.concatenate(node_parents).tolist() if node_parents else []
+        self.node_name: list[int] = np.concatenate(node_names).tolist() if node_names else []
+        self._names: dict[int, tuple[str, ...]] = {}
+
+    def thread_code(self, thread: Thread) -> int | None:
+        try:
+            return self.frames.threads.index(thread)
+        except ValueError:
+            return None
+
+    def names(self, node: int) -> tuple[str, ...]:
+        """The frames of a stack id, outermost first."""
+        known = self._names.get(node)
+        if known is None:
+            up = self.node_parent[node]
+            known = self._names[node] = ((self.names(up) if up >= 0 else ())
+                                         + (self.frames.distinct_names[self.node_name[node]],))
+        return known
+
+    def open_names(self, top: int, time: float) -> tuple[str, ...]:
+        """The frames of the stack under `top` still open at `time`, outermost first."""
+        nest, names = self.frames.nested, []
+        while top >= 0:
+            if nest.end[top] >= time:
+                names.append(self.frames.names[int(nest.order[top])])
+            top = int(self.parent[top])
+        return tuple(reversed(names))
+
+
+def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(keys, return_inverse=True) of ints >= 0; by a table when their range is small."""
+    top = int(keys.max()) + 1 if len(keys) else 0
+    if top > 4 * len(keys) + 1024:
+        distinct, inverse = np.unique(keys, return_inverse=True)
+        return distinct, inverse.reshape(-1)
+    present = np.zeros(top, dtype=bool)
+    present[keys] = True
+    rank = np.cumsum(present) - 1
+    return np.flatnonzero(present), rank[keys]

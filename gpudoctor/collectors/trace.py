@@ -27,25 +27,27 @@ Definitions, after Holistic Trace Analysis (HTA) where it has one:
   library, with the call it made (``train_step (train.py:12) -> Tensor.item``). torch
   records a function's ``def`` line for calls made inside the window.
 
-Only statistics are kept: the events are read twice (the second time only for the
-Python frames and operators around synchronisations) and dropped.
+Only statistics are kept. The fields read are taken out of the events once, as columns
+(trace_columns), shared with the hotspots, and reduced with whole-array operations
+(intervals) that add floats in the order a loop over the events would: the numbers are
+those of the event-by-event walk this replaced, to the last bit.
 """
 
 from __future__ import annotations
 
-import bisect
 import functools
 import logging
 import math
-import statistics
-from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gpudoctor.collectors.hotspots import add_hotspots
-from gpudoctor.collectors.kineto_names import (  # public names re-exported
+from gpudoctor.collectors.intervals import blocks, codes, grouped_sums, range_min, sequential_sum, tally
+from gpudoctor.collectors.kineto_names import (  # noqa: F401  (public names re-exported)
     _FRAME_NAME,
     _VERSION_SUFFIX,
     GRAPH_LAUNCH_APIS,
@@ -56,9 +58,11 @@ from gpudoctor.collectors.kineto_names import (  # public names re-exported
     copy_kind,
     frame_kind,
 )
+from gpudoctor.collectors.trace_columns import TraceColumns, str_codes
 from gpudoctor.collectors.trace_decode import (
-    GPU_KINDS,
-    OP,
+    GPU_COPY,
+    GPU_KERNEL,
+    GPU_SET,
     TraceIndex,
     gc_paused,
     index_events,
@@ -116,7 +120,7 @@ def _summarize(index: TraceIndex, steps: int) -> ProfileSummary:
     stats.add(index)
     stats.add_context(index)
     summary = stats.summary(steps)
-    add_hotspots(index, summary)
+    add_hotspots(index, summary, columns=stats.columns)
     return summary
 
 
@@ -135,232 +139,212 @@ def _times(event: Any) -> tuple[float, float] | None:
 
 
 class _TraceStats:
-    """One walk of the indexed GPU events, CUDA calls and operators keeps compact tuples of
-    what needs a second look; the second, only what surrounds the synchronisations (and
-    all operators when CPU time must stand in)."""
+    """The GPU events, CUDA calls and operators as columns (trace_columns), reduced to the
+    summary by whole-array operations; the Python frames and operators around the
+    synchronisations are kept for a second look."""
 
     def __init__(self) -> None:
         self.first, self.last = float("inf"), float("-inf")
-        self.kernels: dict[str, list[float]] = {}  # name -> [count, total us, max us]
-        self.durations = array("d")
-        self.gpu: list[tuple[float, float, Any, Any, Any, str]] = []  # start, end, device, corr, ext id, kind
-        self.gpu_streams: list[Any] = []  # the stream of each in self.gpu
-        self.memcpy: dict[str, dict[str, float]] = {}
-        self.memset_count, self.memset_us = 0, 0.0
-        self.launches: dict[Any, tuple[float, float, str, Any]] = {}  # corr -> ts, dur, api, ext id
-        self.launch_count, self.launch_us = 0, 0.0
+        self.columns: TraceColumns | None = None
         self.syncs: list[tuple[Any, float, float, str]] = []  # thread, ts, dur, api
-        self.op_names: dict[Any, str] = {}  # External id -> operator
-        self.step_names: set[str] = set()
         self.around: dict[Any, list[tuple[float, float, bool, str]]] = defaultdict(list)  # ts, end, frame?, name
-        self.op_gpu: dict[Any, float] = defaultdict(float)  # External id -> GPU us it launched
-        self.cpu_self: dict[str, list[float]] = {}
-        self._names: dict[str, str] = {}
-        # kernel intervals: collectives (nccl*, ncclDevKernel_*) and everything else
-        self.comm: list[tuple[float, float]] = []
-        self.compute: list[tuple[float, float]] = []
-
-    def _intern(self, name: str) -> str:
-        return self._names.setdefault(name, name)
+        # the operators that launched GPU work (first launch first) and the GPU us of each
+        self.op_gpu: tuple[list[str], np.ndarray] = ([], np.zeros(0))
+        self.cpu_self: list[tuple[str, list[float]]] = []
 
     def add(self, index: TraceIndex) -> None:
         self.first, self.last = index.first, index.last
-        for event in index.gpu:
-            self.gpu_streams.append(event.stream)
-            args = event.args
-            self._add_gpu(GPU_KINDS[event.kind], event.name, event.ts, event.dur, event.device,  # type: ignore[arg-type]
-                          args.correlation if args is not None else None,
-                          args.external_id if args is not None else None, args.bytes if args is not None else None)
-        apis: dict[str, tuple[str, bool, bool, bool]] = {}  # name -> api, launches?, tracked?, sync?
-        launches, syncs = self.launches, self.syncs
-        for event in index.api:
-            name = event.name
-            known = apis.get(name)  # type: ignore[arg-type]
-            if known is None:
-                api = self._intern(_VERSION_SUFFIX.sub("", name))  # type: ignore[arg-type]
-                launch = api in KERNEL_LAUNCH_APIS or api in GRAPH_LAUNCH_APIS
-                known = apis[name] = (api, launch, launch or "Memcpy" in api or "Memset" in api,  # type: ignore[index]
-                                      api in SYNC_APIS)
-            api, launch, tracked, sync = known
-            if launch:
-                self.launch_count += 1
-                self.launch_us += event.dur  # type: ignore[operator]
-            args = event.args
-            if tracked and args is not None and args.correlation is not None:
-                launches[args.correlation] = (event.ts, event.dur, api, args.external_id)  # type: ignore[assignment]
-            if sync:
-                syncs.append(((event.pid, event.tid), event.ts, event.dur, api))  # type: ignore[arg-type]
-        op_names, step_names, intern = self.op_names, self.step_names, self._intern
-        for event in index.ops:
-            name = event.name
-            if name.startswith("ProfilerStep#"):  # type: ignore[union-attr]
-                step_names.add(name)  # type: ignore[arg-type]
-            elif event.args is not None and event.args.external_id is not None:
-                op_names[event.args.external_id] = intern(name)  # type: ignore[arg-type]
-
-    def _add_gpu(self, kind: str, name: str, ts: float, dur: float, device: Any, correlation: Any, ext_id: Any,
-                 nbytes_arg: Any) -> None:
-        self.gpu.append((ts, ts + dur, device, correlation, ext_id, kind))
-        if kind == "k":
-            (self.comm if name.lower().startswith("nccl") else self.compute).append((ts, ts + dur))
-            _tally(self.kernels, name, dur)
-            self.durations.append(dur)
-        elif kind == "c":
-            nbytes = _number(nbytes_arg) or 0.0
-            entry = self.memcpy.setdefault(copy_kind(name), {"count": 0, "bytes": 0, "us": 0.0, "small_count": 0})
-            entry["count"] += 1
-            entry["bytes"] += int(nbytes)
-            entry["us"] += dur
-            entry["small_count"] += nbytes < SMALL_COPY_BYTES
-        else:
-            self.memset_count += 1
-            self.memset_us += dur
+        self.columns = columns = TraceColumns(index)
+        for position in columns.syncs:
+            event = index.api[position]
+            self.syncs.append(((event.pid, event.tid), event.ts, event.dur, columns.api_kind(position).api))  # type: ignore[arg-type]
 
     def add_context(self, index: TraceIndex) -> None:
-        """Pass two: attribute GPU time to operators; keep the frames and operators around syncs."""
-        for start, end, _, correlation, ext_id, _ in self.gpu:
-            if ext_id not in self.op_names:
-                launch = self.launches.get(correlation) if correlation is not None else None
-                ext_id = launch[3] if launch else None
-            if ext_id in self.op_names:
-                self.op_gpu[ext_id] += end - start
+        """Attribute GPU time to operators; keep the frames and operators around syncs."""
+        columns = self.columns
+        assert columns is not None
+        attributed, ext_ids, names = columns.gpu_operators
+        kept = attributed >= 0
+        if kept.any():
+            gpu_us = grouped_sums(attributed[kept], columns.gpu_end[kept] - columns.gpu_start[kept], len(ext_ids))
+            self.op_gpu = (names, gpu_us)
         sync_times: dict[Any, list[float]] = defaultdict(list)
         for thread, ts, _, _ in self.syncs:
             sync_times[thread].append(ts)
-        for times in sync_times.values():
-            times.sort()
-        cpu_ops: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
-        need_cpu = not self.op_gpu
-        if not need_cpu and not sync_times:
-            return
-        for events, frame in ((index.ops, False), (index.frames, True)):
-            for event in events:
-                if event.kind != OP and not frame:
-                    continue  # record_function ranges: neither operators nor frames
-                start, thread = event.ts, (event.pid, event.tid)  # type: ignore[assignment]
-                end = start + event.dur  # type: ignore[operator]
-                if need_cpu and not frame:
-                    cpu_ops[thread].append((start, end, self._intern(event.name)))  # type: ignore[arg-type]
-                at = sync_times.get(thread)
-                if at:
-                    i = bisect.bisect_left(at, start)
-                    if i < len(at) and at[i] <= end:
-                        self.around[thread].append((start, end, frame, self._intern(event.name)))  # type: ignore[arg-type]
-        for intervals in cpu_ops.values():
-            for name, own in _self_times(intervals):
-                _tally(self.cpu_self, name, own)
+        if not self.op_gpu[0]:
+            self.cpu_self = columns.own_times
+        for thread, times in sync_times.items():
+            at = np.sort(np.array(times, dtype=np.float64))
+            for events, frame in ((columns.operators, False), (columns.frames, True)):
+                mine = events.on(thread)
+                if not len(mine):
+                    continue
+                starts, ends = events.start[mine], events.end[mine]
+                after = np.searchsorted(at, starts, side="left")
+                inside = (after < len(at)) & (at[np.minimum(after, len(at) - 1)] <= ends)
+                for i in mine[inside].tolist():
+                    self.around[thread].append((float(events.start[i]), float(events.end[i]), frame, events.names[i]))
 
     def summary(self, steps: int) -> ProfileSummary:
-        out = ProfileSummary(steps=steps if steps > 0 else len(self.step_names))
+        columns = self.columns
+        assert columns is not None
+        out = ProfileSummary(steps=steps if steps > 0 else len(columns.step_names))
         if self.last > self.first:
             out.window_s = round((self.last - self.first) / 1e6, 6)
         self._kernel_stats(out)
+        self._transfers(out)
         gaps = self._timeline(out)
-        out.launch_count, out.launch_total_us = self.launch_count, round(self.launch_us, 3)
-        grouped: dict[str, list[float]] = {}
-        for ext_id, gpu_us in self.op_gpu.items():
-            _tally(grouped, self.op_names[ext_id], gpu_us)
-        out.top_ops = _top(grouped.items() if grouped else self.cpu_self.items())
-        out.memcpy = {k: {f: round(v, 3) for f, v in e.items()} for k, e in sorted(self.memcpy.items())}
-        out.memset_count, out.memset_us = self.memset_count, round(self.memset_us, 3)
+        launches = np.array([k.launch for k in columns.api_kinds], dtype=bool)[columns.api_name_codes] \
+            if len(columns.api_name_codes) else np.zeros(0, dtype=bool)
+        out.launch_count = int(launches.sum())
+        out.launch_total_us = round(sequential_sum(columns.api_dur[launches]), 3)
+        if self.op_gpu[0]:
+            name_codes, names = codes(self.op_gpu[0])
+            counts, totals, peaks = tally(name_codes, self.op_gpu[1], len(names))
+            out.top_ops = _top(zip(names, zip(counts.tolist(), totals.tolist(), peaks.tolist())))  # type: ignore[arg-type]
+        else:
+            out.top_ops = _top(self.cpu_self)
         self._sync_stats(out, gaps)
-        if self.comm:
-            comm = _union(self.comm)
-            out.comm_kernel_count = len(self.comm)
+        kernels, (name_codes, names) = self.kernels
+        is_comm = np.array([name.lower().startswith("nccl") for name in names], dtype=bool)
+        comm_mask = is_comm[name_codes] if len(name_codes) else np.zeros(0, dtype=bool)
+        if comm_mask.any():
+            comm = _union_of(columns.gpu_start[kernels[comm_mask]], columns.gpu_end[kernels[comm_mask]])
+            out.comm_kernel_count = int(comm_mask.sum())
             out.comm_us = round(sum(end - start for start, end in comm), 3)
-            out.comm_overlap_us = round(_overlap(comm, _union(self.compute)), 3)
-        if not self.gpu:
+            compute = kernels[~comm_mask]
+            overlap = _overlap(comm, _union_of(columns.gpu_start[compute], columns.gpu_end[compute]))
+            out.comm_overlap_us = round(overlap, 3)
+        if not len(columns.gpu_kind):
             out.error = ("no GPU activity in the trace: CUDA calls were recorded but no kernels or copies "
-                         "(was ProfilerActivity.CUDA enabled?)" if self.launch_count or self.launches
+                         "(was ProfilerActivity.CUDA enabled?)" if out.launch_count or len(columns.launch_calls)
                          else "no GPU activity in the trace: a CPU-only profile (no kernels, copies or CUDA calls)")
         return out
 
+    @functools.cached_property
+    def kernels(self) -> tuple[np.ndarray, tuple[np.ndarray, list[str]]]:
+        """The positions of the kernels in index.gpu; a code per kernel for its name, the names."""
+        columns = self.columns
+        assert columns is not None
+        kernels = np.flatnonzero(columns.gpu_kind == GPU_KERNEL)
+        names = columns.gpu_names
+        return kernels, codes(names if len(kernels) == len(names) else [names[i] for i in kernels.tolist()])
+
     def _kernel_stats(self, out: ProfileSummary) -> None:
-        out.kernel_count = len(self.durations)
-        out.kernel_total_us = round(float(sum(self.durations)), 3)
-        hist = {label: 0 for _, label in HIST_BUCKETS}
-        for dur in self.durations:
-            hist[next(label for bound, label in HIST_BUCKETS if dur < bound)] += 1
-        out.kernel_duration_hist = hist
-        out.kernel_median_us = round(statistics.median(self.durations), 3) if self.durations else None
-        out.top_kernels = _top(self.kernels.items())
-        totals = {"fp32": 0.0, "tensor_core": 0.0, "other": 0.0}
-        for name, (_, total, _) in self.kernels.items():
+        columns = self.columns
+        assert columns is not None
+        kernels, (name_codes, names) = self.kernels
+        durations = columns.gpu_dur[kernels]
+        out.kernel_count = len(kernels)
+        out.kernel_total_us = round(float(sum(durations.tolist())), 3)
+        bounds = np.array([bound for bound, _ in HIST_BUCKETS])
+        counts = np.bincount(np.searchsorted(bounds, durations, side="right"), minlength=len(HIST_BUCKETS))
+        out.kernel_duration_hist = {label: int(n) for (_, label), n in zip(HIST_BUCKETS, counts.tolist())}
+        if len(durations):
+            ordered, middle = np.sort(durations).tolist(), len(durations) // 2
+            median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+            out.kernel_median_us = round(median, 3)
+        counts, totals, peaks = tally(name_codes, durations, len(names))
+        rows = list(zip(names, zip(counts.tolist(), totals.tolist(), peaks.tolist())))
+        out.top_kernels = _top(rows)  # type: ignore[arg-type]
+        gemm = {"fp32": 0.0, "tensor_core": 0.0, "other": 0.0}
+        for name, (_, total, _) in rows:
             kind = classify_gemm(name)
             if kind is not None:
-                totals[kind] += total
+                gemm[kind] += total
                 if "tf32" in name.lower():
                     out.tf32_enabled = True  # a TF32 kernel ran, so TF32 was allowed
-        out.matmul_fp32_us = round(totals["fp32"], 3)
-        out.matmul_tensor_core_us = round(totals["tensor_core"], 3)
-        out.matmul_total_us = round(sum(totals.values()), 3)
-        for start, end, _, correlation, _, kind in self.gpu:
-            launch = self.launches.get(correlation) if kind == "k" and correlation is not None else None
-            if launch and launch[2] in KERNEL_LAUNCH_APIS and end - start < launch[1] <= SHORT_LAUNCH_MAX_US:
-                out.short_kernel_count += 1
+        out.matmul_fp32_us = round(gemm["fp32"], 3)
+        out.matmul_tensor_core_us = round(gemm["tensor_core"], 3)
+        out.matmul_total_us = round(sum(gemm.values()), 3)
+        launch = columns.gpu_launch[kernels]
+        queued = launch >= 0
+        kernel_launch = np.array([k.kernel_launch for k in columns.api_kinds], dtype=bool)
+        by_call = np.zeros(len(kernels), dtype=bool)
+        if queued.any():
+            calls = launch[queued]
+            call_us = columns.api_dur[calls]
+            gpu_us = columns.gpu_end[kernels[queued]] - columns.gpu_start[kernels[queued]]
+            by_call[queued] = kernel_launch[columns.api_name_codes[calls]] & (gpu_us < call_us) \
+                & (call_us <= SHORT_LAUNCH_MAX_US)
+        out.short_kernel_count = int(by_call.sum())
 
-    def _timeline(self, out: ProfileSummary) -> list[float]:
+    def _transfers(self, out: ProfileSummary) -> None:
+        columns = self.columns
+        assert columns is not None
+        memcpy: dict[str, dict[str, float]] = {}
+        for i in np.flatnonzero(columns.gpu_kind == GPU_COPY).tolist():
+            args = columns.index.gpu[i].args
+            nbytes = _number(args.bytes if args is not None else None) or 0.0
+            entry = memcpy.setdefault(copy_kind(columns.gpu_names[i]),
+                                      {"count": 0, "bytes": 0, "us": 0.0, "small_count": 0})
+            entry["count"] += 1
+            entry["bytes"] += int(nbytes)
+            entry["us"] += float(columns.gpu_dur[i])
+            entry["small_count"] += nbytes < SMALL_COPY_BYTES
+        out.memcpy = {k: {f: round(v, 3) for f, v in e.items()} for k, e in sorted(memcpy.items())}
+        memsets = columns.gpu_dur[columns.gpu_kind == GPU_SET]
+        out.memset_count, out.memset_us = len(memsets), round(sequential_sum(memsets), 3)
+
+    def _timeline(self, out: ProfileSummary) -> tuple[np.ndarray, np.ndarray]:
         """Busy/idle of the busiest device into `out`; the start times of its idle gaps."""
-        by_device: dict[str, list[tuple[float, float, Any]]] = defaultdict(list)
-        for start, end, device, correlation, _, _ in self.gpu:
-            by_device[str(device)].append((start, end, correlation))
-        best: tuple[list[float], list[float]] | None = None
-        best_device = ""
-        for device, intervals in by_device.items():
-            totals, gaps = self._busy_and_gaps(intervals)
+        columns = self.columns
+        assert columns is not None
+        device_codes, devices = str_codes(columns.gpu_arg("device", "pid"))
+        best: tuple[list[float], tuple[np.ndarray, np.ndarray]] | None = None
+        best_device = -1
+        for device in range(len(devices)):
+            mine = np.flatnonzero(device_codes == device) if len(devices) > 1 else np.arange(len(device_codes))
+            totals, gaps = self._busy_and_gaps(mine)
             if best is None or totals[0] > best[0][0]:
                 best, best_device = (totals, gaps), device
         if best is None:
-            return []
+            return np.zeros(0), np.zeros(0)
         (busy, k2k, host, other), gaps = best
-        out.streams = self._streams(best_device, busy + k2k + host + other)
+        out.streams = self._streams(np.flatnonzero(device_codes == best_device), busy + k2k + host + other)
         out.gpu_busy_us, out.gpu_idle_us = round(busy, 3), round(k2k + host + other, 3)
         out.idle_gap_kernel_to_kernel_us, out.idle_gap_host_wait_us = round(k2k, 3), round(host, 3)
         out.idle_gap_other_us = round(other, 3)
         return gaps
 
-    def _streams(self, device: str, span: float) -> list[dict[str, Any]]:
+    def _streams(self, mine: np.ndarray, span: float) -> list[dict[str, Any]]:
         """Busy time per stream of one device (the union of each stream's own work), busiest
         first; its share of the device's span (first start to last end, as busy + idle)."""
-        by_stream: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        for (start, end, gpu_device, _, _, _), stream in zip(self.gpu, self.gpu_streams):
-            if str(gpu_device) == device:
-                by_stream[str(stream)].append((start, end))
+        columns = self.columns
+        assert columns is not None
+        values = columns.gpu_arg("stream", "tid")
+        stream_codes, streams = str_codes(values if len(mine) == len(values) else [values[i] for i in mine.tolist()])
         rows = []
-        for stream, intervals in by_stream.items():
-            intervals.sort()
-            busy, block_start, block_end = 0.0, intervals[0][0], intervals[0][1]
-            for start, end in intervals[1:]:
-                if start > block_end:
-                    busy += block_end - block_start
-                    block_start = start
-                block_end = max(block_end, end)
-            busy += block_end - block_start
-            rows.append({"stream": stream, "ops": len(intervals), "busy_us": round(busy, 3),
+        for code, stream in enumerate(streams):
+            own = mine[stream_codes == code]
+            starts, ends = columns.gpu_start[own], columns.gpu_end[own]
+            order = np.lexsort((ends, starts))
+            block_starts, block_ends, _ = blocks(starts[order], ends[order])
+            busy = sequential_sum(block_ends - block_starts)
+            rows.append({"stream": stream, "ops": len(own), "busy_us": round(busy, 3),
                          "busy_share": round(busy / span, 4) if span > 0 else None})
         return sorted(rows, key=lambda r: (-r["busy_us"], r["stream"]))
 
-    def _busy_and_gaps(self, intervals: list[tuple[float, float, Any]]) -> tuple[list[float], list[float]]:
-        """([busy, kernel-to-kernel, host wait, other] us, [gap start, gap end, ...]) on one device."""
-        intervals.sort(key=lambda i: (i[0], i[1]))
-        totals, gaps = [0.0, 0.0, 0.0, 0.0], []
-        block_start, block_end = intervals[0][0], intervals[0][1]
-        for start, end, correlation in intervals[1:]:
-            if start <= block_end:
-                block_end = max(block_end, end)
-                continue
-            totals[0] += block_end - block_start
-            gap, launch = start - block_end, self.launches.get(correlation) if correlation is not None else None
-            if launch is not None and launch[0] > block_end:
-                totals[2] += gap  # the host queued this work only after the GPU ran dry
-            else:
-                totals[1 if gap < KERNEL_TO_KERNEL_GAP_US else 2 if launch is None else 3] += gap
-            gaps += [block_end, start]
-            block_start, block_end = start, end
-        totals[0] += block_end - block_start
-        return totals, gaps
+    def _busy_and_gaps(self, mine: np.ndarray) -> tuple[list[float], tuple[np.ndarray, np.ndarray]]:
+        """([busy, kernel-to-kernel, host wait, other] us, (gap starts, gap ends)) on one device."""
+        columns = self.columns
+        assert columns is not None
+        starts, ends = columns.gpu_start[mine], columns.gpu_end[mine]
+        order = np.lexsort((ends, starts))  # stable: file order on ties
+        block_starts, block_ends, opening = blocks(starts[order], ends[order])
+        busy = sequential_sum(block_ends - block_starts)
+        gap_starts, gap_ends = block_ends[:-1], block_starts[1:]
+        gap = gap_ends - gap_starts
+        launch = columns.gpu_launch[mine[order[opening[1:]]]]
+        queued = launch >= 0
+        late = np.zeros(len(gap), dtype=bool)
+        late[queued] = columns.api_start[launch[queued]] > gap_starts[queued]
+        # 1 kernel-to-kernel, 2 host wait, 3 other (a dependency)
+        kind = np.where(late, 2, np.where(gap < KERNEL_TO_KERNEL_GAP_US, 1, np.where(queued, 3, 2)))
+        sums = grouped_sums(kind, gap, 4).tolist()
+        return [busy, sums[1], sums[2], sums[3]], (gap_starts, gap_ends)
 
-    def _sync_stats(self, out: ProfileSummary, gaps: list[float]) -> None:
+    def _sync_stats(self, out: ProfileSummary, gaps: tuple[np.ndarray, np.ndarray]) -> None:
         by_thread: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
         for thread, ts, dur, api in self.syncs:
             by_thread[thread].append((ts, dur, api))
@@ -386,16 +370,17 @@ class _TraceStats:
                           for (api, site), (c, t) in ranked]
         # a gap follows a sync when the GPU ran dry during the sync and the host resumed
         # inside the gap: the sync emptied the queue and the host had to refill it
-        blocked = sorted((ts + dur, ts) for _, ts, dur, _ in self.syncs)
-        ends = [b[0] for b in blocked]
-        for gap_start, gap_end in zip(gaps[::2], gaps[1::2]):
-            i = bisect.bisect_left(ends, gap_start - SYNC_SLACK_US)
-            while i < len(blocked) and blocked[i][0] <= gap_end + SYNC_SLACK_US:
-                if blocked[i][1] <= gap_start + SYNC_SLACK_US:
-                    out.idle_after_sync_us += gap_end - gap_start
-                    break
-                i += 1
-        out.idle_after_sync_us = round(out.idle_after_sync_us, 3)
+        gap_starts, gap_ends = gaps
+        if self.syncs and len(gap_starts):
+            sync_starts = np.array([ts for _, ts, _, _ in self.syncs], dtype=np.float64)
+            sync_ends = sync_starts + np.array([dur for _, _, dur, _ in self.syncs], dtype=np.float64)
+            order = np.argsort(sync_ends, kind="stable")
+            sync_starts, sync_ends = sync_starts[order], sync_ends[order]
+            # the syncs that ended around the gap: did one of them start before it?
+            low = np.searchsorted(sync_ends, gap_starts - SYNC_SLACK_US, side="left")
+            high = np.searchsorted(sync_ends, gap_ends + SYNC_SLACK_US, side="right")
+            after_sync = range_min(sync_starts, low, high) <= gap_starts + SYNC_SLACK_US
+            out.idle_after_sync_us = round(sequential_sum((gap_ends - gap_starts)[after_sync]), 3)
 
 
 def _site(frames: list[str] | tuple[str, ...]) -> str | None:
@@ -448,21 +433,6 @@ def _enclosing(intervals: list[tuple], times: list[float]) -> list[list[tuple]]:
     return result
 
 
-def _self_times(intervals: list[tuple[float, float, str]]) -> Iterable[tuple[str, float]]:
-    """(name, own time) of nested operators on one thread: duration minus their children's."""
-    stack: list[list[Any]] = []  # [end, name, duration, children]
-    for start, end, name in sorted(intervals, key=lambda i: (i[0], -i[1])):
-        while stack and stack[-1][0] <= start:
-            done = stack.pop()
-            yield done[1], max(0.0, done[2] - done[3])
-        if stack:
-            stack[-1][3] += end - start
-        stack.append([end, name, end - start, 0.0])
-    while stack:
-        done = stack.pop()
-        yield done[1], max(0.0, done[2] - done[3])
-
-
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """Sorted, disjoint intervals covering the same time."""
     merged: list[tuple[float, float]] = []
@@ -472,6 +442,13 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
         else:
             merged.append((start, end))
     return merged
+
+
+def _union_of(starts: np.ndarray, ends: np.ndarray) -> list[tuple[float, float]]:
+    """_union of the intervals (starts[i], ends[i])."""
+    order = np.lexsort((ends, starts))
+    block_starts, block_ends, _ = blocks(starts[order], ends[order])
+    return list(zip(block_starts.tolist(), block_ends.tolist()))
 
 
 def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:

@@ -1,0 +1,311 @@
+"""The fields of a TraceIndex that the statistics (trace.py) and the hotspots (hotspots.py)
+read, taken out of the events once as columns (numpy arrays, or lists for values of any
+type), with what both derive from them: which CUDA call queued each GPU event, and the
+operators' own (self) time.
+
+A correlation id names the call that queued a GPU event when a launch, graph launch, copy
+or memset call carries it (the last such call when ids repeat).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from itertools import compress
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from gpudoctor.collectors.intervals import Nested, codes, first_appearance, pair_codes, tally
+from gpudoctor.collectors.kineto_names import (
+    _VERSION_SUFFIX,
+    GRAPH_LAUNCH_APIS,
+    KERNEL_LAUNCH_APIS,
+    SYNC_APIS,
+)
+from gpudoctor.collectors.trace_decode import OP, TraceIndex
+
+STEP_PREFIX = "ProfilerStep#"
+
+
+class ApiKind:
+    """What a CUDA call's name says about it."""
+
+    def __init__(self, name: str) -> None:
+        self.api = _VERSION_SUFFIX.sub("", name)
+        self.launch = self.api in KERNEL_LAUNCH_APIS or self.api in GRAPH_LAUNCH_APIS
+        self.kernel_launch = self.api in KERNEL_LAUNCH_APIS
+        self.tracked = self.launch or "Memcpy" in self.api or "Memset" in self.api  # queues GPU work
+        self.sync = self.api in SYNC_APIS
+
+
+class HostEvents:
+    """Host events of one list (operators or Python frames) as columns, file order."""
+
+    def __init__(self, events: list[Any], kind: int | None = None) -> None:
+        """`kind`: only the events of that kind (Event.kind)."""
+        count = len(events)
+        self.all_names: list[str] = [e.name for e in events]
+        start = np.fromiter((e.ts for e in events), dtype=np.float64, count=count)
+        end = start + np.fromiter((e.dur for e in events), dtype=np.float64, count=count)
+        pids, tids = [e.pid for e in events], [e.tid for e in events]
+        self.all_name_codes, self.distinct_names = codes(self.all_names)  # distinct_names: of all the events
+        self.start, self.end, self.name_codes = start, end, self.all_name_codes
+        self.kept: list[bool] | None = None
+        if kind is not None:
+            keep = np.fromiter((e.kind for e in events), dtype=np.int64, count=count) == kind
+            if not keep.all():
+                self.start, self.end, self.name_codes = start[keep], end[keep], self.all_name_codes[keep]
+                thread_codes, threads = pair_codes(pids, tids)
+                order = first_appearance(thread_codes[keep])  # the threads these events are on, as met
+                renumber = np.full(len(threads), -1, dtype=np.int64)
+                renumber[order] = np.arange(len(order))
+                self.thread_codes, self.threads = renumber[thread_codes[keep]], [threads[i] for i in order.tolist()]
+                self.kept = keep.tolist()
+                return
+        self.thread_codes, self.threads = pair_codes(pids, tids)
+
+    @functools.cached_property
+    def names(self) -> list[str]:
+        return self.all_names if self.kept is None else list(compress(self.all_names, self.kept))
+
+    @functools.cached_property
+    def nested(self) -> Nested:
+        return Nested(self.thread_codes, self.threads, self.start, self.end)
+
+    def on(self, thread: Any) -> np.ndarray:
+        """Positions (file order) of the events of one thread."""
+        try:
+            code = self.threads.index(thread)
+        except ValueError:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(self.thread_codes == code) if len(self.threads) > 1 else np.arange(len(self.start))
+
+    def named(self, test: Callable[[str], bool]) -> np.ndarray:
+        """Mask of the events whose name passes `test`."""
+        chosen = np.array([test(name) for name in self.distinct_names], dtype=bool)
+        return chosen[self.name_codes] if len(self.name_codes) else np.zeros(0, dtype=bool)
+
+
+def str_codes(values: list[Any]) -> tuple[np.ndarray, list[str]]:
+    """codes([str(v) for v in values]), quicker when the values are of one type with one
+    spelling per value (ints or strings: equal ones are spelled alike)."""
+    types = set(map(type, values))
+    if len(types) == 1 and types <= {int, str}:
+        raw_codes, distinct = codes(values)
+        label_codes, labels = codes([str(v) for v in distinct])
+        return (label_codes[raw_codes] if len(raw_codes) else raw_codes), labels
+    return codes([str(v) for v in values])
+
+
+class TraceColumns:
+    """The columns of one TraceIndex."""
+
+    def __init__(self, index: TraceIndex) -> None:
+        self.index = index
+        gpu = index.gpu
+        count = len(gpu)
+        self.gpu_kind = np.fromiter((e.kind for e in gpu), dtype=np.int64, count=count)
+        self.gpu_names: list[str] = [e.name for e in gpu]  # type: ignore[misc]
+        self.gpu_start = np.fromiter((e.ts for e in gpu), dtype=np.float64, count=count)
+        self.gpu_dur = np.fromiter((e.dur for e in gpu), dtype=np.float64, count=count)
+        self.gpu_end = self.gpu_start + self.gpu_dur
+        self.gpu_args = args = [e.args for e in gpu]
+        try:  # every GPU event has args (a kineto trace's do): no test per event
+            self.gpu_correlation = [a.correlation for a in args]  # type: ignore[union-attr]
+            self.gpu_external_id = [a.external_id for a in args]  # type: ignore[union-attr]
+        except AttributeError:
+            self.gpu_correlation = [a.correlation if a is not None else None for a in args]
+            self.gpu_external_id = [a.external_id if a is not None else None for a in args]
+
+        api = index.api
+        count = len(api)
+        self.api_start = np.fromiter((e.ts for e in api), dtype=np.float64, count=count)
+        self.api_dur = np.fromiter((e.dur for e in api), dtype=np.float64, count=count)
+        self.api_name_codes, distinct = codes([e.name for e in api])
+        self.api_kinds = [ApiKind(name) for name in distinct]
+        tracked = np.array([k.tracked for k in self.api_kinds], dtype=bool)
+        queued = np.flatnonzero(tracked[self.api_name_codes]).tolist() if count else []
+        queued_args = [e.args for e in api] if len(queued) == count else [api[i].args for i in queued]
+        callers = [a.correlation if a is not None else None for a in queued_args]
+        # the calls that queued GPU work, one per correlation id (the last call) in the order
+        # the ids first appear (a dict's order); each GPU event's entry among them, or -1
+        self.launch_calls, self.gpu_caller = _match(callers, np.array(queued, dtype=np.int64), self.gpu_correlation)
+        self.gpu_launch = np.where(self.gpu_caller >= 0, self.launch_calls[np.maximum(self.gpu_caller, 0)], -1) \
+            if len(self.launch_calls) else np.full(len(gpu), -1, dtype=np.int64)
+
+    @functools.cached_property
+    def api_threads(self) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
+        api = self.index.api
+        return pair_codes([e.pid for e in api], [e.tid for e in api])
+
+    def api_kind(self, position: int) -> ApiKind:
+        return self.api_kinds[int(self.api_name_codes[position])]
+
+    @functools.cached_property
+    def syncs(self) -> list[int]:
+        """Positions in index.api of the synchronising calls."""
+        if not len(self.api_name_codes):
+            return []
+        sync = np.array([k.sync for k in self.api_kinds], dtype=bool)
+        return np.flatnonzero(sync[self.api_name_codes]).tolist()
+
+    @functools.cached_property
+    def operators(self) -> HostEvents:
+        """index.ops less the record_function ranges."""
+        return HostEvents(self.index.ops, OP)
+
+    @functools.cached_property
+    def frames(self) -> HostEvents:
+        return HostEvents(self.index.frames)
+
+    @functools.cached_property
+    def step_names(self) -> set[str]:
+        """The ``ProfilerStep#N`` ranges' names."""
+        return {name for name in self.operators.distinct_names if name.startswith(STEP_PREFIX)}
+
+    @functools.cached_property
+    def gpu_operators(self) -> tuple[np.ndarray, list[Any], list[str]]:
+        """The operator each GPU event's work is attributed to: the one its External id names,
+        else the one of the call that queued it (an op or range of index.ops, the last of an
+        id; ProfilerStep ranges are none). (Per GPU event a code or -1, the External id of each
+        code in the order they first appear, its operator's name.)"""
+        operators = self.operators
+        external = [a.external_id if (a := e.args) is not None else None for e in self.index.ops]
+        named = operators.all_name_codes
+        steps = self.step_names
+        if steps:
+            is_step = np.array([name in steps for name in operators.distinct_names], dtype=bool)
+            keep = ~is_step[named]
+            external = list(compress(external, keep.tolist()))
+            named = named[keep]
+        from_gpu = self.gpu_external_id
+        numeric = _int_array(external)
+        gpu_ids = _int_array(from_gpu) if numeric is not None else None
+        if numeric is not None and gpu_ids is not None:
+            present = numeric[1]
+            ids, names = numeric[0][present], named[present]
+            distinct, first = np.unique(ids[::-1], return_index=True)  # the last of each id
+            name_of = names[::-1][first]
+            found = _lookup(distinct, gpu_ids[0], gpu_ids[1])
+            missing = np.flatnonzero(found < 0)
+            if len(missing):
+                api = self.index.api
+                launch = self.gpu_launch[missing].tolist()
+                fallback = [(a.external_id if (a := api[i].args) is not None else None) if i >= 0 else None
+                            for i in launch]
+                fallback_ids = _int_array(fallback)
+                if fallback_ids is None:
+                    return self._gpu_operators_by_dict(external, named)
+                found[missing] = _lookup(distinct, fallback_ids[0], fallback_ids[1])
+            hit = found >= 0
+            order, codes_in_order = _first_appearance_codes(found[hit])
+            code = np.full(len(found), -1, dtype=np.int64)
+            code[hit] = codes_in_order
+            return (code, distinct[order].tolist(),
+                    [operators.distinct_names[i] for i in name_of[order].tolist()])
+        return self._gpu_operators_by_dict(external, named)
+
+    def _gpu_operators_by_dict(self, external: list[Any], named: np.ndarray) -> tuple[np.ndarray, list[Any], list[str]]:
+        distinct_names = self.operators.distinct_names
+        table = dict(zip(external, named.tolist()))
+        table.pop(None, None)
+        api = self.index.api
+        attributed = [ext_id if ext_id in table else None for ext_id in self.gpu_external_id]
+        for i in [i for i, ext_id in enumerate(attributed) if ext_id is None]:
+            launch = int(self.gpu_launch[i])
+            args = api[launch].args if launch >= 0 else None
+            ext_id = args.external_id if args is not None else None
+            attributed[i] = ext_id if ext_id in table else None
+        kept = [i for i, ext_id in enumerate(attributed) if ext_id is not None]
+        code = np.full(len(attributed), -1, dtype=np.int64)
+        if not kept:
+            return code, [], []
+        ext_codes, ext_ids = codes([attributed[i] for i in kept])
+        code[kept] = ext_codes
+        return code, ext_ids, [distinct_names[table[x]] for x in ext_ids]
+
+    @functools.cached_property
+    def own_times(self) -> list[tuple[str, list[float]]]:
+        """(operator, [count, total, max]) of the operators' own time, each thread's stack
+        popped in turn, totals added in the order the stack pops (trace._tally's rows)."""
+        operators = self.operators
+        if not len(operators.start):
+            return []
+        nest = operators.nested
+        own, popped = nest.self_times()
+        counts, totals, peaks = tally(operators.name_codes[nest.order[popped]], own[popped],
+                                      len(operators.distinct_names))
+        return [(name, [count, total, peak]) for name, count, total, peak
+                in zip(operators.distinct_names, counts.tolist(), totals.tolist(), peaks.tolist()) if count]
+
+    def gpu_arg(self, field: str, fallback: str) -> list[Any]:
+        """Event.device (field "device", fallback "pid") or Event.stream ("stream", "tid") of
+        each GPU event: the args' value when the key is there, else the event's own."""
+        unset, gpu, args = msgspec.UNSET, self.index.gpu, self.gpu_args
+        try:
+            values = ([a.device for a in args] if field == "device"  # type: ignore[union-attr]
+                      else [a.stream for a in args])  # type: ignore[union-attr]
+        except AttributeError:  # some events without args
+            values = [getattr(a, field) if a is not None else unset for a in args]
+        if unset in values:
+            values = [getattr(gpu[i], fallback) if v is unset else v for i, v in enumerate(values)]
+        return values
+
+
+def _match(keys: list[Any], positions: np.ndarray, lookups: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """dict(zip(keys, positions)) without the None keys, as (its values in its order, the
+    entry of each lookup or -1; None finds nothing); with numpy when all are ints."""
+    numeric = _int_array(keys)
+    found = _int_array(lookups) if numeric is not None else None
+    if numeric is not None and found is not None:
+        ids, present = numeric
+        ids, positions = ids[present], positions[present]
+        if not len(ids):
+            return positions, np.full(len(lookups), -1, dtype=np.int64)
+        distinct, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        last = np.zeros(len(distinct), dtype=np.int64)
+        np.maximum.at(last, inverse.reshape(-1), np.arange(len(ids)))
+        by_first = np.argsort(first, kind="stable")
+        rank = np.empty(len(distinct), dtype=np.int64)
+        rank[by_first] = np.arange(len(distinct))
+        at = _lookup(distinct, found[0], found[1])
+        return positions[last][by_first], np.where(at >= 0, rank[np.maximum(at, 0)], -1)
+    table = {key: position for key, position in zip(keys, positions.tolist()) if key is not None}
+    entry = {key: i for i, key in enumerate(table)}
+    return (np.array(list(table.values()), dtype=np.int64),
+            np.fromiter([entry.get(v, -1) if v is not None else -1 for v in lookups], dtype=np.int64,
+                        count=len(lookups)))
+
+
+def _int_array(values: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the values as int64 with -1 for None, mask of those not None), or None when a value is
+    no plain int (a float, a bool, a string: the dict path keeps Python's equality for them)."""
+    types = set(map(type, values))
+    try:
+        if types == {int}:
+            return np.fromiter(values, dtype=np.int64, count=len(values)), np.ones(len(values), dtype=bool)
+        if types - {int, type(None)}:
+            return None
+        return (np.array([-1 if v is None else v for v in values], dtype=np.int64),
+                np.array([v is not None for v in values], dtype=bool))
+    except OverflowError:
+        return None
+
+
+def _lookup(sorted_keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The index of each wanted value in sorted_keys, -1 when absent."""
+    if not len(sorted_keys):
+        return np.full(len(values), -1, dtype=np.int64)
+    at = np.minimum(np.searchsorted(sorted_keys, values), len(sorted_keys) - 1)
+    return np.where(wanted & (sorted_keys[at] == values), at, -1)
+
+
+def _first_appearance_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values in order of first appearance, a code per value into that order)."""
+    distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[by_first] = np.arange(len(distinct))
+    return distinct[by_first], rank[inverse.reshape(-1)]
