@@ -22,12 +22,15 @@ import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor import __version__, exitcodes
 from gpudoctor.commands.argtypes import non_negative_int
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.session import Environment, GpuInfo, ProcessInfo, ProfileSummary, Session
+
+if TYPE_CHECKING:
+    from gpudoctor.helper import Helper
 
 log = logging.getLogger(__name__)
 
@@ -75,18 +78,29 @@ def register(sub: Any) -> None:
 
 
 
-def session_from_trace(path: str | Path, steps: int = 0, *, meanwhile: Callable[[], None] | None = None) -> Session:
+def session_from_trace(path: str | Path, steps: int = 0, *, meanwhile: Callable[[], None] | None = None,
+                       helper: Helper | None = None) -> Session:
     """A Session (source="analyze") holding the trace's ProfileSummary and what its metadata says.
 
     `path` may be a directory of traces, one per rank (torch.profiler.tensorboard_trace_handler
     writes ``*.pt.trace.json[.gz]``): see session_from_trace_dir.
     Raises GpudoctorError (NOT_FOUND or BAD_DATA) for input that is not a readable trace.
     `meanwhile` is called once the statistics are done, while the replay may still run beside.
+    A long trace's replay runs in `helper` (gpudoctor.helper), or in one started here.
     """
     path = Path(path)
     if path.is_dir() and rank_traces(path):
         return session_from_trace_dir(path, steps)
-    profile, meta, pids = _summarize_file(path, steps, parallel=True, meanwhile=meanwhile)
+    own = helper is None and _long_trace(path)
+    if own:
+        from gpudoctor.helper import Helper
+
+        helper = Helper.start()
+    try:
+        profile, meta, pids = _summarize_file(path, steps, helper=helper, meanwhile=meanwhile)
+    finally:
+        if own and helper is not None:
+            helper.close()
     session = _session(profile, meta, pids)
     session.notes.append(f"built by `gpudoctor analyze` from the profiler trace {path.name}")
     return session
@@ -138,12 +152,12 @@ def _summarize_file_quietly(path: Path, steps: int) -> tuple[ProfileSummary, dic
         return f"{exc.code} {exc}"
 
 
-def _summarize_file(path: Path, steps: int, *, parallel: bool = False,
+def _summarize_file(path: Path, steps: int, *, helper: Helper | None = None,
                     meanwhile: Callable[[], None] | None = None) -> tuple[ProfileSummary, dict[str, Any], list[int]]:
     """(ProfileSummary with its replay, the trace's metadata, the pids that ran operators).
 
-    `parallel`: a long trace's replay may run in a forked process beside the statistics
-    (replay.background); directories are analysed a process per trace instead."""
+    `helper`: a long trace's replay runs there beside the statistics (replay.background);
+    directories are analysed a process per trace instead."""
     from gpudoctor.collectors.trace import TraceError, summarize_trace
     from gpudoctor.collectors.trace_decode import gc_paused, read_trace
     from gpudoctor.replay import background
@@ -152,12 +166,12 @@ def _summarize_file(path: Path, steps: int, *, parallel: bool = False,
     try:
         with gc_paused():
             data = read_trace(path)
-            replay = background.start(data, steps if steps > 0 else profiler_steps(data), parallel=parallel)
+            replay = background.start(data, steps if steps > 0 else profiler_steps(data), helper)
             profile = summarize_trace(data, steps=steps)
             meta, pids = data.meta, _process_ids(data)
             if meanwhile is not None:
                 meanwhile()
-            del data  # freeing a million events takes a while: better while the replay runs beside
+            del data  # freeing a million events takes a while: better while the replay runs in the helper
             profile.replay = replay()
     except TraceError as exc:
         message = str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}"
@@ -239,10 +253,10 @@ def _long_trace(path: Path) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from gpudoctor.commands.report import judge, split_ids
+    from gpudoctor.helper import Helper
     from gpudoctor.model import severity_rank
     from gpudoctor.output import plan_outputs, write_outputs
     from gpudoctor.reports import render, terminal
-    from gpudoctor.reports.worker import RenderWorker
 
     path = Path(args.trace)
     formats = list(dict.fromkeys(args.formats or []))
@@ -255,10 +269,11 @@ def run(args: argparse.Namespace) -> int:
     to_files = bool(args.out) or not (to_stdout or (len(formats) == 1 and not args.json_path))
     file_formats = [f for f in formats if f != "terminal"] or ["html", "json"]
     html = "html" in file_formats if to_files else formats == ["html"]
-    # a long trace: the HTML's renderer (matplotlib) is imported in a process of its own meanwhile
-    with RenderWorker.start(("html",) if html and _long_trace(path) else (), args.fail_on) as worker:
-        session = session_from_trace(path, steps=args.steps,
-                                     meanwhile=lambda: _prepare(file_formats, done=worker.formats))
+    # a long trace: a helper process replays it and renders the HTML (imported while the trace is decoded)
+    helper = Helper.start(("html",) if html else (), args.fail_on) if _long_trace(path) else Helper((), args.fail_on)
+    with helper:
+        session = session_from_trace(path, steps=args.steps, helper=helper,
+                                     meanwhile=lambda: _prepare(file_formats, done=helper.formats))
         report = judge(session, split_ids(args.ignore))
         if to_stdout:
             text = render(report, "json")
@@ -268,13 +283,13 @@ def run(args: argparse.Namespace) -> int:
                 if formats[0] == "terminal":
                     terminal.show_summary(report, sys.stdout)
                 else:
-                    sys.stdout.write(worker.render(report, formats[0]))
+                    sys.stdout.write(helper.render(report, formats[0]))
             elif not args.quiet:
                 terminal.show_summary(report, sys.stderr)
         else:
             paths = plan_outputs(args.out, trace_stem(path), datetime.now(), file_formats, force=args.force,
                                  json_path=None if to_stdout else args.json_path, trace=False)
-            written = write_outputs(paths, report, session.to_dict(), fail_on=args.fail_on, render=worker.render)
+            written = write_outputs(paths, report, session.to_dict(), fail_on=args.fail_on, render=helper.render)
             report = written.report
             if not args.quiet:  # the human summary: stderr, so stdout stays clean for scripts
                 terminal.show_summary(report, sys.stderr, written={k: str(p) for k, p in written.files.items()})

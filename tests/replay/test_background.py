@@ -1,18 +1,23 @@
-"""The replay in a forked process gives what the replay in this process gives."""
+"""The replay in the helper process gives what the replay in this process gives; the part
+of a long window replayed begins at a step boundary."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
 
+from gpudoctor import helper as helper_module
 from gpudoctor.collectors.trace_decode import read_trace
+from gpudoctor.helper import Helper
 from gpudoctor.replay import background
 from gpudoctor.replay.scenarios import replay_or_error
 from gpudoctor.replay.window import latest_stretch, profiler_steps
 
 WINDOWS = Path(__file__).resolve().parents[1] / "fixtures" / "h200" / "windows"
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
 
 
 def _same(a, b) -> None:
@@ -22,33 +27,43 @@ def _same(a, b) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
-def test_a_forked_replay_equals_the_replay_in_process(monkeypatch) -> None:
-    index = read_trace(WINDOWS / "item_per_layer.trace.json.gz")
+@needs_fork
+def test_the_helpers_replay_equals_the_replay_here(monkeypatch) -> None:
+    """The events travel to the helper (msgpack) and back comes the same ReplaySummary."""
+    index = read_trace(WINDOWS / "tiny_kernels.trace.json.gz")
     monkeypatch.setattr(background, "PARALLEL_MIN_EVENTS", 0)
-    monkeypatch.setattr(background.forking, "spare_core", lambda: True)
-    forked = background.start(index, 5)()
-    assert forked is not None and forked.error is None and forked.scenarios
-    _same(forked, replay_or_error(index, 5))
+    monkeypatch.setattr(helper_module, "spare_core", lambda: True)
+    part = latest_stretch(index, 10, budget=60_000)[0]  # a part: its scope travels too
+    with Helper.start() as helper:
+        assert helper.active
+        there = background.start(part, 10, helper)()
+        assert there is not None and there.error is None and there.scope and there.scenarios
+        _same(there, replay_or_error(part, 10))
+        whole = background.start(index, 10, helper)()  # within the budget: sent as it is
+        _same(whole, replay_or_error(index, 10))
 
 
 @pytest.mark.integration
-def test_a_replay_whose_process_dies_says_so(monkeypatch) -> None:
+@needs_fork
+def test_a_helper_that_dies_is_reported_and_replaced_by_this_process(monkeypatch) -> None:
     index = read_trace(WINDOWS / "fp32_matmul.trace.json.gz")
     monkeypatch.setattr(background, "PARALLEL_MIN_EVENTS", 0)
-    monkeypatch.setattr(background.forking, "spare_core", lambda: True)
-    monkeypatch.setattr(background, "_replay_and_send", lambda *args: __import__("os")._exit(3))
-    summary = background.start(index, 2)()
-    assert summary is not None and summary.error is not None and "exit code 3" in summary.error
+    monkeypatch.setattr(helper_module, "spare_core", lambda: True)
+    monkeypatch.setattr(helper_module, "_replay", lambda *args: os._exit(3))
+    helper = Helper.start()
+    summary = background.start(index, 2, helper)()
+    assert summary is not None and summary.error == "the replay's process ended without a result (exit code 3)"
+    assert not helper.active
+    _same(background.start(index, 2, helper)(), replay_or_error(index, 2))  # no helper left: replayed here
 
 
-def test_small_traces_and_single_cores_replay_in_this_process(monkeypatch) -> None:
+def test_without_a_spare_core_the_replay_runs_here(monkeypatch) -> None:
     index = read_trace(WINDOWS / "fp32_matmul.trace.json.gz")
-    monkeypatch.setattr(background.forking, "spare_core", lambda: False)
+    monkeypatch.setattr(helper_module, "spare_core", lambda: False)
     monkeypatch.setattr(background, "PARALLEL_MIN_EVENTS", 0)
-    summary = background.start(index, 2)()  # a fork here would fail: tests without the marker may not fork
-    assert summary is not None and summary.error is None
-    _same(summary, replay_or_error(index, 2))
+    helper = Helper.start()  # a fork here would fail: tests without the marker may not fork
+    assert not helper.active
+    _same(background.start(index, 2, helper)(), replay_or_error(index, 2))
 
 
 def test_a_long_window_is_replayed_from_a_step_boundary() -> None:

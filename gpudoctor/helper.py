@@ -1,0 +1,170 @@
+"""A helper process for a long `gpudoctor analyze`, forked before the trace is decoded.
+
+Decoding a long trace keeps one core busy for seconds, and its statistics more. Forked
+first (while this process is small), the helper uses another core: it imports the report
+renderers (matplotlib for the HTML's charts) while the trace is decoded, replays the part
+of the window chosen for the replay while the statistics are computed, then renders the
+finished report. What it gets travels through a pipe: the events to replay (msgpack, a
+few MB), the report (a dict); what comes back is the ReplaySummary and the text. It
+shares nothing else with this process, so freeing the decoded events here frees them.
+
+When no helper can run (one usable core, no fork, a failed start) or it dies, the same
+work is done here when its result is asked for: the same code on the same data.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from gpudoctor.forking import pipe, spare_core, start_child
+
+if TYPE_CHECKING:
+    from gpudoctor.collectors.trace_decode import TraceIndex
+    from gpudoctor.session import ReplaySummary
+
+log = logging.getLogger(__name__)
+
+
+class Helper:
+    """Renders `formats` and replays in a forked process; anything else, or after a failure, here."""
+
+    def __init__(self, formats: tuple[str, ...] = (), fail_on: str | None = None) -> None:
+        self.formats = formats
+        self.fail_on = fail_on
+        self._conn: Any = None
+        self._process: Any = None
+
+    @classmethod
+    def start(cls, formats: tuple[str, ...] = (), fail_on: str | None = None) -> Helper:
+        helper = cls(formats, fail_on)
+        if not spare_core():
+            return helper
+        try:
+            ours, theirs = pipe(duplex=True)
+            helper._process = start_child(_serve, (theirs, formats, fail_on), "gpudoctor-helper")
+            theirs.close()
+            helper._conn = ours
+        except (OSError, ValueError) as exc:
+            log.debug("no helper process: %s", exc)
+        return helper
+
+    @property
+    def active(self) -> bool:
+        return self._conn is not None
+
+    def replay(self, part: TraceIndex, steps: int) -> Callable[[], ReplaySummary | None]:
+        """Start replaying `part` (a TraceIndex whose part to replay is chosen: replay.window) in
+        the helper; call the result for the ReplaySummary."""
+        from gpudoctor.replay.scenarios import replay_or_error
+
+        if self._conn is not None:
+            import msgspec
+
+            try:
+                self._conn.send(("replay", steps))
+                self._conn.send_bytes(msgspec.msgpack.encode(
+                    (part.gpu, part.api, part.ops, part.frames, part.events, part.first, part.last, part.part)))
+                return lambda: self._replay_result(part, steps)
+            except (OSError, ValueError) as exc:
+                self._lost(exc)
+        return lambda: replay_or_error(part, steps)
+
+    def _replay_result(self, part: TraceIndex, steps: int) -> ReplaySummary | None:
+        from gpudoctor.session import ReplaySummary
+
+        if self._conn is not None:
+            try:
+                status, summary = self._conn.recv()
+                if status == "replay":
+                    return summary if isinstance(summary, ReplaySummary) else None
+            except (EOFError, OSError) as exc:
+                code = self._lost(exc)
+                return ReplaySummary(steps=steps,
+                                     error=f"the replay's process ended without a result (exit code {code})")
+        from gpudoctor.replay.scenarios import replay_or_error
+
+        return replay_or_error(part, steps)
+
+    def render(self, report: Mapping[str, Any], fmt: str) -> str:
+        if self._conn is not None and fmt in self.formats:
+            try:
+                self._conn.send(("render", dict(report), fmt))
+                status, text = self._conn.recv()
+                if status == "ok":
+                    return text  # type: ignore[no-any-return]
+                raise RuntimeError(text)  # the renderer's own error, as it would have been raised here
+            except (EOFError, OSError) as exc:  # the process died: render here
+                self._lost(exc)
+        from gpudoctor import reports
+
+        return reports.render(report, fmt, fail_on=self.fail_on)
+
+    def _lost(self, exc: BaseException) -> int | None:
+        log.debug("helper process lost: %s", exc)
+        process = self._process
+        self.close()
+        return process.exitcode if process is not None else None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.send(None)
+            except (OSError, ValueError):
+                pass
+            self._conn.close()
+            self._conn = None
+        if self._process is not None:
+            self._process.join(timeout=5)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join()
+            self._process = None
+
+    def __enter__(self) -> Helper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None) -> None:
+    from gpudoctor import reports
+
+    for fmt in formats:
+        reports.renderer(fmt)  # the imports, while the parent decodes
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        if request is None:
+            return
+        try:
+            if request[0] == "replay":
+                conn.send(("replay", _replay(conn.recv_bytes(), request[1])))
+            else:
+                _, report, fmt = request
+                try:
+                    conn.send(("ok", reports.render(report, fmt, fail_on=fail_on)))
+                except Exception as exc:  # noqa: BLE001  # the caller logs it and keeps the other files
+                    conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        except (BrokenPipeError, EOFError):
+            return
+
+
+def _replay(payload: bytes, steps: int) -> ReplaySummary | None:
+    import msgspec
+
+    from gpudoctor.collectors.trace_decode import Event, TraceIndex, gc_paused
+    from gpudoctor.replay.scenarios import replay_or_error
+
+    with gc_paused():
+        gpu, api, ops, frames, events, first, last, part = msgspec.msgpack.decode(
+            payload, type=tuple[list[Event], list[Event], list[Event], list[Event], int, float, float,
+                                tuple[int, str] | None])
+        index = TraceIndex()
+        index.gpu, index.api, index.ops, index.frames = gpu, api, ops, frames
+        index.events, index.first, index.last, index.part = events, first, last, part
+        return replay_or_error(index, steps)

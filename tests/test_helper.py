@@ -1,0 +1,80 @@
+"""The HTML rendered by the helper process is the HTML rendered here; a lost helper costs nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from gpudoctor import helper as helper_module
+from gpudoctor import reports
+from gpudoctor.cli import main
+from gpudoctor.commands import analyze
+from gpudoctor.helper import Helper
+from gpudoctor.replay import background
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+WINDOWS = Path(__file__).resolve().parent / "fixtures" / "h200" / "windows"
+
+
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "golden"
+
+
+@pytest.fixture
+def report() -> dict:
+    return json.loads((GOLDEN / "h200__healthy.report.json").read_text())
+
+
+@pytest.mark.integration
+@needs_fork
+def test_the_helper_renders_the_same_html(report, monkeypatch) -> None:
+    monkeypatch.setattr(helper_module, "spare_core", lambda: True)
+    with Helper.start(("html",)) as helper:
+        assert helper.active
+        assert helper.render(report, "html") == reports.render(report, "html")
+        assert helper.render(report, "json") == reports.render(report, "json")  # not its format: rendered here
+        with pytest.raises(RuntimeError, match="DecodeError: 'schema' is not a string"):
+            helper.render({"schema": 3}, "html")  # the renderer's own error, raised here
+        assert helper.active  # and the helper goes on
+
+
+@pytest.mark.integration
+@needs_fork
+def test_a_lost_helper_renders_here(report, monkeypatch) -> None:
+    monkeypatch.setattr(helper_module, "spare_core", lambda: True)
+    helper = Helper.start(("html",))
+    helper._process.kill()
+    helper._process.join()
+    assert helper.render(report, "html") == reports.render(report, "html")
+    assert not helper.active  # given up on
+    helper.close()
+
+
+def test_without_a_spare_core_everything_happens_here(report, monkeypatch) -> None:
+    monkeypatch.setattr(helper_module, "spare_core", lambda: False)
+    with Helper.start(("html",), fail_on="warning") as helper:  # a fork here would fail the test
+        assert not helper.active
+        assert helper.render(report, "junit") == reports.render(report, "junit", fail_on="warning")
+
+
+@pytest.mark.integration
+@needs_fork
+def test_analyze_of_a_long_trace_writes_the_same_reports(tmp_path, monkeypatch) -> None:
+    """A trace counted long: the helper replays it and renders its HTML; the files equal those
+    of the same analysis done in one process."""
+    trace = WINDOWS / "item_per_layer.trace.json.gz"
+    monkeypatch.setattr(helper_module, "spare_core", lambda: True)
+    monkeypatch.setattr(analyze, "LONG_TRACE_BYTES", 0)
+    monkeypatch.setattr(background, "PARALLEL_MIN_EVENTS", 0)
+    assert main(["analyze", str(trace), "--out", str(tmp_path / "helped" / "r"), "--quiet"]) == 0
+    monkeypatch.setattr(analyze, "LONG_TRACE_BYTES", 1 << 40)
+    assert main(["analyze", str(trace), "--out", str(tmp_path / "here" / "r"), "--quiet"]) == 0
+    helped, here = (json.loads((tmp_path / d / "r.json").read_text()) for d in ("helped", "here"))
+    for data in (helped, here):
+        data["evidence"]["profile"]["replay"].pop("seconds")
+    assert helped == here
+    helped_html, here_html = ((tmp_path / d / "r.html").read_text() for d in ("helped", "here"))
+    assert helped_html.count("<svg") == here_html.count("<svg") > 0
+    assert helped_html == here_html
