@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudoctor.collectors.intervals import Nested, blocks, codes, range_min, sequential_sum, tally
+from gpudoctor.collectors.trace import _enclosing
 
 
 def nested(rows: list[tuple[Any, float, float]]) -> Nested:
@@ -36,19 +37,8 @@ def loop_self_times(intervals: list[tuple[float, float, int]]) -> list[tuple[int
 
 
 def loop_enclosing(intervals: list[tuple[float, float, int]], times: list[float]) -> list[list[int]]:
-    """The frame stack as hotspots walked it (one thread): the ids around each time."""
-    ordered = sorted(intervals, key=lambda i: (i[0], -i[1]))
-    result, stack, index = [], [], 0
-    for t in times:
-        while index < len(ordered) and ordered[index][0] <= t:
-            while stack and stack[-1][1] < ordered[index][0]:
-                stack.pop()
-            stack.append(ordered[index])
-            index += 1
-        while stack and stack[-1][1] < t:
-            stack.pop()
-        result.append([i[2] for i in stack if i[1] >= t])
-    return result
+    """The frame stack as the loop walks it (one thread): the ids around each time."""
+    return [[i[2] for i in stack] for stack in _enclosing(intervals, times)]
 
 
 def chain(parent: np.ndarray, top: int, nest: Nested, t: float) -> list[int]:

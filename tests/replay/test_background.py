@@ -26,13 +26,18 @@ def _same(a, b) -> None:
     assert dataclasses.replace(a, seconds=None) == dataclasses.replace(b, seconds=None)
 
 
-@pytest.mark.integration
-@needs_fork
-def test_the_helpers_replay_equals_the_replay_here(monkeypatch) -> None:
-    """The events travel to the helper (msgpack) and back comes the same ReplaySummary."""
-    index = read_trace(WINDOWS / "tiny_kernels.trace.json.gz")
+@pytest.fixture
+def helped(monkeypatch) -> None:
+    """Any window goes to a helper process, and one can start."""
     monkeypatch.setattr(background, "PARALLEL_MIN_EVENTS", 0)
     monkeypatch.setattr(helper_module, "spare_core", lambda: True)
+
+
+@pytest.mark.integration
+@needs_fork
+def test_the_helpers_replay_equals_the_replay_here(helped) -> None:
+    """The events travel to the helper (msgpack) and back comes the same ReplaySummary."""
+    index = read_trace(WINDOWS / "tiny_kernels.trace.json.gz")
     part = latest_stretch(index, 10, budget=60_000)[0]  # a part: its scope travels too
     with Helper.start() as helper:
         assert helper.active
@@ -45,10 +50,8 @@ def test_the_helpers_replay_equals_the_replay_here(monkeypatch) -> None:
 
 @pytest.mark.integration
 @needs_fork
-def test_a_helper_that_dies_is_reported_and_replaced_by_this_process(monkeypatch) -> None:
+def test_a_helper_that_dies_is_reported_and_replaced_by_this_process(helped, monkeypatch) -> None:
     index = read_trace(WINDOWS / "fp32_matmul.trace.json.gz")
-    monkeypatch.setattr(background, "PARALLEL_MIN_EVENTS", 0)
-    monkeypatch.setattr(helper_module, "spare_core", lambda: True)
     monkeypatch.setattr(helper_module, "_replay", lambda *args: os._exit(3))
     helper = Helper.start()
     summary = background.start(index, 2, helper)()
