@@ -1,8 +1,8 @@
 """Work beside the main process: the cores this process may use, and a forked helper.
 
-`gpudoctor analyze` of a long trace replays it (replay.background) and renders its HTML
-(reports.worker) in forked processes while it computes the statistics. A forked child
-shares the parent's memory copy-on-write: it costs only what it touches.
+`gpudoctor analyze` of a long trace forks one helper (gpudoctor.helper) before decoding
+it, while the process is small: the helper replays the window and renders the HTML while
+this process decodes the trace and computes the statistics.
 """
 
 from __future__ import annotations
