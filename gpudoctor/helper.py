@@ -130,7 +130,13 @@ class Helper:
 
 
 def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None) -> None:
+    import signal
+
     from gpudoctor import reports
+
+    # Ctrl-C reaches the whole process group: the main process answers it (its message, its
+    # exit code) and ends this one; here it would only print a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     for fmt in formats:
         reports.renderer(fmt)  # the imports, while the parent decodes

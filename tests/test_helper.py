@@ -78,3 +78,20 @@ def test_analyze_of_a_long_trace_writes_the_same_reports(tmp_path, monkeypatch) 
     helped_html, here_html = ((tmp_path / d / "r.html").read_text() for d in ("helped", "here"))
     assert helped_html.count("<svg") == here_html.count("<svg") > 0
     assert helped_html == here_html
+
+
+@pytest.mark.integration
+@needs_fork
+def test_ctrl_c_is_left_to_the_main_process(report, monkeypatch) -> None:
+    """Ctrl-C reaches the whole process group; the helper neither dies with a traceback nor stops
+    serving (the main process answers the interrupt and closes it)."""
+    import signal
+    import time
+
+    monkeypatch.setattr(helper_module, "spare_core", lambda: True)
+    with Helper.start(("html",)) as helper:
+        assert helper.render(report, "html")  # it has set up its handlers by now
+        os.kill(helper._process.pid, signal.SIGINT)
+        time.sleep(0.2)
+        assert helper._process.is_alive()
+        assert helper.render(report, "html") == reports.render(report, "html")
