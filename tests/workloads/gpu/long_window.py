@@ -11,19 +11,14 @@ Known answer: 60 steps of tiny layers and a per-parameter AdamW (about 800,000 e
 import sys
 
 import torch
+from tiny_kernels import build  # this script's folder is on sys.path when it runs
 from torch.profiler import ProfilerActivity, profile, schedule
 
 
 def main() -> None:
     path = sys.argv[1]
     active = int(sys.argv[2]) if len(sys.argv) > 2 else 60
-    device = torch.device("cuda")
-    layers = []
-    for _ in range(40):
-        layers += [torch.nn.Linear(64, 64), torch.nn.LayerNorm(64), torch.nn.GELU()]
-    model = torch.nn.Sequential(*layers).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)  # per-parameter kernels
-    x = torch.randn(16, 64, device=device)
+    model, opt, x = build()  # tiny_kernels' model: tiny layers, per-parameter AdamW
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True,
                  schedule=schedule(wait=5, warmup=3, active=active, repeat=1),
                  on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
