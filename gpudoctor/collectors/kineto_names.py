@@ -19,6 +19,7 @@ SYNC_APIS = frozenset({
     "cudaMemcpy3D", "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol", "cuStreamSynchronize", "cuCtxSynchronize",
     "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD", "cudaFree", "cudaFreeHost",  # frees wait for the device
     "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy"})
+STEP_PREFIX = "ProfilerStep#"  # torch.profiler's record_function range around each prof.step()
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 _COPY_NAME = re.compile(r"Memcpy (\w+) \(([^()]*?) -> ([^()]*?)\)")
 _FRAME_NAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")

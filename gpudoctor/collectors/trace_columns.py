@@ -22,11 +22,10 @@ from gpudoctor.collectors.kineto_names import (
     _VERSION_SUFFIX,
     GRAPH_LAUNCH_APIS,
     KERNEL_LAUNCH_APIS,
+    STEP_PREFIX,
     SYNC_APIS,
 )
 from gpudoctor.collectors.trace_decode import OP, TraceIndex
-
-STEP_PREFIX = "ProfilerStep#"
 
 
 class ApiKind:

@@ -11,15 +11,12 @@ replayed whole; the part replayed is named in ReplaySummary.scope and the predic
 
 from __future__ import annotations
 
-import re
-
+from gpudoctor.collectors.kineto_names import STEP_PREFIX
 from gpudoctor.collectors.trace_decode import TraceIndex
+from gpudoctor.replay.timeline import DATA_ANNOTATION, OPTIMIZER_ANNOTATION
 
 REPLAY_MAX_EVENTS = 150_000
 SAMPLE = 8
-STEP_PREFIX = "ProfilerStep#"
-OPTIMIZER_PREFIX = "Optimizer.step#"  # torch.optim's record_function around step()
-LOADER = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 
 
 def latest_stretch(index: TraceIndex, steps: int, budget: int = REPLAY_MAX_EVENTS) -> tuple[TraceIndex, int, str]:
@@ -65,13 +62,13 @@ def _boundaries(index: TraceIndex) -> tuple[str, list[float]]:
     optimizer: list[float] = []
     loader: list[float] = []
     names = {e.name for e in index.ops}  # a few hundred distinct names: test those, not every event
-    marks = {n for n in names if n.startswith((STEP_PREFIX, OPTIMIZER_PREFIX)) or LOADER.match(n)}  # type: ignore[union-attr,arg-type]
+    marks = {n for n in names if n.startswith((STEP_PREFIX, OPTIMIZER_ANNOTATION)) or DATA_ANNOTATION.match(n)}  # type: ignore[union-attr,arg-type]
     for event in (e for e in index.ops if e.name in marks):
         name: str = event.name  # type: ignore[assignment]
         ts: float = event.ts  # type: ignore[assignment]  # indexed events have their times
         if name.startswith(STEP_PREFIX):
             steps[name] = min(ts, steps.get(name, ts))
-        elif name.startswith(OPTIMIZER_PREFIX):
+        elif name.startswith(OPTIMIZER_ANNOTATION):
             optimizer.append(ts + event.dur)  # type: ignore[operator]
         else:
             loader.append(ts)
