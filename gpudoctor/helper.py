@@ -4,8 +4,8 @@ Decoding a long trace keeps one core busy for seconds, and its statistics more. 
 first (while this process is small), the helper uses another core: it imports the report
 renderers (matplotlib for the HTML's charts) while the trace is decoded, replays the part
 of the window chosen for the replay while the statistics are computed, then renders the
-finished report. What it gets travels through a pipe: the events to replay (msgpack, a
-few MB), the report (a dict); what comes back is the ReplaySummary and the text. It
+finished report. What it gets travels through a pipe: the events to replay (pickled
+pickled columns), the report (a dict); what comes back is the ReplaySummary and the text. It
 shares nothing else with this process, so freeing the decoded events here frees them.
 
 When no helper can run (one usable core, no fork, a failed start) or it dies, the same
@@ -60,12 +60,8 @@ class Helper:
         from gpudoctor.replay.scenarios import replay_or_error
 
         if self._conn is not None:
-            import msgspec
-
             try:
-                self._conn.send(("replay", steps))
-                self._conn.send_bytes(msgspec.msgpack.encode(
-                    (part.gpu, part.api, part.ops, part.frames, part.events, part.first, part.last, part.part)))
+                self._conn.send(("replay", steps, part))  # columns: a few arrays and tables
                 return lambda: self._replay_result(part, steps)
             except (OSError, ValueError) as exc:
                 self._lost(exc)
@@ -149,7 +145,8 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None) -> None:
             return
         try:
             if request[0] == "replay":
-                conn.send(("replay", _replay(conn.recv_bytes(), request[1])))
+                _, steps, part = request
+                conn.send(("replay", _replay(part, steps)))
             else:
                 _, report, fmt = request
                 try:
@@ -160,17 +157,9 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None) -> None:
             return
 
 
-def _replay(payload: bytes, steps: int) -> ReplaySummary | None:
-    import msgspec
-
-    from gpudoctor.collectors.trace_decode import Event, TraceIndex, gc_paused
+def _replay(part: TraceIndex, steps: int) -> ReplaySummary | None:
+    from gpudoctor.collectors.trace_decode import gc_paused
     from gpudoctor.replay.scenarios import replay_or_error
 
     with gc_paused():
-        gpu, api, ops, frames, events, first, last, part = msgspec.msgpack.decode(
-            payload, type=tuple[list[Event], list[Event], list[Event], list[Event], int, float, float,
-                                tuple[int, str] | None])
-        index = TraceIndex()
-        index.gpu, index.api, index.ops, index.frames = gpu, api, ops, frames
-        index.events, index.first, index.last, index.part = events, first, last, part
-        return replay_or_error(index, steps)
+        return replay_or_error(part, steps)

@@ -155,9 +155,10 @@ class _TraceStats:
     def add(self, index: TraceIndex) -> None:
         self.first, self.last = index.first, index.last
         self.columns = columns = TraceColumns(index)
+        api = index.api
         for position in columns.syncs:
-            event = index.api[position]
-            self.syncs.append(((event.pid, event.tid), event.ts, event.dur, columns.api_kind(position).api))  # type: ignore[arg-type]
+            self.syncs.append(((api.value("pid", position), api.value("tid", position)), float(api.ts[position]),
+                               float(api.dur[position]), columns.api_kind(position).api))
 
     def add_context(self, index: TraceIndex) -> None:
         """Attribute GPU time to operators; keep the frames and operators around syncs."""
@@ -273,9 +274,9 @@ class _TraceStats:
         columns = self.columns
         assert columns is not None
         memcpy: dict[str, dict[str, float]] = {}
+        copied = columns.index.gpu.bytes
         for i in np.flatnonzero(columns.gpu_kind == GPU_COPY).tolist():
-            args = columns.index.gpu[i].args
-            nbytes = _number(args.bytes if args is not None else None) or 0.0
+            nbytes = _number(copied[i]) or 0.0
             entry = memcpy.setdefault(copy_kind(columns.gpu_names[i]),
                                       {"count": 0, "bytes": 0, "us": 0.0, "small_count": 0})
             entry["count"] += 1

@@ -25,7 +25,7 @@ from gpudoctor.collectors.kineto_names import (
     STEP_PREFIX,
     SYNC_APIS,
 )
-from gpudoctor.collectors.trace_decode import OP, TraceIndex
+from gpudoctor.collectors.trace_decode import OP, EventColumns, TraceIndex
 
 
 class ApiKind:
@@ -42,18 +42,17 @@ class ApiKind:
 class HostEvents:
     """Host events of one list (operators or Python frames) as columns, file order."""
 
-    def __init__(self, events: list[Any], kind: int | None = None) -> None:
+    def __init__(self, events: EventColumns, kind: int | None = None) -> None:
         """`kind`: only the events of that kind (Event.kind)."""
-        count = len(events)
-        self.all_names: list[str] = [e.name for e in events]
-        start = np.fromiter((e.ts for e in events), dtype=np.float64, count=count)
-        end = start + np.fromiter((e.dur for e in events), dtype=np.float64, count=count)
-        pids, tids = [e.pid for e in events], [e.tid for e in events]
+        self.all_names: list[str] = events.names
+        start = events.ts
+        end = start + events.dur
         self.all_name_codes, self.distinct_names = codes(self.all_names)  # distinct_names: of all the events
         self.start, self.end, self.name_codes = start, end, self.all_name_codes
         self.kept: list[bool] | None = None
+        pids, tids = events.pids, events.tids
         if kind is not None:
-            keep = np.fromiter((e.kind for e in events), dtype=np.int64, count=count) == kind
+            keep = events.kind == kind
             if not keep.all():
                 self.start, self.end, self.name_codes = start[keep], end[keep], self.all_name_codes[keep]
                 thread_codes, threads = pair_codes(pids, tids)
@@ -104,30 +103,24 @@ class TraceColumns:
     def __init__(self, index: TraceIndex) -> None:
         self.index = index
         gpu = index.gpu
-        count = len(gpu)
-        self.gpu_kind = np.fromiter((e.kind for e in gpu), dtype=np.int64, count=count)
-        self.gpu_names: list[str] = [e.name for e in gpu]  # type: ignore[misc]
-        self.gpu_start = np.fromiter((e.ts for e in gpu), dtype=np.float64, count=count)
-        self.gpu_dur = np.fromiter((e.dur for e in gpu), dtype=np.float64, count=count)
+        self.gpu_kind = gpu.kind.astype(np.int64)
+        self.gpu_names: list[str] = gpu.names
+        self.gpu_start = gpu.ts
+        self.gpu_dur = gpu.dur
         self.gpu_end = self.gpu_start + self.gpu_dur
-        self.gpu_args = args = [e.args for e in gpu]
-        try:  # every GPU event has args (a kineto trace's do): no test per event
-            self.gpu_correlation = [a.correlation for a in args]  # type: ignore[union-attr]
-            self.gpu_external_id = [a.external_id for a in args]  # type: ignore[union-attr]
-        except AttributeError:
-            self.gpu_correlation = [a.correlation if a is not None else None for a in args]
-            self.gpu_external_id = [a.external_id if a is not None else None for a in args]
+        self.gpu_correlation = gpu.correlation
+        self.gpu_external_id = gpu.external_id
 
         api = index.api
         count = len(api)
-        self.api_start = np.fromiter((e.ts for e in api), dtype=np.float64, count=count)
-        self.api_dur = np.fromiter((e.dur for e in api), dtype=np.float64, count=count)
-        self.api_name_codes, distinct = codes([e.name for e in api])
+        self.api_start = api.ts
+        self.api_dur = api.dur
+        self.api_name_codes, distinct = codes(api.names)
         self.api_kinds = [ApiKind(name) for name in distinct]
         tracked = np.array([k.tracked for k in self.api_kinds], dtype=bool)
         queued = np.flatnonzero(tracked[self.api_name_codes]).tolist() if count else []
-        queued_args = [e.args for e in api] if len(queued) == count else [api[i].args for i in queued]
-        callers = [a.correlation if a is not None else None for a in queued_args]
+        correlation = api.correlation
+        callers = correlation if len(queued) == count else [correlation[i] for i in queued]
         # the calls that queued GPU work, one per correlation id (the last call) in the order
         # the ids first appear (a dict's order); each GPU event's entry among them, or -1
         self.launch_calls, self.gpu_caller = _match(callers, np.array(queued, dtype=np.int64), self.gpu_correlation)
@@ -137,7 +130,7 @@ class TraceColumns:
     @functools.cached_property
     def api_threads(self) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
         api = self.index.api
-        return pair_codes([e.pid for e in api], [e.tid for e in api])
+        return pair_codes(api.pids, api.tids)
 
     def api_kind(self, position: int) -> ApiKind:
         return self.api_kinds[int(self.api_name_codes[position])]
@@ -171,7 +164,7 @@ class TraceColumns:
         id; ProfilerStep ranges are none). (Per GPU event a code or -1, the External id of each
         code in the order they first appear, its operator's name.)"""
         operators = self.operators
-        external = [a.external_id if (a := e.args) is not None else None for e in self.index.ops]
+        external = self.index.ops.external_id
         named = operators.all_name_codes
         steps = self.step_names
         if steps:
@@ -190,10 +183,8 @@ class TraceColumns:
             found = _lookup(distinct, gpu_ids[0], gpu_ids[1])
             missing = np.flatnonzero(found < 0)
             if len(missing):
-                api = self.index.api
-                launch = self.gpu_launch[missing].tolist()
-                fallback = [(a.external_id if (a := api[i].args) is not None else None) if i >= 0 else None
-                            for i in launch]
+                api_external = self.index.api.external_id
+                fallback = [api_external[i] if i >= 0 else None for i in self.gpu_launch[missing].tolist()]
                 fallback_ids = _int_array(fallback)
                 if fallback_ids is None:
                     return self._gpu_operators_by_dict(external, named)
@@ -210,12 +201,11 @@ class TraceColumns:
         distinct_names = self.operators.distinct_names
         table = dict(zip(external, named.tolist()))
         table.pop(None, None)
-        api = self.index.api
+        api_external = self.index.api.external_id
         attributed = [ext_id if ext_id in table else None for ext_id in self.gpu_external_id]
         for i in [i for i, ext_id in enumerate(attributed) if ext_id is None]:
             launch = int(self.gpu_launch[i])
-            args = api[launch].args if launch >= 0 else None
-            ext_id = args.external_id if args is not None else None
+            ext_id = api_external[launch] if launch >= 0 else None
             attributed[i] = ext_id if ext_id in table else None
         kept = [i for i, ext_id in enumerate(attributed) if ext_id is not None]
         code = np.full(len(attributed), -1, dtype=np.int64)
@@ -242,14 +232,11 @@ class TraceColumns:
     def gpu_arg(self, field: str, fallback: str) -> list[Any]:
         """Event.device (field "device", fallback "pid") or Event.stream ("stream", "tid") of
         each GPU event: the args' value when the key is there, else the event's own."""
-        unset, gpu, args = msgspec.UNSET, self.index.gpu, self.gpu_args
-        try:
-            values = ([a.device for a in args] if field == "device"  # type: ignore[union-attr]
-                      else [a.stream for a in args])  # type: ignore[union-attr]
-        except AttributeError:  # some events without args
-            values = [getattr(a, field) if a is not None else unset for a in args]
-        if unset in values:
-            values = [getattr(gpu[i], fallback) if v is unset else v for i, v in enumerate(values)]
+        gpu = self.index.gpu
+        values = gpu.values(field)
+        if msgspec.UNSET in values:
+            own = gpu.values(fallback)
+            values = [own[i] if v is msgspec.UNSET else v for i, v in enumerate(values)]
         return values
 
 

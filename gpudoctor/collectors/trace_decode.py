@@ -21,14 +21,18 @@ import contextlib
 import gc
 import gzip
 import logging
+import math
+import operator
 import os
 import re
 import stat
 from collections.abc import Iterator, Mapping
+from itertools import compress, repeat
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
+import numpy as np
 
 from gpudoctor.bounded import InputTooLarge
 from gpudoctor.collectors import trace_file
@@ -116,66 +120,296 @@ class _Meta(msgspec.Struct, gc=False):
     deviceProperties: Any = None
 
 
+class Table(dict):  # type: ignore[type-arg]
+    """Distinct values, each with a code (0, 1, ... as first met): one copy of each name, id
+    or category however many events carry it. Values are told apart as dict keys are (so 1,
+    1.0 and True are one value); an unhashable one (a list) gets a code of its own each time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: list[Any] = []
+
+    def __missing__(self, key: Any) -> int:
+        code = self[key] = len(self.values)
+        self.values.append(key)
+        return code
+
+    def encode(self, values: list[Any]) -> np.ndarray:
+        try:
+            return np.fromiter(map(self.__getitem__, values), dtype=np.int32, count=len(values))
+        except TypeError:  # an unhashable value
+            return np.array([self._code(v) for v in values], dtype=np.int32)
+
+    def _code(self, value: Any) -> int:
+        try:
+            return self[value]  # type: ignore[no-any-return]
+        except TypeError:
+            self.values.append(value)
+            return len(self.values) - 1
+
+    def decode(self, codes: np.ndarray) -> list[Any]:
+        values = self.values
+        return [values[i] for i in codes.tolist()]
+
+    def __reduce__(self) -> Any:
+        return (_table, (self.values,))
+
+
+def _table(values: list[Any]) -> Table:
+    table = Table()
+    table.encode(values)
+    table.values = list(values)  # unhashable values and merged keys kept as they were
+    return table
+
+
+_ENCODED = ("name", "cat", "pid", "tid", "device", "stream")  # codes into the index's tables
+_ARRAYS = ("kind", "pos", "ts", "dur", "has_args", *_ENCODED)
+_LISTS = ("correlation", "external_id", "bytes")  # values of any type, as decoded
+_DTYPES = {"kind": np.int8, "pos": np.int64, "ts": np.float64, "dur": np.float64, "has_args": np.bool_}
+
+
+class EventColumns:
+    """One list of a TraceIndex (its GPU events, CUDA calls, operators or Python frames) as
+    columns, file order: numpy arrays of the kinds, positions, times and codes (of names and
+    categories into the index's `strings`, of process, thread, device and stream ids into
+    its `ids`), lists of the correlation and External ids and the copied bytes. About 80
+    bytes an event where a struct per event took 370.
+
+    Indexing or iterating gives Events, made on demand (for the few events looked at one
+    by one, and for the replay's part)."""
+
+    kind: np.ndarray
+    pos: np.ndarray
+    ts: np.ndarray
+    dur: np.ndarray
+    has_args: np.ndarray  # the event had an args object
+    name: np.ndarray
+    cat: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    device: np.ndarray  # the args' (UNSET when absent)
+    stream: np.ndarray
+    correlation: list[Any]
+    external_id: list[Any]
+    bytes: list[Any]
+
+    def __init__(self, tables: dict[str, Table]) -> None:
+        self.tables = tables  # per encoded field (names and categories share one)
+        self._parts: list[dict[str, Any]] = []
+        self._length = 0
+
+    def __getattr__(self, field: str) -> Any:  # a column asked for while parts are pending
+        if field in _ARRAYS or field in _LISTS:
+            self._join()
+            return self.__dict__[field]
+        raise AttributeError(field)
+
+    def append(self, part: dict[str, Any]) -> None:
+        """Add a part (a column's values per field, as the fields' types)."""
+        for field in (*_ARRAYS, *_LISTS):
+            self.__dict__.pop(field, None)
+        self._parts.append(part)
+        self._length += len(part["ts"])
+
+    def _join(self) -> None:
+        parts, self._parts = self._parts, []
+        columns = self.__dict__
+        for field in _ARRAYS:
+            arrays = [part[field] for part in parts]
+            if field in columns:
+                arrays.insert(0, columns[field])
+            columns[field] = np.concatenate(arrays) if arrays else np.zeros(0, dtype=_DTYPES.get(field, np.int32))
+        for field in _LISTS:
+            values = columns.get(field, [])
+            for part in parts:
+                values += part[field]
+            columns[field] = values
+        self._parts = []
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getstate__(self) -> dict[str, Any]:
+        self._join()
+        return self.__dict__
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def take(self, rows: np.ndarray) -> EventColumns:
+        """The events at `rows` (positions or a mask), same tables."""
+        chosen = EventColumns(self.tables)
+        part: dict[str, Any] = {field: getattr(self, field)[rows] for field in _ARRAYS}
+        picks = np.flatnonzero(rows).tolist() if rows.dtype == np.bool_ else rows.tolist()
+        for field in _LISTS:
+            column = getattr(self, field)
+            part[field] = [column[i] for i in picks]
+        chosen.append(part)
+        return chosen
+
+    def values(self, field: str) -> list[Any]:
+        """An encoded field's values (names, pids, ...), one per event."""
+        return self.tables[field].decode(getattr(self, field))
+
+    def value(self, field: str, i: int) -> Any:
+        return self.tables[field].values[getattr(self, field)[i]]
+
+    @property
+    def names(self) -> list[str]:
+        return self.values("name")
+
+    @property
+    def pids(self) -> list[Any]:
+        return self.values("pid")
+
+    @property
+    def tids(self) -> list[Any]:
+        return self.values("tid")
+
+    def __getitem__(self, i: int) -> Event:
+        value = self.value
+        args = Args(correlation=self.correlation[i], external_id=self.external_id[i],
+                    device=value("device", i), stream=value("stream", i), bytes=self.bytes[i]) \
+            if self.has_args[i] else None
+        return Event(ph="X", cat=value("cat", i), name=value("name", i), ts=float(self.ts[i]),
+                     dur=float(self.dur[i]), pid=value("pid", i), tid=value("tid", i), args=args,
+                     kind=int(self.kind[i]), pos=int(self.pos[i]))
+
+    def __iter__(self) -> Iterator[Event]:
+        return map(self.__getitem__, range(len(self)))
+
+
+# which kinds each list holds
+_GROUPS = {"gpu": (GPU_KERNEL, GPU_COPY, GPU_SET), "api": (API,), "ops": (OP, ANNOTATION), "frames": (FRAME,)}
+
+
 class TraceIndex:
-    """The well-formed complete events of a trace, by kind, in file order; and its metadata."""
+    """The well-formed complete events of a trace, by kind, in file order (EventColumns); and its metadata."""
 
     def __init__(self) -> None:
         self.events = 0  # well-formed complete events (ph "X")
         self.malformed = 0  # complete events without a name, a time or a duration >= 0
         self.first, self.last = float("inf"), float("-inf")  # of the activity (the profiler's own span left out)
-        self.gpu: list[Event] = []  # kernels, copies, memsets
-        self.api: list[Event] = []  # CUDA runtime and driver calls
-        self.ops: list[Event] = []  # operators and record_function ranges
-        self.frames: list[Event] = []  # Python functions
+        self.strings = Table()  # names and categories
+        # each id its own table: a thread 7.0 and a stream 7 stay what they are
+        self.tables = {"name": self.strings, "cat": self.strings, "pid": Table(), "tid": Table(),
+                       "device": Table(), "stream": Table()}
+        self.gpu = EventColumns(self.tables)  # kernels, copies, memsets
+        self.api = EventColumns(self.tables)  # CUDA runtime and driver calls
+        self.ops = EventColumns(self.tables)  # operators and record_function ranges
+        self.frames = EventColumns(self.tables)  # Python functions
         self.meta: dict[str, Any] = {}
         self.part: tuple[int, str] | None = None  # a long window's part to replay: (its steps, what part)
         self._position = 0
-        self._names: dict[str, str] = {}
-        self._kinds: dict[Any, int] = dict(_CATEGORY_KINDS)
+        self._categories = Table()
+        self._category_kinds: list[int] = []
+        self._unset = (self.tables["device"][msgspec.UNSET], self.tables["stream"][msgspec.UNSET])
 
-    def _kind(self, category: Any) -> int:
-        try:
-            return self._kinds[category]
-        except KeyError:
-            kind = self._kinds[category] = _CATEGORY_KINDS.get(str(category).lower(), OTHER)
-            return kind
-        except TypeError:  # an unhashable category: a list or an object
-            return _CATEGORY_KINDS.get(str(category).lower(), OTHER)
+    def groups(self) -> dict[str, EventColumns]:
+        return {"gpu": self.gpu, "api": self.api, "ops": self.ops, "frames": self.frames}
+
+    def _kinds(self, categories: list[Any]) -> np.ndarray:
+        codes = self._categories.encode(categories)
+        known, values = self._category_kinds, self._categories.values
+        for category in values[len(known):]:
+            known.append(_CATEGORY_KINDS.get(str(category).lower(), OTHER))
+        return np.array(known, dtype=np.int8)[codes]
 
     def add(self, events: list[Event]) -> None:
-        """Sort a batch of decoded events into the lists (once per chunk: the one per-event loop)."""
-        kinds, kind_of, names = self._kinds, self._kind, self._names
-        lists = {GPU_KERNEL: self.gpu, GPU_COPY: self.gpu, GPU_SET: self.gpu, API: self.api, OP: self.ops,
-                 ANNOTATION: self.ops, FRAME: self.frames}
-        first, last, count, malformed, position = self.first, self.last, self.events, self.malformed, self._position
-        for event in events:
-            if event.ph != "X":
+        """Sort a batch of decoded events into the columns (whole-list passes, no loop per event)."""
+        complete = [e.ph == "X" for e in events]
+        if not all(complete):
+            events = list(compress(events, complete))
+        count = len(events)
+        if not count:
+            return
+        names = [e.name for e in events]
+        ts, dur = _floats([e.ts for e in events]), _floats([e.dur for e in events])
+        valid = (ts == ts) & (dur >= 0)  # NaN (no number) fails both
+        if None in names:
+            valid &= np.fromiter(map(operator.is_not, names, repeat(None)), dtype=bool, count=count)
+        well_formed = int(valid.sum())
+        self.events += well_formed
+        self.malformed += count - well_formed
+        categories = [e.cat for e in events]
+        kinds = self._kinds(categories)
+        active = valid & (kinds != TRACE)  # the profiler's own span is no activity
+        if active.any():
+            self.first = min(self.first, float(ts[active].min()))
+            self.last = max(self.last, float((ts + dur)[active].max()))
+        kept = active & (kinds != OTHER)
+        if not kept.any():
+            return
+        position = self._position + np.cumsum(kept) - 1
+        self._position += int(kept.sum())
+        strings, tables = self.strings, self.tables
+        for group, members in _GROUPS.items():
+            mine = kept & np.isin(kinds, members)
+            n = int(mine.sum())
+            if not n:
                 continue
-            ts, dur, name = event.ts, event.dur, event.name
-            if ts is None or dur is None or dur < 0 or name is None:
-                malformed += 1
+            select = mine.tolist()
+            chosen = list(compress(events, select))
+            part: dict[str, Any] = {
+                "kind": kinds[mine], "pos": position[mine], "ts": ts[mine], "dur": dur[mine],
+                "name": strings.encode(list(compress(names, select))),
+                "cat": strings.encode(list(compress(categories, select))),
+                "pid": tables["pid"].encode([e.pid for e in chosen]),
+                "tid": tables["tid"].encode([e.tid for e in chosen]),
+            }
+            args = [e.args for e in chosen]
+            part["has_args"] = np.fromiter(map(operator.is_not, args, repeat(None)), dtype=bool, count=n)
+            present = args if part["has_args"].all() else [a if a is not None else _NO_ARGS for a in args]
+            nothing = [None] * n
+            part["correlation"] = [a.correlation for a in present] if group in ("gpu", "api") else nothing
+            part["external_id"] = [a.external_id for a in present] if group != "frames" else nothing
+            if group == "gpu":
+                part["bytes"] = [a.bytes for a in present]
+                part["device"] = tables["device"].encode([a.device for a in present])
+                part["stream"] = tables["stream"].encode([a.stream for a in present])
+            else:
+                part["bytes"] = nothing
+                part["device"] = np.full(n, self._unset[0], dtype=np.int32)
+                part["stream"] = np.full(n, self._unset[1], dtype=np.int32)
+            getattr(self, group).append(part)
+
+    def subset(self, rows: Mapping[str, np.ndarray]) -> TraceIndex:
+        """A TraceIndex of the events at `rows` of each list (masks or positions; same tables and
+        metadata; `events` counts them, `first` and `last` are this index's)."""
+        chosen = TraceIndex()
+        chosen.strings, chosen.tables = self.strings, self.tables
+        for group, columns in self.groups().items():
+            setattr(chosen, group, columns.take(rows[group]))
+        chosen.events = sum(len(columns) for columns in chosen.groups().values())
+        chosen.first, chosen.last, chosen.meta = self.first, self.last, self.meta
+        chosen._position = self._position
+        return chosen
+
+    def extend(self, other: TraceIndex) -> None:
+        """Add the events of `other` (decoded from the rest of the same file) after these."""
+        self.events += other.events
+        self.malformed += other.malformed
+        self.first, self.last = min(self.first, other.first), max(self.last, other.last)
+        recode = {field: self.tables[field].encode(other.tables[field].values) for field in _ENCODED}
+        for group, columns in other.groups().items():
+            if not len(columns):
                 continue
-            count += 1
-            category = event.cat
-            kind = kinds.get(category) if type(category) is str else None
-            if kind is None:
-                kind = kind_of(category)
-            if kind == TRACE:
-                continue  # the profiler's own span, not activity
-            if ts < first:
-                first = ts
-            if ts + dur > last:
-                last = ts + dur
-            if kind == OTHER:
-                continue
-            event.kind, event.pos = kind, position
-            position += 1
-            # one copy of each name and category: a string per event adds up
-            event.name = names.setdefault(name, name)
-            if type(category) is str:
-                event.cat = names.setdefault(category, category)
-            lists[kind].append(event)
-        self.first, self.last, self.events, self.malformed, self._position = first, last, count, malformed, position
+            part: dict[str, Any] = {field: getattr(columns, field) for field in (*_ARRAYS, *_LISTS)}
+            part["pos"] = part["pos"] + self._position
+            for field in _ENCODED:
+                part[field] = recode[field][part[field]]
+            getattr(self, group).append(part)
+        self._position += other._position
+
+
+_NO_ARGS = Args(device=msgspec.UNSET, stream=msgspec.UNSET)
+
+
+def _floats(values: list[float | None]) -> np.ndarray:
+    """The values as float64, None as NaN."""
+    if None in values:
+        return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
+    return np.array(values, dtype=np.float64)
 
 
 def index_events(source: Any) -> TraceIndex:

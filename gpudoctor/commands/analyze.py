@@ -216,7 +216,11 @@ def _environment(meta: dict[str, Any]) -> Environment:
 
 def _process_ids(index: Any) -> list[int]:
     """The processes that ran operators (cpu_op events)."""
-    pids = {e.pid for e in index.ops if e.cat == "cpu_op"}
+    import numpy as np
+
+    ops = index.ops
+    operator_codes = [code for code, value in enumerate(index.strings.values) if value == "cpu_op"]
+    pids = set(index.tables["pid"].decode(np.unique(ops.pid[np.isin(ops.cat, operator_codes)])))
     return sorted(p for p in pids if isinstance(p, int) and not isinstance(p, bool))
 
 

@@ -11,6 +11,8 @@ replayed whole; the part replayed is named in ReplaySummary.scope and the predic
 
 from __future__ import annotations
 
+import numpy as np
+
 from gpudoctor.collectors.kineto_names import STEP_PREFIX
 from gpudoctor.collectors.trace_decode import TraceIndex
 from gpudoctor.replay.timeline import DATA_ANNOTATION, OPTIMIZER_ANNOTATION
@@ -23,13 +25,13 @@ def latest_stretch(index: TraceIndex, steps: int, budget: int = REPLAY_MAX_EVENT
     """(the events to replay, the steps they cover, "" or what part of the window that is)."""
     if index.part is not None:  # already the part to replay
         return index, *index.part
-    groups = (index.gpu, index.api, index.ops, index.frames)
-    total = sum(len(group) for group in groups)
+    groups = index.groups()
+    total = sum(len(group) for group in groups.values())
     if total <= budget:
         return index, steps, ""
     # the budget-th latest start, estimated from every SAMPLE-th event: the cut moves to a step boundary next
-    starts: list[float] = sorted((e.ts for group in groups for e in group[::SAMPLE]), reverse=True)  # type: ignore[misc]
-    cut = starts[min(len(starts) - 1, budget // SAMPLE)]
+    starts = np.sort(np.concatenate([group.ts[::SAMPLE] for group in groups.values()]))[::-1]
+    cut = float(starts[min(len(starts) - 1, budget // SAMPLE)])
     kind, marks = _boundaries(index)
     later = sorted(ts for ts in marks if ts >= cut)
     inside = len(later) - 1 if kind == "optimizer steps" else len(later)  # an end at the cut closes a step before it
@@ -46,9 +48,7 @@ def latest_stretch(index: TraceIndex, steps: int, budget: int = REPLAY_MAX_EVENT
         what = f"the last {inside} {kind} ({span})"
     else:
         kept_steps, what = (max(1, round(steps * share)) if steps else 0), f"the last {span}"
-    part = TraceIndex()
-    part.gpu, part.api, part.ops, part.frames = ([e for e in group if e.ts >= cut] for group in groups)  # type: ignore[operator]
-    part.events = sum(len(group) for group in (part.gpu, part.api, part.ops, part.frames))
+    part = index.subset({name: group.ts >= cut for name, group in groups.items()})
     part.first, part.last, part.meta = cut, last, index.meta
     part.part = (kept_steps, f"{what}, {part.events:,} of {total:,} events: a long window is replayed in part")
     return part, *part.part
@@ -61,15 +61,18 @@ def _boundaries(index: TraceIndex) -> tuple[str, list[float]]:
     steps: dict[str, float] = {}
     optimizer: list[float] = []
     loader: list[float] = []
-    names = {e.name for e in index.ops}  # a few hundred distinct names: test those, not every event
-    marks = {n for n in names if n.startswith((STEP_PREFIX, OPTIMIZER_ANNOTATION)) or DATA_ANNOTATION.match(n)}  # type: ignore[union-attr,arg-type]
-    for event in (e for e in index.ops if e.name in marks):
-        name: str = event.name  # type: ignore[assignment]
-        ts: float = event.ts  # type: ignore[assignment]  # indexed events have their times
+    ops = index.ops
+    strings = index.strings.values
+    marked = {code for code in set(ops.name.tolist())  # a few hundred distinct names: test those, not every event
+              if strings[code].startswith((STEP_PREFIX, OPTIMIZER_ANNOTATION)) or DATA_ANNOTATION.match(strings[code])}
+    rows = np.flatnonzero(np.isin(ops.name, list(marked))).tolist() if marked else []
+    for row in rows:
+        name: str = strings[ops.name[row]]
+        ts = float(ops.ts[row])
         if name.startswith(STEP_PREFIX):
             steps[name] = min(ts, steps.get(name, ts))
         elif name.startswith(OPTIMIZER_ANNOTATION):
-            optimizer.append(ts + event.dur)  # type: ignore[operator]
+            optimizer.append(ts + float(ops.dur[row]))
         else:
             loader.append(ts)
     if steps:
@@ -81,4 +84,5 @@ def _boundaries(index: TraceIndex) -> tuple[str, list[float]]:
 
 def profiler_steps(index: TraceIndex) -> int:
     """The steps a trace's ``ProfilerStep#N`` ranges mark (what the statistics count)."""
-    return len({e.name for e in index.ops if e.name.startswith(STEP_PREFIX)})  # type: ignore[union-attr]
+    strings = index.strings.values
+    return sum(strings[code].startswith(STEP_PREFIX) for code in set(index.ops.name.tolist()))
