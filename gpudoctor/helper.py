@@ -4,7 +4,7 @@ Decoding a long trace keeps one core busy for seconds, and its statistics more. 
 first (while this process is small), the helper uses another core: it imports the report
 renderers (matplotlib for the HTML's charts) while the trace is decoded, replays the part
 of the window chosen for the replay while the statistics are computed, then renders the
-finished report. What it gets travels through a pipe: the events to replay (pickled
+finished report. What it gets travels through a pipe: the events to replay
 pickled columns), the report (a dict); what comes back is the ReplaySummary and the text. It
 shares nothing else with this process, so freeing the decoded events here frees them.
 

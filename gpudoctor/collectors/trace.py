@@ -291,7 +291,7 @@ class _TraceStats:
         """Busy/idle of the busiest device into `out`; the start times of its idle gaps."""
         columns = self.columns
         assert columns is not None
-        device_codes, devices = str_codes(columns.gpu_arg("device", "pid"))
+        device_codes, devices = str_codes(columns.index.gpu.resolved("device", "pid"))
         best: tuple[list[float], tuple[np.ndarray, np.ndarray]] | None = None
         best_device = -1
         for device in range(len(devices)):
@@ -313,7 +313,7 @@ class _TraceStats:
         first; its share of the device's span (first start to last end, as busy + idle)."""
         columns = self.columns
         assert columns is not None
-        values = columns.gpu_arg("stream", "tid")
+        values = columns.index.gpu.resolved("stream", "tid")
         stream_codes, streams = str_codes(values if len(mine) == len(values) else [values[i] for i in mine.tolist()])
         rows = []
         for code, stream in enumerate(streams):

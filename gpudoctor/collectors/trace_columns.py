@@ -14,7 +14,6 @@ from collections.abc import Callable
 from itertools import compress
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from gpudoctor.collectors.intervals import Nested, codes, first_appearance, pair_codes, tally
@@ -228,17 +227,6 @@ class TraceColumns:
                                       len(operators.distinct_names))
         return [(name, [count, total, peak]) for name, count, total, peak
                 in zip(operators.distinct_names, counts.tolist(), totals.tolist(), peaks.tolist()) if count]
-
-    def gpu_arg(self, field: str, fallback: str) -> list[Any]:
-        """Event.device (field "device", fallback "pid") or Event.stream ("stream", "tid") of
-        each GPU event: the args' value when the key is there, else the event's own."""
-        gpu = self.index.gpu
-        values = gpu.values(field)
-        if msgspec.UNSET in values:
-            own = gpu.values(fallback)
-            values = [own[i] if v is msgspec.UNSET else v for i, v in enumerate(values)]
-        return values
-
 
 def _match(keys: list[Any], positions: np.ndarray, lookups: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     """dict(zip(keys, positions)) without the None keys, as (its values in its order, the

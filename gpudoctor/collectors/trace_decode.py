@@ -254,6 +254,15 @@ class EventColumns:
     def value(self, field: str, i: int) -> Any:
         return self.tables[field].values[getattr(self, field)[i]]
 
+    def resolved(self, field: str, fallback: str) -> list[Any]:
+        """Event.device (field "device", fallback "pid") or Event.stream ("stream", "tid") of
+        each event: the args' value when the key is there, else the event's own."""
+        values = self.values(field)
+        if msgspec.UNSET in values:
+            own = self.values(fallback)
+            values = [own[i] if v is msgspec.UNSET else v for i, v in enumerate(values)]
+        return values
+
     @property
     def names(self) -> list[str]:
         return self.values("name")

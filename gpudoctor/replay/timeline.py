@@ -143,53 +143,54 @@ def build(source: Any) -> Timeline | None:
     first_seen: dict[Any, int] = {}
     ops: list[GpuOp] = []
     corr_ops: dict[Any, list[int]] = defaultdict(list)
-    for event in trace_index.gpu:
-        kind = GPU_KINDS[event.kind]
-        op = GpuOp(stream=(event.device, event.stream), kind=kind, start=event.ts, dur=event.dur,  # type: ignore[arg-type]
-                   name=event.name)  # type: ignore[arg-type]
+    gpu = trace_index.gpu
+    for kind_code, start, dur, name, device, stream, nbytes, correlation in zip(
+            gpu.kind.tolist(), gpu.ts.tolist(), gpu.dur.tolist(), gpu.names, gpu.resolved("device", "pid"),
+            gpu.resolved("stream", "tid"), gpu.bytes, gpu.correlation):
+        kind = GPU_KINDS[kind_code]
+        op = GpuOp(stream=(device, stream), kind=kind, start=start, dur=dur, name=name)
         if kind == "c":
-            op.nbytes = _number(event.args.bytes if event.args is not None else None) or 0.0
-            op.copy = copy_kind(event.name)  # type: ignore[arg-type]
+            op.nbytes = _number(nbytes) or 0.0
+            op.copy = copy_kind(name)
         elif kind == "k":
-            op.gemm = classify_gemm(event.name)  # type: ignore[arg-type]
-        correlation = event.correlation
+            op.gemm = classify_gemm(name)
         if correlation is not None:
             corr_ops[correlation].append(len(ops))
         ops.append(op)
     apis: dict[str, str] = {}
     own_frames: dict[str, bool] = {}  # a frame's name -> the user's own code?
     for host_events in (trace_index.api, trace_index.ops, trace_index.frames):
-        for event in host_events:
-            key = (event.pid, event.tid)
+        for key, pos, ts, dur, name, category, correlation in zip(
+                zip(host_events.pids, host_events.tids), host_events.pos.tolist(), host_events.ts.tolist(),
+                host_events.dur.tolist(), host_events.names, host_events.kind.tolist(), host_events.correlation):
             thread = threads[key]
-            if key not in first_seen or event.pos < first_seen[key]:
-                first_seen[key] = event.pos
-            ts, dur, name, category = event.ts, event.dur, event.name, event.kind
-            if ts < thread.first:  # type: ignore[operator]
-                thread.first = ts  # type: ignore[assignment]
-            if ts + dur > thread.last:  # type: ignore[operator]
-                thread.last = ts + dur  # type: ignore[operator]
+            if key not in first_seen or pos < first_seen[key]:
+                first_seen[key] = pos
+            if ts < thread.first:
+                thread.first = ts
+            if ts + dur > thread.last:
+                thread.last = ts + dur
             if category == API:
-                api = apis.get(name)  # type: ignore[arg-type]
+                api = apis.get(name)
                 if api is None:
-                    api = apis[name] = _VERSION.sub("", name)  # type: ignore[index,arg-type]
-                thread.calls.append((ts, dur, api, event.correlation))  # type: ignore[arg-type]
+                    api = apis[name] = _VERSION.sub("", name)
+                thread.calls.append((ts, dur, api, correlation))
             elif category == OP:
-                thread.ops.append((ts, ts + dur))  # type: ignore[operator,arg-type]
+                thread.ops.append((ts, ts + dur))
             elif category == ANNOTATION:
                 thread.annotations += 1
-                if DATA_ANNOTATION.match(name):  # type: ignore[arg-type]
-                    thread.data.append((ts, ts + dur))  # type: ignore[operator,arg-type]
-                elif name.startswith(OPTIMIZER_ANNOTATION):  # type: ignore[union-attr]
-                    thread.optimizer.append((ts, ts + dur))  # type: ignore[operator,arg-type]
+                if DATA_ANNOTATION.match(name):
+                    thread.data.append((ts, ts + dur))
+                elif name.startswith(OPTIMIZER_ANNOTATION):
+                    thread.optimizer.append((ts, ts + dur))
             elif category == FRAME:
-                if AGENT_WINDOW_FRAME in name.replace("\\", "/"):  # type: ignore[union-attr]
-                    thread.agent.append((ts, ts + dur))  # type: ignore[operator,arg-type]
-                own = own_frames.get(name)  # type: ignore[arg-type]
+                if AGENT_WINDOW_FRAME in name.replace("\\", "/"):
+                    thread.agent.append((ts, ts + dur))
+                own = own_frames.get(name)
                 if own is None:
-                    match = _FRAME_NAME.match(name)  # type: ignore[arg-type]
-                    own = own_frames[name] = match is not None and frame_kind(match["file"]) in ("user", "stdlib")  # type: ignore[index]
-                thread.frames.append((ts, ts + dur, own))  # type: ignore[operator,arg-type]
+                    match = _FRAME_NAME.match(name)
+                    own = own_frames[name] = match is not None and frame_kind(match["file"]) in ("user", "stdlib")
+                thread.frames.append((ts, ts + dur, own))
     threads = defaultdict(_Thread, sorted(threads.items(), key=lambda kv: first_seen[kv[0]]))
     active = {key: t for key, t in threads.items() if t.calls or t.data}
     if not active:
