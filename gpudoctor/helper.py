@@ -1,11 +1,12 @@
 """A helper process for a long `gpudoctor analyze`, forked before the trace is decoded.
 
 Decoding a long trace keeps one core busy for seconds, and its statistics more. Forked
-first (while this process is small), the helper uses another core: it imports the report
-renderers (matplotlib for the HTML's charts) while the trace is decoded, replays the part
-of the window chosen for the replay while the statistics are computed, then renders the
-finished report. What it gets travels through a pipe: the events to replay
-pickled columns), the report (a dict); what comes back is the ReplaySummary and the text. It
+first (while this process is small), the helper uses another core: it decodes the second
+half of the trace while this process decodes the first (trace_decode.split_point),
+replays the part of the window chosen for the replay while the statistics are computed,
+imports the report renderers (matplotlib for the HTML's charts; first thing when it
+decodes nothing), then renders the finished report. What it gets travels through a pipe: the events to replay (pickled
+columns), the report (a dict); what comes back is the ReplaySummary and the text. It
 shares nothing else with this process, so freeing the decoded events here frees them.
 
 When no helper can run (one usable core, no fork, a failed start) or it dies, the same
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.forking import pipe, spare_core, start_child
@@ -33,19 +35,23 @@ class Helper:
     def __init__(self, formats: tuple[str, ...] = (), fail_on: str | None = None) -> None:
         self.formats = formats
         self.fail_on = fail_on
+        self.decoding = False  # the helper decodes the second half of a trace (trace_decode.decode_rest)
+        self._unprepared = False  # its renderers are imported when `prepare` asks
         self._conn: Any = None
         self._process: Any = None
 
     @classmethod
-    def start(cls, formats: tuple[str, ...] = (), fail_on: str | None = None) -> Helper:
+    def start(cls, formats: tuple[str, ...] = (), fail_on: str | None = None, trace: Path | None = None) -> Helper:
+        """`trace`: a trace file whose second half the helper decodes first (see `rest`)."""
         helper = cls(formats, fail_on)
         if not spare_core():
             return helper
         try:
             ours, theirs = pipe(duplex=True)
-            helper._process = start_child(_serve, (theirs, formats, fail_on), "gpudoctor-helper")
+            helper._process = start_child(_serve, (theirs, formats, fail_on, trace), "gpudoctor-helper")
             theirs.close()
             helper._conn = ours
+            helper.decoding = helper._unprepared = trace is not None
         except (OSError, ValueError) as exc:
             log.debug("no helper process: %s", exc)
         return helper
@@ -53,6 +59,21 @@ class Helper:
     @property
     def active(self) -> bool:
         return self._conn is not None
+
+    def rest(self) -> TraceIndex | None:
+        """The second half of the trace the helper was started with, decoded there (None when
+        it was not split or did not decode): trace_decode.read_trace's `rest`."""
+        if not self.decoding:
+            return None
+        self.decoding = False
+        if self._conn is not None:
+            try:
+                status, index = self._conn.recv()
+                if status == "decoded":
+                    return index  # type: ignore[no-any-return]
+            except (EOFError, OSError) as exc:
+                self._lost(exc)
+        return None
 
     def replay(self, part: TraceIndex, steps: int) -> Callable[[], ReplaySummary | None]:
         """Start replaying `part` (a TraceIndex whose part to replay is chosen: replay.window) in
@@ -82,6 +103,16 @@ class Helper:
         from gpudoctor.replay.scenarios import replay_or_error
 
         return replay_or_error(part, steps)
+
+    def prepare(self) -> None:
+        """Let the helper import its renderers now: after decoding its half of the trace (and
+        taking the replay, which goes first) it waits for this."""
+        if self._conn is not None and self._unprepared:
+            self._unprepared = False
+            try:
+                self._conn.send(("prepare",))
+            except (OSError, ValueError) as exc:
+                self._lost(exc)
 
     def render(self, report: Mapping[str, Any], fmt: str) -> str:
         if self._conn is not None and fmt in self.formats:
@@ -125,7 +156,7 @@ class Helper:
         self.close()
 
 
-def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None) -> None:
+def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path | None) -> None:
     import signal
 
     from gpudoctor import reports
@@ -134,8 +165,15 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None) -> None:
     # exit code) and ends this one; here it would only print a traceback
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    for fmt in formats:
-        reports.renderer(fmt)  # the imports, while the parent decodes
+    if trace is not None:
+        from gpudoctor.collectors.trace_decode import decode_rest
+
+        try:
+            conn.send(("decoded", decode_rest(trace)))
+        except (BrokenPipeError, EOFError):
+            return
+    else:
+        _prepare(formats)
     while True:
         try:
             request = conn.recv()
@@ -144,7 +182,9 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None) -> None:
         if request is None:
             return
         try:
-            if request[0] == "replay":
+            if request[0] == "prepare":
+                _prepare(formats)
+            elif request[0] == "replay":
                 _, steps, part = request
                 conn.send(("replay", _replay(part, steps)))
             else:
@@ -155,6 +195,13 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None) -> None:
                     conn.send(("error", f"{type(exc).__name__}: {exc}"))
         except (BrokenPipeError, EOFError):
             return
+
+
+def _prepare(formats: tuple[str, ...]) -> None:
+    from gpudoctor import reports
+
+    for fmt in formats:
+        reports.renderer(fmt)  # the imports, while the parent decodes or computes
 
 
 def _replay(part: TraceIndex, steps: int) -> ReplaySummary | None:

@@ -26,10 +26,10 @@ import operator
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from itertools import compress, repeat
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 import numpy as np
@@ -52,6 +52,8 @@ _CATEGORY_KINDS = {
     "cpu_op": OP, "operator": OP, "user_annotation": ANNOTATION, "python_function": FRAME, "trace": TRACE,
 }
 _NEXT_EVENT = re.compile(rb"\s*\{")
+_EVENT_CUT = re.compile(rb"\},\s*\{")
+SPLIT_MIN_BYTES = 32 << 20  # a plain trace this large is decoded in two halves when a helper process can take one
 MAX_CUT_TRIES = 16
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
@@ -308,6 +310,7 @@ class TraceIndex:
         self.ops = EventColumns(self.tables)  # operators and record_function ranges
         self.frames = EventColumns(self.tables)  # Python functions
         self.meta: dict[str, Any] = {}
+        self.decoded = 0  # JSON events decoded, of any phase (held to the limit)
         self.part: tuple[int, str] | None = None  # a long window's part to replay: (its steps, what part)
         self._position = 0
         self._categories = Table()
@@ -475,10 +478,13 @@ class _Unstreamable(Exception):
     """Not the layout the streaming reader expects: read the plain way."""
 
 
-def read_trace(path: str | Path, *, own_window: bool = False) -> TraceIndex:
+def read_trace(path: str | Path, *, own_window: bool = False,
+               rest: Callable[[], TraceIndex | None] | None = None) -> TraceIndex:
     """Decode a trace file (JSON or gzip, told apart by content) into a TraceIndex.
 
-    Same limits and one-line TraceErrors as trace_file.load_trace (which the plain path uses)."""
+    `rest`: another process decodes the second half of the file (decode_rest) and this
+    returns it (None if it could not): see split_point. Same limits and one-line
+    TraceErrors as trace_file.load_trace (which the plain path uses)."""
     path = Path(path)
     try:
         is_dir = stat.S_ISDIR(os.stat(path).st_mode)
@@ -486,6 +492,12 @@ def read_trace(path: str | Path, *, own_window: bool = False) -> TraceIndex:
             compressed = fh.read(2) == b"\x1f\x8b"
     except OSError:  # missing, a loop, no permission: the plain path names the reason
         is_dir, compressed = True, False
+    if rest is not None:
+        halves = _halves(path, own_window, rest) if not (is_dir or compressed) else None
+        if halves is None and rest() is not None:
+            log.debug("%s: the other half was decoded for nothing", path)
+        if halves is not None:
+            return halves
     if not is_dir:
         try:
             with trace_file.read_errors(path), gc_paused():
@@ -493,6 +505,90 @@ def read_trace(path: str | Path, *, own_window: bool = False) -> TraceIndex:
         except _Unstreamable as exc:
             log.debug("%s: read whole (%s)", path, exc)
     return index_events(load_trace(path, own_window=own_window))  # the plain path: its checks and messages
+
+
+class Split(NamedTuple):
+    """Where a plain trace file is decoded in two halves, one per process."""
+
+    head: bytes  # up to the event array's key
+    start: int  # the offset of the first byte after the array's "["
+    cut: int  # the offset of the "}" that ends the first half's last event
+
+
+def split_point(path: Path) -> Split | None:
+    """The Split of a plain (not compressed) trace of SPLIT_MIN_BYTES or more: the first
+    ``},`` then ``{`` past the middle of its event array. The same file gives the same
+    answer in either process. When that cut lies inside a string, the first half does
+    not decode and the file is read whole."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size < SPLIT_MIN_BYTES or fh.read(2) == b"\x1f\x8b":
+                return None
+            fh.seek(0)
+            head, _ = _head(_blocks(fh))
+            start = len(head) + 1
+            middle = start + (size - start) // 2
+            fh.seek(middle)
+            window = fh.read(HEAD_SCAN_BYTES)
+    except (OSError, _Unstreamable):
+        return None
+    found = _EVENT_CUT.search(window)
+    return Split(head, start, middle + found.start()) if found else None
+
+
+def decode_rest(path: str | Path, own_window: bool = False) -> TraceIndex | None:
+    """The second half of a trace file at its split_point (its metadata included), for
+    read_trace's `rest`; None when the file is not split or that half does not decode."""
+    path = Path(path)
+    split = split_point(path)
+    if split is None:
+        return None
+    max_bytes, max_events = _limits(own_window)
+    try:
+        with trace_file.read_errors(path), gc_paused(), open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > max_bytes:
+                return None  # read_trace refuses it
+            fh.seek(split.cut + 2)  # past the "},"
+            index = TraceIndex()
+            buffer, decoded = _decode_events(_blocks(fh), bytearray(b"["), index, max_events)
+            _finish(index, split.head, buffer, decoded, max_events)
+            return index
+    except (_Unstreamable, trace_file.TraceError) as exc:
+        log.debug("%s: the second half not decoded (%s)", path, exc)
+        return None
+
+
+def _halves(path: Path, own_window: bool, rest: Callable[[], TraceIndex | None]) -> TraceIndex | None:
+    """The first half decoded here, joined to the second (`rest`); None if either failed."""
+    split = split_point(path)
+    if split is None:
+        return None
+    max_bytes, max_events = _limits(own_window)
+    index: TraceIndex | None = TraceIndex()
+    with trace_file.read_errors(path), gc_paused():
+        try:
+            with open(path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size > max_bytes:
+                    raise _too_many_bytes(max_bytes)
+                fh.seek(split.start)
+                buffer, decoded = _decode_events(_blocks(fh, split.cut + 1 - split.start), bytearray(b"["),
+                                                 index, max_events)  # type: ignore[arg-type]
+            buffer += b"]"
+            events = msgspec.json.Decoder(list[Event]).decode(buffer)
+            index.add(events)  # type: ignore[union-attr]
+            decoded += len(events)
+        except (_Unstreamable, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.debug("%s: the first half not decoded (%s)", path, exc)
+            index = None
+        other = rest()
+        if index is None or other is None:
+            return None
+        if decoded + other.decoded > max_events:
+            raise _too_many_events(max_events)
+        index.extend(other)
+        index.meta, index.decoded = other.meta, decoded + other.decoded
+        return index
 
 
 def _count_events(path: Path, own_window: bool) -> None:
@@ -526,46 +622,66 @@ def _too_many_events(max_events: int) -> InputTooLarge:
                          "trace holds; refused rather than filling memory")
 
 
-def _blocks(fh: Any) -> Iterator[bytes]:
-    while block := fh.read(CHUNK_BYTES):
+def _blocks(fh: Any, limit: int | None = None) -> Iterator[bytes]:
+    """The file's blocks from where it stands (`limit` bytes at most)."""
+    while limit is None or limit > 0:
+        block = fh.read(CHUNK_BYTES if limit is None else min(CHUNK_BYTES, limit))
+        if not block:
+            return
+        if limit is not None:
+            limit -= len(block)
         yield block
 
 
 def _streamed(path: Path, compressed: bool, own_window: bool) -> TraceIndex:
     """The events chunk by chunk. A plain file is refused by its size before anything is
-    read and by its event count as it is decoded (each decoded event is a small struct:
-    the memory stays bounded by the limit); gzip input is counted first (see _count_events)."""
+    read and by its event count as it is decoded (the memory stays bounded by the limit);
+    gzip input is counted first (see _count_events)."""
     max_bytes, max_events = _limits(own_window)
     if compressed:
         _count_events(path, own_window)
     elif os.stat(path).st_size > max_bytes:
         raise _too_many_bytes(max_bytes)
     index = TraceIndex()
-    chunk_decoder = msgspec.json.Decoder(list[Event])
     with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
         blocks = _blocks(fh)
         head, rest = _head(blocks)
-        buffer = bytearray(b"[") + rest  # "[" then the events not yet decoded
-        decoded = 0
-        for block in blocks:
-            buffer += block
-            cut, count = _decode_whole_events(buffer, chunk_decoder, index)
-            del buffer[1:cut]
-            decoded += count
-            if decoded > max_events:
-                raise _too_many_events(max_events)
+        buffer, decoded = _decode_events(blocks, bytearray(b"[") + rest, index, max_events)
+    _finish(index, head, buffer, decoded, max_events)
+    return index
+
+
+def _decode_events(blocks: Iterator[bytes], buffer: bytearray, index: TraceIndex,
+                   max_events: int) -> tuple[bytearray, int]:
+    """Decode the whole events of `buffer` (``[`` then events) and `blocks` into `index`; (what
+    is left undecoded, after its ``[``; how many events were decoded)."""
+    decoder = msgspec.json.Decoder(list[Event])
+    decoded = 0
+    for block in blocks:
+        buffer += block
+        cut, count = _decode_whole_events(buffer, decoder, index)
+        del buffer[1:cut]
+        decoded += count
+        if decoded > max_events:
+            raise _too_many_events(max_events)
+    return buffer, decoded
+
+
+def _finish(index: TraceIndex, head: bytes, buffer: bytearray, decoded: int, max_events: int) -> None:
+    """The last events and the metadata: `head` (the file up to the event array's key) then
+    `buffer` (the array's ``[``, its last events and the rest of the file)."""
     if b'"traceEvents"' in buffer:
         raise _Unstreamable("a second traceEvents key")
     try:
         meta = msgspec.json.decode(head + bytes(buffer), type=_Meta)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise _Unstreamable(f"end: {exc}") from None
-    if decoded + len(meta.traceEvents or []) > max_events:
+    index.decoded = decoded + len(meta.traceEvents or [])
+    if index.decoded > max_events:
         raise _too_many_events(max_events)
     index.add(meta.traceEvents or [])
     index.meta = {k: getattr(meta, k) for k in ("host_name", "cuda_runtime_version", "deviceProperties")
                   if getattr(meta, k) is not None}
-    return index
 
 
 def _decode_whole_events(buffer: bytearray, decoder: msgspec.json.Decoder, index: TraceIndex) -> tuple[int, int]:

@@ -95,7 +95,7 @@ def session_from_trace(path: str | Path, steps: int = 0, *, meanwhile: Callable[
     if own:
         from gpudoctor.helper import Helper
 
-        helper = Helper.start()
+        helper = Helper.start(trace=path)
     try:
         profile, meta, pids = _summarize_file(path, steps, helper=helper, meanwhile=meanwhile)
     finally:
@@ -165,8 +165,10 @@ def _summarize_file(path: Path, steps: int, *, helper: Helper | None = None,
 
     try:
         with gc_paused():
-            data = read_trace(path)
+            data = read_trace(path, rest=helper.rest if helper is not None and helper.decoding else None)
             replay = background.start(data, steps if steps > 0 else profiler_steps(data), helper)
+            if helper is not None:
+                helper.prepare()
             profile = summarize_trace(data, steps=steps)
             meta, pids = data.meta, _process_ids(data)
             if meanwhile is not None:
@@ -274,7 +276,8 @@ def run(args: argparse.Namespace) -> int:
     file_formats = [f for f in formats if f != "terminal"] or ["html", "json"]
     html = "html" in file_formats if to_files else formats == ["html"]
     # a long trace: a helper process replays it and renders the HTML (imported while the trace is decoded)
-    helper = Helper.start(("html",) if html else (), args.fail_on) if _long_trace(path) else Helper((), args.fail_on)
+    helper = Helper.start(("html",) if html else (), args.fail_on, trace=path) if _long_trace(path) \
+        else Helper((), args.fail_on)
     with helper:
         session = session_from_trace(path, steps=args.steps, helper=helper,
                                      meanwhile=lambda: _prepare(file_formats, done=helper.formats))
