@@ -58,7 +58,7 @@ from gpudoctor.collectors.kineto_names import (  # noqa: F401  (public names re-
     copy_kind,
     frame_kind,
 )
-from gpudoctor.collectors.trace_columns import TraceColumns, str_codes
+from gpudoctor.collectors.trace_columns import TraceColumns, coded, str_codes
 from gpudoctor.collectors.trace_decode import (
     GPU_COPY,
     GPU_KERNEL,
@@ -228,8 +228,7 @@ class _TraceStats:
         columns = self.columns
         assert columns is not None
         kernels = np.flatnonzero(columns.gpu_kind == GPU_KERNEL)
-        names = columns.gpu_names
-        return kernels, codes(names if len(kernels) == len(names) else [names[i] for i in kernels.tolist()])
+        return kernels, coded(columns.index.gpu, "name", None if len(kernels) == len(columns.gpu_kind) else kernels)
 
     def _kernel_stats(self, out: ProfileSummary) -> None:
         columns = self.columns

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gpudoctor.collectors.intervals import Nested, codes, first_appearance, pair_codes, tally
+from gpudoctor.collectors.intervals import Nested, codes, first_appearance, tally
 from gpudoctor.collectors.kineto_names import (
     _VERSION_SUFFIX,
     GRAPH_LAUNCH_APIS,
@@ -43,25 +43,28 @@ class HostEvents:
 
     def __init__(self, events: EventColumns, kind: int | None = None) -> None:
         """`kind`: only the events of that kind (Event.kind)."""
-        self.all_names: list[str] = events.names
+        self.events = events
         start = events.ts
         end = start + events.dur
-        self.all_name_codes, self.distinct_names = codes(self.all_names)  # distinct_names: of all the events
+        self.all_name_codes, self.distinct_names = coded(events, "name")  # distinct_names: of all the events
         self.start, self.end, self.name_codes = start, end, self.all_name_codes
         self.kept: list[bool] | None = None
-        pids, tids = events.pids, events.tids
+        thread_codes, threads = coded_threads(events)
         if kind is not None:
             keep = events.kind == kind
             if not keep.all():
                 self.start, self.end, self.name_codes = start[keep], end[keep], self.all_name_codes[keep]
-                thread_codes, threads = pair_codes(pids, tids)
                 order = first_appearance(thread_codes[keep])  # the threads these events are on, as met
                 renumber = np.full(len(threads), -1, dtype=np.int64)
                 renumber[order] = np.arange(len(order))
                 self.thread_codes, self.threads = renumber[thread_codes[keep]], [threads[i] for i in order.tolist()]
                 self.kept = keep.tolist()
                 return
-        self.thread_codes, self.threads = pair_codes(pids, tids)
+        self.thread_codes, self.threads = thread_codes, threads
+
+    @functools.cached_property
+    def all_names(self) -> list[str]:
+        return self.events.names
 
     @functools.cached_property
     def names(self) -> list[str]:
@@ -103,7 +106,6 @@ class TraceColumns:
         self.index = index
         gpu = index.gpu
         self.gpu_kind = gpu.kind.astype(np.int64)
-        self.gpu_names: list[str] = gpu.names
         self.gpu_start = gpu.ts
         self.gpu_dur = gpu.dur
         self.gpu_end = self.gpu_start + self.gpu_dur
@@ -114,7 +116,7 @@ class TraceColumns:
         count = len(api)
         self.api_start = api.ts
         self.api_dur = api.dur
-        self.api_name_codes, distinct = codes(api.names)
+        self.api_name_codes, distinct = coded(api, "name")
         self.api_kinds = [ApiKind(name) for name in distinct]
         tracked = np.array([k.tracked for k in self.api_kinds], dtype=bool)
         queued = np.flatnonzero(tracked[self.api_name_codes]).tolist() if count else []
@@ -127,9 +129,12 @@ class TraceColumns:
             if len(self.launch_calls) else np.full(len(gpu), -1, dtype=np.int64)
 
     @functools.cached_property
+    def gpu_names(self) -> list[str]:
+        return self.index.gpu.names
+
+    @functools.cached_property
     def api_threads(self) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
-        api = self.index.api
-        return pair_codes(api.pids, api.tids)
+        return coded_threads(self.index.api)
 
     def api_kind(self, position: int) -> ApiKind:
         return self.api_kinds[int(self.api_name_codes[position])]
@@ -227,6 +232,37 @@ class TraceColumns:
                                       len(operators.distinct_names))
         return [(name, [count, total, peak]) for name, count, total, peak
                 in zip(operators.distinct_names, counts.tolist(), totals.tolist(), peaks.tolist()) if count]
+
+def coded(events: EventColumns, field: str, rows: np.ndarray | None = None) -> tuple[np.ndarray, list[Any]]:
+    """codes(events.values(field)) (of the events at `rows` only, when given) from the
+    field's codes: no value list made."""
+    column = getattr(events, field)
+    if rows is not None:
+        column = column[rows]
+    if not len(column):
+        return np.zeros(0, dtype=np.int64), []
+    column_codes, order = coded_pairs(column)
+    values = events.tables[field].values
+    return column_codes, [values[i] for i in order]
+
+
+def coded_threads(events: EventColumns) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
+    """pair_codes(events.pids, events.tids), from their codes."""
+    if not len(events):
+        return np.zeros(0, dtype=np.int64), []
+    width = int(events.tid.max()) + 1
+    pair_codes, pairs = coded_pairs(events.pid.astype(np.int64) * width + events.tid)
+    pids, tids = events.tables["pid"].values, events.tables["tid"].values
+    return pair_codes, [(pids[pair // width], tids[pair % width]) for pair in pairs]
+
+
+def coded_pairs(values: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """codes(values) of small ints >= 0: (their codes, the distinct values in order)."""
+    order = first_appearance(values)
+    renumber = np.zeros(int(values.max()) + 1, dtype=np.int64)
+    renumber[order] = np.arange(len(order))
+    return renumber[values], order.tolist()
+
 
 def _match(keys: list[Any], positions: np.ndarray, lookups: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     """dict(zip(keys, positions)) without the None keys, as (its values in its order, the

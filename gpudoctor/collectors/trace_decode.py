@@ -172,10 +172,9 @@ _DTYPES = {"kind": np.int8, "pos": np.int64, "ts": np.float64, "dur": np.float64
 
 class EventColumns:
     """One list of a TraceIndex (its GPU events, CUDA calls, operators or Python frames) as
-    columns, file order: numpy arrays of the kinds, positions, times and codes (of names and
-    categories into the index's `strings`, of process, thread, device and stream ids into
-    its `ids`), lists of the correlation and External ids and the copied bytes. About 80
-    bytes an event where a struct per event took 370.
+    columns, file order: numpy arrays of the kinds, positions, times, and codes of the names,
+    categories, process, thread, device and stream ids into the index's `tables` (one per
+    field); lists of the correlation and External ids and the copied bytes, as decoded.
 
     Indexing or iterating gives Events, made on demand (for the few events looked at one
     by one, and for the replay's part)."""
@@ -301,9 +300,9 @@ class TraceIndex:
         self.events = 0  # well-formed complete events (ph "X")
         self.malformed = 0  # complete events without a name, a time or a duration >= 0
         self.first, self.last = float("inf"), float("-inf")  # of the activity (the profiler's own span left out)
-        self.strings = Table()  # names and categories
-        # each id its own table: a thread 7.0 and a stream 7 stay what they are
-        self.tables = {"name": self.strings, "cat": self.strings, "pid": Table(), "tid": Table(),
+        self.strings = Table()  # names
+        # each field its own table: a thread 7.0 and a stream 7 stay what they are
+        self.tables = {"name": self.strings, "cat": Table(), "pid": Table(), "tid": Table(),
                        "device": Table(), "stream": Table()}
         self.gpu = EventColumns(self.tables)  # kernels, copies, memsets
         self.api = EventColumns(self.tables)  # CUDA runtime and driver calls
@@ -313,19 +312,20 @@ class TraceIndex:
         self.decoded = 0  # JSON events decoded, of any phase (held to the limit)
         self.part: tuple[int, str] | None = None  # a long window's part to replay: (its steps, what part)
         self._position = 0
-        self._categories = Table()
         self._category_kinds: list[int] = []
         self._unset = (self.tables["device"][msgspec.UNSET], self.tables["stream"][msgspec.UNSET])
 
     def groups(self) -> dict[str, EventColumns]:
         return {"gpu": self.gpu, "api": self.api, "ops": self.ops, "frames": self.frames}
 
-    def _kinds(self, categories: list[Any]) -> np.ndarray:
-        codes = self._categories.encode(categories)
-        known, values = self._category_kinds, self._categories.values
-        for category in values[len(known):]:
+    def _kinds(self, categories: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """The categories' codes and the kind of each."""
+        table = self.tables["cat"]
+        codes = table.encode(categories)
+        known = self._category_kinds
+        for category in table.values[len(known):]:
             known.append(_CATEGORY_KINDS.get(str(category).lower(), OTHER))
-        return np.array(known, dtype=np.int8)[codes]
+        return codes, np.array(known, dtype=np.int8)[codes]
 
     def add(self, events: list[Event]) -> None:
         """Sort a batch of decoded events into the columns (whole-list passes, no loop per event)."""
@@ -343,8 +343,7 @@ class TraceIndex:
         well_formed = int(valid.sum())
         self.events += well_formed
         self.malformed += count - well_formed
-        categories = [e.cat for e in events]
-        kinds = self._kinds(categories)
+        categories, kinds = self._kinds([e.cat for e in events])
         active = valid & (kinds != TRACE)  # the profiler's own span is no activity
         if active.any():
             self.first = min(self.first, float(ts[active].min()))
@@ -365,7 +364,7 @@ class TraceIndex:
             part: dict[str, Any] = {
                 "kind": kinds[mine], "pos": position[mine], "ts": ts[mine], "dur": dur[mine],
                 "name": strings.encode(list(compress(names, select))),
-                "cat": strings.encode(list(compress(categories, select))),
+                "cat": categories[mine],
                 "pid": tables["pid"].encode([e.pid for e in chosen]),
                 "tid": tables["tid"].encode([e.tid for e in chosen]),
             }
