@@ -2,12 +2,14 @@
 
 Decoding a long trace keeps one core busy for seconds, and its statistics more. Forked
 first (while this process is small), the helper uses another core: it decodes the second
-half of the trace while this process decodes the first (trace_decode.split_point),
-replays the part of the window chosen for the replay while the statistics are computed,
-imports the report renderers (matplotlib for the HTML's charts; first thing when it
-decodes nothing), then renders the finished report. What it gets travels through a pipe: the events to replay (pickled
-columns), the report (a dict); what comes back is the ReplaySummary and the text. It
-shares nothing else with this process, so freeing the decoded events here frees them.
+half of the trace while this process decodes the first (trace_decode.split_point), then
+replays the part of the window chosen for the replay while the statistics are computed
+(and the renderers are imported here). A trace that cannot be split (gzip) is decoded
+here while the helper imports the report renderers (matplotlib for the HTML's charts);
+it replays, then renders the finished report. What it gets travels through a pipe: the
+events to replay (pickled columns), the report (a dict); what comes back is the decoded
+half, the ReplaySummary and the text. It shares nothing else with this process, so
+freeing the decoded events here frees them.
 
 When no helper can run (one usable core, no fork, a failed start) or it dies, the same
 work is done here when its result is asked for: the same code on the same data.
@@ -36,13 +38,21 @@ class Helper:
         self.formats = formats
         self.fail_on = fail_on
         self.decoding = False  # the helper decodes the second half of a trace (trace_decode.decode_rest)
-        self._unprepared = False  # its renderers are imported when `prepare` asks
         self._conn: Any = None
         self._process: Any = None
 
     @classmethod
     def start(cls, formats: tuple[str, ...] = (), fail_on: str | None = None, trace: Path | None = None) -> Helper:
-        """`trace`: a trace file whose second half the helper decodes first (see `rest`)."""
+        """`trace`: a trace file whose second half the helper decodes (see `rest`) if it can be
+        split; then the helper renders nothing: its core decodes and replays while this
+        process imports the renderers."""
+        if trace is not None:
+            from gpudoctor.collectors.trace_decode import split_point
+
+            if split_point(trace) is None:
+                trace = None
+            else:
+                formats = ()
         helper = cls(formats, fail_on)
         if not spare_core():
             return helper
@@ -51,7 +61,7 @@ class Helper:
             helper._process = start_child(_serve, (theirs, formats, fail_on, trace), "gpudoctor-helper")
             theirs.close()
             helper._conn = ours
-            helper.decoding = helper._unprepared = trace is not None
+            helper.decoding = trace is not None
         except (OSError, ValueError) as exc:
             log.debug("no helper process: %s", exc)
         return helper
@@ -103,16 +113,6 @@ class Helper:
         from gpudoctor.replay.scenarios import replay_or_error
 
         return replay_or_error(part, steps)
-
-    def prepare(self) -> None:
-        """Let the helper import its renderers now: after decoding its half of the trace (and
-        taking the replay, which goes first) it waits for this."""
-        if self._conn is not None and self._unprepared:
-            self._unprepared = False
-            try:
-                self._conn.send(("prepare",))
-            except (OSError, ValueError) as exc:
-                self._lost(exc)
 
     def render(self, report: Mapping[str, Any], fmt: str) -> str:
         if self._conn is not None and fmt in self.formats:
@@ -173,7 +173,8 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
         except (BrokenPipeError, EOFError):
             return
     else:
-        _prepare(formats)
+        for fmt in formats:
+            reports.renderer(fmt)  # the imports, while the parent decodes
     while True:
         try:
             request = conn.recv()
@@ -182,9 +183,7 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
         if request is None:
             return
         try:
-            if request[0] == "prepare":
-                _prepare(formats)
-            elif request[0] == "replay":
+            if request[0] == "replay":
                 _, steps, part = request
                 conn.send(("replay", _replay(part, steps)))
             else:
@@ -195,13 +194,6 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
                     conn.send(("error", f"{type(exc).__name__}: {exc}"))
         except (BrokenPipeError, EOFError):
             return
-
-
-def _prepare(formats: tuple[str, ...]) -> None:
-    from gpudoctor import reports
-
-    for fmt in formats:
-        reports.renderer(fmt)  # the imports, while the parent decodes or computes
 
 
 def _replay(part: TraceIndex, steps: int) -> ReplaySummary | None:

@@ -167,8 +167,6 @@ def _summarize_file(path: Path, steps: int, *, helper: Helper | None = None,
         with gc_paused():
             data = read_trace(path, rest=helper.rest if helper is not None and helper.decoding else None)
             replay = background.start(data, steps if steps > 0 else profiler_steps(data), helper)
-            if helper is not None:
-                helper.prepare()
             profile = summarize_trace(data, steps=steps)
             meta, pids = data.meta, _process_ids(data)
             if meanwhile is not None:
