@@ -242,7 +242,7 @@ def coded(events: EventColumns, field: str, rows: np.ndarray | None = None) -> t
     if not len(column):
         return np.zeros(0, dtype=np.int64), []
     column_codes, order = coded_pairs(column)
-    values = events.tables[field].values
+    values = events.tables[field].distinct
     return column_codes, [values[i] for i in order]
 
 
@@ -252,7 +252,7 @@ def coded_threads(events: EventColumns) -> tuple[np.ndarray, list[tuple[Any, Any
         return np.zeros(0, dtype=np.int64), []
     width = int(events.tid.max()) + 1
     pair_codes, pairs = coded_pairs(events.pid.astype(np.int64) * width + events.tid)
-    pids, tids = events.tables["pid"].values, events.tables["tid"].values
+    pids, tids = events.tables["pid"].distinct, events.tables["tid"].distinct
     return pair_codes, [(pids[pair // width], tids[pair % width]) for pair in pairs]
 
 

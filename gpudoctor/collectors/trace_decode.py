@@ -29,7 +29,7 @@ import stat
 from collections.abc import Callable, Iterator, Mapping
 from itertools import compress, repeat
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import msgspec
 import numpy as np
@@ -129,11 +129,11 @@ class Table(dict):  # type: ignore[type-arg]
 
     def __init__(self) -> None:
         super().__init__()
-        self.values: list[Any] = []
+        self.distinct: list[Any] = []
 
     def __missing__(self, key: Any) -> int:
-        code = self[key] = len(self.values)
-        self.values.append(key)
+        code = self[key] = len(self.distinct)
+        self.distinct.append(key)
         return code
 
     def encode(self, values: list[Any]) -> np.ndarray:
@@ -146,21 +146,21 @@ class Table(dict):  # type: ignore[type-arg]
         try:
             return self[value]  # type: ignore[no-any-return]
         except TypeError:
-            self.values.append(value)
-            return len(self.values) - 1
+            self.distinct.append(value)
+            return len(self.distinct) - 1
 
     def decode(self, codes: np.ndarray) -> list[Any]:
-        values = self.values
+        values = self.distinct
         return [values[i] for i in codes.tolist()]
 
     def __reduce__(self) -> Any:
-        return (_table, (self.values,))
+        return (_table, (self.distinct,))
 
 
 def _table(values: list[Any]) -> Table:
     table = Table()
     table.encode(values)
-    table.values = list(values)  # unhashable values and merged keys kept as they were
+    table.distinct = list(values)  # unhashable values and merged keys kept as they were
     return table
 
 
@@ -253,7 +253,7 @@ class EventColumns:
         return self.tables[field].decode(getattr(self, field))
 
     def value(self, field: str, i: int) -> Any:
-        return self.tables[field].values[getattr(self, field)[i]]
+        return self.tables[field].distinct[getattr(self, field)[i]]
 
     def resolved(self, field: str, fallback: str) -> list[Any]:
         """Event.device (field "device", fallback "pid") or Event.stream ("stream", "tid") of
@@ -323,7 +323,7 @@ class TraceIndex:
         table = self.tables["cat"]
         codes = table.encode(categories)
         known = self._category_kinds
-        for category in table.values[len(known):]:
+        for category in table.distinct[len(known):]:
             known.append(_CATEGORY_KINDS.get(str(category).lower(), OTHER))
         return codes, np.array(known, dtype=np.int8)[codes]
 
@@ -370,7 +370,8 @@ class TraceIndex:
             }
             args = [e.args for e in chosen]
             part["has_args"] = np.fromiter(map(operator.is_not, args, repeat(None)), dtype=bool, count=n)
-            present = args if part["has_args"].all() else [a if a is not None else _NO_ARGS for a in args]
+            present: list[Args] = cast("list[Args]", args) if part["has_args"].all() \
+                else [a if a is not None else _NO_ARGS for a in args]
             nothing = [None] * n
             part["correlation"] = [a.correlation for a in present] if group in ("gpu", "api") else nothing
             part["external_id"] = [a.external_id for a in present] if group != "frames" else nothing
@@ -401,7 +402,7 @@ class TraceIndex:
         self.events += other.events
         self.malformed += other.malformed
         self.first, self.last = min(self.first, other.first), max(self.last, other.last)
-        recode = {field: self.tables[field].encode(other.tables[field].values) for field in _ENCODED}
+        recode = {field: self.tables[field].encode(other.tables[field].distinct) for field in _ENCODED}
         for group, columns in other.groups().items():
             if not len(columns):
                 continue
@@ -492,11 +493,13 @@ def read_trace(path: str | Path, *, own_window: bool = False,
     except OSError:  # missing, a loop, no permission: the plain path names the reason
         is_dir, compressed = True, False
     if rest is not None:
-        halves = _halves(path, own_window, rest) if not (is_dir or compressed) else None
-        if halves is None and rest() is not None:
-            log.debug("%s: the other half was decoded for nothing", path)
-        if halves is not None:
-            return halves
+        split = split_point(path) if not (is_dir or compressed) else None
+        if split is None:
+            rest()  # nothing was split there either; the answer is taken all the same
+        else:
+            halves = _halves(path, split, own_window, rest)
+            if halves is not None:
+                return halves
     if not is_dir:
         try:
             with trace_file.read_errors(path), gc_paused():
@@ -558,36 +561,43 @@ def decode_rest(path: str | Path, own_window: bool = False) -> TraceIndex | None
         return None
 
 
-def _halves(path: Path, own_window: bool, rest: Callable[[], TraceIndex | None]) -> TraceIndex | None:
-    """The first half decoded here, joined to the second (`rest`); None if either failed."""
-    split = split_point(path)
-    if split is None:
-        return None
+def _halves(path: Path, split: Split, own_window: bool, rest: Callable[[], TraceIndex | None]) -> TraceIndex | None:
+    """The first half decoded here, joined to the second (`rest`, always called); None if
+    either did not decode."""
     max_bytes, max_events = _limits(own_window)
-    index: TraceIndex | None = TraceIndex()
-    with trace_file.read_errors(path), gc_paused():
-        try:
-            with open(path, "rb") as fh:
-                if os.fstat(fh.fileno()).st_size > max_bytes:
-                    raise _too_many_bytes(max_bytes)
-                fh.seek(split.start)
-                buffer, decoded = _decode_events(_blocks(fh, split.cut + 1 - split.start), bytearray(b"["),
-                                                 index, max_events)  # type: ignore[arg-type]
-            buffer += b"]"
-            events = msgspec.json.Decoder(list[Event]).decode(buffer)
-            index.add(events)  # type: ignore[union-attr]
-            decoded += len(events)
-        except (_Unstreamable, msgspec.DecodeError, msgspec.ValidationError) as exc:
-            log.debug("%s: the first half not decoded (%s)", path, exc)
-            index = None
+    try:
+        with trace_file.read_errors(path), gc_paused():
+            first = _first_half(path, split, max_bytes, max_events)
+    finally:
         other = rest()
-        if index is None or other is None:
-            return None
-        if decoded + other.decoded > max_events:
+    if first is None or other is None:
+        return None
+    index, decoded = first
+    if decoded + other.decoded > max_events:
+        with trace_file.read_errors(path):
             raise _too_many_events(max_events)
+    with gc_paused():
         index.extend(other)
-        index.meta, index.decoded = other.meta, decoded + other.decoded
-        return index
+    index.meta, index.decoded = other.meta, decoded + other.decoded
+    return index
+
+
+def _first_half(path: Path, split: Split, max_bytes: int, max_events: int) -> tuple[TraceIndex, int] | None:
+    index = TraceIndex()
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > max_bytes:
+                raise _too_many_bytes(max_bytes)
+            fh.seek(split.start)
+            buffer, decoded = _decode_events(_blocks(fh, split.cut + 1 - split.start), bytearray(b"["), index,
+                                             max_events)
+        buffer += b"]"
+        events = msgspec.json.Decoder(list[Event]).decode(buffer)
+    except (_Unstreamable, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        log.debug("%s: the first half not decoded (%s)", path, exc)
+        return None
+    index.add(events)
+    return index, decoded + len(events)
 
 
 def _count_events(path: Path, own_window: bool) -> None:

@@ -219,7 +219,7 @@ def _process_ids(index: Any) -> list[int]:
     import numpy as np
 
     ops = index.ops
-    operator_codes = [code for code, value in enumerate(index.tables["cat"].values) if value == "cpu_op"]
+    operator_codes = [code for code, value in enumerate(index.tables["cat"].distinct) if value == "cpu_op"]
     pids = set(index.tables["pid"].decode(np.unique(ops.pid[np.isin(ops.cat, operator_codes)])))
     return sorted(p for p in pids if isinstance(p, int) and not isinstance(p, bool))
 

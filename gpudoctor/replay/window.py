@@ -62,7 +62,7 @@ def _boundaries(index: TraceIndex) -> tuple[str, list[float]]:
     optimizer: list[float] = []
     loader: list[float] = []
     ops = index.ops
-    strings = index.strings.values
+    strings = index.strings.distinct
     marked = {code for code in set(ops.name.tolist())  # a few hundred distinct names: test those, not every event
               if strings[code].startswith((STEP_PREFIX, OPTIMIZER_ANNOTATION)) or DATA_ANNOTATION.match(strings[code])}
     rows = np.flatnonzero(np.isin(ops.name, list(marked))).tolist() if marked else []
@@ -84,5 +84,5 @@ def _boundaries(index: TraceIndex) -> tuple[str, list[float]]:
 
 def profiler_steps(index: TraceIndex) -> int:
     """The steps a trace's ``ProfilerStep#N`` ranges mark (what the statistics count)."""
-    strings = index.strings.values
+    strings = index.strings.distinct
     return sum(strings[code].startswith(STEP_PREFIX) for code in set(index.ops.name.tolist()))

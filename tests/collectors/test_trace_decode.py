@@ -7,11 +7,12 @@ import gzip
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gpudoctor.bounded import InputTooLarge
 from gpudoctor.collectors import trace_decode, trace_file
-from gpudoctor.collectors.trace_decode import index_events, read_trace
+from gpudoctor.collectors.trace_decode import decode_rest, index_events, read_trace
 from gpudoctor.collectors.trace_file import load_trace
 
 
@@ -111,3 +112,96 @@ def test_an_unknown_phase_is_read_the_plain_way(tmp_path: Path) -> None:
     assert _rows(index) == _rows(index_events(load_trace(path)))
     assert index.events == 31
     assert all(e.ph is index.gpu[0].ph for e in [*index.gpu, *index.api, *index.ops])  # one "X" for all
+
+
+def _split(path: Path, monkeypatch) -> trace_decode.TraceIndex:
+    """read_trace with the second half decoded by decode_rest (here, in this process)."""
+    monkeypatch.setattr(trace_decode, "SPLIT_MIN_BYTES", 0)
+    asked = []
+
+    def rest():
+        asked.append(True)
+        return decode_rest(path)
+
+    index = read_trace(path, rest=rest)
+    assert asked == [True]  # the other half is always taken, used or not
+    return index
+
+
+@pytest.mark.parametrize("chunk", [257, 1 << 20])
+@pytest.mark.parametrize("layout", ["compact", "indented", "meta_after"])
+def test_two_halves_decode_as_the_whole(tmp_path: Path, monkeypatch, chunk: int, layout: str) -> None:
+    data: dict = {"schemaVersion": 1, "traceEvents": _events(60), "deviceProperties": [{"id": 0, "name": "H200"}]}
+    if layout == "meta_after":
+        data = {"traceEvents": data["traceEvents"], "host_name": "node-7", "cuda_runtime_version": 12040}
+    path = _write(tmp_path / "t.json", data, indent=1 if layout == "indented" else None)
+    monkeypatch.setattr(trace_decode, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(trace_decode, "SPLIT_MIN_BYTES", 0)
+    split = trace_decode.split_point(path)
+    assert split is not None and split.start < split.cut < path.stat().st_size * 0.6
+    halves = _split(path, monkeypatch)
+    plain = index_events(load_trace(path))
+    assert _rows(halves) == _rows(plain)
+    assert [e.pos for e in halves.ops] == sorted(e.pos for e in halves.ops)  # file order across the halves
+    assert (halves.events, halves.malformed, halves.first, halves.last, halves.decoded) == \
+        (plain.events, plain.malformed, plain.first, plain.last, len(data["traceEvents"]))
+    assert halves.meta == plain.meta
+    assert halves.meta["host_name" if layout == "meta_after" else "deviceProperties"]
+
+
+def test_a_split_inside_a_string_reads_the_file_whole(tmp_path: Path, monkeypatch, caplog) -> None:
+    """A cut inside a kernel name holding '}, {': the first half does not decode, and the
+    file is read whole (by this process) with the same events."""
+    events = _events(30)
+    path = _write(tmp_path / "t.json", {"traceEvents": events})
+    text = path.read_bytes()
+    inside = text.index(b"}, {", text.index(b"void f<", len(text) // 2))
+    real = trace_decode.split_point
+    monkeypatch.setattr(trace_decode, "split_point", lambda p: real(p)._replace(cut=inside))  # type: ignore[union-attr]
+    with caplog.at_level("DEBUG", logger=trace_decode.__name__):
+        index = _split(path, monkeypatch)
+    assert "the first half not decoded" in caplog.text
+    assert _rows(index) == _rows(index_events(load_trace(path)))
+
+
+def test_a_lost_second_half_is_decoded_here(tmp_path: Path, monkeypatch) -> None:
+    path = _write(tmp_path / "t.json", {"traceEvents": _events(30)})
+    monkeypatch.setattr(trace_decode, "SPLIT_MIN_BYTES", 0)
+    assert _rows(read_trace(path, rest=lambda: None)) == _rows(read_trace(path))
+
+
+def test_the_halves_together_are_held_to_the_event_limit(tmp_path: Path, monkeypatch) -> None:
+    path = _write(tmp_path / "t.json", {"traceEvents": _events(200)})  # 802 events, about 400 a half
+    monkeypatch.setattr(trace_file, "MAX_TRACE_EVENTS", 600)
+    with pytest.raises(trace_file.TraceError, match="more than 600 events"):
+        _split(path, monkeypatch)
+
+
+def test_a_gzip_trace_is_not_split(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(trace_decode, "SPLIT_MIN_BYTES", 0)
+    path = _write(tmp_path / "t.json.gz", {"traceEvents": _events(30)}, compress=True)
+    assert trace_decode.split_point(path) is None
+    assert decode_rest(path) is None
+    assert _rows(read_trace(path, rest=lambda: None)) == _rows(read_trace(path))
+
+
+def test_an_index_sent_to_another_process_is_the_same(tmp_path: Path) -> None:
+    """A TraceIndex pickles as its columns and tables; a second trace decoded after it joins
+    with its codes renumbered into the first's tables."""
+    import pickle
+
+    path = _write(tmp_path / "t.json", {"traceEvents": _events(20)})
+    index = read_trace(path)
+    copy = pickle.loads(pickle.dumps(index))
+    assert _rows(copy) == _rows(index)
+    other = _write(tmp_path / "u.json", {"traceEvents": [{**e, "pid": 9} if e.get("cat") == "cpu_op" else e
+                                                          for e in _events(5)]})
+    second = read_trace(other)
+    joined = read_trace(path)
+    joined.extend(pickle.loads(pickle.dumps(second)))
+    shift = len(index.gpu) + len(index.api) + len(index.ops) + len(index.frames)
+    for group in ("gpu", "api", "ops", "frames"):
+        mine, theirs = getattr(index, group), getattr(second, group)
+        assert list(getattr(joined, group)) == [*mine, *(msgspec.structs.replace(e, pos=e.pos + shift) for e in theirs)]
+    assert {e.pid for e in joined.ops} == {1, 9}
+    assert (joined.events, joined.first, joined.last) == (index.events + second.events, index.first, index.last)
