@@ -61,14 +61,29 @@ def test_without_a_spare_core_everything_happens_here(report, monkeypatch) -> No
 
 @pytest.mark.integration
 @needs_fork
-def test_analyze_of_a_long_trace_writes_the_same_reports(tmp_path, monkeypatch) -> None:
-    """A trace counted long: the helper replays it and renders its HTML; the files equal those
-    of the same analysis done in one process."""
+@pytest.mark.parametrize("compressed", [True, False], ids=["gzip", "plain"])
+def test_analyze_of_a_long_trace_writes_the_same_reports(tmp_path, monkeypatch, compressed) -> None:
+    """A trace counted long: the helper replays it and renders its HTML (gzip), or decodes its
+    second half and replays it (plain); the files equal those of the same analysis done in
+    one process."""
+    import gzip
+
+    from gpudoctor.collectors import trace_decode
+
     trace = WINDOWS / "item_per_layer.trace.json.gz"
+    if not compressed:
+        trace = tmp_path / "item_per_layer.trace.json"
+        trace.write_bytes(gzip.decompress((WINDOWS / "item_per_layer.trace.json.gz").read_bytes()))
+        monkeypatch.setattr(trace_decode, "SPLIT_MIN_BYTES", 0)
+        halves = []
+        real = trace_decode._halves
+        monkeypatch.setattr(trace_decode, "_halves", lambda *a: halves.append(index := real(*a)) or index)
     monkeypatch.setattr(helper_module, "spare_core", lambda: True)
     monkeypatch.setattr(analyze, "LONG_TRACE_BYTES", 0)
     monkeypatch.setattr(background, "PARALLEL_MIN_EVENTS", 0)
     assert main(["analyze", str(trace), "--out", str(tmp_path / "helped" / "r"), "--quiet"]) == 0
+    if not compressed:
+        assert len(halves) == 1 and halves[0] is not None  # decoded in two halves, joined
     monkeypatch.setattr(analyze, "LONG_TRACE_BYTES", 1 << 40)
     assert main(["analyze", str(trace), "--out", str(tmp_path / "here" / "r"), "--quiet"]) == 0
     helped, here = (json.loads((tmp_path / d / "r.json").read_text()) for d in ("helped", "here"))
