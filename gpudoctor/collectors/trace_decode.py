@@ -4,9 +4,15 @@
 1.2 KiB an event, five times the file). Here the ``traceEvents`` array is cut into
 chunks of whole events as the (gzip) stream is read, and each chunk is decoded by
 msgspec into typed ``Event`` structs holding only the fields used (kernel launch
-arguments, shapes and the rest are never materialised). Each chunk is then sorted by
-category into the lists the statistics, the hotspots and the replay walk; events
-nothing reads (flow arrows, metadata, overhead) are dropped at once.
+arguments, shapes and the rest are never materialised). Each chunk's events are then
+sorted by category into columns (EventColumns: numpy arrays, codes into tables of the
+names and ids, lists of correlation ids; about 100 bytes an event) that the statistics,
+the hotspots and the replay read; the chunk's structs are freed, and events nothing
+reads (flow arrows, metadata, overhead) are dropped at once.
+
+A plain file of SPLIT_MIN_BYTES or more is decoded in two halves when a helper process
+can take the second (split_point, decode_rest; gpudoctor.helper): the halves' columns
+are joined in file order, with the same result as one pass.
 
 A chunk boundary is a ``},`` between two events: a guess that a string or a nested
 object can fool, but then the chunk is no valid JSON and decoding it fails. Any such

@@ -20,8 +20,8 @@ from gpudoctor.fsutil import unreadable_reason
 MAX_TRACE_BYTES = 512 << 20
 MAX_TRACE_OBJECTS = 2_000_000  # about a million events (each with its args)
 MAX_TRACE_VALUES = 24_000_000
-# the streamed, typed decode (trace_decode) keeps a small struct per event and no args
-# objects: it is bounded by events instead (about 300 bytes each)
+# the streamed, typed decode (trace_decode) keeps columns (about 100 bytes an event) and no
+# args objects, a chunk's structs at a time: it is bounded by events instead
 MAX_TRACE_EVENTS = 2_000_000
 # a window gpudoctor's own agent recorded is no hostile input, and losing it costs the whole
 # kernel-level diagnosis: a fast loop traced with stacks for its full 20 s reaches millions of

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -248,9 +249,20 @@ def _prepare(formats: list[str], done: tuple[str, ...]) -> None:
 
 
 def _long_trace(path: Path) -> bool:
-    """A trace whose decode outlasts the HTML renderer's imports (and no fixture of the tests)."""
+    """A trace whose decode outlasts the HTML renderer's imports (and no fixture of the tests):
+    LONG_TRACE_BYTES or more of JSON; a gzip file's by the size its trailer records (the
+    uncompressed size modulo 4 GiB: over the size limit, the decode refuses it anyway)."""
     try:
-        return path.is_file() and path.stat().st_size >= LONG_TRACE_BYTES
+        if not path.is_file():
+            return False
+        size = path.stat().st_size
+        if size >= LONG_TRACE_BYTES:
+            return True
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b" or size < 20:
+                return False
+            fh.seek(-4, os.SEEK_END)
+            return int.from_bytes(fh.read(4), "little") >= LONG_TRACE_BYTES
     except OSError:
         return False
 

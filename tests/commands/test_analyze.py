@@ -171,3 +171,20 @@ def test_missing_directory_truncated_gzip_and_huge(tmp_path, capsys, monkeypatch
 
 def test_negative_steps_is_a_usage_error(gpu_trace, capsys):
     assert main(["analyze", str(gpu_trace), "--steps", "-1"]) == exitcodes.USAGE
+
+
+def test_a_gzip_trace_is_long_by_what_it_holds(tmp_path, monkeypatch) -> None:
+    """A compressed trace gets the helper process by its uncompressed size (gzip's trailer)."""
+    from gpudoctor.commands import analyze as analyze_command
+
+    monkeypatch.setattr(analyze_command, "LONG_TRACE_BYTES", 10_000)
+    text = b'{"traceEvents": [' + b",".join([b'{"ph": "X", "name": "k", "ts": 1, "dur": 1}'] * 400) + b"]}"
+    packed, short = tmp_path / "t.json.gz", tmp_path / "s.json.gz"
+    packed.write_bytes(gzip.compress(text))
+    short.write_bytes(gzip.compress(text[:9_000]))
+    plain = tmp_path / "t.json"
+    plain.write_bytes(text)
+    assert packed.stat().st_size < 10_000 < len(text)
+    assert analyze_command._long_trace(packed) and analyze_command._long_trace(plain)
+    assert not analyze_command._long_trace(short)
+    assert not analyze_command._long_trace(tmp_path)  # a directory: a process per trace instead

@@ -36,7 +36,7 @@ def helped(monkeypatch) -> None:
 @pytest.mark.integration
 @needs_fork
 def test_the_helpers_replay_equals_the_replay_here(helped) -> None:
-    """The events travel to the helper (msgpack) and back comes the same ReplaySummary."""
+    """The events travel to the helper (pickled columns) and back comes the same ReplaySummary."""
     index = read_trace(WINDOWS / "tiny_kernels.trace.json.gz")
     part = latest_stretch(index, 10, budget=60_000)[0]  # a part: its scope travels too
     with Helper.start() as helper:
