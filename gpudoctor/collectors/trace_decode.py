@@ -201,7 +201,7 @@ class EventColumns:
     bytes: list[Any]
 
     def __init__(self, tables: dict[str, Table]) -> None:
-        self.tables = tables  # per encoded field (names and categories share one)
+        self.tables = tables  # one per encoded field, the index's
         self._parts: list[dict[str, Any]] = []
         self._length = 0
 
@@ -231,7 +231,6 @@ class EventColumns:
             for part in parts:
                 values += part[field]
             columns[field] = values
-        self._parts = []
 
     def __len__(self) -> int:
         return self._length
