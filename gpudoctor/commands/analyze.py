@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FORMAT_CHOICES = ("html", "json", "markdown", "junit", "terminal")
+DEFLATE_MAX_RATIO = 1032  # deflate inflates a byte to at most this many
 LONG_TRACE_BYTES = 32 << 20  # decoding takes over a tenth of a second: the HTML renderer starts beside
 RANK_TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")  # torch.profiler.tensorboard_trace_handler's names
 # what a profiler trace cannot tell; the checks needing these facts are skipped with this reason
@@ -251,7 +252,9 @@ def _prepare(formats: list[str], done: tuple[str, ...]) -> None:
 def _long_trace(path: Path) -> bool:
     """A trace whose decode outlasts the HTML renderer's imports (and no fixture of the tests):
     LONG_TRACE_BYTES or more of JSON; a gzip file's by the size its trailer records (the
-    uncompressed size modulo 4 GiB: over the size limit, the decode refuses it anyway)."""
+    uncompressed size modulo 4 GiB: over the size limit, the decode refuses it anyway), when
+    deflate could reach it (at most DEFLATE_MAX_RATIO times the file: a truncated file's last
+    bytes are no trailer)."""
     try:
         if not path.is_file():
             return False
@@ -262,7 +265,8 @@ def _long_trace(path: Path) -> bool:
             if fh.read(2) != b"\x1f\x8b" or size < 20:
                 return False
             fh.seek(-4, os.SEEK_END)
-            return int.from_bytes(fh.read(4), "little") >= LONG_TRACE_BYTES
+            inflated = int.from_bytes(fh.read(4), "little")
+            return LONG_TRACE_BYTES <= inflated <= size * DEFLATE_MAX_RATIO
     except OSError:
         return False
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.commands.analyze import session_from_trace
+from gpudoctor.helper import Helper
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GOLDEN = FIXTURES / "golden_traces" / "profiles.json.gz"
@@ -21,7 +22,7 @@ TRACES = sorted([*FIXTURES.glob("h200/traces/*.json.gz"), *FIXTURES.glob("h200/w
 
 
 def _profile(path: Path) -> dict:
-    session = session_from_trace(path)
+    session = session_from_trace(path, helper=Helper())  # in this process (tests/test_helper.py: the helper's)
     data = session.to_dict()
     profile = data["profile"]
     profile["_processes"] = [p["pid"] for p in data.get("processes", [])]

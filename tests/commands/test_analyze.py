@@ -187,4 +187,7 @@ def test_a_gzip_trace_is_long_by_what_it_holds(tmp_path, monkeypatch) -> None:
     assert packed.stat().st_size < 10_000 < len(text)
     assert analyze_command._long_trace(packed) and analyze_command._long_trace(plain)
     assert not analyze_command._long_trace(short)
+    truncated = tmp_path / "cut.json.gz"  # its last four bytes are no trailer: here they claim 4 GiB
+    truncated.write_bytes(packed.read_bytes()[:-4] + b"\xff\xff\xff\xff")
+    assert not analyze_command._long_trace(truncated)
     assert not analyze_command._long_trace(tmp_path)  # a directory: a process per trace instead
