@@ -567,14 +567,12 @@ def decode_rest(path: str | Path, own_window: bool = False) -> TraceIndex | None
 
 
 def _halves(path: Path, split: Split, own_window: bool, rest: Callable[[], TraceIndex | None]) -> TraceIndex | None:
-    """The first half decoded here, joined to the second (`rest`, always called); None if
-    either did not decode."""
+    """The first half decoded here, joined to the second (`rest`, called unless an error ends
+    the reading: no wait for it then); None if either did not decode."""
     max_bytes, max_events = _limits(own_window)
-    try:
-        with trace_file.read_errors(path), gc_paused():
-            first = _first_half(path, split, max_bytes, max_events)
-    finally:
-        other = rest()
+    with trace_file.read_errors(path), gc_paused():
+        first = _first_half(path, split, max_bytes, max_events)
+    other = rest()
     if first is None or other is None:
         return None
     index, decoded = first
