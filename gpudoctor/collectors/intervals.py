@@ -47,6 +47,17 @@ def first_appearance(values: np.ndarray) -> np.ndarray:
     return seen[np.argsort(first[seen], kind="stable")]
 
 
+def coded_ints(values: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """codes(values) of an array of ints >= 0 (small: codes into a table): their codes, and
+    the distinct values in order of first appearance."""
+    if not len(values):
+        return np.zeros(0, dtype=np.int64), []
+    order = first_appearance(values)
+    renumber = np.zeros(int(values.max()) + 1, dtype=np.int64)
+    renumber[order] = np.arange(len(order))
+    return renumber[values], order.tolist()
+
+
 def pair_codes(firsts: list[Any], seconds: list[Any]) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
     """codes(zip(firsts, seconds)), quicker for numbers (process and thread ids): only where
     the pair changes from one position to the next is a tuple made."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gpudoctor.collectors.intervals import Nested, codes, first_appearance, tally
+from gpudoctor.collectors.intervals import Nested, coded_ints, codes, tally
 from gpudoctor.collectors.kineto_names import (
     _VERSION_SUFFIX,
     GRAPH_LAUNCH_APIS,
@@ -54,10 +54,8 @@ class HostEvents:
             keep = events.kind == kind
             if not keep.all():
                 self.start, self.end, self.name_codes = start[keep], end[keep], self.all_name_codes[keep]
-                order = first_appearance(thread_codes[keep])  # the threads these events are on, as met
-                renumber = np.full(len(threads), -1, dtype=np.int64)
-                renumber[order] = np.arange(len(order))
-                self.thread_codes, self.threads = renumber[thread_codes[keep]], [threads[i] for i in order.tolist()]
+                kept_codes, order = coded_ints(thread_codes[keep])  # the threads these events are on, as met
+                self.thread_codes, self.threads = kept_codes, [threads[i] for i in order]
                 self.kept = keep.tolist()
                 return
         self.thread_codes, self.threads = thread_codes, threads
@@ -194,10 +192,10 @@ class TraceColumns:
                     return self._gpu_operators_by_dict(external, named)
                 found[missing] = _lookup(distinct, fallback_ids[0], fallback_ids[1])
             hit = found >= 0
-            order, codes_in_order = _first_appearance_codes(found[hit])
+            codes_in_order, order = coded_ints(found[hit])
             code = np.full(len(found), -1, dtype=np.int64)
             code[hit] = codes_in_order
-            return (code, distinct[order].tolist(),
+            return (code, [int(distinct[i]) for i in order],
                     [operators.distinct_names[i] for i in name_of[order].tolist()])
         return self._gpu_operators_by_dict(external, named)
 
@@ -241,7 +239,7 @@ def coded(events: EventColumns, field: str, rows: np.ndarray | None = None) -> t
         column = column[rows]
     if not len(column):
         return np.zeros(0, dtype=np.int64), []
-    column_codes, order = coded_pairs(column)
+    column_codes, order = coded_ints(column)
     values = events.tables[field].distinct
     return column_codes, [values[i] for i in order]
 
@@ -251,17 +249,9 @@ def coded_threads(events: EventColumns) -> tuple[np.ndarray, list[tuple[Any, Any
     if not len(events):
         return np.zeros(0, dtype=np.int64), []
     width = int(events.tid.max()) + 1
-    pair_codes, pairs = coded_pairs(events.pid.astype(np.int64) * width + events.tid)
+    pair_codes, pairs = coded_ints(events.pid.astype(np.int64) * width + events.tid)
     pids, tids = events.tables["pid"].distinct, events.tables["tid"].distinct
     return pair_codes, [(pids[pair // width], tids[pair % width]) for pair in pairs]
-
-
-def coded_pairs(values: np.ndarray) -> tuple[np.ndarray, list[int]]:
-    """codes(values) of small ints >= 0: (their codes, the distinct values in order)."""
-    order = first_appearance(values)
-    renumber = np.zeros(int(values.max()) + 1, dtype=np.int64)
-    renumber[order] = np.arange(len(order))
-    return renumber[values], order.tolist()
 
 
 def _match(keys: list[Any], positions: np.ndarray, lookups: list[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -310,12 +300,3 @@ def _lookup(sorted_keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> 
         return np.full(len(values), -1, dtype=np.int64)
     at = np.minimum(np.searchsorted(sorted_keys, values), len(sorted_keys) - 1)
     return np.where(wanted & (sorted_keys[at] == values), at, -1)
-
-
-def _first_appearance_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the distinct values in order of first appearance, a code per value into that order)."""
-    distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True)
-    by_first = np.argsort(first, kind="stable")
-    rank = np.empty(len(distinct), dtype=np.int64)
-    rank[by_first] = np.arange(len(distinct))
-    return distinct[by_first], rank[inverse.reshape(-1)]

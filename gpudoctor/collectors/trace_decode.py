@@ -305,10 +305,8 @@ class TraceIndex:
         self.events = 0  # well-formed complete events (ph "X")
         self.malformed = 0  # complete events without a name, a time or a duration >= 0
         self.first, self.last = float("inf"), float("-inf")  # of the activity (the profiler's own span left out)
-        self.strings = Table()  # names
         # each field its own table: a thread 7.0 and a stream 7 stay what they are
-        self.tables = {"name": self.strings, "cat": Table(), "pid": Table(), "tid": Table(),
-                       "device": Table(), "stream": Table()}
+        self.tables = {field: Table() for field in _ENCODED}
         self.gpu = EventColumns(self.tables)  # kernels, copies, memsets
         self.api = EventColumns(self.tables)  # CUDA runtime and driver calls
         self.ops = EventColumns(self.tables)  # operators and record_function ranges
@@ -318,7 +316,11 @@ class TraceIndex:
         self.part: tuple[int, str] | None = None  # a long window's part to replay: (its steps, what part)
         self._position = 0
         self._category_kinds: list[int] = []
-        self._unset = (self.tables["device"][msgspec.UNSET], self.tables["stream"][msgspec.UNSET])
+
+    @property
+    def strings(self) -> Table:
+        """The names' table."""
+        return self.tables["name"]
 
     def groups(self) -> dict[str, EventColumns]:
         return {"gpu": self.gpu, "api": self.api, "ops": self.ops, "frames": self.frames}
@@ -386,15 +388,15 @@ class TraceIndex:
                 part["stream"] = tables["stream"].encode([a.stream for a in present])
             else:
                 part["bytes"] = nothing
-                part["device"] = np.full(n, self._unset[0], dtype=np.int32)
-                part["stream"] = np.full(n, self._unset[1], dtype=np.int32)
+                part["device"] = np.full(n, tables["device"][msgspec.UNSET], dtype=np.int32)
+                part["stream"] = np.full(n, tables["stream"][msgspec.UNSET], dtype=np.int32)
             getattr(self, group).append(part)
 
     def subset(self, rows: Mapping[str, np.ndarray]) -> TraceIndex:
         """A TraceIndex of the events at `rows` of each list (masks or positions; same tables and
         metadata; `events` counts them, `first` and `last` are this index's)."""
         chosen = TraceIndex()
-        chosen.strings, chosen.tables = self.strings, self.tables
+        chosen.tables = self.tables
         for group, columns in self.groups().items():
             setattr(chosen, group, columns.take(rows[group]))
         chosen.events = sum(len(columns) for columns in chosen.groups().values())
@@ -533,7 +535,7 @@ def split_point(path: Path) -> Split | None:
             if size < SPLIT_MIN_BYTES or fh.read(2) == b"\x1f\x8b":
                 return None
             fh.seek(0)
-            head, _ = _head(_blocks(fh))
+            head, _ = _head(iter([fh.read(HEAD_SCAN_BYTES + 64)]))  # the key starts within HEAD_SCAN_BYTES
             start = len(head) + 1
             middle = start + (size - start) // 2
             fh.seek(middle)
