@@ -1,0 +1,88 @@
+"""GPU workload: a GPU-bound bf16 MLP fed by a loader that re-creates its iterator often.
+
+The shape that showed an observer effect (issue 24): 6 x Linear(8192, 8192) in bf16 on
+4096 rows gathered from a buffer already on the device, fed by a DataLoader whose
+workers collate 4,096 single indices per batch (``persistent_workers=True``) and a new
+iterator every ``--iter-batches`` batches. The loader is about as fast as the GPU step,
+so its waits overlap queued GPU work.
+
+Prints one JSON line at the end: steps, the steady throughput (steps/s over the steps
+after ``--warmup``) and the data wait per step (median), so a benchmark can compare runs.
+``--device cpu`` stands a sleep of ``--cpu-step-ms`` in for the GPU step (the same loader).
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Indices(Dataset):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--iter-batches", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=4096)
+    parser.add_argument("--cpu-step-ms", type=float, default=15.0)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    rows = 65536
+    gpu = device.type == "cuda"
+    if gpu:
+        width = 8192
+        buffer = torch.randn(rows, width, device=device, dtype=torch.bfloat16)
+        model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(6)]).to(device, torch.bfloat16)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+    loader = DataLoader(Indices(rows), batch_size=args.batch, shuffle=True, num_workers=args.workers,
+                        persistent_workers=args.workers > 0)
+    stamps: list[float] = []
+    waits: list[float] = []
+    done = 0
+    while done < args.steps:
+        it = iter(loader)
+        for _ in range(args.iter_batches):
+            t0 = time.perf_counter()
+            try:
+                index = next(it)
+            except StopIteration:
+                break
+            waits.append(time.perf_counter() - t0)
+            if gpu:
+                x = buffer[index.to(device, non_blocking=True)]
+                loss = model(x).float().pow(2).mean()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            else:
+                time.sleep(args.cpu_step_ms / 1e3)
+            stamps.append(time.perf_counter())
+            done += 1
+            if done >= args.steps:
+                break
+    if gpu:
+        torch.cuda.synchronize()
+        stamps[-1] = time.perf_counter()
+    steady = stamps[args.warmup:]
+    rate = (len(steady) - 1) / (steady[-1] - steady[0])
+    print(json.dumps({"steps": done, "steps_per_s": round(rate, 3),
+                      "wait_ms_median": round(statistics.median(waits[args.warmup:]) * 1e3, 3)}))
+
+
+if __name__ == "__main__":
+    main()
