@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-VARIANTS = ("none", "stack", "nostack", "cpu", "noexport")
+VARIANTS = ("none", "stack", "nostack", "cpu", "noexport", "stall")
 
 
 def main() -> None:
@@ -43,7 +43,10 @@ def _install(args: argparse.Namespace) -> None:
     def hook(optimizer, a, kw) -> None:  # type: ignore[no-untyped-def]
         state["n"] += 1
         n = state["n"]
-        if n == args.at:
+        if n == args.at and args.variant == "stall":  # no profiler: the host stops as long as a window's end does
+            torch.cuda.synchronize()
+            time.sleep(0.8)
+        elif n == args.at:
             activities = [ProfilerActivity.CPU]
             if args.variant != "cpu" and torch.cuda.is_initialized():
                 activities.append(ProfilerActivity.CUDA)

@@ -52,6 +52,7 @@ def finding_to_dict(f: Finding, slug: str | None = None) -> dict[str, Any]:
 
 def summarize(session: Session) -> dict[str, Any]:
     from gpudoctor.analysis.gpu_state import gpu_load
+    from gpudoctor.analysis.observer import overhead
 
     steps = metrics.step_summary(session)
     gpu_steady = metrics.gpu_samples_steady(session)
@@ -79,6 +80,7 @@ def summarize(session: Session) -> dict[str, Any]:
         "peak_memory_allocated_bytes": peak,
         "batch_size": session.batch_size,
         "crashed": any(e.kind in ("exception", "oom") for e in session.errors),
+        "profiler_overhead": cost.to_dict() if (cost := overhead(session)) is not None else None,
     }
 
 

@@ -140,6 +140,9 @@ class Summary:
     peak_memory_allocated_bytes: int | None = None
     batch_size: int | None = None
     crashed: bool | None = None
+    profiler_overhead: Mapping[str, Any] | None = json_field(
+        None, doc="what gpudoctor's profiler windows cost the run: throughput outside vs inside them, before vs "
+                  "after the first one, workers forked inside one (gpudoctor/analysis/observer.py)")
     verdict: str | None = None
     extra: Mapping[str, Any] = extra_field()
 

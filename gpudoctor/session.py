@@ -88,6 +88,9 @@ class ProcessInfo:
     # launcher's RANK for a process that stepped); None outside a distributed job and for
     # the launcher (torchrun's own process)
     rank: int | None = None
+    # a DataLoader worker found torch.profiler's tracing on at its first batch: it was forked
+    # inside a profiler window (gpudoctor's or the workload's own) and pays for it per batch
+    profiler_inherited: bool = False
 
 
 @dataclass
@@ -164,6 +167,10 @@ class Steps:
     aggregated: int = 0  # steps counted but not kept individually (long runs)
     warmup_steps: int = 0  # leading steps excluded from steady-state statistics
     last_step_t: float | None = None  # end of the last step seen, kept or aggregated (s into the run)
+    # steps that overlapped a profiler window (left out of `records`): how many, and their time
+    # together, so a report can say what the windows cost (gpudoctor/analysis/observer.py)
+    profiled_steps: int = 0
+    profiled_time_s: float = 0.0
 
 
 @dataclass

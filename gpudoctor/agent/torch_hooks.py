@@ -306,7 +306,10 @@ class TorchHooks:
             self.loader_dirty = False
         self.profiler = None
         self._unhook()  # a spawned worker installed its own: its transforms are not steps
-        self.agent.emit("hello", pid=os.getpid(), ppid=os.getppid(), role="worker", argv=[])
+        from .profiler import profiler_inherited
+
+        extra = {"profiler_inherited": True} if profiler_inherited(self.torch) else {}
+        self.agent.emit("hello", pid=os.getpid(), ppid=os.getppid(), role="worker", argv=[], **extra)
         self.agent.writer.ensure_running()
         try:
             from multiprocessing import util

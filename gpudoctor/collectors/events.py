@@ -150,6 +150,7 @@ class EventReader:
         proc.info.cuda_visible_devices = e.get("cuda_visible_devices")
         if e.get("role") == "worker":
             proc.info.role = "worker"
+            proc.info.profiler_inherited = bool(e.get("profiler_inherited"))
         proc.env_rank, proc.env_local_rank = _int(e.get("rank")), _int(e.get("local_rank"))
         proc.env_world_size, proc.env_local_world_size = _int(e.get("world_size")), _int(e.get("local_world_size"))
         proc.job_id = str(e["job_id"]) if e.get("job_id") else None
@@ -461,13 +462,14 @@ class EventReader:
         data = self.processes[pid].steps[source]
         records = data.records
         # steps inside the profiler windows run slower (tracing, stack capture): keep them out
-        left_out = 0
+        left_out, left_out_s = 0, 0.0
         for profile in self.profiles:
             if profile.get("pid") == pid and profile.get("t_start") and profile.get("t_end"):
                 lo, hi = float(profile["t_start"]) - self.t0, float(profile["t_end"]) - self.t0
                 kept = [r for r in records if not (lo <= r.t and r.t - r.duration_s <= hi + 0.5)]
                 if len(kept) >= 3 and len(kept) < len(records):
                     left_out += len(records) - len(kept)
+                    left_out_s += sum(r.duration_s for r in records) - sum(r.duration_s for r in kept)
                     records = kept
         steps = Steps(
             source=source,
@@ -476,6 +478,8 @@ class EventReader:
             aggregated=data.aggregated,
             warmup_steps=min(WARMUP_STEPS, max(0, len(data.records) - 3)),
             last_step_t=round(data.last_t, 3) if data.last_t is not None else None,
+            profiled_steps=left_out,
+            profiled_time_s=round(left_out_s, 6),
         )
         return steps, left_out
 

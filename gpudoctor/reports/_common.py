@@ -196,7 +196,29 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
         ("CPU (usable cores)", format_number(s.cpu_percent_mean, "%")),
         ("Mean power", format_number(s.power_w_mean, "W")),
         ("Peak memory allocated", format_number(s.peak_memory_allocated_bytes, "bytes")),
+        ("Profiler windows (gpudoctor's cost)", overhead_text(s.profiler_overhead)),
     ]
+
+
+def overhead_text(overhead: Mapping[str, Any] | None) -> str:
+    """What the profiler windows cost: their steps' rate against the rest, and whether the run
+    came back to its speed after the first one."""
+    if not overhead:
+        return "none ran"
+    parts = [f"{overhead.get('windows', 0)} window(s)"]
+    inside, outside = overhead.get("steps_per_s_inside"), overhead.get("steps_per_s_outside")
+    if overhead.get("profiled_steps") and inside and outside:
+        parts.append(f"{overhead['profiled_steps']} steps inside at {_significant(float(inside))} steps/s, "
+                     f"{_significant(float(outside))} outside")
+    before, after = overhead.get("before_steps_per_s"), overhead.get("after_steps_per_s")
+    if before and after:
+        parts.append(f"{_significant(float(before))} steps/s before the first, "
+                     f"{_significant(float(after[0]))}-{_significant(float(after[1]))} after"
+                     + (" (slowed)" if overhead.get("slowed") else ""))
+    traced = overhead.get("traced_workers") or []
+    if traced:
+        parts.append(f"{len(traced)} worker(s) forked inside a window")
+    return "; ".join(parts)
 
 
 def _rate(value: float | None, unit: str) -> str:

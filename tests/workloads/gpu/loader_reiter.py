@@ -21,14 +21,17 @@ from torch.utils.data import DataLoader, Dataset
 
 
 class Indices(Dataset):
-    def __init__(self, n: int) -> None:
-        self.n = n
+    """Item i is the index itself: a plain int, or a 0-d tensor (``--item tensor``: about ten
+    times the CPU work per item, so the workers take about as long as the GPU step)."""
+
+    def __init__(self, n: int, as_tensor: bool) -> None:
+        self.n, self.as_tensor = n, as_tensor
 
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i: int) -> int:
-        return i
+    def __getitem__(self, i: int):
+        return torch.tensor(i) if self.as_tensor else i
 
 
 def main() -> None:
@@ -40,6 +43,7 @@ def main() -> None:
     parser.add_argument("--iter-batches", type=int, default=4)
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--cpu-step-ms", type=float, default=15.0)
+    parser.add_argument("--item", choices=("tensor", "int"), default="tensor")
     args = parser.parse_args()
     device = torch.device(args.device)
     rows = 65536
@@ -49,7 +53,7 @@ def main() -> None:
         buffer = torch.randn(rows, width, device=device, dtype=torch.bfloat16)
         model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(6)]).to(device, torch.bfloat16)
         opt = torch.optim.SGD(model.parameters(), lr=1e-6)
-    loader = DataLoader(Indices(rows), batch_size=args.batch, shuffle=True, num_workers=args.workers,
+    loader = DataLoader(Indices(rows, args.item == "tensor"), batch_size=args.batch, shuffle=True, num_workers=args.workers,
                         persistent_workers=args.workers > 0)
     stamps: list[float] = []
     waits: list[float] = []

@@ -1,0 +1,132 @@
+"""What gpudoctor's own presence cost the run it measured.
+
+Outside its profiler windows the agent only counts (steps, batches, allocator
+snapshots); inside a window torch.profiler traces every operator, kernel and Python
+call, so those steps run slower and are left out of the step statistics. This module
+says what the windows cost and whether the run came back to its speed afterwards:
+
+- the steady throughput outside the windows against the throughput of the steps that
+  overlapped a window;
+- the step rate before the first window against the rate after it, in chunks of the
+  same number of steps as before it: a run whose every later chunk is slower than
+  before the window by more than ``SLOWDOWN`` did not come back (the chunks are the
+  noise: a bursty loader's rate moves from chunk to chunk);
+- DataLoader workers that found torch.profiler on at their first batch: forked inside
+  a window, they pay its tracing for every batch they make.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gpudoctor.thresholds import CountThreshold, Threshold
+
+if TYPE_CHECKING:
+    from gpudoctor.session import Session, StepRecord
+
+SLOWDOWN = Threshold(
+    "every chunk of steps after the first profiler window slower than the steps before it by more than", 0.03,
+    "share", "issue 24: gpudoctor's presence must cost the run under 3% outside its windows")
+MIN_STEPS = CountThreshold(
+    "steps needed before the first window (and twice as many after it) to compare", 8, "steps",
+    "gpudoctor: a chunk of fewer steps is mostly one loader burst or one GPU queue drain")
+
+
+@dataclass(frozen=True)
+class Overhead:
+    windows: int  # profiler windows kept
+    profiled_steps: int  # steps that overlapped a window (left out of the step statistics)
+    steps_per_s_outside: float | None  # steady steps outside the windows
+    steps_per_s_inside: float | None  # steps that overlapped a window
+    before_steps_per_s: float | None  # steady steps before the first window
+    after_steps_per_s: tuple[float, float] | None  # slowest and fastest chunk after it
+    traced_workers: list[int] = field(default_factory=list)  # worker pids forked inside a window
+
+    @property
+    def slowdown(self) -> float | None:
+        """How much slower the fastest chunk after the first window ran than the steps before it
+        (0.12: 12% slower), None when not compared; negative when it ran faster."""
+        if self.before_steps_per_s is None or self.after_steps_per_s is None:
+            return None
+        return 1.0 - self.after_steps_per_s[1] / self.before_steps_per_s
+
+    @property
+    def slowed(self) -> bool:
+        slowdown = self.slowdown
+        return slowdown is not None and slowdown > SLOWDOWN
+
+    @property
+    def window_cost(self) -> float | None:
+        """The share of the run's steady time that the windows added (their steps at the outside
+        rate would have taken less)."""
+        outside, inside = self.steps_per_s_outside, self.steps_per_s_inside
+        if not outside or not inside or not self.profiled_steps:
+            return None
+        return max(0.0, self.profiled_steps / inside - self.profiled_steps / outside)
+
+    def to_dict(self) -> dict[str, object]:
+        slowdown = self.slowdown
+        return {
+            "windows": self.windows,
+            "profiled_steps": self.profiled_steps,
+            "steps_per_s_outside": _round(self.steps_per_s_outside),
+            "steps_per_s_inside": _round(self.steps_per_s_inside),
+            "before_steps_per_s": _round(self.before_steps_per_s),
+            "after_steps_per_s": [_round(v) for v in self.after_steps_per_s] if self.after_steps_per_s else None,
+            "slowdown": round(slowdown, 4) if slowdown is not None else None,
+            "slowed": self.slowed,
+            "traced_workers": list(self.traced_workers),
+        }
+
+
+def overhead(session: Session) -> Overhead | None:
+    """What the profiler windows cost this run; None when none ran and no worker was traced."""
+    traced = sorted(p.pid for p in session.processes if p.role == "worker" and p.profiler_inherited)
+    windows = sorted((p.window_start_s, p.window_end_s) for p in session.windows()
+                     if p.window_start_s is not None and p.window_end_s is not None and not p.error)
+    if not windows and not traced:
+        return None
+    records = session.steady_steps()
+    before, after = _around_first(records, windows)
+    chunks = _chunk_rates(after, len(before)) if len(before) >= MIN_STEPS and len(after) >= 2 * len(before) else []
+    return Overhead(
+        windows=len(windows),
+        profiled_steps=session.steps.profiled_steps,
+        steps_per_s_outside=_rate(records),
+        steps_per_s_inside=(session.steps.profiled_steps / session.steps.profiled_time_s
+                            if session.steps.profiled_time_s > 0 else None),
+        before_steps_per_s=_rate(before) if chunks else None,
+        after_steps_per_s=(min(chunks), max(chunks)) if chunks else None,
+        traced_workers=traced,
+    )
+
+
+def _around_first(records: list[StepRecord], windows: list[tuple[float, float]]
+                  ) -> tuple[list[StepRecord], list[StepRecord]]:
+    """Steady steps before the first window, and those after it (up to the second)."""
+    if not windows:
+        return [], []
+    start, end = windows[0]
+    until = windows[1][0] if len(windows) > 1 else float("inf")
+    before = [r for r in records if r.t <= start]
+    after = [r for r in records if r.t - r.duration_s >= end and r.t <= until]
+    return before, after
+
+
+def _chunk_rates(records: list[StepRecord], size: int) -> list[float]:
+    rates = []
+    for i in range(0, len(records) - size + 1, size):
+        rate = _rate(records[i:i + size])
+        if rate is not None:
+            rates.append(rate)
+    return rates
+
+
+def _rate(records: list[StepRecord]) -> float | None:
+    total = sum(r.duration_s for r in records)
+    return len(records) / total if records and total > 0 else None
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None

@@ -1,0 +1,81 @@
+"""GD002 observer-effect: gpudoctor's own presence changed the run it measured.
+
+What it detects
+    The steps after gpudoctor's first profiler window ran slower than the steps
+    before it, by more than {{SLOWDOWN}} in every chunk of steps that followed
+    (the run did not come back to its speed); or DataLoader workers ran with
+    torch.profiler on because they were forked while a profiler window ran.
+
+Why it matters
+    A diagnosis is only worth what the run it measured is worth. A worker forked
+    inside a profiler window keeps the profiler's tracing for its whole life (every
+    operator and Python call it makes is recorded), so it makes batches 2-3 times
+    slower and the report would blame the input pipeline for a slowdown the
+    measurement caused. gpudoctor closes its window before any fork on the window's
+    thread and switches the inherited tracing off in a child forked from another
+    thread; this check is the guard that says so when it happens anyway (a profiler
+    window of the workload's own, a fork it could not see).
+
+How it is measured
+    Steps that overlapped a profiler window are left out of the step statistics and
+    counted apart (their rate is the window's own cost, stated in every report).
+    The steady steps before the first window (at least {{MIN_STEPS}}) are compared
+    with chunks of as many steps after it; each DataLoader worker reports at its
+    first batch whether torch.profiler was on in it.
+
+What to do
+    Read the findings with care: the slowdown is in the measurement. Run again with
+    `--no-profile` to compare, and report the run to gpudoctor's issue tracker. A
+    workload that runs its own torch.profiler should create its DataLoader iterator
+    (which starts the workers) before the profiler starts, or use persistent workers
+    started outside it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpudoctor.analysis.observer import MIN_STEPS, SLOWDOWN, overhead
+from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+
+if TYPE_CHECKING:
+    from gpudoctor.session import Session
+
+TITLE = "gpudoctor's measurement changed the run"
+
+
+@check("GD002", "observer-effect", stage=0, title=TITLE, thresholds=(SLOWDOWN, MIN_STEPS))
+def run(session: Session) -> list[Finding]:
+    cost = overhead(session)
+    if cost is None:
+        raise Skip("no profiler window ran in the workload: gpudoctor only counted steps and batches there")
+    findings = []
+    if cost.traced_workers:
+        pids = ", ".join(str(p) for p in cost.traced_workers[:8])
+        findings.append(Finding(
+            severity="warning",
+            title="DataLoader workers ran with the profiler on (forked inside a profiler window)",
+            message=(f"{len(cost.traced_workers)} DataLoader worker(s) (pid {pids}) found torch.profiler on at their "
+                     "first batch: they were started while a profiler window ran, and record every operator and "
+                     "Python call they make for the rest of their life, so they make batches 2-3 times slower. "
+                     "The data-stage findings may describe this slowdown, not the workload's."),
+            evidence={"traced_workers": Evidence(len(cost.traced_workers), label="workers traced")},
+            remedy=Remedy("Compare with a run under `--no-profile`. If the workload runs its own torch.profiler, "
+                          "start the DataLoader's workers (create its iterator) before the profiler starts."),
+        ))
+    if cost.slowed and cost.before_steps_per_s is not None and cost.after_steps_per_s is not None:
+        low, high = cost.after_steps_per_s
+        findings.append(Finding(
+            severity="warning",
+            title="The run slowed down after the profiler window and did not come back",
+            message=(f"Before the first profiler window the steps ran at {cost.before_steps_per_s:.3g} steps/s; "
+                     f"after it, every chunk of as many steps ran at {low:.3g}-{high:.3g} steps/s "
+                     f"({cost.slowdown:.0%} slower at best). The steady numbers of this report come mostly from "
+                     "after the window: compare with a run under `--no-profile`."),
+            evidence={"before": Evidence(round(cost.before_steps_per_s, 3), "steps/s", label="before the window"),
+                      "after": Evidence(round(high, 3), "steps/s", label="after it (fastest chunk)"),
+                      "slowdown": Evidence(round(cost.slowdown or 0.0, 4), "share", label="slower")},
+            remedy=Remedy("Run again with `--no-profile` and compare the throughput; if it differs, report it "
+                          "to gpudoctor with both reports."),
+        ))
+    return findings
