@@ -49,7 +49,7 @@ typecheck: $(VENV)/.lint-installed
 	$(VENV)/bin/mypy gpudoctor
 
 bench: $(VENV)/.installed
-	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/overhead.py --out gpudoctor-reports/overhead
 
 clean:
 	rm -rf $(VENV) build *.egg-info gpudoctor-reports

@@ -1,41 +1,117 @@
-"""Measure what gpudoctor costs the workload it watches.
+"""What `gpudoctor diagnose` costs the workload it watches: plain against diagnose, paired.
 
-For a CPU-bound loop (and a GPU-bound loop when a GPU is present) it runs the same
-fixed number of steps plain, under `gpudoctor diagnose --no-profile` (sampling
-only) and under `gpudoctor diagnose` (sampling + the profiler window), alternating
-the three configurations for several rounds, and compares the loop's own timing
-(printed by the workload). It also measures interpreter start-up with the agent
-injected (it must cost a few milliseconds at most), and the profile of a loader
-worker (cProfile over 8 batches of one worker, taken when the loop waits for data): an
-input-bound loop with one worker, under `diagnose --no-profile` with and without
-`--no-loader-profile`, and the profiled batches' time against the others'.
+For each workload of the overhead corpus (below: loaders whose waits overlap queued GPU
+work with 2, 4 and 8 workers, a loader that starts new workers for every iterator, a
+`num_workers=0` loader, torch.compile, DDP with 2 ranks on one GPU, a stepless inference
+loop, pageable copies, a launch-bound loop), it runs the workload plain and under
+`gpudoctor diagnose` with default options, alternated in pairs, each under
+benchmarks/corpus/steprate.py (which stamps each step, and whether torch.profiler was on
+when it ended). Per run:
 
-    python benchmarks/overhead.py [--rounds 5] [--steps 300] [--json out.json] [--cases cpu,cuda,loader]
+- throughput outside the profiler windows: steady steps (the first 20% left out) that no
+  window overlapped, over their time (a plain run has no window: all its steady steps);
+- whole-run throughput: every steady step, windows included.
+
+The ratio diagnose / plain is taken per pair; the table gives the median of pairs.
+Goal (issue 24): outside the windows every workload within 3% of plain, the median within
+1%. `--configs` adds the issue's other rows (`no-loader-profile`, `no-profile`), and the
+agent's start-up cost is measured too (a few milliseconds at most).
+
+    python3 benchmarks/overhead.py --out DIR [--pairs 2] [--workloads a,b] [--configs plain,diagnose]
+
+Writes DIR/overhead.json and DIR/overhead.md as each workload finishes.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-LOOP = ROOT / "tests" / "workloads" / "bench_loop.py"
+GPU = ROOT / "tests" / "workloads" / "gpu"
+STEPRATE = ROOT / "benchmarks" / "corpus" / "steprate.py"
 SITE = ROOT / "gpudoctor" / "agent" / "_site"
+WARMUP_SHARE = 0.2
+
+# name -> (the command after the interpreter: a script and its arguments, or "torchrun ..." for DDP; extra env)
+WORKLOADS: dict[str, tuple[list[str], dict[str, str]]] = {
+    "loader_reiter_w2": ([str(GPU / "loader_reiter.py"), "--workers", "2", "--steps", "400"], {}),
+    "loader_reiter_w4": ([str(GPU / "loader_reiter.py"), "--workers", "4", "--steps", "400"], {}),
+    "loader_reiter_w8": ([str(GPU / "loader_reiter.py"), "--workers", "8", "--steps", "400"], {}),
+    "loader_new_workers": ([str(GPU / "loader_reiter.py"), "--workers", "2", "--steps", "200", "--no-persistent",
+                            "--item", "int"], {}),
+    "loader_overlap_w0": ([str(GPU / "loader_overlap.py"), "--workers", "0", "--steps", "150"], {}),
+    "compiled_mlp": ([str(GPU / "compiled_mlp.py"), "--steps", "300"], {}),
+    "ddp_2ranks": (["torchrun", "--standalone", "--nproc-per-node", "2", str(GPU / "ddp_ranks.py")],
+                   {"DDP_BACKEND": "gloo", "DDP_SHARE_GPU": "1", "DDP_STEPS": "150"}),
+    "infer_stepless": ([str(GPU / "infer_10s.py"), "--seconds", "6"], {"STEPRATE_FORWARD": "1"}),
+    "pageable_copies": ([str(GPU / "pageable_copies.py")], {}),
+    "tiny_kernels": ([str(GPU / "tiny_kernels.py")], {}),
+}
+CONFIGS = {
+    "plain": None,
+    "diagnose": [],
+    "no-loader-profile": ["--no-loader-profile"],
+    "no-profile": ["--no-profile", "--no-loader-profile"],
+}
 
 
-def loop_time(command: list[str]) -> float:
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    for line in reversed(out.splitlines()):
-        if line.startswith("{"):
-            return float(json.loads(line)["loop_s"])
-    raise RuntimeError(f"no timing in output of {command}")
+def command_for(workload: list[str], stamps: Path) -> list[str]:
+    if workload[0] == "torchrun":  # each rank runs under the stamping harness
+        return [sys.executable, "-m", "torch.distributed.run", *workload[1:-1], str(STEPRATE), str(stamps),
+                workload[-1]]
+    return [sys.executable, str(STEPRATE), str(stamps), *workload]
+
+
+def run_once(name: str, config: str, out: Path) -> dict[str, Any]:
+    workload, extra_env = WORKLOADS[name]
+    env = {**os.environ, **extra_env}
+    with tempfile.TemporaryDirectory() as tmp:
+        stamps = Path(tmp) / "steps.json"
+        command = command_for(workload, stamps)
+        flags = CONFIGS[config]
+        if flags is not None:
+            command = [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", *flags, "--out", f"{tmp}/r/",
+                       "--", *command]
+        start = time.perf_counter()
+        proc = subprocess.run(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, timeout=600)
+        wall = time.perf_counter() - start
+        files = sorted(Path(tmp).glob("steps.json*"))
+        if proc.returncode != 0 or not files:
+            return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}", "wall_s": wall}
+        result = rates(json.loads(files[0].read_text()))
+        result["wall_s"] = round(wall, 2)
+        return result
+
+
+def rates(data: dict[str, Any]) -> dict[str, Any]:
+    """Steady throughput outside the profiler windows, and over every steady step."""
+    t, profiled = data["t"], data["profiled"]
+    if len(t) < 10:  # a run with too few steps: its body time is all there is
+        body = data["ended"] - data["began"]
+        return {"steps": len(t), "outside": 1 / body, "whole": 1 / body, "profiled_steps": 0, "unit": "runs/s"}
+    first = max(1, int(len(t) * WARMUP_SHARE))
+    outside_n, outside_s, inside = 0, 0.0, 0
+    for i in range(first, len(t)):
+        if profiled[i] or profiled[i - 1]:  # the window was on when the step began or ended
+            inside += 1
+            continue
+        outside_n += 1
+        outside_s += t[i] - t[i - 1]
+    whole = (len(t) - first) / (t[-1] - t[first - 1])
+    return {"steps": len(t), "outside": outside_n / outside_s if outside_s > 0 else None, "whole": whole,
+            "profiled_steps": inside, "unit": "steps/s"}
 
 
 def startup_ms(with_agent: bool, rounds: int) -> float:
@@ -44,7 +120,7 @@ def startup_ms(with_agent: bool, rounds: int) -> float:
     times = []
     with tempfile.TemporaryDirectory() as session:
         if with_agent:
-            env["PYTHONPATH"] = str(SITE)
+            env["PYTHONPATH"] = str(SITE) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
             env["GPUDOCTOR_SESSION_DIR"] = session
         subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)  # warm the caches
         for _ in range(rounds):
@@ -54,100 +130,73 @@ def startup_ms(with_agent: bool, rounds: int) -> float:
     return statistics.median(times)
 
 
-def loader_case(rounds: int, steps: int) -> dict[str, object]:
-    """What profiling one loader worker costs an input-bound loop."""
-    base = [sys.executable, str(LOOP), "--device", "cpu", "--steps", str(steps), "--loader-workers", "1"]
-    timings: dict[str, list[float]] = {"plain": [], "no_loader_profile": [], "loader_profile": []}
-    batch_ratio: list[float] = []
-    for _ in range(rounds):
-        for name in timings:
-            with tempfile.TemporaryDirectory() as out:
-                extra = ["--no-loader-profile"] if name == "no_loader_profile" else []
-                command = base if name == "plain" else [
-                    sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", "--no-profile", *extra,
-                    "--out", f"{out}/", "--", *base]
-                timings[name].append(loop_time(command))
-                if name == "loader_profile":
-                    ratio = profiled_batch_ratio(Path(out))
-                    if ratio is not None:
-                        batch_ratio.append(ratio)
-    medians = {name: statistics.median(values) for name, values in timings.items()}
-    return {
-        "steps": steps,
-        "loop_s_median": medians,
-        "loop_s_all": timings,
-        "overhead_loader_profile_pct": 100 * (medians["loader_profile"] / medians["no_loader_profile"] - 1),
-        "profiled_batch_slowdown": statistics.median(batch_ratio) if batch_ratio else None,
-        "profiled_batch_slowdown_all": batch_ratio,
-    }
+def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per config: the median of the per-pair ratios against the plain run of the same pair."""
+    plain = runs.get("plain") or []
+    out: dict[str, Any] = {}
+    for config, results in runs.items():
+        if config == "plain":
+            continue
+        ratios = {"outside": [], "whole": []}
+        for base, other in zip(plain, results, strict=False):
+            for key in ratios:
+                if base.get(key) and other.get(key):
+                    ratios[key].append(other[key] / base[key])
+        out[config] = {key: round(statistics.median(v), 4) if v else None for key, v in ratios.items()}
+        out[config]["pairs"] = len(ratios["outside"])
+    return out
 
 
-def profiled_batch_ratio(out: Path) -> float | None:
-    """Time of a profiled batch over the time of the loader's other batches, from the Session."""
-    sessions = list(out.glob("*.session.json"))
-    if not sessions:
-        return None
-    for loader in json.loads(sessions[0].read_text()).get("loaders") or []:
-        profile = loader.get("fetch_profile")
-        if not profile or not profile.get("batches"):
-            continue
-        rest_batches = loader["fetch_batches"] - profile["batches"]
-        if rest_batches <= 0:
-            continue
-        rest = (loader["fetch_wall_s"] - profile["wall_s"]) / rest_batches
-        return (profile["wall_s"] / profile["batches"]) / rest if rest > 0 else None
-    return None
+def markdown(results: dict[str, Any]) -> str:
+    lines = [f"`benchmarks/overhead.py`, {results['machine']}, {results['date']}; medians of "
+             f"{results['pairs']} alternated pair(s); ratio = throughput under `diagnose` / plain.", "",
+             "| workload | plain | diagnose, outside the windows | ratio (outside) | ratio (whole run) "
+             "| steps in windows |", "|---|---|---|---|---|---|"]
+    for name, entry in results["workloads"].items():
+        runs, summary = entry["runs"], entry["summary"].get("diagnose", {})
+        plain = statistics.median([r["outside"] for r in runs.get("plain", []) if r.get("outside")] or [0])
+        diag = [r for r in runs.get("diagnose", []) if r.get("outside")]
+        unit = (runs.get("plain") or [{}])[0].get("unit", "steps/s")
+        lines.append(f"| {name} | {plain:.3g} {unit} | "
+                     f"{statistics.median([r['outside'] for r in diag]) if diag else float('nan'):.3g} | "
+                     f"{_ratio(summary.get('outside'))} | {_ratio(summary.get('whole'))} | "
+                     f"{diag[0]['profiled_steps'] if diag else '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--devices", default="cpu,cuda")
-    parser.add_argument("--cases", default="devices,loader", help="devices (the loops above), loader")
-    parser.add_argument("--json", dest="json_path")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--configs", default="plain,diagnose")
     args = parser.parse_args()
-    results: dict[str, object] = {
-        "startup_ms_plain": startup_ms(False, 20),
-        "startup_ms_agent": startup_ms(True, 20),
-    }
-    devices = args.devices.split(",")
+    args.out.mkdir(parents=True, exist_ok=True)
+    configs = args.configs.split(",")
     try:
         import torch
 
-        has_cuda = torch.cuda.is_available()
+        machine = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "CPU"
     except ImportError:
-        has_cuda = False
-    with tempfile.TemporaryDirectory() as out:
-        for device in devices if "devices" in args.cases else []:
-            if device == "cuda" and not has_cuda:
-                continue
-            base = [sys.executable, str(LOOP), "--device", device, "--steps", str(args.steps)]
-            configs = {
-                "plain": base,
-                "sampling": [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", "--no-profile",
-                             "--out", out, "--force", "--", *base],
-                "profiler": [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", "--out", out, "--force",
-                             "--", *base],
-            }
-            timings: dict[str, list[float]] = {name: [] for name in configs}
-            for _ in range(args.rounds):
-                for name, command in configs.items():
-                    timings[name].append(loop_time(command))
-            medians = {name: statistics.median(values) for name, values in timings.items()}
-            results[device] = {
-                "steps": args.steps,
-                "loop_s_median": medians,
-                "loop_s_all": timings,
-                "overhead_sampling_pct": 100 * (medians["sampling"] / medians["plain"] - 1),
-                "overhead_profiler_pct": 100 * (medians["profiler"] / medians["plain"] - 1),
-            }
-    if "loader" in args.cases:
-        results["loader"] = loader_case(args.rounds, args.steps)
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.json_path:
-        Path(args.json_path).write_text(text)
+        machine = "CPU"
+    results: dict[str, Any] = {"machine": f"{machine}, {os.cpu_count()} cores", "pairs": args.pairs,
+                               "date": datetime.date.today().isoformat(),
+                               "startup_ms": {"plain": startup_ms(False, 10), "agent": startup_ms(True, 10)},
+                               "workloads": {}}
+    for name in args.workloads.split(","):
+        runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+        for _ in range(args.pairs):
+            for config in configs:
+                runs[config].append(run_once(name, config, args.out))
+        results["workloads"][name] = {"runs": runs, "summary": summarize(runs)}
+        print(name, json.dumps(results["workloads"][name]["summary"]), flush=True)
+        (args.out / "overhead.json").write_text(json.dumps(results, indent=1))
+        (args.out / "overhead.md").write_text(markdown(results))
+    print(markdown(results))
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ def overhead(session: Session) -> Overhead | None:
     """What the profiler windows cost this run; None when none ran and no worker was traced."""
     traced = sorted(p.pid for p in session.processes if p.role == "worker" and p.profiler_inherited)
     windows = sorted((p.window_start_s, p.window_end_s) for p in session.windows()
-                     if p.window_start_s is not None and p.window_end_s is not None and not p.error)
+                     if p.window_start_s is not None and p.window_end_s is not None)
     if not windows and not traced:
         return None
     records = session.steady_steps()

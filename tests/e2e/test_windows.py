@@ -63,3 +63,20 @@ def test_an_input_bound_loop_shows_where_a_worker_spends_its_time(diagnose):
         top["name"] == "__getitem__"
     remedy = run.finding("GD102")["remedy"]["text"]
     assert "loader_starved.py:23" in remedy and "of a batch" in remedy, remedy
+
+
+def test_workers_started_inside_a_window_are_never_traced(diagnose):
+    # new worker processes for every 4 batches, and a window of 12 steps: several iterators
+    # start their workers while it runs. A worker forked inside a window would keep
+    # torch.profiler's tracing for its whole life (issue 24); the fork closes the window first
+    run = diagnose("--interval", "0.2", "--profile-steps", "12", str(WORKLOADS / "gpu" / "loader_reiter.py"),
+                   "--device", "cpu", "--no-persistent", "--item", "int", "--batch", "256", "--steps", "48",
+                   "--warmup", "4", "--cpu-step-ms", "5")
+    assert run.returncode == 0, run.stderr
+    session = session_of(run)
+    workers = [p for p in session["processes"] if p["role"] == "worker"]
+    assert len(workers) >= 6, workers  # two per iterator
+    assert not [p["pid"] for p in workers if p["profiler_inherited"]]
+    assert session["profiles"] and session["profiles"][0]["steps"] < 12  # closed early, at a fork
+    assert run.outcome("GD002")["status"] == "pass"
+    assert run.report["summary"]["profiler_overhead"]["traced_workers"] == []

@@ -6,6 +6,7 @@ Two GPUs, rank 1 slowed by 20 ms per step (commit the Session as a fixture):
     DDP_SLOW_RANK=1 gpudoctor diagnose --out tests/fixtures/h200x2/ddp_straggler \\
         -- torchrun --standalone --nproc-per-node 2 tests/workloads/gpu/ddp_ranks.py
 Healthy two-GPU run: the same without DDP_SLOW_RANK.
+Two ranks on one GPU (DDP_BACKEND=gloo DDP_SHARE_GPU=1): the overhead benchmark's DDP case.
 """
 
 import os
@@ -21,15 +22,15 @@ SLOW_S = float(os.environ.get("DDP_SLOW_S", "0.02"))
 
 
 def main():
-    dist.init_process_group("nccl")
+    dist.init_process_group(os.environ.get("DDP_BACKEND", "nccl"))
     rank = dist.get_rank()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = 0 if os.environ.get("DDP_SHARE_GPU") else int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank)
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Sequential(
         torch.nn.Linear(4096, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 4096)).to(device),
-        device_ids=[local_rank])
+        device_ids=[local_rank] if dist.get_backend() == "nccl" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for _ in range(STEPS):
         if rank == SLOW_RANK:

@@ -44,6 +44,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--cpu-step-ms", type=float, default=15.0)
     parser.add_argument("--item", choices=("tensor", "int"), default="tensor")
+    parser.add_argument("--no-persistent", action="store_true", help="new worker processes for every iterator")
     args = parser.parse_args()
     device = torch.device(args.device)
     rows = 65536
@@ -54,7 +55,7 @@ def main() -> None:
         model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(6)]).to(device, torch.bfloat16)
         opt = torch.optim.SGD(model.parameters(), lr=1e-6)
     loader = DataLoader(Indices(rows, args.item == "tensor"), batch_size=args.batch, shuffle=True, num_workers=args.workers,
-                        persistent_workers=args.workers > 0)
+                        persistent_workers=args.workers > 0 and not args.no_persistent)
     stamps: list[float] = []
     waits: list[float] = []
     done = 0

@@ -1,0 +1,74 @@
+"""Run a workload script unchanged and record when each of its steps ended.
+
+    python benchmarks/corpus/steprate.py OUT.json SCRIPT [ARGS...]
+
+A step is an optimizer.step() (a post-hook), or, in a script that never steps an
+optimizer, an outermost module forward (global forward hooks, counting depth per
+thread). Each step is stamped with whether torch.profiler was on when it ended, so a
+benchmark can tell the steps a profiler window overlapped from the others. The hooks
+run alike in a plain run and under gpudoctor: what they cost is the same on both
+sides of a comparison. Under torchrun each rank writes OUT.json.rank<N>.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import runpy
+import sys
+import threading
+import time
+
+
+def main() -> None:
+    out, script = sys.argv[1], sys.argv[2:]
+    rank = os.environ.get("RANK")
+    if rank is not None:
+        out = f"{out}.rank{rank}"
+    import torch
+    from torch.nn.modules import module
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    stamps: list[tuple[float, bool, str]] = []
+    enabled = torch.autograd._profiler_enabled
+    depth = threading.local()
+    began = time.perf_counter()
+
+    def stamp(kind: str) -> None:
+        stamps.append((time.perf_counter(), bool(enabled()), kind))
+
+    def after_step(optimizer, args, kwargs) -> None:  # type: ignore[no-untyped-def]
+        stamp("optimizer")
+
+    def pre(mod, args) -> None:  # type: ignore[no-untyped-def]
+        n = getattr(depth, "n", 0)
+        depth.n = n + 1
+        if n == 0 and not any(kind == "optimizer" for _, _, kind in stamps[-1:]):
+            stamp("forward")
+
+    def post(mod, args, output) -> None:  # type: ignore[no-untyped-def]
+        depth.n = max(0, getattr(depth, "n", 1) - 1)
+
+    register_optimizer_step_post_hook(after_step)
+    handles = []
+    if os.environ.get("STEPRATE_FORWARD"):
+        handles = [module.register_module_forward_pre_hook(pre), module.register_module_forward_hook(post)]
+
+    def write() -> None:
+        for handle in handles:
+            handle.remove()
+        ended = time.perf_counter()
+        kind = "optimizer" if any(k == "optimizer" for _, _, k in stamps) else "forward"
+        rows = [(t, on) for t, on, k in stamps if k == kind]
+        with open(out, "w") as fh:
+            json.dump({"began": began, "ended": ended, "source": kind, "t": [t for t, _ in rows],
+                       "profiled": [on for _, on in rows]}, fh)
+
+    atexit.register(write)
+    sys.argv = script
+    runpy.run_path(script[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
