@@ -191,6 +191,7 @@ def _legend(profile: Mapping[str, Any]) -> dict[str, Any]:
         if is_real(value) and value > 0:
             rows.append({"cause": cause, "label": CAUSE_LABELS[cause], "us": float(value), "time": _us(float(value)),
                          "share": f"{float(value) / idle:.0%}" if idle > 0 else ""})
+    rows.sort(key=lambda r: -r["us"])  # the largest cause first
     return {"rows": rows, "idle_us": idle, "idle": _us(idle),
             "idle_share": f"{idle / (idle + busy):.0%}" if idle + busy > 0 else ""}
 
