@@ -57,7 +57,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 TIMELINE_SCRIPT = (
     "(function(){"
     "var plot=document.querySelector('svg.tl-plot');if(!plot)return;"
-    "var axis=document.querySelector('svg.tl-axis'),NS='http://www.w3.org/2000/svg';"
+    "var axis=document.querySelector('svg.tl-axis'),NS=plot.namespaceURI;"
     "var W=+plot.dataset.width,US=+plot.dataset.us,H=plot.viewBox.baseVal.height,x0=0,w=W;"
     "function fmt(us){return us>=1e6?(us/1e6).toFixed(2)+' s':us>=1e3?(us/1e3).toFixed(us>=1e4?0:1)+' ms':"
     "us.toFixed(0)+' us';}"
