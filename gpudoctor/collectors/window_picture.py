@@ -102,7 +102,8 @@ def gap_causes(columns: TraceColumns, gaps: Gaps, after_sync: np.ndarray) -> np.
     launched = gaps.launch >= 0
     cause[gaps.kind == KERNEL_TO_KERNEL] = LAUNCH
     cause[host & launched] = LAUNCH
-    launch_at = np.where(launched, columns.api_start[np.maximum(gaps.launch, 0)], gaps.ends)
+    launch_at = np.where(launched, columns.api_start[np.maximum(gaps.launch, 0)], gaps.ends) \
+        if len(columns.api_start) else gaps.ends
     optimizer = annotations(columns, lambda name: name.startswith(_OPTIMIZER))
     cause[host & launched & _inside(*optimizer, launch_at)] = OPTIMIZER
     cause[host & (columns.gpu_kind[gaps.next_op] == GPU_COPY)] = COPIES
