@@ -289,7 +289,8 @@ class WindowPicture:
     step_marks: list[float] = field(default_factory=list)  # where each drawn step begins, us from start
     bin_us: float = 0.0
     rows: list[PictureRow] = field(default_factory=list)
-    gaps: list[float] = field(default_factory=list)  # start, length, cause (index in IDLE_CAUSES), call site + 1 (0: none)
+    # start, length, cause (index in idle_causes.IDLE_CAUSES), call site + 1 (0: none), per gap
+    gaps: list[float] = field(default_factory=list)
     sites: list[str] = field(default_factory=list)  # the call sites the gaps name
     idle_bins: dict[str, list[float]] = field(default_factory=dict)  # cause -> idle us per bin, gaps too short to draw
     idle_by_cause_us: dict[str, float] = field(default_factory=dict)  # within the drawn steps

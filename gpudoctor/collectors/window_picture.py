@@ -85,7 +85,7 @@ def _union(starts: np.ndarray, ends: np.ndarray, tolerance: float = 0.0) -> tupl
     return starts[opening], reach[closing]
 
 
-def annotations(columns: TraceColumns, test: Callable[[str], bool]) -> tuple[np.ndarray, np.ndarray]:
+def ranges_named(columns: TraceColumns, test: Callable[[str], bool]) -> tuple[np.ndarray, np.ndarray]:
     """The union of the record_function ranges (any thread) whose name passes `test`."""
     ranges = HostEvents(columns.index.ops, ANNOTATION)
     chosen = ranges.named(test)
@@ -104,12 +104,12 @@ def gap_causes(columns: TraceColumns, gaps: Gaps, after_sync: np.ndarray) -> np.
     cause[host & launched] = LAUNCH
     launch_at = np.where(launched, columns.api_start[np.maximum(gaps.launch, 0)], gaps.ends) \
         if len(columns.api_start) else gaps.ends
-    optimizer = annotations(columns, lambda name: name.startswith(_OPTIMIZER))
+    optimizer = ranges_named(columns, lambda name: name.startswith(_OPTIMIZER))
     cause[host & launched & _inside(*optimizer, launch_at)] = OPTIMIZER
     cause[host & (columns.gpu_kind[gaps.next_op] == GPU_COPY)] = COPIES
     longer = gaps.kind != KERNEL_TO_KERNEL
     cause[longer & after_sync] = SYNC
-    data = annotations(columns, lambda name: _DATA.match(name) is not None)
+    data = ranges_named(columns, lambda name: _DATA.match(name) is not None)
     waited = _covered(*data, gaps.ends) - _covered(*data, gaps.starts)
     cause[longer & (waited >= 0.5 * (gaps.ends - gaps.starts))] = DATA
     return cause
@@ -206,7 +206,7 @@ def _host_rows(columns: TraceColumns, t0: float, t1: float, resolution: float) -
             "autograd thread" if any(n.startswith("autograd::engine") for n in names) else f"thread {thread[1]}")
         spans, bins = span_list(operators.start[mine], operators.end[mine], t0, t1, resolution)
         rows.append(PictureRow(name=name, kind="cpu", spans=spans, bins=bins))
-    data = annotations(columns, lambda name: _DATA.match(name) is not None)
+    data = ranges_named(columns, lambda name: _DATA.match(name) is not None)
     if len(data[0]):
         spans, bins = span_list(*data, t0, t1, resolution)
         rows.insert(1 if rows else 0, PictureRow(name="DataLoader wait", kind="data", spans=spans, bins=bins))

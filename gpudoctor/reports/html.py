@@ -45,7 +45,7 @@ from ._common import (
 )
 from ._hotspots import windows_view
 from .ranks import html_context as ranks_context
-from .timeline_view import timeline_view
+from .timeline_view import timeline_views
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,11 @@ TEMPLATES = Path(__file__).parent / "templates"
 # whole picture shows, with its tooltips.
 TIMELINE_SCRIPT = (
     "(function(){"
-    "var plot=document.querySelector('svg.tl-plot');if(!plot)return;"
-    "var axis=document.querySelector('svg.tl-axis'),NS=plot.namespaceURI;"
-    "var W=+plot.dataset.width,US=+plot.dataset.us,H=plot.viewBox.baseVal.height,x0=0,w=W;"
+    "var plots=[];"
+    "document.querySelectorAll('section.tl-wrap').forEach(function(sec){"
+    "var plot=sec.querySelector('svg.tl-plot'),axis=sec.querySelector('svg.tl-axis');if(!plot||!axis)return;"
+    "plots.push(plot);var NS=plot.namespaceURI,W=+plot.dataset.width,US=+plot.dataset.us,"
+    "H=plot.viewBox.baseVal.height,x0=0,w=W;"
     "function fmt(us){return us>=1e6?(us/1e6).toFixed(2)+' s':us>=1e3?(us/1e3).toFixed(us>=1e4?0:1)+' ms':"
     "us.toFixed(0)+' us';}"
     "function ticks(){while(axis.firstChild)axis.removeChild(axis.firstChild);"
@@ -77,9 +79,10 @@ TIMELINE_SCRIPT = (
     "window.addEventListener('pointerup',function(){drag=null;});"
     "window.addEventListener('pointermove',function(ev){if(!drag)return;"
     "view(drag[1]-(ev.clientX-drag[0])/plot.getBoundingClientRect().width*w,w);});"
-    "document.querySelectorAll('.tl-tools button').forEach(function(b){b.addEventListener('click',function(){"
+    "sec.querySelectorAll('.tl-tools button').forEach(function(b){b.addEventListener('click',function(){"
     "var z=b.dataset.zoom;if(z==='reset')view(0,W);else zoom(z==='in'?2:0.5);});});"
-    "window.addEventListener('resize',ticks);ticks();"
+    "window.addEventListener('resize',ticks);sec.addEventListener('toggle',ticks,true);ticks();});"
+    "var plot=plots[0];if(!plot)return;"
     "document.querySelectorAll('a.tl-link').forEach(function(a){a.addEventListener('click',function(){"
     "var c=a.dataset.cause,again=plot.dataset.hl===c,n=0;plot.classList.toggle('hl',!again);"
     "plot.dataset.hl=again?'':c;plot.querySelectorAll('[data-cause]').forEach(function(g){"
@@ -151,7 +154,7 @@ def context(report: Report) -> dict[str, Any]:
     timeline = evidence.get("timeline") or {}
     profile = evidence.get("profile") or None
     summary = report.summary
-    picture = _view(timeline_view, report)
+    pictures = _view(timeline_views, report) or []
     return {
         "csp": content_security_policy(),
         "script": Markup(SCRIPT),  # our constant: its bytes must match the CSP hash
@@ -163,8 +166,8 @@ def context(report: Report) -> dict[str, Any]:
         "command": command_line(report),
         "gpus": ", ".join(gpu_names(report)) or "no GPU recorded",
         "summary_rows": summary_rows(report),
-        "findings": [_finding_view(f, report.docs, (picture or {}).get("links", {})) for f in report.findings],
-        "tl": picture,
+        "findings": [_finding_view(f, report.docs, pictures[0]["links"] if pictures else {}) for f in report.findings],
+        "timelines": pictures,
         "checks": list(report.checks),
         "skipped": skipped_checks(report),
         "environment_rows": environment_rows(report),
@@ -199,7 +202,7 @@ def _worst(report: Report) -> str:
     return "ok"
 
 
-def _view(fn: Callable[[Report], dict[str, Any] | None], report: Report) -> dict[str, Any] | None:
+def _view(fn: Callable[[Report], list[dict[str, Any]]], report: Report) -> list[dict[str, Any]] | None:
     """A picture laid out from the report, or None: like a chart, a broken one costs that picture only."""
     try:
         return fn(report)

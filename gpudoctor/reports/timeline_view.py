@@ -27,6 +27,26 @@ BINS = 1500  # a replayed picture's bins: its span / BINS wide (collectors/windo
 
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _real(value: Any) -> float | None:
+    return float(value) if is_real(value) else None
+
+
+def _share(part: float, whole: float) -> str:
+    """'34%'; never a rounded '0%' or '100%' for a part that is neither."""
+    if whole <= 0:
+        return ""
+    share = part / whole
+    if 0 < share < 0.005:
+        return "<1%"
+    if 0.995 <= share < 1:
+        return ">99%"
+    return f"{share:.0%}"
+
+
 def _us(value: float) -> str:
     return format_duration(max(0.0, value) / 1e6)
 
@@ -106,18 +126,37 @@ def _whatif(report: Report, replay: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def timeline_view(report: Report) -> dict[str, Any] | None:
-    profile = report.evidence.get("profile")
-    if not isinstance(profile, Mapping):
+def timeline_views(report: Report) -> list[dict[str, Any]]:
+    """One view per profiled window with a picture: the primary window first (the findings link
+    to its gaps), then the others (evidence.profiles)."""
+    primary = _mapping(report.evidence.get("profile"))
+    views = []
+    first = _one(report, primary, "timeline")
+    if first is not None:
+        views.append(first)
+    for profile in report.evidence.get("profiles") or []:
+        profile = _mapping(profile)
+        if not profile or profile.get("index") == primary.get("index") or profile is primary:
+            continue
+        view = _one(report, profile, f"timeline-{profile.get('index')}")
+        if view is not None:
+            label = f" ({profile['label']})" if profile.get("label") else ""
+            view["window"] = f"window {profile.get('index')}{label}"
+            views.append(view)
+    return views
+
+
+def _one(report: Report, profile: Mapping[str, Any], ident: str) -> dict[str, Any] | None:
+    if not profile:
         return None
     picture = profile.get("picture")
     if not isinstance(picture, Mapping) or not is_real(picture.get("span_us")) or not picture.get("span_us"):
         return None
     span = float(picture["span_us"])
-    replay = profile.get("replay") if isinstance(profile.get("replay"), Mapping) else {}
+    replay = _mapping(profile.get("replay"))
     whatif = _whatif(report, replay) if replay and not replay.get("error") else None
-    baseline_span = replay.get("baseline_picture_span_us") if whatif else None
-    longest = max([span] + ([float(baseline_span), whatif["span_us"]] if whatif and is_real(baseline_span) else []))
+    baseline_span = _real(replay.get("baseline_picture_span_us")) if whatif else None
+    longest = max([span] + ([baseline_span, whatif["span_us"]] if whatif and baseline_span else []))
     scale = _Scale(longest)
     rows: list[dict[str, Any]] = []
     y = 0.0
@@ -145,21 +184,23 @@ def timeline_view(report: Report) -> dict[str, Any] | None:
         if isinstance(picture.get("idle_bins"), Mapping) else []
     marks = [scale.x(m) for m in _numbers(picture.get("step_marks"))]
     whatif_rows = []
-    if whatif and is_real(baseline_span):
+    if whatif and baseline_span:
         y += 6
-        cause = SCENARIO_CAUSES.get(whatif["scenario"])
-        without = f"what-if: no {CAUSE_LABELS[cause]}" if cause else f"what-if: {whatif['scenario']}"
+        removed = SCENARIO_CAUSES.get(whatif["scenario"])
+        without = f"what-if: no {CAUSE_LABELS[removed]}" if removed else f"what-if: {whatif['scenario']}"
         for name, spans, short, length in (
                 ("what-if: replayed as is", _numbers(replay.get("baseline_picture")),
-                 _numbers(replay.get("baseline_picture_bins")), float(baseline_span)),
+                 _numbers(replay.get("baseline_picture_bins")), baseline_span),
                 (without, whatif["spans"], whatif["bins"], whatif["span_us"])):
             whatif_rows.append({"name": name, "y": y, "label_y": y + ROW - 3,
                                 "path": _path(spans, scale, y) + _bars(short, length / BINS, scale, y),
                                 "end": scale.x(length), "length": _us(length)})
             y += PITCH
-        whatif["gain"] = float(baseline_span) / whatif["span_us"] if whatif["span_us"] else None
+        whatif["gain"] = baseline_span / whatif["span_us"] if whatif["span_us"] else None
     steps = int(picture.get("steps") or 0)
     return {
+        "id": ident,
+        "window": None,
         "height": y,
         "width": WIDTH,
         "rows": rows,
@@ -184,24 +225,25 @@ def timeline_view(report: Report) -> dict[str, Any] | None:
 def _legend(profile: Mapping[str, Any]) -> dict[str, Any]:
     idle = float(profile.get("gpu_idle_us") or 0.0)
     busy = float(profile.get("gpu_busy_us") or 0.0)
-    by_cause = profile.get("idle_by_cause_us") if isinstance(profile.get("idle_by_cause_us"), Mapping) else {}
-    rows = []
+    by_cause = _mapping(profile.get("idle_by_cause_us"))
+    rows: list[dict[str, Any]] = []
     for cause in IDLE_CAUSES:
-        value = by_cause.get(cause)
-        if is_real(value) and value > 0:
-            rows.append({"cause": cause, "label": CAUSE_LABELS[cause], "us": float(value), "time": _us(float(value)),
-                         "share": f"{float(value) / idle:.0%}" if idle > 0 else ""})
-    rows.sort(key=lambda r: -r["us"])  # the largest cause first
+        value = _real(by_cause.get(cause))
+        if value is not None and value > 0:
+            rows.append({"cause": cause, "label": CAUSE_LABELS[cause], "us": value, "time": _us(value),
+                         "share": _share(value, idle)})
+    rows.sort(key=lambda r: -float(r["us"]))  # the largest cause first
     return {"rows": rows, "idle_us": idle, "idle": _us(idle),
-            "idle_share": f"{idle / (idle + busy):.0%}" if idle + busy > 0 else ""}
+            "idle_share": _share(idle, idle + busy)}
 
 
 def _links(report: Report, picture: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     """finding id -> the cause of the gaps it explains, and how much of the drawn idle time they are."""
-    drawn = picture.get("idle_by_cause_us") if isinstance(picture.get("idle_by_cause_us"), Mapping) else {}
+    drawn = _mapping(picture.get("idle_by_cause_us"))
     out = {}
     for f in report.findings:
         cause = _finding_cause(f)
-        if cause and f.id and is_real(drawn.get(cause)) and drawn.get(cause):
-            out[f.id] = {"cause": cause, "label": CAUSE_LABELS[cause], "time": _us(float(drawn[cause]))}
+        time = _real(drawn.get(cause)) if cause else None
+        if cause and f.id and time:
+            out[f.id] = {"cause": cause, "label": CAUSE_LABELS[cause], "time": _us(time)}
     return out

@@ -11,15 +11,14 @@ card are also written to docs/examples/ (the README shows them).
 
 from __future__ import annotations
 
+import base64
+import os
 from pathlib import Path
 from typing import Any
 
-import base64
-import os
-
 import pytest
 from test_browser import ARTIFACTS, DevTools, _evaluate, _open, _screenshot
-from test_browser import browser as browser  # noqa: PLC0414  (the module's fixture, shared)
+from test_browser import browser as browser
 
 from gpudoctor.commands.report import judge
 from gpudoctor.reports import html
