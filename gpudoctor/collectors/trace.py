@@ -361,10 +361,15 @@ class _TraceStats:
         named: dict[int, str | None] = {}
         frames = columns.frames
         for thread, positions in by_thread.items():
-            mine = frames.on(thread)
-            spans = list(zip(frames.start[mine].tolist(), frames.end[mine].tolist(), [frames.names[i] for i in mine]))
             positions.sort(key=lambda p: float(columns.api_start[p]))
-            around = _enclosing(spans, [float(columns.api_start[p]) for p in positions])
+            times = columns.api_start[np.array(positions, dtype=np.int64)]
+            mine = frames.on(thread)
+            # only the frames around one of the calls (a few per call, of a million frames)
+            after = np.searchsorted(times, frames.start[mine], side="left")
+            mine = mine[(after < len(times)) & (times[np.minimum(after, len(times) - 1)] <= frames.end[mine])]
+            names = [frames.distinct_names[code] for code in frames.name_codes[mine].tolist()]
+            spans = list(zip(frames.start[mine].tolist(), frames.end[mine].tolist(), names))
+            around = _enclosing(spans, times.tolist())
             for position, enclosing in zip(positions, around):
                 named[position] = _site([frame[2] for frame in enclosing])
         return [named.get(position) for position in calls]
