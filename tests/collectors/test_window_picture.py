@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from test_trace import TraceBuilder
 
 from gpudoctor.collectors.trace import summarize_trace
 from gpudoctor.idle_causes import IDLE_CAUSES
+from gpudoctor.session import Session
 
 
 def _step(t: TraceBuilder, at: float, *, wait: float = 0.0, sync: bool = False, optimizer: bool = False) -> float:
@@ -74,3 +77,16 @@ def test_no_gpu_work_no_picture() -> None:
     t.op("aten::add", 0, 10)
     s = summarize_trace(t.data())
     assert s.picture is None and s.idle_by_cause_us == {}
+
+
+@pytest.mark.parametrize("name", ["loader_starved_gpu", "item_per_layer"])
+def test_recorded_sessions_hold_what_their_windows_give(name: str) -> None:
+    """The H200 fixtures' pictures were added by scripts/picture_fixture.py: they must be what
+    this checkout computes from the window recorded with them (rewrite them when it changes)."""
+    h200 = Path(__file__).resolve().parents[1] / "fixtures" / "h200"
+    stored = Session.load(h200 / f"{name}.session.json").profile
+    fresh = summarize_trace(h200 / "windows" / f"{name}.trace.json.gz")
+    assert stored is not None
+    assert fresh.idle_by_cause_us == stored.idle_by_cause_us
+    assert fresh.picture == stored.picture
+    assert sum(stored.idle_by_cause_us.values()) == pytest.approx(stored.gpu_idle_us, abs=0.01)
