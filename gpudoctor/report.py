@@ -79,6 +79,8 @@ def summarize(session: Session) -> dict[str, Any]:
         "peak_memory_allocated_bytes": peak,
         "batch_size": session.batch_size,
         "crashed": any(e.kind in ("exception", "oom") for e in session.errors),
+        "gpu_idle_by_cause_us": dict(session.profile.idle_by_cause_us)
+        if session.profile is not None and session.profile.idle_by_cause_us else None,
     }
 
 

@@ -140,6 +140,9 @@ class Summary:
     peak_memory_allocated_bytes: int | None = None
     batch_size: int | None = None
     crashed: bool | None = None
+    gpu_idle_by_cause_us: dict[str, float] | None = json_field(
+        None, doc="the primary profiled window's GPU idle time by cause (data, sync, copies, optimizer, launch, "
+                  "unexplained), us; the causes sum to evidence.profile.gpu_idle_us (the report's timeline)")
     verdict: str | None = None
     extra: Mapping[str, Any] = extra_field()
 
