@@ -94,7 +94,7 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
     scale, data_scale, calibration = _calibrate(timeline, steps, unprofiled_step_us, unprofiled_wait_us)
     measured = Plan.measured(timeline, scale, data_scale)
     base = run(timeline, measured, record=True)
-    drawn = picture_range(index)
+    drawn = _drawn_items(timeline, picture_range(index))
     summary = ReplaySummary(
         steps=steps,
         scope=scope,
@@ -135,20 +135,31 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
     return summary
 
 
-def _picture(timeline: Timeline, result: Result,
-             drawn: tuple[float, float, list[float]]) -> tuple[list[float], list[float], float | None]:
-    """The GPU's replayed work in the steps a report draws (replay.window.picture_range): from
-    the replayed start of the main thread's first item in them to that of its first item after."""
+def _drawn_items(timeline: Timeline, drawn: tuple[float, float, list[float]]) -> tuple[int, int] | None:
+    """The main thread's first item in the steps a report draws (replay.window.picture_range) and
+    its first item after them (len(items): none), by position in timeline.items."""
     t0, t1, _ = drawn
-    if result.op_spans is None or result.item_starts is None:
+    times = [item.ts for item in timeline.items]  # in measured order
+
+    def first_main(at: float) -> int:
+        i = bisect.bisect_left(times, at)
+        while i < len(times) and timeline.items[i].thread != timeline.main_thread:
+            i += 1
+        return i
+
+    first = first_main(t0)
+    return (first, first_main(t1)) if first < len(times) else None
+
+
+def _picture(timeline: Timeline, result: Result,
+             bounds: tuple[int, int] | None) -> tuple[list[float], list[float], float | None]:
+    """The GPU's replayed work in the steps a report draws: from the replayed start of the main
+    thread's first item in them to that of its first item after (`bounds`, _drawn_items)."""
+    if bounds is None or result.op_spans is None or result.item_starts is None:
         return [], [], None
-    main = [i for i, item in enumerate(timeline.items) if item.thread == timeline.main_thread]
-    times = [timeline.items[i].ts for i in main]
-    first, after = bisect.bisect_left(times, t0), bisect.bisect_left(times, t1)
-    if first >= len(main):
-        return [], [], None
-    begin = result.item_starts[main[first]]
-    end = result.item_starts[main[after]] if after < len(main) else timeline.start + result.span_us
+    first, after = bounds
+    begin = result.item_starts[first]
+    end = result.item_starts[after] if after < len(result.item_starts) else timeline.start + result.span_us
     if end <= begin:
         return [], [], None
     spans = np.array(result.op_spans, dtype=np.float64).reshape(-1, 2)
