@@ -256,6 +256,8 @@ def usable_cores(session: Session) -> float | None:
 
 
 def format_duration(seconds: float) -> str:
+    if -0.5e-6 < seconds < 0:
+        seconds = 0.0  # a difference of equal times: "0 us", never "-0 us"
     if seconds < 1e-3:
         return f"{seconds * 1e6:.0f} us"
     if seconds < 1:

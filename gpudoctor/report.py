@@ -81,6 +81,8 @@ def summarize(session: Session) -> dict[str, Any]:
         "batch_size": session.batch_size,
         "crashed": any(e.kind in ("exception", "oom") for e in session.errors),
         "profiler_overhead": cost.to_dict() if (cost := overhead(session)) is not None else None,
+        "gpu_idle_by_cause_us": dict(session.profile.idle_by_cause_us)
+        if session.profile is not None and session.profile.idle_by_cause_us else None,
     }
 
 

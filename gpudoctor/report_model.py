@@ -143,6 +143,9 @@ class Summary:
     profiler_overhead: Mapping[str, Any] | None = json_field(
         None, doc="what gpudoctor's profiler windows cost the run: throughput outside vs inside them, before vs "
                   "after the first one, workers forked inside one (gpudoctor/analysis/observer.py)")
+    gpu_idle_by_cause_us: dict[str, float] | None = json_field(
+        None, doc="the primary profiled window's GPU idle time by cause (data, sync, copies, optimizer, launch, "
+                  "unexplained), us; the causes sum to evidence.profile.gpu_idle_us (the report's timeline)")
     verdict: str | None = None
     extra: Mapping[str, Any] = extra_field()
 

@@ -263,6 +263,44 @@ class ReplayScenario:
     kernel_busy_us: float | None = None  # union of kernels only: when the SMs had work
     changed: int = 0  # host items or GPU operations the edit changed
     detail: str = ""  # what was assumed (rates and where they come from)
+    # the GPU's work in the drawn steps of the window's picture (WindowPicture), replayed with this
+    # cause removed: start, length pairs, us from the replayed start of those steps
+    picture: list[float] = field(default_factory=list)
+    picture_bins: list[float] = field(default_factory=list)  # as PictureRow.bins, bins of picture_span_us / 1500
+    picture_span_us: float | None = None
+
+
+@dataclass
+class PictureRow:
+    """One row of the window's picture: a host thread, its DataLoader waits or syncs, or a GPU stream."""
+
+    name: str  # "main thread", "DataLoader wait", "stream 7", ...
+    kind: str  # cpu | data | sync | gpu
+    spans: list[float] = field(default_factory=list)  # start, length, start, length ... us from the picture's start
+    # bin, us, bin, us ...: time in the spans shorter than a bin (WindowPicture.bin_us), per bin
+    bins: list[float] = field(default_factory=list)
+    copies: list[float] = field(default_factory=list)  # gpu rows: the spans that were copies, as `spans`
+
+
+@dataclass
+class WindowPicture:
+    """A few steps of a profiled window, reduced to what can be drawn (collectors/window_picture.py).
+
+    Spans and idle gaps of at least `bin_us` are kept one by one; shorter ones are summed per
+    bin of that width (a row's `bins`; the gaps' `idle_bins`, per cause).
+    """
+
+    start_us: float = 0.0  # the drawn steps' start, us after the window's first event
+    span_us: float = 0.0
+    steps: int = 0  # steps drawn (0: no step boundary, the whole window)
+    step_marks: list[float] = field(default_factory=list)  # where each drawn step begins, us from start
+    bin_us: float = 0.0
+    rows: list[PictureRow] = field(default_factory=list)
+    # start, length, cause (index in idle_causes.IDLE_CAUSES), call site + 1 (0: none), per gap
+    gaps: list[float] = field(default_factory=list)
+    sites: list[str] = field(default_factory=list)  # the call sites the gaps name
+    idle_bins: dict[str, list[float]] = field(default_factory=dict)  # cause -> idle us per bin, gaps too short to draw
+    idle_by_cause_us: dict[str, float] = field(default_factory=dict)  # within the drawn steps
 
 
 @dataclass
@@ -284,6 +322,10 @@ class ReplaySummary:
     combined: dict[str, float] = field(default_factory=dict)  # "data+sync" -> predicted span, us
     seconds: float | None = None  # time the replay took
     error: str | None = None  # why there is no prediction
+    # the drawn steps of the window's picture replayed as measured (ReplayScenario.picture)
+    baseline_picture: list[float] = field(default_factory=list)
+    baseline_picture_bins: list[float] = field(default_factory=list)
+    baseline_picture_span_us: float | None = None
 
 
 @dataclass
@@ -339,6 +381,9 @@ class ProfileSummary:
     comm_kernel_count: int = 0
     comm_us: float = 0.0
     comm_overlap_us: float = 0.0
+    # the GPU's idle time by cause (collectors/window_picture.IDLE_CAUSES): sums to gpu_idle_us
+    idle_by_cause_us: dict[str, float] = field(default_factory=dict)
+    picture: WindowPicture | None = None  # a few steps to draw, with their idle gaps by cause
 
 
 @dataclass

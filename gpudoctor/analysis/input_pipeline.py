@@ -364,8 +364,9 @@ def _workers_prediction(session: Session, found: InputStall, fetch: float | None
 
     now, after = per_batch(current), per_batch(workers)
     gain = max(1.0, min(instant.gain, now / after)) if after > 0 else instant.gain
+    wait = max(0.0, after - compute - handoff)
     detail = (f"per batch: loop {metrics.format_duration(compute)} + hand-off {metrics.format_duration(handoff)} + "
-              f"wait {metrics.format_duration(after - compute - handoff)} (F = {metrics.format_duration(fetch)} "
+              f"wait {metrics.format_duration(wait)} (F = {metrics.format_duration(fetch)} "
               f"over {workers} workers), against {metrics.format_duration(now)} with {current}")
     if after > 0 and gain < now / after:
         detail += f"; capped by the prediction without any wait ({instant.method}: {instant.detail})"

@@ -129,7 +129,7 @@ def predict(session: Session, scenario: str, *, host_side: bool, rule_gain: floa
     if gain is not None and replay is not None:
         method = "replay"
         steps = f"{replay.steps} steps" if replay.steps else "the window"
-        detail = f"replay of the profiled window ({steps}; {replay.calibration})"
+        detail = f"replay of the profiled window ({steps}); {replay.calibration}"
         if replay.scope:
             detail += f"; replayed: {replay.scope}"
         scenario_row = next(s for s in replay.scenarios if s.name == scenario)

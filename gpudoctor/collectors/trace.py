@@ -74,6 +74,8 @@ from gpudoctor.collectors.trace_file import (  # noqa: F401  (public names re-ex
     load_trace,
     trace_events,
 )
+from gpudoctor.collectors.window_picture import Gaps, gap_causes, idle_by_cause, picture, thread_of
+from gpudoctor.replay.window import picture_range
 from gpudoctor.session import KernelStat, ProfileSummary, SyncSite
 
 log = logging.getLogger(__name__)
@@ -205,7 +207,10 @@ class _TraceStats:
             out.top_ops = _top(zip(names, zip(counts.tolist(), totals.tolist(), peaks.tolist())))  # type: ignore[arg-type]
         else:
             out.top_ops = _top(self.cpu_self)
-        self._sync_stats(out, gaps)
+        after_sync = self._sync_stats(out, gaps)
+        cause = gap_causes(columns, gaps, after_sync)
+        out.idle_by_cause_us = idle_by_cause(gaps, cause)
+        out.picture = picture(columns, gaps, cause, picture_range(columns.index), self._call_sites)
         kernels, (name_codes, names) = self.kernels
         is_comm = np.array([name.lower().startswith("nccl") for name in names], dtype=bool)
         comm_mask = is_comm[name_codes] if len(name_codes) else np.zeros(0, dtype=bool)
@@ -286,12 +291,12 @@ class _TraceStats:
         memsets = columns.gpu_dur[columns.gpu_kind == GPU_SET]
         out.memset_count, out.memset_us = len(memsets), round(sequential_sum(memsets), 3)
 
-    def _timeline(self, out: ProfileSummary) -> tuple[np.ndarray, np.ndarray]:
-        """Busy/idle of the busiest device into `out`; the start times of its idle gaps."""
+    def _timeline(self, out: ProfileSummary) -> Gaps:
+        """Busy/idle of the busiest device into `out`; its idle gaps."""
         columns = self.columns
         assert columns is not None
         device_codes, devices = str_codes(columns.index.gpu.resolved("device", "pid"))
-        best: tuple[list[float], tuple[np.ndarray, np.ndarray]] | None = None
+        best: tuple[list[float], Gaps] | None = None
         best_device = -1
         for device in range(len(devices)):
             mine = np.flatnonzero(device_codes == device) if len(devices) > 1 else np.arange(len(device_codes))
@@ -299,7 +304,8 @@ class _TraceStats:
             if best is None or totals[0] > best[0][0]:
                 best, best_device = (totals, gaps), device
         if best is None:
-            return np.zeros(0), np.zeros(0)
+            empty = np.zeros(0, dtype=np.int64)
+            return Gaps(np.zeros(0), np.zeros(0), empty, empty, empty, empty)
         (busy, k2k, host, other), gaps = best
         out.streams = self._streams(np.flatnonzero(device_codes == best_device), busy + k2k + host + other)
         out.gpu_busy_us, out.gpu_idle_us = round(busy, 3), round(k2k + host + other, 3)
@@ -325,8 +331,8 @@ class _TraceStats:
                          "busy_share": round(busy / span, 4) if span > 0 else None})
         return sorted(rows, key=lambda r: (-r["busy_us"], r["stream"]))
 
-    def _busy_and_gaps(self, mine: np.ndarray) -> tuple[list[float], tuple[np.ndarray, np.ndarray]]:
-        """([busy, kernel-to-kernel, host wait, other] us, (gap starts, gap ends)) on one device."""
+    def _busy_and_gaps(self, mine: np.ndarray) -> tuple[list[float], Gaps]:
+        """([busy, kernel-to-kernel, host wait, other] us, its idle gaps) on one device."""
         columns = self.columns
         assert columns is not None
         starts, ends = columns.gpu_start[mine], columns.gpu_end[mine]
@@ -335,16 +341,40 @@ class _TraceStats:
         busy = sequential_sum(block_ends - block_starts)
         gap_starts, gap_ends = block_ends[:-1], block_starts[1:]
         gap = gap_ends - gap_starts
-        launch = columns.gpu_launch[mine[order[opening[1:]]]]
+        next_op = mine[order[opening[1:]]]
+        launch = columns.gpu_launch[next_op]
         queued = launch >= 0
         late = np.zeros(len(gap), dtype=bool)
         late[queued] = columns.api_start[launch[queued]] > gap_starts[queued]
         # 1 kernel-to-kernel, 2 host wait, 3 other (a dependency)
         kind = np.where(late, 2, np.where(gap < KERNEL_TO_KERNEL_GAP_US, 1, np.where(queued, 3, 2)))
         sums = grouped_sums(kind, gap, 4).tolist()
-        return [busy, sums[1], sums[2], sums[3]], (gap_starts, gap_ends)
+        return [busy, sums[1], sums[2], sums[3]], Gaps(gap_starts, gap_ends, kind, launch, next_op, mine)
 
-    def _sync_stats(self, out: ProfileSummary, gaps: tuple[np.ndarray, np.ndarray]) -> None:
+    def _call_sites(self, calls: list[int]) -> list[str | None]:
+        """The Python call site (innermost user frame) of each CUDA call, by position in index.api."""
+        columns = self.columns
+        assert columns is not None
+        by_thread: dict[Any, list[int]] = defaultdict(list)
+        for position in calls:
+            by_thread[thread_of(columns, position)].append(position)
+        named: dict[int, str | None] = {}
+        frames = columns.frames
+        for thread, positions in by_thread.items():
+            positions.sort(key=lambda p: float(columns.api_start[p]))
+            times = columns.api_start[np.array(positions, dtype=np.int64)]
+            mine = frames.on(thread)
+            # only the frames around one of the calls (a few per call, of a million frames)
+            after = np.searchsorted(times, frames.start[mine], side="left")
+            mine = mine[(after < len(times)) & (times[np.minimum(after, len(times) - 1)] <= frames.end[mine])]
+            names = [frames.distinct_names[code] for code in frames.name_codes[mine].tolist()]
+            spans = list(zip(frames.start[mine].tolist(), frames.end[mine].tolist(), names))
+            around = _enclosing(spans, times.tolist())
+            for position, enclosing in zip(positions, around):
+                named[position] = _site([frame[2] for frame in enclosing])
+        return [named.get(position) for position in calls]
+
+    def _sync_stats(self, out: ProfileSummary, gaps: Gaps) -> np.ndarray:
         by_thread: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
         for thread, ts, dur, api in self.syncs:
             by_thread[thread].append((ts, dur, api))
@@ -370,7 +400,8 @@ class _TraceStats:
                           for (api, site), (c, t) in ranked]
         # a gap follows a sync when the GPU ran dry during the sync and the host resumed
         # inside the gap: the sync emptied the queue and the host had to refill it
-        gap_starts, gap_ends = gaps
+        gap_starts, gap_ends = gaps.starts, gaps.ends
+        after_sync = np.zeros(len(gap_starts), dtype=bool)
         if self.syncs and len(gap_starts):
             sync_starts = np.array([ts for _, ts, _, _ in self.syncs], dtype=np.float64)
             sync_ends = sync_starts + np.array([dur for _, _, dur, _ in self.syncs], dtype=np.float64)
@@ -381,6 +412,7 @@ class _TraceStats:
             high = np.searchsorted(sync_ends, gap_ends + SYNC_SLACK_US, side="right")
             after_sync = range_min(sync_starts, low, high) <= gap_starts + SYNC_SLACK_US
             out.idle_after_sync_us = round(sequential_sum((gap_ends - gap_starts)[after_sync]), 3)
+        return after_sync
 
 
 def _site(frames: list[str] | tuple[str, ...]) -> str | None:

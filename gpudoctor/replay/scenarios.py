@@ -26,14 +26,18 @@ step time; the scale is reported.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from gpudoctor.collectors.window_picture import BINS, span_list
 from gpudoctor.replay import rates
-from gpudoctor.replay.simulate import Plan, run
+from gpudoctor.replay.simulate import Plan, Result, run
 from gpudoctor.replay.timeline import (
     BLOCKING_COPY,
     CPU,
@@ -76,7 +80,7 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
     outside the window) calibrate the replay when the run measured them.
     """
     from gpudoctor.collectors.trace_decode import index_events
-    from gpudoctor.replay.window import latest_stretch
+    from gpudoctor.replay.window import latest_stretch, picture_range
 
     began = time.perf_counter()
     index, steps, scope = latest_stretch(index_events(events), steps)
@@ -89,7 +93,8 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
                                    "GPU operations: too many to replay")
     scale, data_scale, calibration = _calibrate(timeline, steps, unprofiled_step_us, unprofiled_wait_us)
     measured = Plan.measured(timeline, scale, data_scale)
-    base = run(timeline, measured)
+    base = run(timeline, measured, record=True)
+    drawn = _drawn_items(timeline, picture_range(index))
     summary = ReplaySummary(
         steps=steps,
         scope=scope,
@@ -103,18 +108,22 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
         launch_latency_us=round(timeline.launch_latency_us, 3),
         queued_gap_us=round(timeline.queued_gap_us, 3),
     )
+    summary.baseline_picture, summary.baseline_picture_bins, summary.baseline_picture_span_us = \
+        _picture(timeline, base, drawn)
     plans: dict[str, Plan] = {}
     for name, edit in EDITS.items():
         plan = measured.copy()
         changed, detail = edit(timeline, plan)
         if not changed:
             continue
-        result = run(timeline, plan)
+        result = run(timeline, plan, record=True)
         plans[name] = plan
+        drawn_spans, drawn_bins, drawn_span = _picture(timeline, result, drawn)
         summary.scenarios.append(ReplayScenario(name=name, label=SCENARIOS[name], span_us=round(result.span_us, 3),
                                                 gpu_busy_us=round(result.gpu_busy_us, 3),
                                                 kernel_busy_us=round(result.kernel_busy_us, 3), changed=changed,
-                                                detail=detail))
+                                                detail=detail, picture=drawn_spans, picture_bins=drawn_bins,
+                                                picture_span_us=drawn_span))
     useful = [s.name for s in summary.scenarios if base.span_us / max(s.span_us, 1e-9) >= MIN_GAIN_FOR_PAIRS]
     for i, first in enumerate(useful):
         for second in useful[i + 1:]:
@@ -124,6 +133,37 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
             summary.combined[f"{first}+{second}"] = round(run(timeline, plan).span_us, 3)
     summary.seconds = round(time.perf_counter() - began, 3)
     return summary
+
+
+def _drawn_items(timeline: Timeline, drawn: tuple[float, float, list[float]]) -> tuple[int, int] | None:
+    """The main thread's first item in the steps a report draws (replay.window.picture_range) and
+    its first item after them (len(items): none), by position in timeline.items."""
+    t0, t1, _ = drawn
+    times = [item.ts for item in timeline.items]  # in measured order
+
+    def first_main(at: float) -> int:
+        i = bisect.bisect_left(times, at)
+        while i < len(times) and timeline.items[i].thread != timeline.main_thread:
+            i += 1
+        return i
+
+    first = first_main(t0)
+    return (first, first_main(t1)) if first < len(times) else None
+
+
+def _picture(timeline: Timeline, result: Result,
+             bounds: tuple[int, int] | None) -> tuple[list[float], list[float], float | None]:
+    """The GPU's replayed work in the steps a report draws: from the replayed start of the main
+    thread's first item in them to that of its first item after (`bounds`, _drawn_items)."""
+    if bounds is None or result.op_spans is None or result.item_starts is None:
+        return [], [], None
+    first, after = bounds
+    begin = result.item_starts[first]
+    end = result.item_starts[after] if after < len(result.item_starts) else timeline.start + result.span_us
+    if end <= begin:
+        return [], [], None
+    spans = np.array(result.op_spans, dtype=np.float64).reshape(-1, 2)
+    return (*span_list(spans[:, 0], spans[:, 1], begin, end, (end - begin) / BINS), round(end - begin, 1))
 
 
 def replay_or_error(events: Any, steps: int = 0, unprofiled_step_us: float | None = None,

@@ -59,10 +59,14 @@ class Result:
     span_us: float  # window start to the later of the main thread's end and the GPU's last end
     gpu_busy_us: float  # union of every GPU operation's interval
     kernel_busy_us: float = 0.0  # union of the kernels' intervals: when the SMs had work
+    # with run(record=True): each operation's (start, end) and each host item's start, replayed
+    op_spans: list[tuple[float, float]] | None = None
+    item_starts: list[float] | None = None
 
 
-def run(timeline: Timeline, plan: Plan) -> Result:
+def run(timeline: Timeline, plan: Plan, record: bool = False) -> Result:
     items, ops = timeline.items, timeline.ops
+    starts: list[float] | None = [] if record else None
     clock: dict[int, float] = {}
     tail: dict[object, float] = {}
     ends: list[float | None] = [None] * len(ops)
@@ -95,6 +99,8 @@ def run(timeline: Timeline, plan: Plan) -> Result:
             place(j, start)
             next_pre += 1
         now = clock.get(item.thread, item.ts)
+        if starts is not None:
+            starts.append(now)
         done = now
         for j in queued.get(index, ()):
             done = max(done, place(j, now + plan.ready[j]))
@@ -113,8 +119,9 @@ def run(timeline: Timeline, plan: Plan) -> Result:
         place(j, start)
     main_end = clock.get(timeline.main_thread, timeline.start)
     last_op = max((e for e in ends if e is not None), default=timeline.start)
+    spans = [(end - plan.dur[j], end) for j, end in enumerate(ends) if end is not None] if record else None
     return Result(span_us=max(main_end, last_op) - timeline.start, gpu_busy_us=_union_length(intervals),
-                  kernel_busy_us=_union_length(kernels))
+                  kernel_busy_us=_union_length(kernels), op_spans=spans, item_starts=starts)
 
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:

@@ -86,3 +86,21 @@ def profiler_steps(index: TraceIndex) -> int:
     """The steps a trace's ``ProfilerStep#N`` ranges mark (what the statistics count)."""
     strings = index.strings.distinct
     return sum(strings[code].startswith(STEP_PREFIX) for code in set(index.ops.name.tolist()))
+
+
+PICTURE_STEPS = 3  # the steps a report draws: enough to see the pattern repeat, few enough to read
+
+
+def picture_range(index: TraceIndex) -> tuple[float, float, list[float]]:
+    """(start, end, the starts of the steps between them) of the last PICTURE_STEPS complete
+    steps of a window before its last one, by the marks _boundaries finds; the whole window, with no step start,
+    when it marks fewer than two. The collectors draw this part, and the replay draws it again
+    without each cause: both ask here, so both draw the same steps."""
+    marks = sorted(set(_boundaries(index)[1]))
+    marks = [m for m in marks if index.first <= m <= index.last]
+    if len(marks) < 2:
+        return float(index.first), float(index.last), []
+    # the window's last step is left out when others can stand in: it holds the window's closing
+    # (the profiler stopping, gpudoctor's export), not the loop's own pattern
+    chosen = marks[-PICTURE_STEPS - 2:-1] if len(marks) >= PICTURE_STEPS + 2 else marks[-PICTURE_STEPS - 1:]
+    return chosen[0], chosen[-1], chosen[:-1]

@@ -131,6 +131,41 @@ def prediction_text(finding: ReportFinding) -> str | None:
     return text + (f" ({method})" if method else "")
 
 
+def prediction_headline(finding: ReportFinding) -> str | None:
+    """'now 115.0 ms -> predicted 71.0 ms (1.6x) -> measured 1.76x' (the measured part once a
+    --try trial measured it), or None without a prediction."""
+    prediction = finding.prediction
+    if prediction is None or prediction.gain is None:
+        return None
+    now, after = prediction.step_time_s, prediction.predicted_step_time_s
+    if now is not None and after is not None:
+        text = f"now {format_duration(now)} -> predicted {format_duration(after)} ({gain_text(prediction.gain)})"
+    else:
+        text = f"predicted {gain_text(prediction.gain)} {prediction.label or ''}".rstrip()
+    trial = finding.trial if isinstance(finding.trial, Mapping) else {}
+    measured = trial.get("measured_gain")
+    if is_real(measured):
+        text += f" -> measured {measured:.2f}x"
+    return text
+
+
+def prediction_steps(finding: ReportFinding) -> list[str]:
+    """How the prediction was obtained, as a short list: the method and what it assumed, then
+    the detail's parts (its top-level '; '-separated clauses)."""
+    prediction = finding.prediction
+    if prediction is None:
+        return []
+    steps = [f"{prediction.method or 'estimate'}: {prediction.label or 'without this cause'}"]
+    detail, depth, start = prediction.detail or "", 0, 0
+    for i, char in enumerate(detail):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and detail.startswith("; ", i):
+            steps.append(detail[start:i])
+            start = i + 2
+    steps.append(detail[start:])
+    return [step.strip() for step in steps if step.strip()]
+
+
 def top_remedies(report: Report, limit: int = 3) -> list[ReportFinding]:
     """The findings whose remedies are worth showing first: root causes, not notes."""
     picked = [f for f in report.root_causes() if f.remedy is not None and f.severity != "info"]

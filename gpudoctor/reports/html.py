@@ -33,6 +33,8 @@ from ._common import (
     gain_text,
     gpu_names,
     override_rows,
+    prediction_headline,
+    prediction_steps,
     prediction_text,
     printable_report,
     skipped_checks,
@@ -43,10 +45,53 @@ from ._common import (
 )
 from ._hotspots import windows_view
 from .ranks import html_context as ranks_context
+from .timeline_view import timeline_views
 
 log = logging.getLogger(__name__)
 
 TEMPLATES = Path(__file__).parent / "templates"
+
+# The timeline (templates/_timeline.html): zoom and pan by the plot's viewBox, tick labels in
+# the axis, and a finding's link highlighting the gaps of its cause. Without a script the
+# whole picture shows, with its tooltips.
+TIMELINE_SCRIPT = (
+    "(function(){"
+    "var plots=[];"
+    "document.querySelectorAll('section.tl-wrap').forEach(function(sec){"
+    "var plot=sec.querySelector('svg.tl-plot'),axis=sec.querySelector('svg.tl-axis');if(!plot||!axis)return;"
+    "plots.push(plot);var NS=plot.namespaceURI,W=+plot.dataset.width,US=+plot.dataset.us,"
+    "H=plot.viewBox.baseVal.height,x0=0,w=W;"
+    "function fmt(us){return us>=1e6?(us/1e6).toFixed(2)+' s':us>=1e3?(us/1e3).toFixed(us>=1e4?0:1)+' ms':"
+    "us.toFixed(0)+' us';}"
+    "function ticks(){while(axis.firstChild)axis.removeChild(axis.firstChild);"
+    "var px=plot.getBoundingClientRect().width;if(!px)return;var a=x0/W*US,span=w/W*US,"
+    "raw=span/Math.max(2,Math.floor(px/90)),p=Math.pow(10,Math.floor(Math.log10(raw))),"
+    "step=[1,2,5,10].map(function(m){return m*p;}).filter(function(v){return v>=raw;})[0];"
+    "for(var t=Math.ceil(a/step)*step;t<=a+span;t+=step){var e=document.createElementNS(NS,'text');"
+    "e.setAttribute('x',((t-a)/span*px).toFixed(1));e.setAttribute('y','12');e.textContent=fmt(t);"
+    "axis.appendChild(e);}}"
+    "function view(nx,nw){w=Math.min(W,Math.max(W/2000,nw));x0=Math.min(W-w,Math.max(0,nx));"
+    "plot.setAttribute('viewBox',x0+' 0 '+w+' '+H);ticks();}"
+    "function zoom(f,at){var c=at===undefined?x0+w/2:at;view(c-(c-x0)/f,w/f);}"
+    "plot.addEventListener('wheel',function(ev){ev.preventDefault();var r=plot.getBoundingClientRect();"
+    "zoom(ev.deltaY<0?1.5:1/1.5,x0+(ev.clientX-r.left)/r.width*w);},{passive:false});"
+    "var drag=null;plot.addEventListener('pointerdown',function(ev){drag=[ev.clientX,x0];});"
+    "window.addEventListener('pointerup',function(){drag=null;});"
+    "window.addEventListener('pointermove',function(ev){if(!drag)return;"
+    "view(drag[1]-(ev.clientX-drag[0])/plot.getBoundingClientRect().width*w,w);});"
+    "sec.querySelectorAll('.tl-tools button').forEach(function(b){b.addEventListener('click',function(){"
+    "var z=b.dataset.zoom;if(z==='reset')view(0,W);else zoom(z==='in'?2:0.5);});});"
+    "window.addEventListener('resize',ticks);sec.addEventListener('toggle',ticks,true);ticks();});"
+    "var plot=plots[0];if(!plot)return;"
+    "document.querySelectorAll('a.tl-link').forEach(function(a){a.addEventListener('click',function(){"
+    "var c=a.dataset.cause,again=plot.dataset.hl===c,n=0;plot.classList.toggle('hl',!again);"
+    "plot.dataset.hl=again?'':c;plot.querySelectorAll('[data-cause]').forEach(function(g){"
+    "var on=!again&&g.dataset.cause===c;g.classList.toggle('on',on);if(on&&g.tagName==='rect')n++;});"
+    "plot.dataset.highlighted=n;"
+    "document.querySelectorAll('a.tl-link').forEach(function(o){o.classList.toggle('active',!again&&o===a);});"
+    "});});"
+    "})();"
+)
 
 # Progressive enhancement: buttons are added by the script, so a viewer that strips
 # scripts (a ticket system, an email client) shows no dead buttons.
@@ -65,6 +110,7 @@ SCRIPT = (
     "window.addEventListener('beforeprint',function(){"
     "document.querySelectorAll('details').forEach(function(d){d.open=true;});});"
     "})();"
+    + TIMELINE_SCRIPT
 )
 
 
@@ -108,6 +154,7 @@ def context(report: Report) -> dict[str, Any]:
     timeline = evidence.get("timeline") or {}
     profile = evidence.get("profile") or None
     summary = report.summary
+    pictures = _view(timeline_views, report) or []
     return {
         "csp": content_security_policy(),
         "script": Markup(SCRIPT),  # our constant: its bytes must match the CSP hash
@@ -119,7 +166,8 @@ def context(report: Report) -> dict[str, Any]:
         "command": command_line(report),
         "gpus": ", ".join(gpu_names(report)) or "no GPU recorded",
         "summary_rows": summary_rows(report),
-        "findings": [_finding_view(f, report.docs) for f in report.findings],
+        "findings": [_finding_view(f, report.docs, pictures[0]["links"] if pictures else {}) for f in report.findings],
+        "timelines": pictures,
         "checks": list(report.checks),
         "skipped": skipped_checks(report),
         "environment_rows": environment_rows(report),
@@ -154,7 +202,16 @@ def _worst(report: Report) -> str:
     return "ok"
 
 
-def _finding_view(f: ReportFinding, docs: Mapping[str, Any]) -> dict[str, Any]:
+def _view(fn: Callable[[Report], list[dict[str, Any]]], report: Report) -> list[dict[str, Any]] | None:
+    """A picture laid out from the report, or None: like a chart, a broken one costs that picture only."""
+    try:
+        return fn(report)
+    except Exception as exc:  # noqa: BLE001  (one picture lost, never the report)
+        log.warning("view %s failed: %s", getattr(fn, "__name__", "?"), exc)
+        return None
+
+
+def _finding_view(f: ReportFinding, docs: Mapping[str, Any], links: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "id": f.id or "?",
         "slug": f.slug,
@@ -168,6 +225,9 @@ def _finding_view(f: ReportFinding, docs: Mapping[str, Any]) -> dict[str, Any]:
         "gain": gain_text(f.estimated_gain) if f.estimated_gain is not None else None,
         "window": f.window,
         "prediction": prediction_text(f),
+        "headline": prediction_headline(f),
+        "derivation": prediction_steps(f),
+        "gaps": links.get(f.id or ""),
         "prediction_detail": f.prediction.detail if f.prediction else None,
         "consequence_of": f.consequence_of,
         "doc": _doc(docs, f.id),

@@ -267,6 +267,10 @@ def test_replaying_a_recorded_window_again_gives_the_stored_prediction(name):
     assert {s.name: s.span_us for s in again.scenarios} == pytest.approx(
         {s.name: s.span_us for s in stored.scenarios}, rel=1e-6)
     assert again.combined == pytest.approx(stored.combined, rel=1e-6)
+    # the what-if rows of the report's timeline (scripts/picture_fixture.py --write stored them)
+    assert again.baseline_picture_span_us == pytest.approx(stored.baseline_picture_span_us, rel=1e-6)
+    assert {s.name: s.picture_span_us for s in again.scenarios} == pytest.approx(
+        {s.name: s.picture_span_us for s in stored.scenarios}, rel=1e-6)
 
 
 # ---- issue 11's shapes, recorded on the H200: every run gets its kernel-level diagnosis ----

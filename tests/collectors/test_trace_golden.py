@@ -56,4 +56,6 @@ def _recorded_fields(value: object, golden: object) -> object:
     """`value` with only the keys `golden` has, at every depth (fields added since are checked elsewhere)."""
     if isinstance(value, dict) and isinstance(golden, dict):
         return {key: _recorded_fields(value.get(key), expected) for key, expected in golden.items()}
+    if isinstance(value, list) and isinstance(golden, list) and len(value) == len(golden):
+        return [_recorded_fields(item, expected) for item, expected in zip(value, golden)]
     return value
