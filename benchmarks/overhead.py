@@ -18,6 +18,10 @@ Goal (issue 24): outside the windows every workload within 3% of plain, the medi
 agent's start-up cost is measured too (a few milliseconds at most).
 
     python3 benchmarks/overhead.py --out DIR [--pairs 2] [--workloads a,b] [--configs plain,diagnose]
+                                   [--diagnose-env KEY=VALUE ...]
+
+`--diagnose-env` sets variables for the runs under gpudoctor only (to try a remedy for an
+overhead, e.g. TEARDOWN_CUPTI=1, before building it in).
 
 Writes DIR/overhead.json and DIR/overhead.md as each workload finishes.
 """
@@ -73,9 +77,9 @@ def command_for(workload: list[str], stamps: Path) -> list[str]:
     return [sys.executable, str(STEPRATE), str(stamps), *workload]
 
 
-def run_once(name: str, config: str, out: Path) -> dict[str, Any]:
+def run_once(name: str, config: str, out: Path, diagnose_env: dict[str, str] | None = None) -> dict[str, Any]:
     workload, extra_env = WORKLOADS[name]
-    env = {**os.environ, **extra_env}
+    env = {**os.environ, **extra_env, **(diagnose_env if CONFIGS[config] is not None and diagnose_env else {})}
     with tempfile.TemporaryDirectory() as tmp:
         stamps = Path(tmp) / "steps.json"
         command = command_for(workload, stamps)
@@ -148,10 +152,11 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    lines = [f"`benchmarks/overhead.py`, {results['machine']}, {results['date']}; medians of "
-             f"{results['pairs']} alternated pair(s); ratio = throughput under `diagnose` / plain.", "",
-             "| workload | plain | diagnose, outside the windows | ratio (outside) | ratio (whole run) "
-             "| steps in windows |", "|---|---|---|---|---|---|"]
+    head = (f"`benchmarks/overhead.py`, {results['machine']}, {results['date']}; medians of "
+            f"{results['pairs']} alternated pair(s); ratio = throughput under `diagnose` / plain.")
+    columns = ("| workload | plain | diagnose, outside the windows | ratio (outside) | ratio (whole run) "
+               "| steps in windows |")
+    lines = [head, "", columns, "|---|---|---|---|---|---|"]
     for name, entry in results["workloads"].items():
         runs, summary = entry["runs"], entry["summary"].get("diagnose", {})
         plain = statistics.median([r["outside"] for r in runs.get("plain", []) if r.get("outside")] or [0])
@@ -174,7 +179,9 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--configs", default="plain,diagnose")
+    parser.add_argument("--diagnose-env", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
+    diagnose_env = dict(item.split("=", 1) for item in args.diagnose_env)
     args.out.mkdir(parents=True, exist_ok=True)
     configs = args.configs.split(",")
     try:
@@ -184,6 +191,7 @@ def main() -> None:
     except ImportError:
         machine = "CPU"
     results: dict[str, Any] = {"machine": f"{machine}, {os.cpu_count()} cores", "pairs": args.pairs,
+                               "diagnose_env": diagnose_env,
                                "date": datetime.date.today().isoformat(),
                                "startup_ms": {"plain": startup_ms(False, 10), "agent": startup_ms(True, 10)},
                                "workloads": {}}
@@ -191,7 +199,7 @@ def main() -> None:
         runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
         for _ in range(args.pairs):
             for config in configs:
-                runs[config].append(run_once(name, config, args.out))
+                runs[config].append(run_once(name, config, args.out, diagnose_env))
         results["workloads"][name] = {"runs": runs, "summary": summarize(runs)}
         print(name, json.dumps(results["workloads"][name]["summary"]), flush=True)
         (args.out / "overhead.json").write_text(json.dumps(results, indent=1))

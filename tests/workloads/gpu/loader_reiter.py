@@ -54,8 +54,8 @@ def main() -> None:
         buffer = torch.randn(rows, width, device=device, dtype=torch.bfloat16)
         model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(6)]).to(device, torch.bfloat16)
         opt = torch.optim.SGD(model.parameters(), lr=1e-6)
-    loader = DataLoader(Indices(rows, args.item == "tensor"), batch_size=args.batch, shuffle=True, num_workers=args.workers,
-                        persistent_workers=args.workers > 0 and not args.no_persistent)
+    loader = DataLoader(Indices(rows, args.item == "tensor"), batch_size=args.batch, shuffle=True,
+                        num_workers=args.workers, persistent_workers=args.workers > 0 and not args.no_persistent)
     stamps: list[float] = []
     waits: list[float] = []
     done = 0
