@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gpudoctor import exitcodes
 from gpudoctor.engine import exit_status, run_checks
 from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.process_tree import none_instrumented
 from gpudoctor.registry import load_checks
 from gpudoctor.report import build_report
 from gpudoctor.session import Session
@@ -73,8 +74,8 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
         if misplaced:
             _misplaced_options(session, misplaced)
         if not supervisor.reader.processes:
-            say_line("gpudoctor: no Python process of the command was instrumented; "
-                 "the report covers CPU/GPU sampling only")
+            say_line(f"gpudoctor: {none_instrumented(supervisor.uninstrumented)}; "
+                     "the report covers CPU/GPU sampling only")
         elif supervisor.uninstrumented:
             say_line(f"gpudoctor: {len(supervisor.uninstrumented)} Python process(es) of the command ran without the "
                  "agent (PYTHONPATH or the environment replaced); the report says which")

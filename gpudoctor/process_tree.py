@@ -13,11 +13,12 @@ Two things gpudoctor must say about it, since nothing else would:
 from __future__ import annotations
 
 import os
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Mapping
 
 import psutil
 
 from gpudoctor.agent.redact import env_secrets, redact_argv
+from gpudoctor.reports.console import one_line
 
 MAX_NAMED = 5
 SHOWN_CHARS = 120
@@ -48,6 +49,7 @@ class TreeWatch:
                     pass
             if pid in self._checked or pid in instrumented:
                 continue
+            cmdline: list[str] = []
             try:
                 cmdline = child.cmdline()
                 names = {child.name(), os.path.basename(cmdline[0]) if cmdline else ""}
@@ -56,6 +58,8 @@ class TreeWatch:
                 self._checked.add(pid)
                 environ = child.environ()
                 why = agent_missing(environ, cmdline, self.workdir, self.site_dir)
+            except psutil.AccessDenied:
+                environ, why = {}, other_user(child)
             except (psutil.Error, OSError):
                 continue
             if why:
@@ -104,6 +108,13 @@ def leftover_note(leftovers: list[str]) -> str:
             f"them running: {'; '.join(leftovers[:MAX_NAMED])}" + (" ..." if len(leftovers) > MAX_NAMED else ""))
 
 
+def none_instrumented(uninstrumented: Mapping[int, str]) -> str:
+    """The note for a run where no Python process loaded the agent, with why, where known."""
+    reasons = list(uninstrumented.values())
+    return "no Python process of the command was instrumented" + (
+        f": {'; '.join(reasons[:2])}" + (" ..." if len(reasons) > 2 else "") if reasons else "")
+
+
 def agent_missing(environ: dict[str, str], cmdline: list[str], workdir: str, site_dir: str) -> str | None:
     """Why a Python process with this environment and command line cannot load the agent."""
     flags = [a for a in cmdline[1:3] if a.startswith("-") and not a.startswith("--")]
@@ -116,6 +127,22 @@ def agent_missing(environ: dict[str, str], cmdline: list[str], workdir: str, sit
     return None
 
 
+def other_user(process: psutil.Process) -> str | None:
+    """Why the agent is missing from a Python process whose environment gpudoctor may not
+    read: it runs as another user (sudo, su, runuser, a setuid launcher)."""
+    try:
+        uid = process.uids().effective
+        user = process.username()
+    except (psutil.Error, OSError, KeyError):
+        return None
+    if uid == os.geteuid():
+        return None
+    return (f"it runs as another user ({user}, uid {uid}; gpudoctor runs as uid {os.geteuid()}): switching "
+            "user (sudo, su, runuser) resets the environment that carries the agent, and that user cannot write "
+            f"gpudoctor's session directory; run gpudoctor itself as {user} (sudo -u {user} gpudoctor diagnose ...)")
+
+
 def _shown(cmdline: list[str], environ: dict[str, str]) -> str:
-    """A command line for a report: secrets masked (theirs and ours), cut short."""
-    return " ".join(redact_argv(cmdline, env_secrets({**os.environ, **environ})))[:SHOWN_CHARS] or "?"
+    """A command line for a report and a line on stderr: secrets masked (theirs and ours),
+    controls and newlines shown as escapes (an argument cannot forge a line), cut short."""
+    return one_line(" ".join(redact_argv(cmdline, env_secrets({**os.environ, **environ}))))[:SHOWN_CHARS] or "?"

@@ -113,7 +113,7 @@ def _verdict(report: Report) -> Text:
     text = Text("gpudoctor ", style="bold")
     text.append(report.summary.verdict or "no verdict", style=f"bold {style}")
     meta = [format_run_seconds(report.duration_s or 0.0)]
-    if report.exit_code not in (None, 0):
+    if report.exit_code not in (None, 0) and not _stopped_as_asked(report):
         meta.append(f"workload exit code {report.exit_code}")
     if report.stop_reason and report.stop_reason != "exited":
         meta.append(f"stopped: {report.stop_reason}")
@@ -122,6 +122,12 @@ def _verdict(report: Report) -> Text:
         meta.append(cmd if len(cmd) <= 60 else cmd[:57] + "...")
     text.append("\n  " + " | ".join(meta), style="dim")
     return text
+
+
+def _stopped_as_asked(report: Report) -> bool:
+    """gpudoctor stopped the run (--steps, --duration) and it ended on that SIGINT: its 130 is
+    the stop, not a failure."""
+    return report.stop_reason in ("steps", "duration") and report.exit_code == 130
 
 
 def _findings_table(findings: list[ReportFinding]) -> Table:

@@ -48,3 +48,17 @@ def test_no_window_says_why():
 
 def test_phase_words_of_a_stepless_window():
     assert phase_words({"source": "time"}) == "no step boundaries (time-bounded)"
+
+
+def test_a_missing_dependency_is_named_with_its_fix(tmp_path, monkeypatch):
+    """Issue 27, item 18: without msgspec every trace check said "not available in this build"."""
+    import sys
+
+    for name in [m for m in sys.modules if m.startswith(("gpudoctor.collectors.trace", "gpudoctor.replay"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "msgspec", None)  # import msgspec -> ModuleNotFoundError
+    shutil.copy(WINDOWS / "tiny_kernels.trace.json.gz", tmp_path / "w.json")
+    session = Session(cwd="/nowhere")
+    assert apply_windows([event(1, "w.json", "optimizer", "start", 1.0)], tmp_path, session, t0=0.0) is None
+    reason = session.unavailable["profile"]
+    assert "msgspec" in reason and "pip install msgspec" in reason

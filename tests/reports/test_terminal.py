@@ -74,3 +74,14 @@ def test_the_hotspot_line_names_the_top_kernel_operator_and_call_sites(report: d
     assert "CPU op aten::addmm 60.0 ms self" in out
     assert "train_step (train.py:40) launches 74% of GPU time" in out
     assert "train_step (train.py:40) blocks 3.0 ms" in out
+
+
+def test_a_stop_gpudoctor_asked_for_is_not_shown_as_a_failing_exit_code(report_factory: Any) -> None:
+    """Issue 27, item 19: the header said "workload exit code 130" for a clean --steps stop."""
+    stopped = report_factory()
+    stopped.update(exit_code=130, stop_reason="steps")
+    header = _render(stopped).splitlines()[1]
+    assert "stopped: steps" in header and "exit code" not in header
+    crashed = report_factory()
+    crashed.update(exit_code=1, stop_reason="exited")
+    assert "workload exit code 1" in _render(crashed).splitlines()[1]
