@@ -10,8 +10,8 @@ The contract (documented in docs/sweep.md):
 
 `build` is called once per trial (each batch size runs in a fresh process), with
 `batch_size=` when its signature names it, or takes `**kwargs` and is no nn.Module
-factory (torchvision's `resnet50(**kwargs) -> ResNet` passes them to the module). A plain `nn.Module` class (or a function
-returning a module) works too, with `--input-shape 3,224,224`.
+factory (torchvision's `resnet50(**kwargs) -> ResNet` passes them to the module).
+A plain `nn.Module` class (or a function returning a module) works too, with `--input-shape 3,224,224`.
 
 The parent only parses and pre-checks (no torch import, no user code run); the trial
 process loads and validates. Problems with the target itself raise `TargetProblem`,
