@@ -46,6 +46,8 @@ class StabilitySettings:
     max_time_s: float = json_field(0.0, always=True)
     rel_ci_target: float = json_field(0.0, always=True, doc="half-width of the median's 95% interval, relative")
     drift_target: float = json_field(0.0, always=True, doc="first-half vs second-half median, relative")
+    tail_target: float | None = json_field(None, omit_none=True,
+                                           doc="p90 / median above which a size is not stable (a heavy tail)")
     extra: Mapping[str, Any] = extra_field()
 
 

@@ -253,10 +253,14 @@ def command_line(args: argparse.Namespace) -> list[str]:
 def progress_line(result: Any) -> str:
     """One stderr line per size, as soon as it is measured."""
     from gpudoctor.metrics import format_bytes
+    from gpudoctor.reports.sweep_view import short_message
 
     head = f"  batch {result.batch_size:>6}: "
     if not result.ok:
-        return head + f"{result.status}" + (f" ({result.message})" if result.message else "")
+        short = short_message(result.status, result.message or "")
+        if result.status == "oom":
+            return head + short
+        return head + f"{result.status}" + (f" ({short})" if short else "")
     t = result.timing
     peak = result.memory.peak_bytes
     rate = f"{t.samples_per_s:,.0f}" if t.samples_per_s >= 100 else f"{t.samples_per_s:.3g}"

@@ -47,6 +47,7 @@ class TrialSpec:
     max_iters: int = 100_000
     rel_ci_target: float = 0.05  # half-width of the median's 95% CI, relative
     drift_target: float = 0.05  # first-half vs second-half median, relative
+    tail_target: float = 2.0  # p90 / median: above it a size is not stable
     sample_gpu: bool = True
 
     def to_dict(self) -> dict[str, Any]:

@@ -41,3 +41,15 @@ def test_slow_iterations_need_three_before_the_cap_ends_them() -> None:
     assert not judge([4.0, 4.0], 12.0, RULE).done
     verdict = judge([4.0, 4.0, 4.0], 12.0, RULE)
     assert verdict.done and not verdict.stable
+
+
+def test_a_heavy_tail_is_not_stable() -> None:
+    """Issue 27, item 24: a batch-1 point whose p90 was 150x its p50 was labelled stable:
+    its median was precise and steady, its tail not."""
+    spiky = ([0.001] * 8 + [0.150] * 2) * 4  # p90 = 150 x p50
+    verdict = judge(spiky, 2.0, StabilityRule(min_iters=20, min_time_s=0.01, max_time_s=10.0))
+    assert verdict.done and not verdict.stable  # more of the same would not thin the tail: stop now
+    assert verdict.tail_ratio == 150.0
+    assert "p90 is 150x the median" in verdict.reason
+    mild = ([0.001] * 9 + [0.0015]) * 4
+    assert judge(mild, 2.0, StabilityRule(min_iters=20, min_time_s=0.01)).stable
