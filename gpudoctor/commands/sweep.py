@@ -208,8 +208,9 @@ def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> SweepReport:
     with tempfile.TemporaryDirectory(prefix="gpudoctor-sweep-") as workdir, _sigterm_as_interrupt():
         say(f"gpudoctor sweep: {args.target} --mode {args.mode} ({plan.mode}; one process per size)")
         runner = SubprocessRunner(base, Path(workdir), args.trial_timeout_s)
+        prober = SubprocessRunner(probe_spec(base), Path(workdir), args.trial_timeout_s)
         try:
-            outcome = run_search(plan, runner, progress=lambda r: say(progress_line(r)))
+            outcome = run_search(plan, runner, progress=lambda r: say(progress_line(r)), probe_runner=prober)
         except TargetRejected as exc:
             code = CATEGORY_CODES.get(exc.result.error_code or "", exitcodes.BAD_DATA)
             raise GpudoctorError(str(exc), code) from None
@@ -219,6 +220,20 @@ def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> SweepReport:
         command=command_line(args),
         duration_s=time.perf_counter() - started,
     )
+
+
+# A fit probe (a bisection size past the knee): the same warm-up, where autotuners and
+# workspaces reach their peak memory, then a few timed iterations only
+PROBE_ITERS = 3
+PROBE_MAX_TIME_S = 2.0
+
+
+def probe_spec(base: Any) -> Any:
+    """The trial settings of a fit probe, from the sweep's own."""
+    import dataclasses
+
+    return dataclasses.replace(base, min_iters=PROBE_ITERS, max_iters=PROBE_ITERS, min_time_s=0.01,
+                               max_time_s=min(base.max_time_s, PROBE_MAX_TIME_S))
 
 
 # (flag, attribute, default): what the command line says, for the report
@@ -261,6 +276,10 @@ def progress_line(result: Any) -> str:
         if result.status == "oom":
             return head + short
         return head + f"{result.status}" + (f" ({short})" if short else "")
+    if result.fit_probe:
+        peak = result.memory.peak_bytes
+        fits = "fits" + (f" (peak {format_bytes(peak)})" if peak is not None else "")
+        return head + fits + ", a fit probe past the knee"
     t = result.timing
     peak = result.memory.peak_bytes
     rate = f"{t.samples_per_s:,.0f}" if t.samples_per_s >= 100 else f"{t.samples_per_s:.3g}"

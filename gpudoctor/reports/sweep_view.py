@@ -84,14 +84,16 @@ def trial_rows(report: SweepReport) -> list[dict[str, str]]:
     labels = marks(report)
     rows = []
     for trial in report.trials:
-        timing = trial.timing
+        timing = trial.timing if not trial.fit_probe else None  # a probe's few iterations are no measurement
         memory = trial.memory
         gpu = trial.gpu
         size = trial.batch_size
         notes = list(labels.get(size, [])) if trial.status == "ok" else []
         if budget and timing is not None and _num(timing.latency_p50_s) and timing.latency_p50_s > budget:
             notes.append("over latency budget")
-        if trial.status == "ok" and not (timing is not None and timing.stable):
+        if trial.fit_probe:
+            notes.append("fit probe: memory only")
+        elif trial.status == "ok" and not (timing is not None and timing.stable):
             notes.append("not stable")
         power = gpu.power_w_mean if gpu is not None else None
         fraction = gpu.power_fraction if gpu is not None else None

@@ -141,6 +141,9 @@ class TrialResult:
     device: dict[str, Any] = field(default_factory=dict)  # type, name, index, uuid
     environment: dict[str, Any] = field(default_factory=dict)  # torch, cuda, driver, python
     duration_s: float | None = None  # the whole trial, process start-up included
+    # a size past the knee run only to learn whether it fits (few timed iterations): its
+    # memory counts, its timing is not a throughput or latency measurement
+    fit_probe: bool = False
 
     @property
     def ok(self) -> bool:
