@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor import exitcodes
-from gpudoctor.engine import exit_status, run_checks
+from gpudoctor.engine import exit_status, gate_line, run_checks
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.process_tree import none_instrumented
 from gpudoctor.registry import load_checks
@@ -213,7 +213,11 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
         # the workload ended because gpudoctor asked it to (documented); a KeyboardInterrupt that
         # lands inside torch's C++ (a CUDA backward pass, measured on an H200) can exit with 1, not 130
         workload = 0
-    return exit_status(workload, engine.findings, args.fail_on, measured=report["summary"].get("measured", True))
+    measured = report["summary"].get("measured", True)
+    code = exit_status(workload, engine.findings, args.fail_on, measured=measured)
+    if code == exitcodes.FAIL_ON:
+        say_line(gate_line(engine.findings, args.fail_on, measured))  # even with --quiet: why the gate failed
+    return code
 
 
 def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: bytes | None,

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
         open_target,
         runnable_without_agent,
     )
-    from gpudoctor.engine import exit_status
+    from gpudoctor.engine import exit_status, gate_line
     from gpudoctor.judging import judge
     from gpudoctor.output import plan_outputs, safe_stem
     from gpudoctor.pipeline import _save, split_ids
@@ -97,7 +97,11 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
     if written is None:
         assert failure is not None
         raise failure
-    return exit_status(0, result.findings, args.fail_on, measured=report["summary"].get("measured", True))
+    measured = report["summary"].get("measured", True)
+    code = exit_status(0, result.findings, args.fail_on, measured=measured)
+    if code == exitcodes.FAIL_ON:
+        say(gate_line(result.findings, args.fail_on, measured))
+    return code
 
 
 def _name(process: Any) -> str:
