@@ -73,6 +73,9 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
         session = result.session
         if misplaced:
             _misplaced_options(session, misplaced)
+        never_ran = failed_before_running(session)
+        if never_ran:
+            raise GpudoctorError(never_ran, exitcodes.NOT_RUNNABLE)
         if not supervisor.reader.processes:
             say_line(f"gpudoctor: {none_instrumented(supervisor.uninstrumented)}; "
                      "the report covers CPU/GPU sampling only")
@@ -135,6 +138,26 @@ def _misplaced_options(session: Session, misplaced: Misplaced) -> None:
                              f"gpudoctor's options go before the script: {misplaced.suggestion}", exitcodes.USAGE)
     say_line(f"gpudoctor: note: {options} after the script went to the script; gpudoctor's options go before it: "
              f"{misplaced.suggestion}")
+
+
+# Python's own refusal of the source: the script (or what it imports first) never ran
+_DID_NOT_COMPILE = ("SyntaxError", "IndentationError", "TabError")
+
+
+def failed_before_running(session: Session) -> str | None:
+    """One line when the workload's main script did not compile: it never ran, nothing was
+    measured, and a report of 19 skipped checks would say less than Python's error."""
+    if session.steps.count or session.loaders or session.profile is not None:
+        return None
+    mains = {p.pid for p in session.processes if p.role == "main"}
+    error = next((e for e in session.errors if e.kind == "exception" and e.type in _DID_NOT_COMPILE
+                  and e.pid in mains), None)
+    if error is None:
+        return None
+    from gpudoctor.reports.console import one_line
+
+    return (f"the script failed before it ran: {error.type}: {one_line((error.message or '').strip())[:300]}; "
+            "nothing was measured, so no report was written")
 
 
 def supervisor_cleanup(supervisor: Supervisor) -> None:
