@@ -59,8 +59,10 @@ def is_terminal(stream: Any) -> bool:
 def plain_text(draw: Callable[[Console], None], width: int | None = None) -> str:
     """What `draw` prints, as plain text: no colour, lines right-stripped, and by default
     no wrapping at all."""
+    # never Jupyter's: in a notebook rich would also display what it records (the text shown
+    # twice, its lines padded to the width)
     console = Console(width=width or UNWRAPPED_WIDTH, record=True, file=_Null(), color_system=None,
-                      force_terminal=False, soft_wrap=False)
+                      force_terminal=False, force_jupyter=False, soft_wrap=False)
     draw(console)
     lines = console.export_text().split("\n")
     return "\n".join(line.rstrip() for line in lines)
