@@ -15,6 +15,7 @@ import argparse
 import datetime
 import logging
 import signal
+import sys
 from typing import Any
 
 from gpudoctor import exitcodes
@@ -53,7 +54,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, nvml: Any = None) -> int:
-    from rich.console import Console
 
     from gpudoctor.attach import (
         NO_AGENT,
@@ -90,8 +90,8 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
     written, failure = _save(plan, report, session.to_dict(), None, args.fail_on)
     if not args.quiet:
         try:
-            terminal.render(written.report if written else report, Console(stderr=True),
-                            written={k: str(v) for k, v in written.files.items()} if written else {})
+            terminal.show_summary(written.report if written else report, sys.stderr,
+                                  written={k: str(v) for k, v in written.files.items()} if written else {})
         except (OSError, ValueError):
             pass
     if written is None:

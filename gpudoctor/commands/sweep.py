@@ -295,11 +295,10 @@ def progress_line(result: Any) -> str:
 def _finish(
     args: argparse.Namespace, report: SweepReport, paths: Any, html_copy: Path | None, to_stdout: bool
 ) -> int:
-    from rich.console import Console
-
     from gpudoctor.fsutil import write_atomic
     from gpudoctor.output import write_outputs
     from gpudoctor.reports import sweep_html, sweep_terminal
+    from gpudoctor.reports.console import output_console
 
     def render(data: Any, fmt: str) -> str:
         return sweep_html.render(data) if fmt == "html" else json.dumps(data, indent=1, allow_nan=False)
@@ -320,8 +319,7 @@ def _finish(
         sys.stdout.write(json.dumps(written.report, indent=1, allow_nan=False) + "\n")
     if not args.quiet:
         stream = sys.stderr if to_stdout else sys.stdout
-        # a pipe or a CI log has no width: 120 columns keep the table on one line per size
-        console = Console(file=stream, highlight=False, width=None if stream.isatty() else 120)
+        console = output_console(stream, highlight=False)  # a pipe or a CI log: the width every command uses
         sweep_terminal.render(written.report, console, written=files)
     if report.interrupted:
         return INTERRUPTED

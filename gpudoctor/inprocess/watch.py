@@ -243,11 +243,9 @@ def _print_summary(report: Report) -> None:
     import sys
 
     try:
-        from rich.console import Console
-
         from gpudoctor.reports import terminal
 
-        terminal.render(report.data, Console(stderr=True), written={k: str(v) for k, v in report.files.items()})
+        terminal.show_summary(report.data, sys.stderr, written={k: str(v) for k, v in report.files.items()})
     except Exception as exc:  # noqa: BLE001 (the verdict is still printed)
         log.debug("summary: %s", exc)
         print(report.verdict, file=sys.stderr)

@@ -85,3 +85,23 @@ def test_a_stop_gpudoctor_asked_for_is_not_shown_as_a_failing_exit_code(report_f
     crashed = report_factory()
     crashed.update(exit_code=1, stop_reason="exited")
     assert "workload exit code 1" in _render(crashed).splitlines()[1]
+
+
+def test_every_command_wraps_at_one_width_without_a_terminal(report: dict[str, Any], monkeypatch: Any) -> None:
+    """Issue 27, item 20: diagnose did not wrap, preflight wrapped at ~120, attach at ~80."""
+    from gpudoctor.reports.console import output_console, output_width
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert output_width() == 100 and output_console(io.StringIO()).width == 100
+    monkeypatch.setenv("COLUMNS", "72")
+    assert output_width() == 72 and output_console(io.StringIO()).width == 72
+    monkeypatch.setenv("COLUMNS", "bogus")
+    assert output_width() == 100
+    monkeypatch.delenv("COLUMNS")
+    stream = io.StringIO()
+    terminal.show_summary(report, stream)
+    code = {("   " + line).rstrip() for f in report["findings"]
+            for line in ((f.get("remedy") or {}).get("code") or "").split("\n")}
+    lines = stream.getvalue().splitlines()
+    assert max(len(line) for line in lines if line not in code) <= 100
+    assert "   DataLoader(ds, num_workers=8, pin_memory=True)  #" in lines  # code: never re-flowed
