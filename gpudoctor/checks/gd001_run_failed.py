@@ -22,8 +22,9 @@ How it is measured
     A run that gpudoctor itself stopped (--duration, --steps, Ctrl-C, SIGTERM) is
     not a failure; it is a hang when no step ended in the last {{HANG_MIN_S}} (and {{HANG_STEPS}} median
     steps) before the stop while the process tree sat idle. A tree that kept
-    working meanwhile (at least {{BUSY_PERCENT}} of CPU, median over that time) was in a
-    phase without steps (a validation loop, a checkpoint): noted, not called a hang.
+    working meanwhile (its CPU, the median over that time, at least {{BUSY_PERCENT}})
+    was in a phase without steps (a validation loop, a checkpoint): noted, not called
+    a hang.
 
 What to do
     Read the traceback in the report (or above, in the terminal: the workload's
