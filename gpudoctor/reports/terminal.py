@@ -28,6 +28,7 @@ from ._common import (
     override_rows,
     printable_report,
     skipped_checks,
+    stopped_as_asked,
     top_remedies,
     trial_rows,
     try_heading,
@@ -116,7 +117,7 @@ def _verdict(report: Report) -> Text:
     text = Text("gpudoctor ", style="bold")
     text.append(report.summary.verdict or "no verdict", style=f"bold {style}")
     meta = [format_run_seconds(report.duration_s or 0.0)]
-    if report.exit_code not in (None, 0) and not _stopped_as_asked(report):
+    if report.exit_code not in (None, 0) and not stopped_as_asked(report):
         meta.append(f"workload exit code {report.exit_code}")
     if report.stop_reason and report.stop_reason != "exited":
         meta.append(f"stopped: {report.stop_reason}")
@@ -125,12 +126,6 @@ def _verdict(report: Report) -> Text:
         meta.append(cmd if len(cmd) <= 60 else cmd[:57] + "...")
     text.append("\n  " + " | ".join(meta), style="dim")
     return text
-
-
-def _stopped_as_asked(report: Report) -> bool:
-    """gpudoctor stopped the run (--steps, --duration) and it ended on that SIGINT: its 130 is
-    the stop, not a failure."""
-    return report.stop_reason in ("steps", "duration") and report.exit_code == 130
 
 
 def _findings_table(findings: list[ReportFinding]) -> Table:

@@ -85,6 +85,16 @@ def test_a_stop_gpudoctor_asked_for_is_not_shown_as_a_failing_exit_code(report_f
     crashed = report_factory()
     crashed.update(exit_code=1, stop_reason="exited")
     assert "workload exit code 1" in _render(crashed).splitlines()[1]
+    from html import unescape
+
+    from gpudoctor.reports import render
+
+    page = unescape(render(stopped, "html"))
+    header = page.split("<header>", 1)[1].split("</header>", 1)[0]
+    assert "exit code" not in header and "stopped: steps" in header
+    assert "130 (SIGINT: the --steps stop gpudoctor asked for, not a failure)" in page
+    assert "exit code" not in render(stopped, "markdown").split("\n\n", 2)[1]
+    assert "exit code 1" in render(crashed, "markdown")
 
 
 def test_every_command_wraps_at_one_width_without_a_terminal(report: dict[str, Any], monkeypatch: Any) -> None:
