@@ -208,7 +208,9 @@ def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> SweepReport:
     with tempfile.TemporaryDirectory(prefix="gpudoctor-sweep-") as workdir, _sigterm_as_interrupt():
         say(f"gpudoctor sweep: {args.target} --mode {args.mode} ({plan.mode}; one process per size)")
         runner = SubprocessRunner(base, Path(workdir), args.trial_timeout_s)
-        prober = SubprocessRunner(probe_spec(base), Path(workdir), args.trial_timeout_s)
+        probes = Path(workdir) / "probes"  # its own trial files: each runner numbers its trials from 1
+        probes.mkdir()
+        prober = SubprocessRunner(probe_spec(base), probes, args.trial_timeout_s)
         try:
             outcome = run_search(plan, runner, progress=lambda r: say(progress_line(r)), probe_runner=prober)
         except TargetRejected as exc:
