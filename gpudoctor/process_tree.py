@@ -57,9 +57,10 @@ class TreeWatch:
                     continue  # a shell or launcher, maybe about to exec python: look again later
                 self._checked.add(pid)
                 environ = child.environ()
-                why = agent_missing(environ, cmdline, self.workdir, self.site_dir)
+                why = agent_missing(environ, cmdline, self.workdir, self.site_dir) or \
+                    other_user(child, self.workdir)  # an agent that cannot write its events
             except psutil.AccessDenied:
-                environ, why = {}, other_user(child)
+                environ, why = {}, other_user(child, self.workdir)
             except (psutil.Error, OSError):
                 continue
             if why:
@@ -127,19 +128,29 @@ def agent_missing(environ: dict[str, str], cmdline: list[str], workdir: str, sit
     return None
 
 
-def other_user(process: psutil.Process) -> str | None:
-    """Why the agent is missing from a Python process whose environment gpudoctor may not
-    read: it runs as another user (sudo, su, runuser, a setuid launcher)."""
+def other_user(process: psutil.Process, workdir: str) -> str | None:
+    """Why a Python process of another user (sudo, su, runuser, gosu, a setuid launcher)
+    has no agent, or one that cannot write its events: None for gpudoctor's own user, or a
+    user who may write the session directory."""
     try:
         uid = process.uids().effective
         user = process.username()
     except (psutil.Error, OSError, KeyError):
         return None
-    if uid == os.geteuid():
+    if uid == os.geteuid() or _writable_by(workdir, uid):
         return None
-    return (f"it runs as another user ({user}, uid {uid}; gpudoctor runs as uid {os.geteuid()}): switching "
-            "user (sudo, su, runuser) resets the environment that carries the agent, and that user cannot write "
-            f"gpudoctor's session directory; run gpudoctor itself as {user} (sudo -u {user} gpudoctor diagnose ...)")
+    return (f"it runs as another user ({user}, uid {uid}; gpudoctor runs as uid {os.geteuid()}), who cannot write "
+            "gpudoctor's session directory (and switching user with sudo or su usually resets the environment "
+            f"that carries the agent); run gpudoctor itself as {user} (sudo -u {user} gpudoctor diagnose ...)")
+
+
+def _writable_by(directory: str, uid: int) -> bool:
+    """May `uid` create files in `directory` (by its owner and mode; groups not resolved)?"""
+    try:
+        info = os.stat(directory)
+    except OSError:
+        return False
+    return uid == 0 or (info.st_uid == uid and bool(info.st_mode & 0o200)) or bool(info.st_mode & 0o002)
 
 
 def _shown(cmdline: list[str], environ: dict[str, str]) -> str:

@@ -49,11 +49,13 @@ class _OtherUsersPython:
         return "trainer"
 
 
-def test_a_process_of_another_user_says_why_it_has_no_agent(monkeypatch) -> None:
+def test_a_process_of_another_user_says_why_it_has_no_agent(monkeypatch, tmp_path) -> None:
     """Issue 27, item 17: a workload that drops to another user got "no Python process ...
     was instrumented" without the reason."""
     monkeypatch.setattr(process_tree.psutil, "Process", lambda pid: _OtherUsersPython())
-    watch = process_tree.TreeWatch("/session", "/site")
+    session = tmp_path / "session"
+    session.mkdir(mode=0o700)  # as gpudoctor makes it
+    watch = process_tree.TreeWatch(str(session), "/site")
     watch.scan(4321, instrumented=())
     (why,) = watch.uninstrumented.values()
     assert why.startswith("pid 4321 (python3 train.py): it runs as another user (trainer")
@@ -61,3 +63,23 @@ def test_a_process_of_another_user_says_why_it_has_no_agent(monkeypatch) -> None
     note = process_tree.none_instrumented(watch.uninstrumented)
     assert note.startswith("no Python process of the command was instrumented: pid 4321")
     assert process_tree.none_instrumented({}) == "no Python process of the command was instrumented"
+
+
+def test_a_process_of_another_user_with_the_agent_that_cannot_write(monkeypatch, tmp_path) -> None:
+    """gpudoctor as root, the workload dropped to another user with its environment kept
+    (gosu, setpriv): the agent loads but cannot write the session directory."""
+    session = tmp_path / "session"
+    session.mkdir(mode=0o700)
+
+    class KeepsItsEnvironment(_OtherUsersPython):
+        def environ(self) -> dict[str, str]:
+            return {"PYTHONPATH": "/site", "GPUDOCTOR_SESSION_DIR": str(session)}
+
+    monkeypatch.setattr(process_tree.psutil, "Process", lambda pid: KeepsItsEnvironment())
+    watch = process_tree.TreeWatch(str(session), "/site")
+    watch.scan(4321, instrumented=())
+    assert "it runs as another user (trainer" in watch.uninstrumented[4321]
+    session.chmod(0o777)  # a directory that user may write: its agent reports, nothing to say
+    again = process_tree.TreeWatch(str(session), "/site")
+    again.scan(4321, instrumented=())
+    assert again.uninstrumented == {}
