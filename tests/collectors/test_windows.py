@@ -78,5 +78,5 @@ def test_analyze_without_a_dependency_says_which_in_one_line(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert code == exitcodes.NOT_RUNNABLE, err
     assert err.strip().splitlines() == [
-        "gpudoctor: error: this command needs the Python package msgspec, which is not installed here: "
-        "pip install msgspec (or reinstall gpudoctor with its dependencies)"]
+        ("gpudoctor: error: this command needs the Python package msgspec, which is not installed here: "
+         "pip install msgspec (or reinstall gpudoctor with its dependencies)")]
