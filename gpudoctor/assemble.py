@@ -33,7 +33,7 @@ from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.events import EventReader
 from gpudoctor.collectors.windows import apply_windows, rank_window
 from gpudoctor.gpu import GpuMonitor
-from gpudoctor.process_tree import leftover_note
+from gpudoctor.process_tree import leftover_note, none_instrumented
 from gpudoctor.session import Environment, RankInfo, Session, StorageProbe
 
 log = logging.getLogger(__name__)
@@ -178,14 +178,15 @@ def _notes(run: Recorded, session: Session) -> None:
     if run.leftovers:
         session.notes.append(leftover_note(run.leftovers))
     missed = [why for pid, why in run.uninstrumented.items() if pid not in reader.processes]
-    if missed:
+    if missed and reader.processes:
         session.notes.append(
             f"{len(missed)} Python process(es) of the command ran without gpudoctor's agent, so their "
             "DataLoaders, steps and errors are not in this report: " + "; ".join(missed[:5]))
     if not reader.processes:
-        session.notes.append("no Python process of the command was instrumented")
-        session.unavailable.setdefault("loader", "no Python process of the command was instrumented")
-        session.unavailable.setdefault("steps", "no Python process of the command was instrumented")
+        why = none_instrumented(run.uninstrumented)
+        session.notes.append(why)
+        session.unavailable.setdefault("loader", why)
+        session.unavailable.setdefault("steps", why)
 
 
 def _redact_errors(session: Session) -> None:

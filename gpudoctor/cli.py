@@ -91,18 +91,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         # is still buffered for stdout goes nowhere instead of failing again at exit.
         _silence_stdout()
         return exitcodes.OK
-    except Exception as exc:  # a bug: one line, and the details only with -v
-        log.debug("internal error", exc_info=True)
-        print(
-            _printable(f"gpudoctor: internal error: {type(exc).__name__}: {exc} (run with -v for details; "
-                       "please report it)"),
-            file=sys.stderr,
-        )
-        if "-v" in args_list or "--verbose" in args_list:
-            import traceback
+    except ModuleNotFoundError as exc:
+        if (exc.name or "gpudoctor").split(".")[0] == "gpudoctor":
+            return _internal_error(exc, args_list)
+        # an install without gpudoctor's dependencies (pip install --no-deps): name the package
+        from gpudoctor.collectors.windows import missing_dependency
 
-            traceback.print_exc()
-        return exitcodes.INTERNAL
+        print(_printable(f"gpudoctor: error: {missing_dependency(exc, 'this command')}"), file=sys.stderr)
+        return exitcodes.NOT_RUNNABLE
+    except Exception as exc:  # noqa: BLE001  (a bug: one line, and the details only with -v)
+        return _internal_error(exc, args_list)
+
+
+def _internal_error(exc: BaseException, args_list: list[str]) -> int:
+    """A bug: one line, and the details only with -v."""
+    log.debug("internal error", exc_info=True)
+    print(
+        _printable(f"gpudoctor: internal error: {type(exc).__name__}: {exc} (run with -v for details; "
+                   "please report it)"),
+        file=sys.stderr,
+    )
+    if "-v" in args_list or "--verbose" in args_list:
+        import traceback
+
+        traceback.print_exc()
+    return exitcodes.INTERNAL
 
 
 def _printable(text: str) -> str:

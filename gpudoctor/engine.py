@@ -205,6 +205,20 @@ def _declared() -> dict[str, Check]:
     return {c.id: c for c in checks}
 
 
+def gate_line(findings: list[Finding], fail_on: str | None, measured: bool = True) -> str:
+    """The one line saying why --fail-on failed the run: the findings at or above its level
+    (most important first), or that nothing steady was measured."""
+    if not fail_on:
+        return ""
+    threshold = severity_rank(fail_on)
+    failing = [f for f in findings if severity_rank(f.severity) >= threshold]
+    if not failing:
+        return "" if measured else (f"gpudoctor: --fail-on {fail_on} failed: nothing steady was measured, and a "
+                                    "gate does not pass on no evidence")
+    named = ", ".join(f"{f.id} ({f.severity})" for f in failing[:6]) + (" ..." if len(failing) > 6 else "")
+    return f"gpudoctor: --fail-on {fail_on} failed: {len(failing)} finding(s) at {fail_on} or above: {named}"
+
+
 def exit_status(workload_exit: int | None, findings: list[Finding], fail_on: str | None,
                 measured: bool = True) -> int:
     """gpudoctor's exit code: the workload's, unless --fail-on trips on a clean run. A run

@@ -27,8 +27,9 @@ TABLE = [
             "that the script rejected (they go before it)")),
     (BAD_DATA, "input file is corrupt, truncated, empty, over the limits or not a gpudoctor file"),
     (NOT_FOUND, "script, module or input file not found; attach: no such process"),
-    (NOT_RUNNABLE, ("not runnable: a directory, a non-Python file, a command that cannot start; "
-                    "attach: not possible on this platform (not Linux)")),
+    (NOT_RUNNABLE, ("not runnable: a directory, a non-Python file, a command that cannot start, a script that "
+                    "does not compile, a package gpudoctor needs is not installed; attach: not possible on this "
+                    "platform (not Linux)")),
     (INTERNAL, "internal error in gpudoctor"),
     (CANNOT_WRITE, "output directory cannot be created or written"),
     (OUTPUT_EXISTS, "a report already exists at the output path (nothing was overwritten)"),

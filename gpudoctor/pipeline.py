@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor import exitcodes
-from gpudoctor.engine import exit_status, run_checks
+from gpudoctor.engine import exit_status, gate_line, run_checks
 from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.process_tree import none_instrumented
 from gpudoctor.registry import load_checks
 from gpudoctor.report import build_report
 from gpudoctor.session import Session
@@ -72,9 +73,12 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
         session = result.session
         if misplaced:
             _misplaced_options(session, misplaced)
+        never_ran = failed_before_running(session)
+        if never_ran:
+            raise GpudoctorError(never_ran, exitcodes.NOT_RUNNABLE)
         if not supervisor.reader.processes:
-            say_line("gpudoctor: no Python process of the command was instrumented; "
-                 "the report covers CPU/GPU sampling only")
+            say_line(f"gpudoctor: {none_instrumented(supervisor.uninstrumented)}; "
+                     "the report covers CPU/GPU sampling only")
         elif supervisor.uninstrumented:
             say_line(f"gpudoctor: {len(supervisor.uninstrumented)} Python process(es) of the command ran without the "
                  "agent (PYTHONPATH or the environment replaced); the report says which")
@@ -134,6 +138,26 @@ def _misplaced_options(session: Session, misplaced: Misplaced) -> None:
                              f"gpudoctor's options go before the script: {misplaced.suggestion}", exitcodes.USAGE)
     say_line(f"gpudoctor: note: {options} after the script went to the script; gpudoctor's options go before it: "
              f"{misplaced.suggestion}")
+
+
+# Python's own refusal of the source: the script (or what it imports first) never ran
+_DID_NOT_COMPILE = ("SyntaxError", "IndentationError", "TabError")
+
+
+def failed_before_running(session: Session) -> str | None:
+    """One line when the workload's main script did not compile: it never ran, nothing was
+    measured, and a report of 19 skipped checks would say less than Python's error."""
+    if session.steps.count or session.loaders or session.profile is not None:
+        return None
+    mains = {p.pid for p in session.processes if p.role == "main"}
+    error = next((e for e in session.errors if e.kind == "exception" and e.type in _DID_NOT_COMPILE
+                  and e.pid in mains), None)
+    if error is None:
+        return None
+    from gpudoctor.reports.console import one_line
+
+    return (f"the script failed before it ran: {error.type}: {one_line((error.message or '').strip())[:300]}; "
+            "nothing was measured, so no report was written")
 
 
 def supervisor_cleanup(supervisor: Supervisor) -> None:
@@ -212,7 +236,11 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
         # the workload ended because gpudoctor asked it to (documented); a KeyboardInterrupt that
         # lands inside torch's C++ (a CUDA backward pass, measured on an H200) can exit with 1, not 130
         workload = 0
-    return exit_status(workload, engine.findings, args.fail_on, measured=report["summary"].get("measured", True))
+    measured = report["summary"].get("measured", True)
+    code = exit_status(workload, engine.findings, args.fail_on, measured=measured)
+    if code == exitcodes.FAIL_ON:
+        say_line(gate_line(engine.findings, args.fail_on, measured))  # even with --quiet: why the gate failed
+    return code
 
 
 def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: bytes | None,

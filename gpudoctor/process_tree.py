@@ -13,11 +13,12 @@ Two things gpudoctor must say about it, since nothing else would:
 from __future__ import annotations
 
 import os
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Mapping
 
 import psutil
 
 from gpudoctor.agent.redact import env_secrets, redact_argv
+from gpudoctor.reports.console import one_line
 
 MAX_NAMED = 5
 SHOWN_CHARS = 120
@@ -48,6 +49,7 @@ class TreeWatch:
                     pass
             if pid in self._checked or pid in instrumented:
                 continue
+            cmdline: list[str] = []
             try:
                 cmdline = child.cmdline()
                 names = {child.name(), os.path.basename(cmdline[0]) if cmdline else ""}
@@ -55,7 +57,10 @@ class TreeWatch:
                     continue  # a shell or launcher, maybe about to exec python: look again later
                 self._checked.add(pid)
                 environ = child.environ()
-                why = agent_missing(environ, cmdline, self.workdir, self.site_dir)
+                why = agent_missing(environ, cmdline, self.workdir, self.site_dir) or \
+                    other_user(child, self.workdir)  # an agent that cannot write its events
+            except psutil.AccessDenied:
+                environ, why = {}, other_user(child, self.workdir)
             except (psutil.Error, OSError):
                 continue
             if why:
@@ -104,6 +109,13 @@ def leftover_note(leftovers: list[str]) -> str:
             f"them running: {'; '.join(leftovers[:MAX_NAMED])}" + (" ..." if len(leftovers) > MAX_NAMED else ""))
 
 
+def none_instrumented(uninstrumented: Mapping[int, str]) -> str:
+    """The note for a run where no Python process loaded the agent, with why, where known."""
+    reasons = list(uninstrumented.values())
+    return "no Python process of the command was instrumented" + (
+        f": {'; '.join(reasons[:2])}" + (" ..." if len(reasons) > 2 else "") if reasons else "")
+
+
 def agent_missing(environ: dict[str, str], cmdline: list[str], workdir: str, site_dir: str) -> str | None:
     """Why a Python process with this environment and command line cannot load the agent."""
     flags = [a for a in cmdline[1:3] if a.startswith("-") and not a.startswith("--")]
@@ -116,6 +128,32 @@ def agent_missing(environ: dict[str, str], cmdline: list[str], workdir: str, sit
     return None
 
 
+def other_user(process: psutil.Process, workdir: str) -> str | None:
+    """Why a Python process of another user (sudo, su, runuser, gosu, a setuid launcher)
+    has no agent, or one that cannot write its events: None for gpudoctor's own user, or a
+    user who may write the session directory."""
+    try:
+        uid = process.uids().effective
+        user = process.username()
+    except (psutil.Error, OSError, KeyError):
+        return None
+    if uid == os.geteuid() or _writable_by(workdir, uid):
+        return None
+    return (f"it runs as another user ({user}, uid {uid}; gpudoctor runs as uid {os.geteuid()}), who cannot write "
+            "gpudoctor's session directory (and switching user with sudo or su usually resets the environment "
+            f"that carries the agent); run gpudoctor itself as {user} (sudo -u {user} gpudoctor diagnose ...)")
+
+
+def _writable_by(directory: str, uid: int) -> bool:
+    """May `uid` create files in `directory` (by its owner and mode; groups not resolved)?"""
+    try:
+        info = os.stat(directory)
+    except OSError:
+        return False
+    return uid == 0 or (info.st_uid == uid and bool(info.st_mode & 0o200)) or bool(info.st_mode & 0o002)
+
+
 def _shown(cmdline: list[str], environ: dict[str, str]) -> str:
-    """A command line for a report: secrets masked (theirs and ours), cut short."""
-    return " ".join(redact_argv(cmdline, env_secrets({**os.environ, **environ})))[:SHOWN_CHARS] or "?"
+    """A command line for a report and a line on stderr: secrets masked (theirs and ours),
+    controls and newlines shown as escapes (an argument cannot forge a line), cut short."""
+    return one_line(" ".join(redact_argv(cmdline, env_secrets({**os.environ, **environ}))))[:SHOWN_CHARS] or "?"

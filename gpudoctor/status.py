@@ -1,10 +1,11 @@
 """gpudoctor's own lines on stderr while the workload runs: `say` for a message, and the
-live one-line status (terminals only).
+live one-line status.
 
-The workload shares the terminal, so the line lives on the bottom row inside a
+At a terminal the workload shares it, so the status lives on the bottom row inside a
 scroll region that the workload's output scrolls above (as apt's progress bar does):
-its output is never overwritten, and nothing at all is written when stderr is not
-a terminal.
+its output is never overwritten. Without a terminal (a pipe, a CI log) a plain
+heartbeat line takes its place every `heartbeat_s` (30 s), so a long run is never
+silent until its end.
 """
 
 from __future__ import annotations
@@ -17,22 +18,28 @@ import sys
 from rich.console import Console
 from rich.text import Text
 
+HEARTBEAT_S = 30.0
+
 
 class StatusLine:
-    def __init__(self, enabled: bool | None = None, stream=None) -> None:
+    def __init__(self, enabled: bool | None = None, stream=None, heartbeat_s: float | None = None) -> None:
         self.stream = stream or sys.stderr
         if enabled is None:
             enabled = _is_terminal(self.stream) and os.environ.get("TERM", "") not in ("", "dumb")
         self.enabled = enabled
         self.rows = 0
         self.active = False
+        # without the live line: a plain line every heartbeat_s seconds of the run (None: never)
+        self.heartbeat_s = None if enabled else heartbeat_s
+        self.next_beat = heartbeat_s or 0.0
 
     def _write(self, text: str) -> None:
         try:
             self.stream.write(text)
             self.stream.flush()
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):  # a closed or full stderr costs nothing else
             self.enabled = False
+            self.heartbeat_s = None
 
     def start(self) -> None:
         if not self.enabled:
@@ -47,6 +54,7 @@ class StatusLine:
 
     def update(self, *, elapsed: float, steps: int, data_wait: float | None, gpu_util: float | None) -> None:
         if not self.active:
+            self._heartbeat(elapsed, steps, data_wait, gpu_util)
             return
         size = shutil.get_terminal_size((80, 24))
         if size.lines != self.rows:  # resized: set the region again
@@ -66,6 +74,17 @@ class StatusLine:
         buffer = io.StringIO()
         Console(file=buffer, force_terminal=True, width=size.columns, color_system="standard").print(text, end="")
         self._write(f"\x1b7\x1b[{self.rows};1H\x1b[2K" + buffer.getvalue() + "\x1b8")
+
+    def _heartbeat(self, elapsed: float, steps: int, data_wait: float | None, gpu_util: float | None) -> None:
+        if self.heartbeat_s is None or elapsed < self.next_beat or self.stream is None:
+            return
+        self.next_beat = elapsed + self.heartbeat_s
+        parts = [f"gpudoctor: {elapsed:.0f} s", f"{steps} steps"]
+        if data_wait is not None:
+            parts.append(f"data wait {data_wait:.0%}")
+        if gpu_util is not None:
+            parts.append(f"GPU util {gpu_util:.0f}%")
+        self._write(", ".join(parts) + " (still running; Ctrl-C: stop and report)\n")
 
     def stop(self) -> None:
         if not self.active:

@@ -32,7 +32,7 @@ from gpudoctor.process_tree import TreeWatch, leftover_note
 from gpudoctor.reports.console import printable
 from gpudoctor.session import Session, StorageProbe
 from gpudoctor.signals import InterruptWatch, foreground_tty
-from gpudoctor.status import StatusLine, say
+from gpudoctor.status import HEARTBEAT_S, StatusLine, say
 from gpudoctor.workdir import LaunchError, make_workdir
 
 log = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ class Supervisor:
         previous_int = signal.signal(signal.SIGINT, self._on_sigint)
         previous_term = signal.signal(signal.SIGTERM, self._on_sigterm)
         gpu = GpuMonitor(self.t0, options.gpu_interval_s)
-        status = StatusLine(enabled=options.live_status)
+        status = StatusLine(enabled=options.live_status, heartbeat_s=HEARTBEAT_S)
         started_at = datetime.datetime.now(datetime.timezone.utc)
         cpu_sampler: CpuSampler | None = None
         watch: InterruptWatch | None = None

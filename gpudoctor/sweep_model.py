@@ -46,6 +46,8 @@ class StabilitySettings:
     max_time_s: float = json_field(0.0, always=True)
     rel_ci_target: float = json_field(0.0, always=True, doc="half-width of the median's 95% interval, relative")
     drift_target: float = json_field(0.0, always=True, doc="first-half vs second-half median, relative")
+    tail_target: float | None = json_field(None, omit_none=True,
+                                           doc="p90 / median above which a size is not stable (a heavy tail)")
     extra: Mapping[str, Any] = extra_field()
 
 
@@ -139,6 +141,8 @@ class SweepTrial:
     environment: dict[str, Any] = json_field(default_factory=dict, always=True)
     duration_s: float | None = json_field(None, always=True)
     order: int | None = json_field(None, always=True, doc="position in the run sequence; null: never run")
+    fit_probe: bool = json_field(False, doc="a size past the knee run only to learn whether it fits (few timed "
+                                 "iterations): its memory counts, not its timing")
     extra: Mapping[str, Any] = extra_field()
 
 

@@ -61,6 +61,26 @@ MAIN_THREAD = threading.main_thread().ident
 _RANK = {source: i for i, source in enumerate(StepTracker.SOURCES)}
 
 
+
+# Kineto prints "USDT: ... profiler_start" / "profiler_stop" on the process's stderr at every
+# window, whatever the log level asked for, unless KINETO_LOG_LEVEL is above its USDT level
+# (5) when it first starts. The variable is set only around that start, and only when the
+# user did not set it: their environment is left as it was.
+KINETO_QUIET_LEVEL = "6"
+
+
+class _quiet_kineto:
+    def __enter__(self):
+        self.set = "KINETO_LOG_LEVEL" not in os.environ
+        if self.set:
+            os.environ["KINETO_LOG_LEVEL"] = KINETO_QUIET_LEVEL
+        return self
+
+    def __exit__(self, *exc_info):
+        if self.set:
+            os.environ.pop("KINETO_LOG_LEVEL", None)
+        return False
+
 class _Window:
     def __init__(self, source, label, n, key, index):
         self.source = source
@@ -287,7 +307,8 @@ class ProfilerWindow:
             self.guards.guard = _ThreadEnd(self)
         try:
             prof = profile(activities=activities, record_shapes=False, with_stack=True)
-            prof.start()
+            with _quiet_kineto():
+                prof.start()
             self.prof = prof
             self.window.start_wall = time.time()  # the window begins once tracing runs (starting it takes a while)
         except Exception as exc:  # noqa: BLE001 (no window; the profile event says why)

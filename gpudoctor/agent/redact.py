@@ -6,6 +6,7 @@ Secrets are recognised by name (``--api-key X``, ``TOKEN=...``) and by value
 pattern (well-known token formats, credentials inside URLs).
 """
 
+import os
 import re
 
 MASK = "***"
@@ -16,6 +17,11 @@ _SECRET_WORDS = (
 )
 # a secret word as a whole segment of a name: HF_TOKEN, --api-key, db.password (not "tokenizer")
 _SECRET_NAME = re.compile(r"(?:^|[-_.])(?:" + _SECRET_WORDS + r")(?:$|[-_.])", re.IGNORECASE)
+# names that hold a secret word but never a secret: the shell's working directories (PWD is
+# "print working directory", not a password; masking it hid every path of the run)
+_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
+# flags whose value is a key, though `key` alone in a name is no secret (SORT_KEY, --key-column)
+_SECRET_FLAG_NAMES = frozenset({"key"})
 # A value that looks like a credential whatever its name says.
 _SECRET_VALUE = re.compile(
     r"(gh[pousr]_[A-Za-z0-9]{20,}"  # GitHub tokens
@@ -42,15 +48,21 @@ _BEARER = re.compile(r"(?i)(bearer|basic)\s+[A-Za-z0-9+/=._\-]{8,}")
 _FLAG_VALUE = re.compile(r"(?P<flag>(?<!\S)--?[A-Za-z0-9][A-Za-z0-9_.\-]*)(?P<sep>[ \t]+)(?P<val>[^\s\-][^\s'\"]*)")
 
 
-# `-p VALUE`: the password flag of mysql, psql-style tools and many scripts. A port or a
-# pytest plugin given as -p is masked too: a harmless loss in a report
-SHORT_SECRET_FLAGS = ("-p",)
+# `-p VALUE` / `-P VALUE`: the password flags of mysql, sshpass, psql-style tools and many
+# scripts. A port or a pytest plugin given so is masked too: a harmless loss in a report
+SHORT_SECRET_FLAGS = ("-p", "-P")
 # an environment value shorter than this is not masked by value ("1", "true", "dev")
 MIN_ENV_SECRET_LEN = 6
 
 
 def is_secret_name(name):
-    return bool(_SECRET_NAME.search(name or ""))
+    return name not in _NOT_SECRET_NAMES and bool(_SECRET_NAME.search(name or ""))
+
+
+def is_secret_flag(flag):
+    """`--token`, `--key`, `-p`: a flag whose value is a secret."""
+    name = flag.lstrip("-")
+    return flag in SHORT_SECRET_FLAGS or name.lower() in _SECRET_FLAG_NAMES or is_secret_name(name)
 
 
 def env_secrets(environ):
@@ -83,8 +95,7 @@ def redact_text(text, secrets=()):
 
 
 def _mask_flag_value(match):
-    flag = match.group("flag")
-    if flag not in SHORT_SECRET_FLAGS and not is_secret_name(flag.lstrip("-")):
+    if not is_secret_flag(match.group("flag")):
         return match.group(0)
     return match.group("flag") + match.group("sep") + MASK
 
@@ -92,21 +103,24 @@ def _mask_flag_value(match):
 def redact_argv(argv, secrets=()):
     """Mask `--token X`, `--token=X`, `TOKEN=X`, `-p X`, secret-looking values and the known
     secret values given (see env_secrets) in a command line."""
-    out = []
+    args = [str(arg) for arg in argv]
+    # `python -P train.py`: before its script, the interpreter's own -P (safe path) takes no value
+    interpreter_options = bool(args) and os.path.basename(args[0]).startswith("python")
+    out: list[str] = []
     mask_next = False
-    for arg in argv:
-        arg = str(arg)
+    for index, arg in enumerate(args):
         if mask_next:
             out.append(MASK)
             mask_next = False
             continue
         if arg.startswith("-") and "=" not in arg:
-            name = arg.lstrip("-")
-            if arg in SHORT_SECRET_FLAGS or (name and is_secret_name(name)):
-                mask_next = True
+            mask_next = bool(arg.lstrip("-")) and is_secret_flag(arg) and not (interpreter_options and arg == "-P")
             out.append(arg)
             continue
-        out.append(redact_text(arg, secrets))
+        interpreter_options = interpreter_options and index == 0
+        flag, sep, _ = arg.partition("=")
+        out.append(flag + "=" + MASK if sep and flag.startswith("-") and is_secret_flag(flag)
+                   else redact_text(arg, secrets))
     return out
 
 

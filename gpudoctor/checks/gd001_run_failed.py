@@ -21,7 +21,10 @@ How it is measured
     process, whether Python's exit handlers ran, and when the last step ended.
     A run that gpudoctor itself stopped (--duration, --steps, Ctrl-C, SIGTERM) is
     not a failure; it is a hang when no step ended in the last {{HANG_MIN_S}} (and {{HANG_STEPS}} median
-    steps) before the stop.
+    steps) before the stop while the process tree sat idle. A tree that kept
+    working meanwhile (its CPU, the median over that time, at least {{BUSY_PERCENT}})
+    was in a phase without steps (a validation loop, a checkpoint): noted, not called
+    a hang.
 
 What to do
     Read the traceback in the report (or above, in the terminal: the workload's
@@ -51,8 +54,14 @@ HANG_STEPS = CountThreshold(
     "... and at least this many median steps", 20, "steps",
     "gpudoctor: far outside step-to-step variation")
 
+BUSY_PERCENT = Threshold(
+    "process tree CPU while no step ended: busy in a phase without steps, not hung", 50.0, "% of a core",
+    "gpudoctor: a deadlocked or waiting process uses next to no CPU")
+
 _WORKER_DIED = re.compile(
     r"DataLoader worker \(pids?(?:\(s\))? ([\d, ]+)\) (is killed by signal: ([^.]+)|exited unexpectedly[^.]*)")
+# torch's SIGCHLD handler names a worker's own exit status: "... exited unexpectedly with exit code 3"
+_WORKER_EXIT_CODE = re.compile(r"exited unexpectedly with exit code (-?\d+)")
 # a worker that dies while handing over a batch breaks the connection instead
 _BROKEN_HANDOVER = ("ConnectionResetError", "ConnectionRefusedError", "BrokenPipeError", "EOFError")
 _WORKER_RAISED = re.compile(r"^Caught (\w+) in DataLoader worker process (\d+)")
@@ -111,29 +120,7 @@ def _crash(session: Session, crashes: list[ErrorEvent]) -> Finding:
     broken = (not died and first.type in _BROKEN_HANDOVER
               and "torch/utils/data/" in (first.traceback or "").replace("\\", "/"))
     if died or broken:
-        pids = [int(p) for p in re.findall(r"\d+", died.group(1))] if died else []
-        signal_text = (died.group(3) or "") if died else ""
-        how = (f"killed by signal: {signal_text.strip()}" if signal_text else
-               "exited unexpectedly" if died else f"its connection to the loop broke: {first.type}")
-        evidence["worker_pids"] = Evidence(pids or None, label="worker process")
-        evidence["worker_end"] = Evidence(how, label="how the worker ended")
-        killed = "kill" in signal_text.lower()
-        segfault = "segmentation" in signal_text.lower()
-        hint = (" SIGKILL with no traceback is what the kernel's out-of-memory killer sends." if killed else
-                " A segfault points at a native extension used in the Dataset (decoder, augmentation)."
-                if segfault else " A worker that vanishes without a Python error was usually killed by the "
-                "kernel's out-of-memory killer.")
-        who = f"DataLoader worker {', '.join(map(str, pids))}" if pids else "A DataLoader worker"
-        return Finding(
-            severity="critical",
-            title=f"A DataLoader worker died ({how})",
-            message=f"{who} {how if died else f'died while handing over a batch ({first.type})'}, and the "
-                    f"training loop stopped with {first.type}{ending}{hint}{more}",
-            evidence=evidence,
-            remedy=Remedy(_HOST_MEMORY if killed or not segfault else
-                          "Run the Dataset with num_workers=0 to get the native traceback, and update or replace "
-                          "the extension that crashes."),
-        )
+        return _worker_died(first, died, evidence, ending, more)
     raised = _WORKER_RAISED.match(first.message or "")
     if raised:
         cause = next((line.strip() for line in reversed((first.message or "").splitlines())
@@ -147,6 +134,7 @@ def _crash(session: Session, crashes: list[ErrorEvent]) -> Finding:
             evidence=evidence,
             remedy=Remedy("Fix the Dataset (__getitem__ / __iter__): the worker's own traceback is in the "
                           "message, under 'Original Traceback'."),
+            ended_run=True,
         )
     missing_torch = first.type in ("ModuleNotFoundError", "ImportError") and "'torch" in (first.message or "")
     return Finding(
@@ -159,6 +147,48 @@ def _crash(session: Session, crashes: list[ErrorEvent]) -> Finding:
                       if missing_torch else
                       "Fix the exception first; the traceback is in the report's evidence and in the "
                       "workload's own stderr."),
+        ended_run=code not in (0, None),
+    )
+
+
+def _worker_died(first: ErrorEvent, died: re.Match[str] | None, evidence: dict[str, Evidence],
+                 ending: str, more: str) -> Finding:
+    """A DataLoader worker ended under the loop: by a signal, by its own exit, or unseen."""
+    pids = [int(p) for p in re.findall(r"\d+", died.group(1))] if died else []
+    signal_text = ((died.group(3) or "") if died else "").strip()
+    exited = _WORKER_EXIT_CODE.search(first.message or "")
+    code = int(exited.group(1)) if exited else None
+    how = (f"killed by signal: {signal_text}" if signal_text else f"exited with code {code}" if code is not None
+           else "exited unexpectedly" if died else f"its connection to the loop broke: {first.type}")
+    evidence["worker_pids"] = Evidence(pids or None, label="worker process")
+    evidence["worker_end"] = Evidence(how, label="how the worker ended")
+    if code is not None:
+        evidence["worker_exit_code"] = Evidence(code, label="the worker's exit code")
+    killed = "kill" in signal_text.lower()
+    segfault = "segmentation" in signal_text.lower()
+    if code is not None:
+        hint = (" The worker ended itself (sys.exit or os._exit in the Dataset, a transform or a library it "
+                "calls): no signal, so not the out-of-memory killer.")
+        remedy = ("Run the Dataset with num_workers=0: the exit then happens in the main process, where its "
+                  "traceback (or the last line before it) shows which code exits.")
+    elif segfault:
+        hint = " A segfault points at a native extension used in the Dataset (decoder, augmentation)."
+        remedy = ("Run the Dataset with num_workers=0 to get the native traceback, and update or replace the "
+                  "extension that crashes.")
+    else:
+        hint = (" SIGKILL with no traceback is what the kernel's out-of-memory killer sends." if killed else
+                " A worker that vanishes without a Python error was usually killed by the kernel's out-of-memory "
+                "killer.")
+        remedy = _HOST_MEMORY
+    who = f"DataLoader worker {', '.join(map(str, pids))}" if pids else "A DataLoader worker"
+    return Finding(
+        severity="critical",
+        title=f"A DataLoader worker died ({how})",
+        message=f"{who} {how if died else f'died while handing over a batch ({first.type})'}, and the "
+                f"training loop stopped with {first.type}{ending}{hint}{more}",
+        evidence=evidence,
+        remedy=Remedy(remedy),
+        ended_run=True,
     )
 
 
@@ -198,6 +228,7 @@ def _killed(session: Session, code: int) -> Finding:
                       "Run it again with PYTHONFAULTHANDLER=1 to see the Python stack at the crash; update or "
                       "replace the native extension that crashes." if code in (134, 135, 139) else
                       "Find out who sent the signal (scheduler time limit, OOM killer, a user)."),
+        ended_run=True,
     )
 
 
@@ -227,6 +258,9 @@ def _hang(session: Session) -> Finding | None:
     stall = stop - last
     if stall < max(HANG_MIN_S, HANG_STEPS * median):
         return None
+    busy = _tree_cpu_between(session, last, stop)
+    if busy is not None and busy >= BUSY_PERCENT:
+        return _phase_without_steps(session, stall, busy)
     return Finding(
         severity="warning",
         title=f"The run stopped making progress: no step in the last {stall:.0f}s",
@@ -238,6 +272,26 @@ def _hang(session: Session) -> Finding | None:
                   "step_median_s": Evidence(round(median, 4), "s", label="step time (median)")},
         remedy=Remedy("Find where it waits: py-spy dump --pid PID (every thread's Python stack), or "
                       "faulthandler.dump_traceback_later(600) in the script; for DataLoader hangs set a timeout=."),
+    )
+
+
+def _tree_cpu_between(session: Session, start: float, end: float) -> float | None:
+    """Median CPU of the workload's process tree (% of one core) over (start, end]; None
+    with fewer than two samples there."""
+    samples = [s.tree_percent for s in session.cpu_samples if start < s.t <= end]
+    return statistics.median(samples) if len(samples) >= 2 else None
+
+
+def _phase_without_steps(session: Session, quiet_s: float, busy: float) -> Finding:
+    return Finding(
+        severity="info",
+        title=f"No step in the last {quiet_s:.0f}s, but the process kept working",
+        message=f"No {session.steps.source or ''} step ended in the last {quiet_s:.1f}s before gpudoctor stopped the "
+                f"run ({session.stop_reason}), while its processes used {busy:.0f}% of a core (median): a phase "
+                "without steps, such as a validation loop or a checkpoint, not a hang. The step statistics cover "
+                "the stepping phases only.",
+        evidence={"quiet_s": Evidence(round(quiet_s, 1), "s", label="time since the last step"),
+                  "tree_cpu_percent": Evidence(round(busy, 1), "%", label="process tree CPU meanwhile (median)")},
     )
 
 

@@ -177,9 +177,9 @@ def _too_few(session: Session, loader: LoaderInfo, cores: float | None, ranks: i
     where = "in the main process" if loader.num_workers == 0 else "in a worker"
     gain = plan.prediction.gain
     evidence: dict[str, Evidence] = {
-        "num_workers": Evidence(loader.num_workers, "workers", None, f"DataLoader {loader.loader_id}"),
+        "num_workers": Evidence(loader.num_workers, None, f"DataLoader {loader.loader_id}", "num_workers now"),
         "data_wait_share": Evidence(round(found.share * 100, 1), "%", found.window, "data wait / step time"),
-        "recommended_workers": Evidence(recommended, "workers", None, "num_workers to set"),
+        "recommended_workers": Evidence(recommended, None, None, "num_workers to set"),
     }
     if cores:
         evidence.update(_cores_evidence(session, cores, ranks))
@@ -259,10 +259,10 @@ def _too_many(session: Session, loader: LoaderInfo, cores: float, ranks: int,
     stalled = found is not None and found.significant
     saturated = cpu is not None and cpu >= CORES_SATURATED_PERCENT
     evidence: dict[str, Evidence] = {
-        "num_workers": Evidence(loader.num_workers, "workers", None, f"DataLoader {loader.loader_id}"),
+        "num_workers": Evidence(loader.num_workers, None, f"DataLoader {loader.loader_id}", "num_workers now"),
         "total_workers": Evidence(workers, "workers", "whole run", "worker processes alive together"),
         **_cores_evidence(session, cores, ranks),
-        "recommended_workers": Evidence(recommended, "workers", None, "num_workers to set"),
+        "recommended_workers": Evidence(recommended, None, None, "num_workers to set"),
     }
     window = found.window if found else "whole run"
     if cpu is not None:

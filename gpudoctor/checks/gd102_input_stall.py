@@ -243,11 +243,14 @@ def run(session: Session) -> list[Finding]:
         if steps.data_wait_median_s < BURST_MEDIAN_SHARE * mean_wait:
             # most steps find a batch ready and a few wait long: the queue drains in bursts
             per_step += (f"; the median step waits only {metrics.format_duration(steps.data_wait_median_s)}, "
-                         "so the waits come in bursts: the prefetch queue runs dry every few steps")
+                         "so the waits come in bursts: " + ("the prefetch queue runs dry every few steps"
+                                                            if loader is not None and loader.num_workers > 0 else
+                                                            "a few batches take far longer to make than the rest"))
         per_step += ")"
     plan = worker_plan(session, loader, found) if loader is not None else None
     if loader is not None:
-        evidence["num_workers"] = Evidence(loader.num_workers, "workers", None, f"DataLoader {loader.loader_id}")
+        evidence["num_workers"] = Evidence(loader.num_workers, None, f"DataLoader {loader.loader_id}",
+                                           "num_workers now")
         fetch = metrics.fetch_time_per_batch(loader)
         if fetch is not None:
             where = "main process" if loader.num_workers == 0 else "per worker"

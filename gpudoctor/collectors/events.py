@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,8 @@ STEP_RECORDS_MAX = 5000  # step records kept in the Session (aggregates count th
 OVERRIDES_MAX = 100  # `--try` overrides kept (the agent sends at most 40 per process)
 ERRORS_MAX = 100  # uncaught exceptions kept (the first ones: causes come before consequences)
 WARMUP_STEPS = 2  # leading steps left out of steady-state numbers (imports, cudnn autotune, compile)
+AFTER_WINDOW_S = 0.5  # steps starting this soon after a profiler window are left out too ...
+AFTER_WINDOW_STEPS = 3  # ... but no more than this many median steps' worth
 
 
 @dataclass
@@ -461,12 +464,16 @@ class EventReader:
         how many were left out."""
         data = self.processes[pid].steps[source]
         records = data.records
-        # steps inside the profiler windows run slower (tracing, stack capture): keep them out
+        # steps inside the profiler windows run slower (tracing, stack capture): keep them out, and
+        # those just after (the trace's export and the profiler's teardown land there): up to
+        # 0.5 s, at most AFTER_WINDOW_STEPS median steps (a loop of 1 ms steps would lose 500)
         left_out, left_out_s = 0, 0.0
+        after = min(AFTER_WINDOW_S, AFTER_WINDOW_STEPS * statistics.median(r.duration_s for r in records)) \
+            if records else 0.0
         for profile in self.profiles:
             if profile.get("pid") == pid and profile.get("t_start") and profile.get("t_end"):
                 lo, hi = float(profile["t_start"]) - self.t0, float(profile["t_end"]) - self.t0
-                kept = [r for r in records if not (lo <= r.t and r.t - r.duration_s <= hi + 0.5)]
+                kept = [r for r in records if not (lo <= r.t and r.t - r.duration_s <= hi + after)]
                 if len(kept) >= 3 and len(kept) < len(records):
                     left_out += len(records) - len(kept)
                     left_out_s += sum(r.duration_s for r in records) - sum(r.duration_s for r in kept)

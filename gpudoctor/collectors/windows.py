@@ -26,6 +26,16 @@ SOURCE_WORDS = {
 }
 
 
+def missing_dependency(exc: ImportError, what: str) -> str:
+    """Why `what` cannot run, naming the package that is not installed and the fix (an
+    install made without gpudoctor's dependencies, `pip install --no-deps`)."""
+    package = (exc.name or "").split(".")[0]
+    if not package or package == "gpudoctor":
+        return f"{what} is not available in this build ({type(exc).__name__}: {exc})"
+    return (f"{what} needs the Python package {package}, which is not installed here: pip install {package} "
+            "(or reinstall gpudoctor with its dependencies)")
+
+
 def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Session, t0: float,
                   pid: int | None = None) -> str | None:
     """Fill `session.profile` and `session.profiles` from the windows of process `pid` (the
@@ -43,8 +53,8 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
         from gpudoctor.collectors.trace import summarize_trace
         from gpudoctor.collectors.trace_decode import read_trace
         from gpudoctor.replay import replay_or_error
-    except ImportError:
-        session.unavailable["profile"] = "trace analysis is not available in this build"
+    except ImportError as exc:
+        session.unavailable["profile"] = missing_dependency(exc, "trace analysis")
         return None
     summaries: list[tuple[ProfileSummary, str]] = []
     for n, event in enumerate(mine):

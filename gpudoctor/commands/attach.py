@@ -15,6 +15,7 @@ import argparse
 import datetime
 import logging
 import signal
+import sys
 from typing import Any
 
 from gpudoctor import exitcodes
@@ -53,7 +54,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, nvml: Any = None) -> int:
-    from rich.console import Console
 
     from gpudoctor.attach import (
         NO_AGENT,
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
         open_target,
         runnable_without_agent,
     )
-    from gpudoctor.engine import exit_status
+    from gpudoctor.engine import exit_status, gate_line
     from gpudoctor.judging import judge
     from gpudoctor.output import plan_outputs, safe_stem
     from gpudoctor.pipeline import _save, split_ids
@@ -90,14 +90,18 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
     written, failure = _save(plan, report, session.to_dict(), None, args.fail_on)
     if not args.quiet:
         try:
-            terminal.render(written.report if written else report, Console(stderr=True),
-                            written={k: str(v) for k, v in written.files.items()} if written else {})
+            terminal.show_summary(written.report if written else report, sys.stderr,
+                                  written={k: str(v) for k, v in written.files.items()} if written else {})
         except (OSError, ValueError):
             pass
     if written is None:
         assert failure is not None
         raise failure
-    return exit_status(0, result.findings, args.fail_on, measured=report["summary"].get("measured", True))
+    measured = report["summary"].get("measured", True)
+    code = exit_status(0, result.findings, args.fail_on, measured=measured)
+    if code == exitcodes.FAIL_ON:
+        say(gate_line(result.findings, args.fail_on, measured))
+    return code
 
 
 def _name(process: Any) -> str:

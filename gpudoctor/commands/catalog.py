@@ -9,7 +9,7 @@ from gpudoctor import exitcodes
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.model import STAGES, Check, thresholds_of
 from gpudoctor.registry import find_check, load_checks
-from gpudoctor.reports.console import is_terminal, show
+from gpudoctor.reports.console import is_terminal, one_line, show
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,11 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def list_checks(args: argparse.Namespace) -> int:
     from rich.table import Table
+    from rich.text import Text  # plugin strings are never console markup
 
     checks, errors = load_checks()
     if args.plain:
         for check in checks:
-            print(f"{check.id}\t{check.slug}\t{check.stage}\t{check.title}")
+            print("\t".join(one_line(v) for v in (check.id, check.slug, check.stage, check.title)))
     else:
         table = Table(title="gpudoctor checks", title_justify="left")
         table.add_column("ID", style="bold")
@@ -35,11 +36,12 @@ def list_checks(args: argparse.Namespace) -> int:
         table.add_column("stage")
         table.add_column("detects")
         for check in checks:
-            table.add_row(check.id, check.slug, f"{check.stage} {STAGES.get(check.stage, '')}", check.title)
+            table.add_row(Text(one_line(check.id)), Text(one_line(check.slug)),
+                          f"{check.stage} {STAGES.get(check.stage, '')}", Text(one_line(check.title)))
         show(lambda console: console.print(table), sys.stdout)
         print("Details: gpudoctor explain ID", file=sys.stderr)
     for error in errors:
-        print(f"gpudoctor: plugin {error.name} failed to load: {error.reason}", file=sys.stderr)
+        print(f"gpudoctor: plugin {one_line(error.name)} failed to load: {one_line(error.reason)}", file=sys.stderr)
     return exitcodes.OK
 
 

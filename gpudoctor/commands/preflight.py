@@ -205,12 +205,11 @@ def _write(report: dict[str, Any], outputs: dict[str, Path | None], args: argpar
 
 
 def _show(report: dict[str, Any], written: dict[str, str]) -> None:
-    from rich.console import Console
-
     from gpudoctor.reports import preflight_terminal
+    from gpudoctor.reports.console import output_console
 
     try:
-        console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 120)
+        console = output_console(sys.stderr, highlight=False)
         preflight_terminal.render(report, console, written=written)
     except (OSError, ValueError):
         pass  # stderr closed or full: the exit code and the files carry the result

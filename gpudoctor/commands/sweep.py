@@ -208,8 +208,11 @@ def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> SweepReport:
     with tempfile.TemporaryDirectory(prefix="gpudoctor-sweep-") as workdir, _sigterm_as_interrupt():
         say(f"gpudoctor sweep: {args.target} --mode {args.mode} ({plan.mode}; one process per size)")
         runner = SubprocessRunner(base, Path(workdir), args.trial_timeout_s)
+        probes = Path(workdir) / "probes"  # its own trial files: each runner numbers its trials from 1
+        probes.mkdir()
+        prober = SubprocessRunner(probe_spec(base), probes, args.trial_timeout_s)
         try:
-            outcome = run_search(plan, runner, progress=lambda r: say(progress_line(r)))
+            outcome = run_search(plan, runner, progress=lambda r: say(progress_line(r)), probe_runner=prober)
         except TargetRejected as exc:
             code = CATEGORY_CODES.get(exc.result.error_code or "", exitcodes.BAD_DATA)
             raise GpudoctorError(str(exc), code) from None
@@ -219,6 +222,20 @@ def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> SweepReport:
         command=command_line(args),
         duration_s=time.perf_counter() - started,
     )
+
+
+# A fit probe (a bisection size past the knee): the same warm-up, where autotuners and
+# workspaces reach their peak memory, then a few timed iterations only
+PROBE_ITERS = 3
+PROBE_MAX_TIME_S = 2.0
+
+
+def probe_spec(base: Any) -> Any:
+    """The trial settings of a fit probe, from the sweep's own."""
+    import dataclasses
+
+    return dataclasses.replace(base, min_iters=PROBE_ITERS, max_iters=PROBE_ITERS, min_time_s=0.01,
+                               max_time_s=min(base.max_time_s, PROBE_MAX_TIME_S))
 
 
 # (flag, attribute, default): what the command line says, for the report
@@ -253,10 +270,18 @@ def command_line(args: argparse.Namespace) -> list[str]:
 def progress_line(result: Any) -> str:
     """One stderr line per size, as soon as it is measured."""
     from gpudoctor.metrics import format_bytes
+    from gpudoctor.reports.sweep_view import short_message
 
     head = f"  batch {result.batch_size:>6}: "
     if not result.ok:
-        return head + f"{result.status}" + (f" ({result.message})" if result.message else "")
+        short = short_message(result.status, result.message or "")
+        if result.status == "oom":
+            return head + short
+        return head + f"{result.status}" + (f" ({short})" if short else "")
+    if result.fit_probe:
+        peak = result.memory.peak_bytes
+        fits = "fits" + (f" (peak {format_bytes(peak)})" if peak is not None else "")
+        return head + fits + ", a fit probe past the knee"
     t = result.timing
     peak = result.memory.peak_bytes
     rate = f"{t.samples_per_s:,.0f}" if t.samples_per_s >= 100 else f"{t.samples_per_s:.3g}"
@@ -272,11 +297,10 @@ def progress_line(result: Any) -> str:
 def _finish(
     args: argparse.Namespace, report: SweepReport, paths: Any, html_copy: Path | None, to_stdout: bool
 ) -> int:
-    from rich.console import Console
-
     from gpudoctor.fsutil import write_atomic
     from gpudoctor.output import write_outputs
     from gpudoctor.reports import sweep_html, sweep_terminal
+    from gpudoctor.reports.console import output_console
 
     def render(data: Any, fmt: str) -> str:
         return sweep_html.render(data) if fmt == "html" else json.dumps(data, indent=1, allow_nan=False)
@@ -297,8 +321,7 @@ def _finish(
         sys.stdout.write(json.dumps(written.report, indent=1, allow_nan=False) + "\n")
     if not args.quiet:
         stream = sys.stderr if to_stdout else sys.stdout
-        # a pipe or a CI log has no width: 120 columns keep the table on one line per size
-        console = Console(file=stream, highlight=False, width=None if stream.isatty() else 120)
+        console = output_console(stream, highlight=False)  # a pipe or a CI log: the width every command uses
         sweep_terminal.render(written.report, console, written=files)
     if report.interrupted:
         return INTERRUPTED

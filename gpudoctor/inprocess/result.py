@@ -43,7 +43,10 @@ class Report(Mapping[str, Any]):
     # -- typed access ------------------------------------------------------------
     @property
     def verdict(self) -> str:
-        return str((self.data.get("summary") or {}).get("verdict") or "")
+        """The report's verdict, for Python: the skipped checks are in `report.checks`, not
+        "below" as in the terminal summary and the HTML."""
+        verdict = str((self.data.get("summary") or {}).get("verdict") or "")
+        return verdict.replace("see why below", "see why in report.checks")
 
     @property
     def summary(self) -> dict[str, Any]:

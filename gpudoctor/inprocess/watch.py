@@ -190,9 +190,14 @@ class Watch:
                                    torch_error=agent.torch_error)
         if self.name != "watch":
             session.notes.append(f"watched in-process: {self.name}")
+        too_few = _too_few_steps(session)
+        if too_few:
+            session.notes.append(too_few)
         data, _ = judge(session, self.ignore)
         report = Report(data, session=session, trace_bytes=gzip_trace(recorder.trace_path()))
         final = f"gpudoctor: watched {duration:.0f} s, {session.steps.count} steps. {report.verdict}"
+        if too_few:
+            final += f" Note: {too_few}."
         if self.out is not None:
             try:
                 self.files = report.save(self.out, formats=self.formats, name=self.name, force=self.force)
@@ -222,15 +227,25 @@ class Watch:
             self._workdir = None
 
 
+def _too_few_steps(session: Any) -> str | None:
+    """How many steps a firm verdict needs, when this watch saw too few steady ones."""
+    from gpudoctor import metrics
+
+    steady, count = metrics.steady_step_count(session), session.steps.count
+    if not count or steady >= metrics.MIN_STEADY_STEPS:
+        return None
+    return (f"{steady} of the {count} steps watched were steady (the first ones and those around the profiled "
+            f"window are left out); a firm verdict needs {metrics.MIN_STEADY_STEPS}: watch at least "
+            f"{count + metrics.MIN_STEADY_STEPS - steady} steps")
+
+
 def _print_summary(report: Report) -> None:
     import sys
 
     try:
-        from rich.console import Console
-
         from gpudoctor.reports import terminal
 
-        terminal.render(report.data, Console(stderr=True), written={k: str(v) for k, v in report.files.items()})
+        terminal.show_summary(report.data, sys.stderr, written={k: str(v) for k, v in report.files.items()})
     except Exception as exc:  # noqa: BLE001 (the verdict is still printed)
         log.debug("summary: %s", exc)
         print(report.verdict, file=sys.stderr)

@@ -57,6 +57,21 @@ def argv_line(argv: Any) -> str:
     return shlex.join(redact_argv([str(a) for a in argv]))
 
 
+def stopped_as_asked(report: Report) -> bool:
+    """gpudoctor stopped the run (--steps, --duration) and it ended on that SIGINT: its 130
+    is the stop, not a failure, and headers do not show it as an exit code."""
+    return report.stop_reason in ("steps", "duration") and report.exit_code == 130
+
+
+def exit_code_text(report: Report) -> str:
+    """The workload's exit code for a table: "130 (the --steps stop gpudoctor asked for)"."""
+    if report.exit_code is None:
+        return "unknown"
+    if stopped_as_asked(report):
+        return f"{report.exit_code} (SIGINT: the --{report.stop_reason} stop gpudoctor asked for, not a failure)"
+    return str(report.exit_code)
+
+
 def format_number(value: Any, unit: str | None = None) -> str:
     """A measured value for humans; None means "not measured", never zero."""
     if value is None:

@@ -1,8 +1,9 @@
 """Where the human summaries go: a terminal, or a pipe, a file, a CI log.
 
 At a terminal, rich lays the summary out to the terminal's width, with colour. Anywhere
-else nothing is wrapped or cut: a code snippet stays pasteable and a hint stays whole,
-whatever width a CI runner pretends to have (rich falls back to 80 columns there).
+else (a pipe, a file, a CI log) every command wraps at one width: $COLUMNS when it is
+set, else 100 columns (rich alone would take 80, and each command used to pick its own).
+Code snippets are never re-flowed there: they stay pasteable, longer lines and all.
 
 Strings that come from the run (argv, exception text, kernel names, paths) may hold
 terminal control sequences; `printable` shows them as escapes instead of letting them
@@ -12,6 +13,7 @@ move the cursor, retitle the window or hide lines.
 from __future__ import annotations
 
 import io
+import os
 import re
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -20,6 +22,9 @@ from rich.console import Console
 
 # wide enough that no line of a summary is ever wrapped; lines are right-stripped after
 UNWRAPPED_WIDTH = 100_000
+# the width of every command's output without a terminal, unless $COLUMNS says otherwise
+PLAIN_WIDTH = 100
+MIN_WIDTH = 40
 
 # C0 controls but tab and newline, DEL, C1 controls (0x9b is CSI on many terminals), and
 # the bidirectional overrides that reorder what a reader sees
@@ -42,6 +47,28 @@ def printable(value: Any) -> Any:
     return value
 
 
+def one_line(value: Any) -> str:
+    """`value` as text for a single line (a title, a command line): control characters,
+    newlines and tabs included, shown as escapes, so that it cannot start a line of its own."""
+    text = printable(str(value))
+    return text.replace("\n", "\\n").replace("\t", "\\t")
+
+
+def output_width() -> int:
+    """Where no terminal gives a width: $COLUMNS when it is a sane number, else 100."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return PLAIN_WIDTH
+    return columns if columns >= MIN_WIDTH else PLAIN_WIDTH
+
+
+def output_console(stream: TextIO, **options: Any) -> Console:
+    """A console for a command's output on `stream`: the terminal's own width, or
+    output_width() anywhere else."""
+    return Console(file=stream, width=None if is_terminal(stream) else output_width(), **options)
+
+
 def is_terminal(stream: Any) -> bool:
     try:
         return bool(stream.isatty())
@@ -52,8 +79,10 @@ def is_terminal(stream: Any) -> bool:
 def plain_text(draw: Callable[[Console], None], width: int | None = None) -> str:
     """What `draw` prints, as plain text: no colour, lines right-stripped, and by default
     no wrapping at all."""
+    # never Jupyter's: in a notebook rich would also display what it records (the text shown
+    # twice, its lines padded to the width)
     console = Console(width=width or UNWRAPPED_WIDTH, record=True, file=_Null(), color_system=None,
-                      force_terminal=False, soft_wrap=False)
+                      force_terminal=False, force_jupyter=False, soft_wrap=False)
     draw(console)
     lines = console.export_text().split("\n")
     return "\n".join(line.rstrip() for line in lines)
@@ -61,11 +90,12 @@ def plain_text(draw: Callable[[Console], None], width: int | None = None) -> str
 
 def show(draw: Callable[[Console], None], stream: TextIO) -> None:
     """Print a summary on `stream`: laid out for it when it is a terminal, else as plain
-    unwrapped text. A closed pipe raises BrokenPipeError (the CLI treats it as a normal end)."""
+    text wrapped at output_width(). A closed pipe raises BrokenPipeError (the CLI treats it
+    as a normal end)."""
     if is_terminal(stream):
         draw(_TerminalConsole(file=stream))
         return
-    stream.write(plain_text(draw))
+    stream.write(plain_text(draw, output_width()))
     stream.flush()
 
 

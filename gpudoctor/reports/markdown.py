@@ -22,6 +22,7 @@ from ._common import (
     override_rows,
     printable_report,
     skipped_checks,
+    stopped_as_asked,
     summary_rows,
     top_remedies,
     trial_rows,
@@ -55,7 +56,9 @@ def code_block(code: str, lang: str = "") -> str:
 def render(report: Report | Mapping[str, Any]) -> str:
     report = printable_report(report)
     lines = [f"### gpudoctor: {escape(report.summary.verdict or 'no verdict')}", ""]
-    meta = [f"duration {format_run_seconds(report.duration_s or 0.0)}", f"exit code {report.exit_code}"]
+    meta = [f"duration {format_run_seconds(report.duration_s or 0.0)}"]
+    if not stopped_as_asked(report):
+        meta.append(f"exit code {report.exit_code}")
     if report.stop_reason:
         meta.append(f"stopped: {escape(report.stop_reason)}")
     lines.append(f"Command: {code_span(command_line(report) or '(not recorded)')}  ")

@@ -15,6 +15,7 @@ from markupsafe import Markup
 from gpudoctor.metrics import format_bytes
 
 from ._common import format_number
+from .console import printable
 from .html import SCRIPT, content_security_policy, environment
 
 STATUS_CLASS = {"pass": "st-pass", "warn": "warning", "fail": "critical", "not-checked": "st-skipped"}
@@ -24,6 +25,7 @@ GROUP_TITLES = {"gpu": "Driver and GPUs", "health": "GPU health", "links": "Link
 
 
 def render(report: Mapping[str, Any]) -> str:
+    report = printable(dict(report))  # no terminal controls, even in a page (an env value may hold them)
     counts = report.get("counts") or {}
     items = list(report.get("items") or [])
     groups: list[tuple[str, list[Mapping[str, Any]]]] = []

@@ -2,7 +2,7 @@
 what failed or warned, then where the files went.
 
 Every string from the machine (paths, variable values, process names) is a rich
-`Text`, never parsed as console markup.
+`Text`, never parsed as console markup, with its control characters shown as escapes.
 """
 
 from __future__ import annotations
@@ -14,11 +14,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .console import printable
+
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "not-checked": "dim"}
 STATUS_LABEL = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "not-checked": "n/c"}
 
 
 def render(report: Mapping[str, Any], console: Console, *, written: Mapping[str, str] | None = None) -> None:
+    report = printable(dict(report))  # an environment value may hold terminal controls
+    written = printable(dict(written)) if written else written
     items = list(report.get("items") or [])
     console.print(_headline(report))
     table = Table(show_edge=False, pad_edge=False, expand=False, header_style="bold")

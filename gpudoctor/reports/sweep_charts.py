@@ -27,8 +27,9 @@ EDGE_COLOR = "#D55E00"
 BUDGET_COLOR = "#CC79A7"
 
 
-def _ok(report: SweepReport) -> list[SweepTrial]:
-    return [t for t in report.trials if t.status == "ok" and t.timing is not None]
+def _ok(report: SweepReport, probes: bool = False) -> list[SweepTrial]:
+    """The sizes that ran; fit probes (their memory counts, not their timing) with `probes`."""
+    return [t for t in report.trials if t.status == "ok" and t.timing is not None and (probes or not t.fit_probe)]
 
 
 def _timing(trial: SweepTrial) -> TrialTiming:
@@ -129,7 +130,7 @@ def latency(report: SweepReport) -> str | None:
 
 
 def memory(report: SweepReport) -> str | None:
-    trials = [t for t in _ok(report) if t.memory.peak_bytes is not None]
+    trials = [t for t in _ok(report, probes=True) if t.memory.peak_bytes is not None]
     if not trials:
         return None
     with matplotlib.rc_context(_RC):

@@ -37,8 +37,8 @@ def _table(report: SweepReport) -> Table:
     for row in sweep_view.trial_rows(report):
         cells = [Text(row[key], style=STATUS_STYLE.get(row["status"], "red") if key == "status" else "")
                  for _, key in columns]
-        if row["status"] != "ok" and row["message"]:
-            cells[-1] = Text(row["message"], style="dim")
+        if row["status"] != "ok" and row["short_message"]:
+            cells[-1] = Text(row["short_message"], style="dim")  # the whole error is in the JSON and HTML
         table.add_row(*cells)
     return table
 

@@ -6,6 +6,7 @@ Everything reads the finished report only (gpudoctor.sweep_model.SweepReport). "
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gpudoctor.metrics import format_bytes
@@ -62,19 +63,37 @@ def marks(report: SweepReport) -> dict[int, list[str]]:
     return out
 
 
+# "Tried to allocate 2.25 GiB": what the CUDA caching allocator asked for when it failed
+_ASKED = re.compile(r"Tried to allocate ([\d.]+ ?[KMGT]i?B)")
+SHORT_MESSAGE_CHARS = 100
+
+
+def short_message(status: str, message: str) -> str:
+    """A trial's failure in a table cell or a progress line: "out of memory (2.25 GiB
+    asked)" for an OOM, else the message's first line, cut short. The JSON and the HTML
+    keep the whole text."""
+    if status == "oom":
+        asked = _ASKED.search(message)
+        return f"out of memory ({asked.group(1)} asked)" if asked else "out of memory"
+    first = next((line.strip() for line in message.splitlines() if line.strip()), "")
+    return first if len(first) <= SHORT_MESSAGE_CHARS else first[: SHORT_MESSAGE_CHARS - 3] + "..."
+
+
 def trial_rows(report: SweepReport) -> list[dict[str, str]]:
     budget = report.settings.latency_p50_budget_s
     labels = marks(report)
     rows = []
     for trial in report.trials:
-        timing = trial.timing
+        timing = trial.timing if not trial.fit_probe else None  # a probe's few iterations are no measurement
         memory = trial.memory
         gpu = trial.gpu
         size = trial.batch_size
         notes = list(labels.get(size, [])) if trial.status == "ok" else []
         if budget and timing is not None and _num(timing.latency_p50_s) and timing.latency_p50_s > budget:
             notes.append("over latency budget")
-        if trial.status == "ok" and not (timing is not None and timing.stable):
+        if trial.fit_probe:
+            notes.append("fit probe: memory only")
+        elif trial.status == "ok" and not (timing is not None and timing.stable):
             notes.append("not stable")
         power = gpu.power_w_mean if gpu is not None else None
         fraction = gpu.power_fraction if gpu is not None else None
@@ -82,6 +101,7 @@ def trial_rows(report: SweepReport) -> list[dict[str, str]]:
             "batch": str(size),
             "status": str(trial.status),
             "message": str(trial.message or ""),
+            "short_message": short_message(str(trial.status), str(trial.message or "")),
             "throughput": rate(timing.samples_per_s if timing is not None else None),
             "p50": ms(timing.latency_p50_s if timing is not None else None),
             "p90": ms(timing.latency_p90_s if timing is not None else None),

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.padding import Padding
 from rich.syntax import Syntax
 from rich.table import Table
@@ -28,6 +28,7 @@ from ._common import (
     override_rows,
     printable_report,
     skipped_checks,
+    stopped_as_asked,
     top_remedies,
     trial_rows,
     try_heading,
@@ -62,7 +63,7 @@ def render(
     else:
         console.print(Text("No findings.", style="green"))
     for finding in top_remedies(report, MAX_REMEDIES):
-        console.print(_remedy(finding, highlight=console.is_terminal))
+        _print_remedy(console, finding)
     _trials(report, console)
     rank_table = terminal_table(report)  # a distributed job: one row per rank
     if rank_table is not None:
@@ -78,7 +79,10 @@ def render(
             line.append(check.id, style="dim bold")
             line.append(f" {check.status}: ", style="dim")
             line.append(_one_line(check.reason or "no reason recorded"), style="dim")
-            console.print(line, overflow="ellipsis", no_wrap=True)
+            if console.is_terminal:
+                console.print(line, overflow="ellipsis", no_wrap=True)
+            else:
+                console.print(line)  # a log keeps the whole reason, wrapped
     files = dict(written) if written is not None else dict(report.files)
     if files:
         console.print(Text("Written:", style="bold"))
@@ -113,7 +117,7 @@ def _verdict(report: Report) -> Text:
     text = Text("gpudoctor ", style="bold")
     text.append(report.summary.verdict or "no verdict", style=f"bold {style}")
     meta = [format_run_seconds(report.duration_s or 0.0)]
-    if report.exit_code not in (None, 0):
+    if report.exit_code not in (None, 0) and not stopped_as_asked(report):
         meta.append(f"workload exit code {report.exit_code}")
     if report.stop_reason and report.stop_reason != "exited":
         meta.append(f"stopped: {report.stop_reason}")
@@ -147,19 +151,21 @@ def _findings_table(findings: list[ReportFinding]) -> Table:
     return table
 
 
-def _remedy(finding: ReportFinding, *, highlight: bool = True) -> Group:
+def _print_remedy(console: Console, finding: ReportFinding) -> None:
     """The remedy's sentence and its code. Coloured at a terminal; elsewhere the code is
-    plain text, never re-flowed, so it pastes as it was written."""
+    plain text, never re-flowed (whatever the width), so it pastes as it was written."""
     head = Text("-> ", style="bold")
     head.append(finding.id or "?", style="bold")
     head.append(" " + _one_line(finding.remedy.text if finding.remedy else ""))
-    parts: list[Any] = [head]
-    code = finding.remedy.code if finding.remedy else None
-    if code:
-        snippet: Any = (Syntax(code.rstrip(), _lexer(code), theme="ansi_dark", background_color="default",
-                               word_wrap=True) if highlight else Text(code.rstrip(), no_wrap=True))
-        parts.append(Padding(snippet, (0, 0, 0, 3)))
-    return Group(*parts)
+    console.print(head)
+    code = finding.remedy.code.rstrip() if finding.remedy and finding.remedy.code else ""
+    if not code:
+        return
+    if console.is_terminal:
+        console.print(Padding(Syntax(code, _lexer(code), theme="ansi_dark", background_color="default",
+                                     word_wrap=True), (0, 0, 0, 3)))
+    else:
+        console.print(Text("\n".join("   " + line for line in code.split("\n"))), soft_wrap=True)
 
 
 def _lexer(code: str) -> str:

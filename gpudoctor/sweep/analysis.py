@@ -88,12 +88,18 @@ class Analysis:
     power: list[PowerPoint] = field(default_factory=list)
 
 
-def ok_points(trials: Sequence[TrialResult]) -> list[TrialResult]:
+def ok_points(trials: Sequence[TrialResult], probes: bool = False) -> list[TrialResult]:
+    """The sizes that ran, one trial each, ascending; fit probes (memory only) with `probes`."""
     best: dict[int, TrialResult] = {}
     for trial in trials:
-        if trial.ok:
+        if trial.ok and (probes or not trial.fit_probe):
             best[trial.batch_size] = trial
     return [best[size] for size in sorted(best)]
+
+
+def throughput_knee(trials: Sequence[TrialResult]) -> Knee:
+    return find_knee([(t.batch_size, t.timing.samples_per_s) for t in ok_points(trials) if t.timing],
+                     "samples_per_s")
 
 
 def find_knee(points: Sequence[tuple[int, float]], metric: str, gain: float = KNEE_GAIN_PER_DOUBLING) -> Knee:
@@ -160,7 +166,7 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, 
 
 
 def memory_edge(trials: Sequence[TrialResult], headroom: float) -> MemoryEdge:
-    fits = ok_points(trials)
+    fits = ok_points(trials, probes=True)
     ooms = sorted(t.batch_size for t in trials if t.status == records.OOM)
     smallest_oom = ooms[0] if ooms else None
     below = [t.batch_size for t in fits if smallest_oom is None or t.batch_size < smallest_oom]
@@ -235,10 +241,9 @@ def power_points(trials: Sequence[TrialResult]) -> list[PowerPoint]:
 
 def analyze(trials: Sequence[TrialResult], headroom: float, latency_budget_s: float | None) -> Analysis:
     fits = ok_points(trials)
-    throughput = [(t.batch_size, t.timing.samples_per_s) for t in fits if t.timing]
     sm = [(t.batch_size, t.gpu.sm_activity_percent) for t in fits if t.gpu and t.gpu.sm_activity_percent is not None]
     return Analysis(
-        knee=find_knee(throughput, "samples_per_s"),
+        knee=throughput_knee(trials),
         knee_sm_activity=find_knee(sm, "sm_activity_percent") if sm else None,
         memory=memory_edge(trials, headroom),
         latency=latency_limit(trials, latency_budget_s) if latency_budget_s is not None else None,

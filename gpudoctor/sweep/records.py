@@ -47,6 +47,7 @@ class TrialSpec:
     max_iters: int = 100_000
     rel_ci_target: float = 0.05  # half-width of the median's 95% CI, relative
     drift_target: float = 0.05  # first-half vs second-half median, relative
+    tail_target: float = 2.0  # p90 / median: above it a size is not stable
     sample_gpu: bool = True
 
     def to_dict(self) -> dict[str, Any]:
@@ -140,6 +141,9 @@ class TrialResult:
     device: dict[str, Any] = field(default_factory=dict)  # type, name, index, uuid
     environment: dict[str, Any] = field(default_factory=dict)  # torch, cuda, driver, python
     duration_s: float | None = None  # the whole trial, process start-up included
+    # a size past the knee run only to learn whether it fits (few timed iterations): its
+    # memory counts, its timing is not a throughput or latency measurement
+    fit_probe: bool = False
 
     @property
     def ok(self) -> bool:

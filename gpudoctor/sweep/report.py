@@ -37,7 +37,8 @@ STABILITY_RULE_TEXT = (
     "After warm-up (at least {warmup_iters} iterations and {warmup_s:g} s, again at every size), timed "
     "iterations run until there are at least {min_iters} of them and {min_time} of measured time, the 95% "
     "confidence interval of the median (order statistics) is within +/-{ci:.0%}, and the medians of the first "
-    "and second halves differ by less than {drift:.0%}; at {max_time_s:g} s the size is kept and marked not stable."
+    "and second halves differ by less than {drift:.0%}; at {max_time_s:g} s the size is kept and marked not stable, "
+    "as is a size whose p90 is more than {tail:g}x its median (a heavy tail)."
 )
 
 
@@ -47,6 +48,7 @@ def stability_text(spec: TrialSpec) -> str:
     return STABILITY_RULE_TEXT.format(
         warmup_iters=spec.warmup_min_iters, warmup_s=spec.warmup_min_s, min_iters=spec.min_iters,
         min_time=min_time, ci=spec.rel_ci_target, drift=spec.drift_target, max_time_s=spec.max_time_s,
+        tail=spec.tail_target,
     )
 
 
@@ -128,6 +130,7 @@ def build_sweep_report(
                 max_time_s=spec.max_time_s,
                 rel_ci_target=spec.rel_ci_target,
                 drift_target=spec.drift_target,
+                tail_target=spec.tail_target,
             ),
         ),
         stop_reason=outcome.stop_reason,

@@ -4,8 +4,12 @@ Search mode: double from `start` (the last step is `max_batch` itself) until a s
 runs out of memory, reaches `max_batch`, or its p50 latency exceeds the budget; then
 bisect between the largest size that fit and the smallest that did not, until the
 edge is known within 1/16 of its size (midpoints above 64 are rounded to a multiple
-of 8, which tensor cores like). Explicit mode: exactly the sizes given, ascending;
-sizes above one that ran out of memory are skipped.
+of 8, which tensor cores like), in at most `max_bisect` (4) trials. Once the edge is
+bracketed and the knee lies below it, a bisection size only has to say whether it
+fits: it runs as a fit probe (a few timed iterations, `probe_runner`), which costs a
+fraction of a measured size (its timing counts for nothing but memory).
+Explicit mode: exactly the sizes given, ascending; sizes above one that ran out of
+memory are skipped.
 
 Failures: a sticky CUDA error or a crashed trial stops the search at once (never
 retried); a plain exception from the target is recorded and the search goes on (some
@@ -15,13 +19,16 @@ comes back or three sizes in a row fail.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpudoctor.sweep import records
+from gpudoctor.sweep.analysis import throughput_knee
 from gpudoctor.sweep.records import TrialResult
 
 EDGE_RESOLUTION = 16  # bisection stops when hi - lo <= lo / 16
+MAX_BISECT_TRIALS = 4  # ... or after this many trials: a 1/16 bracket of a doubling step takes 4
 ROUND_ABOVE = 64
 ROUND_TO = 8
 MAX_CONSECUTIVE_ERRORS = 3
@@ -34,6 +41,7 @@ class SearchPlan:
     batch_sizes: tuple[int, ...] | None = None  # explicit: exactly these
     latency_p50_budget_s: float | None = None
     bisect: bool = True
+    max_bisect: int = MAX_BISECT_TRIALS
 
     @property
     def mode(self) -> str:
@@ -78,15 +86,20 @@ def midpoint(lo: int, hi: int) -> int | None:
 
 class _Search:
     def __init__(self, plan: SearchPlan, runner: Callable[[int], TrialResult],
-                 progress: Callable[[TrialResult], None] | None) -> None:
+                 progress: Callable[[TrialResult], None] | None,
+                 probe_runner: Callable[[int], TrialResult] | None = None) -> None:
         self.plan = plan
         self.runner = runner
+        self.probe_runner = probe_runner
         self.progress = progress or (lambda result: None)
         self.outcome = SearchOutcome()
         self._errors: list[str] = []
 
-    def run(self, size: int) -> TrialResult:
-        result = self.runner(size)
+    def run(self, size: int, probe: bool = False) -> TrialResult:
+        if probe and self.probe_runner is not None:
+            result = dataclasses.replace(self.probe_runner(size), fit_probe=True)
+        else:
+            result = self.runner(size)
         self.record(result)
         if result.status == records.BAD_TARGET:
             raise TargetRejected(result)
@@ -145,9 +158,21 @@ class _Search:
         self.outcome.stop_reason = f"reached the size limit ({plan.max_batch})"
         return lo, None
 
+    def past_the_knee(self, size: int) -> bool:
+        """The measured sizes already show a knee below `size`: its throughput is known to
+        be flat there, only whether it fits is not."""
+        knee = throughput_knee(self.outcome.trials).batch_size
+        return knee is not None and knee < size
+
     def bisect(self, lo: int, hi: int) -> None:
+        trials = 0
         while (size := midpoint(lo, hi)) is not None:
-            result = self.run(size)
+            if trials >= self.plan.max_bisect:
+                self.outcome.stop_reason += (f"; memory edge bisected to between {lo} and {hi} "
+                                             f"(at most {self.plan.max_bisect} bisection sizes)")
+                return
+            trials += 1
+            result = self.run(size, probe=self.past_the_knee(size))
             if result.ok:
                 lo = size
             elif result.status == records.OOM:
@@ -184,9 +209,11 @@ def run_search(
     plan: SearchPlan,
     runner: Callable[[int], TrialResult],
     progress: Callable[[TrialResult], None] | None = None,
+    probe_runner: Callable[[int], TrialResult] | None = None,
 ) -> SearchOutcome:
-    """Run the plan; TargetRejected propagates, Ctrl-C ends it with what was measured."""
-    search = _Search(plan, runner, progress)
+    """Run the plan; TargetRejected propagates, Ctrl-C ends it with what was measured.
+    `probe_runner` runs the bisection's sizes past the knee as fit probes."""
+    search = _Search(plan, runner, progress, probe_runner)
     try:
         if plan.batch_sizes:
             search.explicit(sorted(set(plan.batch_sizes)))

@@ -7,9 +7,17 @@ After warm-up, timed iterations continue until all of these hold:
      order statistics (no assumption about the distribution), has a half-width below
      `rel_ci_target` (5%) of the median;
   3. steady: the medians of the first and the second half of the timed iterations
-     differ by less than `drift_target` (5%): clocks, caches and autotuners have settled.
+     differ by less than `drift_target` (5%): clocks, caches and autotuners have settled;
+  4. a thin tail: p90 at most `tail_target` (2x) the median. A median can be precise and
+     steady while one iteration in five takes 150x longer (a batch-1 loop beside a
+     garbage collector or a busy host); such a size stops there, marked not stable
+     (more of the same iterations would not thin the tail).
 The loop also ends, marked not stable, at `max_time_s` (10 s) of wall time or
 `max_iters`, once it has at least `MIN_TIMED_ITERS` iterations.
+
+Long, steady steps end sooner: half of `min_iters` (at least 10) suffice once they
+cover `min_time_s` and sit within half the precision and drift targets. At large batch
+sizes a step takes long and its time barely varies; 20 of them would only repeat it.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ class StabilityRule:
     max_iters: int = 100_000
     rel_ci_target: float = 0.05
     drift_target: float = 0.05
+    tail_target: float = 2.0  # p90 / median
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,7 @@ class Verdict:
     rel_ci_half_width: float | None
     drift: float | None
     reason: str
+    tail_ratio: float | None = None  # p90 / median
 
 
 def median_ci(values: Sequence[float]) -> tuple[float, float] | None:
@@ -80,6 +90,17 @@ def drift(values: Sequence[float]) -> float | None:
     return abs(second / first - 1)
 
 
+def tail_ratio(values: Sequence[float]) -> float | None:
+    """p90 / median (nearest rank), from 10 iterations on."""
+    n = len(values)
+    if n < MIN_ITERS_FOR_DRIFT:
+        return None
+    data = sorted(values)
+    median = statistics.median(data)
+    p90 = data[min(n - 1, math.ceil(0.9 * n) - 1)]
+    return p90 / median if median > 0 else None
+
+
 def judge(durations: Sequence[float], wall_s: float, rule: StabilityRule) -> Verdict:
     """Decide whether the timed loop may stop, and whether what it has is stable."""
     n = len(durations)
@@ -94,8 +115,15 @@ def judge(durations: Sequence[float], wall_s: float, rule: StabilityRule) -> Ver
     enough = n >= rule.min_iters and measured >= rule.min_time_s
     precise = ci is not None and ci < rule.rel_ci_target
     steady = dr is not None and dr < rule.drift_target
+    if not enough and n >= max(MIN_ITERS_FOR_DRIFT, rule.min_iters // 2) and measured >= rule.min_time_s:
+        # long, steady steps: half the iterations, twice as tight
+        enough = ci is not None and ci < rule.rel_ci_target / 2 and dr is not None and dr < rule.drift_target / 2
+    tail = tail_ratio(durations)
     if enough and precise and steady:
-        return Verdict(True, True, ci, dr, f"stable: {numbers}")
+        if tail is not None and tail > rule.tail_target:
+            return Verdict(True, False, ci, dr, f"not stable: a heavy tail, p90 is {tail:.3g}x the median (above "
+                                                f"{rule.tail_target:g}x): {numbers}", tail)
+        return Verdict(True, True, ci, dr, f"stable: {numbers}", tail)
     capped = wall_s >= rule.max_time_s or n >= rule.max_iters
     if capped and n >= MIN_TIMED_ITERS:
         missing = []
@@ -106,5 +134,5 @@ def judge(durations: Sequence[float], wall_s: float, rule: StabilityRule) -> Ver
         if not steady:
             missing.append(f"drift not below {rule.drift_target:.0%}")
         cap = f"{rule.max_time_s:g} s" if wall_s >= rule.max_time_s else f"{rule.max_iters} iterations"
-        return Verdict(True, False, ci, dr, f"not stable at the {cap} cap ({'; '.join(missing)}): {numbers}")
-    return Verdict(False, False, ci, dr, numbers)
+        return Verdict(True, False, ci, dr, f"not stable at the {cap} cap ({'; '.join(missing)}): {numbers}", tail)
+    return Verdict(False, False, ci, dr, numbers, tail)

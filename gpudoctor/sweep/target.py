@@ -9,8 +9,9 @@ The contract (documented in docs/sweep.md):
         return model, make_batch                     # or a dict, or SweepTarget(...)
 
 `build` is called once per trial (each batch size runs in a fresh process), with
-`batch_size=` when its signature accepts it. A plain `nn.Module` class (or a function
-returning a module) works too, with `--input-shape 3,224,224`.
+`batch_size=` when its signature names it, or takes `**kwargs` and is no nn.Module
+factory (torchvision's `resnet50(**kwargs) -> ResNet` passes them to the module).
+A plain `nn.Module` class (or a function returning a module) works too, with `--input-shape 3,224,224`.
 
 The parent only parses and pre-checks (no torch import, no user code run); the trial
 process loads and validates. Problems with the target itself raise `TargetProblem`,
@@ -23,12 +24,16 @@ import ast
 import importlib
 import importlib.util
 import inspect
+import logging
 import os
 import sys
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 TARGET_KEYS = ("model", "make_batch", "loss_fn", "optimizer", "forward")
 
@@ -175,14 +180,38 @@ def _import_file(path: Path) -> Any:
     return module
 
 
-def call_build(build: Callable[..., Any], batch_size: int) -> Any:
-    """Call `build`, passing batch_size= only when its signature takes it."""
+def call_build(build: Callable[..., Any], batch_size: int, module_class: type | None = None) -> Any:
+    """Call `build`, passing batch_size= to a parameter of that name, or to `**kwargs` of a
+    function that is not an nn.Module factory. A factory such as torchvision's
+    `resnet50(**kwargs) -> ResNet` hands its kwargs to the module's constructor, which
+    rejects batch_size: it is known by its return annotation, else by that very refusal."""
     try:
-        params = inspect.signature(build).parameters
+        signature = inspect.signature(build)
     except (TypeError, ValueError):
         return build()
-    takes = "batch_size" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-    return build(batch_size=batch_size) if takes else build()
+    params = signature.parameters
+    if "batch_size" in params:
+        return build(batch_size=batch_size)
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()) or _returns_module(build, module_class):
+        return build()
+    try:
+        return build(batch_size=batch_size)
+    except TypeError as exc:
+        if "batch_size" not in str(exc):
+            raise
+        log.debug("%s refused batch_size= (%s); called without it", build, exc)
+        return build()
+
+
+def _returns_module(build: Callable[..., Any], module_class: type | None) -> bool:
+    """Does `build` say (by its return annotation) that it returns an nn.Module?"""
+    if module_class is None:
+        return False
+    try:
+        returned = typing.get_type_hints(build).get("return")
+    except Exception:  # noqa: BLE001  (an annotation that does not resolve says nothing)
+        returned = inspect.signature(build).return_annotation
+    return inspect.isclass(returned) and issubclass(returned, module_class)
 
 
 def normalize(result: Any, input_shape: tuple[int, ...] | None, torch: Any, where: str) -> SweepTarget:
@@ -257,4 +286,4 @@ def load_target(text: str, batch_size: int, input_shape: tuple[int, ...] | None,
         raise TargetProblem(
             f"{spec.attribute} is a {type(obj).__name__}, not a function or nn.Module class", "bad_data"
         )
-    return normalize(call_build(obj, batch_size), input_shape, torch, where)
+    return normalize(call_build(obj, batch_size, torch.nn.Module), input_shape, torch, where)

@@ -174,6 +174,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
             max_iters=spec.max_iters,
             rel_ci_target=spec.rel_ci_target,
             drift_target=spec.drift_target,
+            tail_target=spec.tail_target,
         )
         sampler = _sampler(spec, device, result)
         try:

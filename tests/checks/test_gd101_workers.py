@@ -221,3 +221,20 @@ def test_many_sleeping_workers_are_not_called_too_many():
     assert all("too many" not in f.title.lower() for f in findings)
     for f in findings:
         assert f.evidence["recommended_workers"].value >= 6  # never fewer workers for a waiting loader
+
+
+def test_key_numbers_read_as_sentences() -> None:
+    """Issue 27, item 19: key numbers read "num_workers to set 1 workers" and "DataLoader 20115:0 0 workers"."""
+    from gpudoctor.jsonmodel import decode
+    from gpudoctor.report_model import ReportFinding
+    from gpudoctor.reports._common import key_numbers
+
+    loader = make_loader(num_workers=0, batches=50, batch_size=64, fetch_s_per_batch=0.060, fetch_cpu_ratio=0.9,
+                         pid=20115)
+    session = make_session(steps=make_steps(50, 0.100, 0.060), loaders=[loader], usable_cores=8,
+                           torch_cuda_used=True)
+    _, (finding,) = run_check(run.check, session)
+    shown = key_numbers(decode(ReportFinding, {"id": "GD101", "severity": finding.severity, "title": finding.title,
+                                                "message": finding.message,
+                                                "evidence": {k: e.to_dict() for k, e in finding.evidence.items()}}))
+    assert shown == "num_workers now 0; data wait / step time 60%; num_workers to set 2"

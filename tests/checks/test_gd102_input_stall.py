@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from gpudoctor.checks.gd102_input_stall import run
 from gpudoctor.model import Skip
+from gpudoctor.session import StepRecord
 
 
 def stalled(step_s: float = 0.100, wait_s: float = 0.040, **loader_kw) -> object:
@@ -157,3 +158,24 @@ def test_finding_iff_share_reaches_five_percent(step: float, wait_fraction: floa
     for f in findings:
         assert f.estimated_gain is not None and f.estimated_gain >= 1.0
         assert f.evidence["stall_kind"].value in ("cpu-bound", "waiting", "mixed", "unknown")
+
+
+def _bursty_steps() -> list[StepRecord]:
+    """45 steps that find a batch ready and every tenth that waits 400 ms: waits in bursts."""
+    records, t = [], 0.0
+    for i in range(50):
+        wait = 0.400 if i % 10 == 9 else 0.001
+        t += 0.050 + wait
+        records.append(StepRecord(t=t, duration_s=0.050 + wait, data_wait_s=wait))
+    return records
+
+
+def test_bursty_waits_without_workers_do_not_mention_a_prefetch_queue() -> None:
+    """Issue 27, item 19: "the prefetch queue runs dry" was said of a num_workers=0 loader."""
+    for workers, queue in ((0, False), (4, True)):
+        loader = make_loader(num_workers=workers, batches=50, batch_size=32)
+        session = make_session(steps=_bursty_steps(), loaders=[loader], usable_cores=8, torch_cuda_used=True)
+        _, findings = run_check(run.check, session)
+        (finding,) = findings
+        assert "in bursts" in finding.message
+        assert ("prefetch queue" in finding.message) is queue, finding.message

@@ -48,3 +48,35 @@ def test_no_window_says_why():
 
 def test_phase_words_of_a_stepless_window():
     assert phase_words({"source": "time"}) == "no step boundaries (time-bounded)"
+
+
+def test_a_missing_dependency_is_named_with_its_fix(tmp_path, monkeypatch):
+    """Issue 27, item 18: without msgspec every trace check said "not available in this build"."""
+    import sys
+
+    for name in [m for m in sys.modules if m.startswith(("gpudoctor.collectors.trace", "gpudoctor.replay"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "msgspec", None)  # import msgspec -> ModuleNotFoundError
+    shutil.copy(WINDOWS / "tiny_kernels.trace.json.gz", tmp_path / "w.json")
+    session = Session(cwd="/nowhere")
+    assert apply_windows([event(1, "w.json", "optimizer", "start", 1.0)], tmp_path, session, t0=0.0) is None
+    reason = session.unavailable["profile"]
+    assert "msgspec" in reason and "pip install msgspec" in reason
+
+
+def test_analyze_without_a_dependency_says_which_in_one_line(tmp_path, monkeypatch, capsys):
+    """Issue 27, item 18: `analyze` without msgspec was an "internal error" (exit 70)."""
+    import sys
+
+    from gpudoctor import exitcodes
+    from gpudoctor.cli import main
+
+    for name in [m for m in sys.modules if m.startswith(("gpudoctor.collectors.trace", "gpudoctor.commands.analyze"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "msgspec", None)
+    code = main(["analyze", str(WINDOWS / "tiny_kernels.trace.json.gz"), "--out", f"{tmp_path}/"])
+    err = capsys.readouterr().err
+    assert code == exitcodes.NOT_RUNNABLE, err
+    assert err.strip().splitlines() == [
+        ("gpudoctor: error: this command needs the Python package msgspec, which is not installed here: "
+         "pip install msgspec (or reinstall gpudoctor with its dependencies)")]

@@ -110,3 +110,28 @@ def test_a_failing_display_is_switched_off(fake_jupyter):
     shown.handle.update = broken
     shown.update(Progress(1.0, 1, None, None))  # no exception
     assert shown.handle is None
+
+
+def test_str_of_a_report_in_jupyter_is_text_only(report, monkeypatch):
+    """Issue 27, item 23: print(report) in Jupyter printed twice (rich also displayed it, its
+    lines padded to a width of 100,000 columns)."""
+    import rich.console
+
+    shown = []
+    fake = types.ModuleType("IPython.display")
+    fake.display = lambda *args, **kwargs: shown.append(args)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", types.ModuleType("IPython"))
+    monkeypatch.setitem(sys.modules, "IPython.display", fake)
+    monkeypatch.setattr(rich.console, "_is_jupyter", lambda: True)
+    text = str(report)
+    assert shown == []  # print() shows it once; rendering it displayed nothing
+    assert text.startswith("gpudoctor ") and all(line == line.rstrip() for line in text.splitlines())
+
+
+def test_the_python_verdict_points_at_the_checks_not_below():
+    """Issue 27, item 23: "see why below" in Python and Jupyter, where nothing is below."""
+    verdict = "No bottleneck found by the 1 of 20 checks that could run (19 skipped: see why below)."
+    report = Report({"summary": {"verdict": verdict}})
+    assert report.verdict == ("No bottleneck found by the 1 of 20 checks that could run (19 skipped: see why in "
+                              "report.checks).")
+    assert report["summary"]["verdict"] == verdict  # the JSON report is the same as diagnose writes

@@ -200,3 +200,39 @@ def test_without_torch_the_watch_samples_what_it_can(monkeypatch):
     reasons = report["evidence"]["unavailable"]
     assert reasons["steps"].startswith("torch could not be imported")
     assert next(c for c in report.checks if c["id"] == "GD101")["status"] == "skipped"
+
+
+DIAGNOSE_FN = """
+import json, os, sys
+import torch
+import gpudoctor
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+def step(batch):
+    opt.zero_grad()
+    model(batch).sum().backward()
+    opt.step()
+full = gpudoctor.diagnose_fn(step, torch.randn(32, 64), steps=30)
+short = gpudoctor.diagnose_fn(step, torch.randn(32, 64), steps=12)
+print(json.dumps({"steady": full.summary["steady_steps"], "short_notes": short["evidence"]["notes"],
+                  "env": "KINETO_LOG_LEVEL" in os.environ}))
+"""
+
+
+@pytest.mark.integration
+def test_diagnose_fn_defaults_give_a_firm_verdict_and_kineto_stays_quiet():
+    """Issue 27, item 23: diagnose_fn(fn, batch, steps=30) left 3 steady steps (a caveat on
+    every verdict: a loop of 1 ms steps lost 0.5 s of steps after the profiled window), a
+    shorter run did not say how many steps it needs, and kineto printed its "USDT: ...
+    profiler_start" lines on the program's stderr."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", DIAGNOSE_FN], capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL, check=False)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert found["steady"] >= 10
+    assert any("a firm verdict needs 10: watch at least" in note for note in found["short_notes"]), found
+    assert "USDT" not in proc.stderr and "profiler_start" not in proc.stderr
+    assert found["env"] is False  # the user's environment is as it was

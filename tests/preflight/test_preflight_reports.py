@@ -106,3 +106,17 @@ def test_json_ready_report_renders_with_no_job_and_no_gpu(make_ctx) -> None:
     assert "<h2>Job</h2>" not in preflight_html.render(report)
     assert "Not checked (" in preflight_terminal.to_text(report)
     ET.fromstring(preflight_junit.render(report))
+
+
+ESCAPE = "\x1b]0;pwned\x07\x1b[2J\x9b31m"
+
+
+def test_environment_values_never_reach_the_terminal_or_the_page_as_controls(make_ctx) -> None:
+    """Issue 27, item 13: PF501 and PF504 quoted env values raw, escape sequences included."""
+    ctx = make_ctx([idle_gpu(0)], environ={"CUDA_LAUNCH_BLOCKING": "1" + ESCAPE, "NCCL_ALGO": "Ring" + ESCAPE})
+    results, ignored = audit.apply_policy(audit.machine_items(ctx), ctx.policy, [])
+    report = audit.build_report(results, ctx, ignored=ignored, run=None,
+                                started=datetime.datetime(2026, 1, 2, 3, 4, 5), duration_s=1.0)
+    for text in (preflight_terminal.to_text(report), preflight_html.render(report)):
+        assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
+        assert "\\x1b]0;pwned" in text  # shown, as an escape

@@ -74,3 +74,44 @@ def test_the_hotspot_line_names_the_top_kernel_operator_and_call_sites(report: d
     assert "CPU op aten::addmm 60.0 ms self" in out
     assert "train_step (train.py:40) launches 74% of GPU time" in out
     assert "train_step (train.py:40) blocks 3.0 ms" in out
+
+
+def test_a_stop_gpudoctor_asked_for_is_not_shown_as_a_failing_exit_code(report_factory: Any) -> None:
+    """Issue 27, item 19: the header said "workload exit code 130" for a clean --steps stop."""
+    stopped = report_factory()
+    stopped.update(exit_code=130, stop_reason="steps")
+    header = _render(stopped).splitlines()[1]
+    assert "stopped: steps" in header and "exit code" not in header
+    crashed = report_factory()
+    crashed.update(exit_code=1, stop_reason="exited")
+    assert "workload exit code 1" in _render(crashed).splitlines()[1]
+    from html import unescape
+
+    from gpudoctor.reports import render
+
+    page = unescape(render(stopped, "html"))
+    header = page.split("<header>", 1)[1].split("</header>", 1)[0]
+    assert "exit code" not in header and "stopped: steps" in header
+    assert "130 (SIGINT: the --steps stop gpudoctor asked for, not a failure)" in page
+    assert "exit code" not in render(stopped, "markdown").split("\n\n", 2)[1]
+    assert "exit code 1" in render(crashed, "markdown")
+
+
+def test_every_command_wraps_at_one_width_without_a_terminal(report: dict[str, Any], monkeypatch: Any) -> None:
+    """Issue 27, item 20: diagnose did not wrap, preflight wrapped at ~120, attach at ~80."""
+    from gpudoctor.reports.console import output_console, output_width
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert output_width() == 100 and output_console(io.StringIO()).width == 100
+    monkeypatch.setenv("COLUMNS", "72")
+    assert output_width() == 72 and output_console(io.StringIO()).width == 72
+    monkeypatch.setenv("COLUMNS", "bogus")
+    assert output_width() == 100
+    monkeypatch.delenv("COLUMNS")
+    stream = io.StringIO()
+    terminal.show_summary(report, stream)
+    code = {("   " + line).rstrip() for f in report["findings"]
+            for line in ((f.get("remedy") or {}).get("code") or "").split("\n")}
+    lines = stream.getvalue().splitlines()
+    assert max(len(line) for line in lines if line not in code) <= 100
+    assert "   DataLoader(ds, num_workers=8, pin_memory=True)  #" in lines  # code: never re-flowed

@@ -99,3 +99,35 @@ def test_terminal_table_and_answers() -> None:
     assert "<script>alert(1)</script>" in text  # printed as text, never interpreted
     lines = [line for line in text.splitlines() if line.strip().startswith("512")]
     assert lines and "oom" in lines[0]
+
+
+CUDA_OOM = (
+    "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.25 GiB. GPU 0 has a total capacity of 139.81 GiB of "
+    "which 1.06 GiB is free. Including non-PyTorch memory, this process has 138.74 GiB memory in use. Of the "
+    "allocated memory 135.11 GiB is allocated by PyTorch, and 2.90 GiB is reserved by PyTorch but unallocated. If "
+    "reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
+    "avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html"
+    "#environment-variables)"
+)
+
+
+def test_an_oom_row_says_how_much_was_asked_and_the_json_and_html_keep_the_whole_error() -> None:
+    """Issue 27, item 26: the OOM row printed the whole CUDA error in its notes cell (25 wrapped lines)."""
+    runner = FakeRunner(fits_up_to=400, failures={512: (records.OOM, CUDA_OOM)})
+    plan = SearchPlan(max_batch=1024, bisect=False)
+    spec = TrialSpec(target="m.py:build", mode="train", batch_size=1, device="cuda")
+    report = build_sweep_report(target="m.py:build", spec=spec, plan=plan, outcome=run_search(plan, runner),
+                                headroom=0.1, command=["gpudoctor"], duration_s=1.0).to_dict()
+    text = sweep_terminal.to_text(report, width=160)
+    (row,) = [line for line in text.splitlines() if line.strip().startswith("512")]
+    assert row.rstrip().endswith("out of memory (2.25 GiB asked)")
+    assert "expandable_segments" not in text
+    assert next(t for t in report["trials"] if t["batch_size"] == 512)["message"] == CUDA_OOM
+    assert "expandable_segments:True" in unescape(sweep_html.render(report))
+
+
+def test_the_progress_line_of_an_oom_is_one_short_line() -> None:
+    from gpudoctor.commands.sweep import progress_line
+
+    line = progress_line(TrialResult(512, records.OOM, message=CUDA_OOM))
+    assert line == "  batch    512: out of memory (2.25 GiB asked)"

@@ -110,3 +110,44 @@ def test_ctrl_c_keeps_what_was_measured() -> None:
 
     outcome = run_search(SearchPlan(), runner)
     assert outcome.interrupted and [t.batch_size for t in outcome.trials] == [1, 2, 4]
+
+
+# Issue 27, item 27: ResNet-50 training on an H200 (knee 256, memory edge 1664-1728) took
+# 350 s. A synthetic model of that curve: throughput flat from 256 on, out of memory above 1700.
+def resnet50_like_rate(batch_size: int) -> float:
+    return 3000.0 * min(batch_size, 256) / 256
+
+
+def test_bisection_past_the_knee_runs_fit_probes() -> None:
+    runner, prober = FakeRunner(resnet50_like_rate, fits_up_to=1700), FakeRunner(resnet50_like_rate, fits_up_to=1700)
+    outcome = run_search(SearchPlan(max_batch=4096), runner, probe_runner=prober)
+    assert runner.calls == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]  # measured until the OOM
+    assert prober.calls == [1536, 1792, 1664, 1728]  # past the knee: only whether each fits
+    assert all(t.fit_probe for t in outcome.trials if t.batch_size in prober.calls)
+    analysis = analyze(outcome.trials, headroom=0.1, latency_budget_s=None)
+    assert analysis.knee.batch_size == 256  # the probes' few iterations do not move the knee
+    assert (analysis.memory.largest_fit, analysis.memory.smallest_oom) == (1664, 1728)
+
+
+def test_without_a_knee_below_the_edge_the_bisection_measures() -> None:
+    runner, prober = FakeRunner(lambda b: 10.0 * b, fits_up_to=1700), FakeRunner(lambda b: 10.0 * b, fits_up_to=1700)
+    outcome = run_search(SearchPlan(max_batch=4096), runner, probe_runner=prober)
+    assert prober.calls == []  # throughput still climbing: the edge may be the recommendation
+    assert runner.calls[-4:] == [1536, 1792, 1664, 1728]
+    assert not any(t.fit_probe for t in outcome.trials)
+
+
+def test_the_bisection_is_bounded() -> None:
+    runner = FakeRunner(resnet50_like_rate, fits_up_to=1100)
+    outcome = run_search(SearchPlan(max_batch=4096, max_bisect=2), runner)
+    assert runner.calls[12:] == [1536, 1280]  # 1024 fit, 2048 did not; two sizes, then stop
+    assert outcome.stop_reason.endswith("memory edge bisected to between 1024 and 1280 (at most 2 bisection sizes)")
+
+
+def test_a_fit_probe_runs_few_iterations() -> None:
+    from gpudoctor.commands.sweep import PROBE_ITERS, probe_spec
+    from gpudoctor.sweep.records import TrialSpec
+
+    probe = probe_spec(TrialSpec(target="m.py:build", mode="train", batch_size=1, max_time_s=10.0))
+    assert (probe.min_iters, probe.max_iters, probe.max_time_s) == (PROBE_ITERS, PROBE_ITERS, 2.0)
+    assert probe.warmup_min_iters == 3 and probe.warmup_min_s == 0.2  # the warm-up, where memory peaks, is kept

@@ -8,7 +8,8 @@ RULE = StabilityRule(min_iters=20, min_time_s=1.0, max_time_s=10.0)
 
 
 def test_steady_iterations_are_stable_once_the_minimums_are_met() -> None:
-    assert not judge([0.1] * 19, 1.9, RULE).done  # 19 iterations: one short
+    # 19 iterations within +/-3%: one short (only steps within +/-2.5% may stop at half the count)
+    assert not judge([0.097, 0.103] * 9 + [0.1], 1.9, RULE).done
     assert not judge([0.01] * 50, 0.5, RULE).done  # 0.5 s measured: too short
     verdict = judge([0.1] * 20, 2.0, RULE)
     assert verdict.done and verdict.stable
@@ -41,3 +42,27 @@ def test_slow_iterations_need_three_before_the_cap_ends_them() -> None:
     assert not judge([4.0, 4.0], 12.0, RULE).done
     verdict = judge([4.0, 4.0, 4.0], 12.0, RULE)
     assert verdict.done and not verdict.stable
+
+
+def test_a_heavy_tail_is_not_stable() -> None:
+    """Issue 27, item 24: a batch-1 point whose p90 was 150x its p50 was labelled stable:
+    its median was precise and steady, its tail not."""
+    spiky = ([0.001] * 8 + [0.150] * 2) * 4  # p90 = 150 x p50
+    verdict = judge(spiky, 2.0, StabilityRule(min_iters=20, min_time_s=0.01, max_time_s=10.0))
+    assert verdict.done and not verdict.stable  # more of the same would not thin the tail: stop now
+    assert verdict.tail_ratio == 150.0
+    assert "p90 is 150x the median" in verdict.reason
+    mild = ([0.001] * 9 + [0.0015]) * 4
+    assert judge(mild, 2.0, StabilityRule(min_iters=20, min_time_s=0.01)).stable
+
+
+def test_long_steady_steps_stop_after_half_the_iterations() -> None:
+    """Issue 27, item 27: at large sizes a step is long and its time stable; 10 such steps
+    are a measurement, 20 only repeat it."""
+    long_steady = [0.200, 0.201, 0.199, 0.2005, 0.1995] * 2  # 10 steps, 2 s, within +/-0.5%
+    verdict = judge(long_steady, 2.1, RULE)
+    assert verdict.done and verdict.stable
+    short_steady = [0.001, 0.00101, 0.00099, 0.001005, 0.000995] * 2  # as steady, but 10 ms measured
+    assert not judge(short_steady, 0.02, RULE).done
+    long_noisy = [0.200, 0.212, 0.190, 0.205, 0.195] * 2  # +/-5%: not tight enough to stop early
+    assert not judge(long_noisy, 2.1, RULE).done

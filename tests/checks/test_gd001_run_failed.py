@@ -1,0 +1,76 @@
+"""GD001 run-failed on synthetic Sessions: what a stop, a crash and a worker's exit say."""
+
+from __future__ import annotations
+
+from helpers import make_cpu_samples, make_session, make_steps, run_check
+
+from gpudoctor.checks import gd001_run_failed
+from gpudoctor.engine import order
+from gpudoctor.model import Finding
+from gpudoctor.report import verdict
+from gpudoctor.session import ErrorEvent, ProcessInfo
+
+CHECK = gd001_run_failed.run.check  # type: ignore[attr-defined]
+
+
+def _stopped_after_a_quiet_phase(tree_percent: float):
+    """60 training steps of 0.1 s (until t=6 s), then 20 s without a step until --duration stops it."""
+    return make_session(steps=make_steps(60, 0.1), step_source="optimizer", stop_reason="duration",
+                        stop_requested_s=26.0, duration_s=26.5, exit_code=130,
+                        cpu_samples=make_cpu_samples(100, interval_s=0.25, tree_percent=tree_percent,
+                                                     main_percent=tree_percent))
+
+
+def test_a_busy_phase_without_steps_is_not_a_hang() -> None:
+    """Issue 27, item 15: imagenet's validation loop (no optimizer steps, the process busy)
+    was called a stall."""
+    _, findings = run_check(CHECK, _stopped_after_a_quiet_phase(tree_percent=180.0))
+    assert not any("stopped making progress" in f.title for f in findings)
+
+
+def test_an_idle_process_without_steps_is_a_hang() -> None:
+    _, findings = run_check(CHECK, _stopped_after_a_quiet_phase(tree_percent=1.0))
+    assert [f.title for f in findings] == ["The run stopped making progress: no step in the last 20s"]
+
+
+def test_a_quiet_phase_without_cpu_samples_is_still_a_hang() -> None:
+    session = _stopped_after_a_quiet_phase(tree_percent=1.0)
+    session.cpu_samples = []
+    _, findings = run_check(CHECK, session)
+    assert findings and "stopped making progress" in findings[0].title
+
+
+def _worker_exited(message: str):
+    return make_session(steps=make_steps(30, 0.1), exit_code=1, duration_s=4.0,
+                        processes=[ProcessInfo(pid=100, role="main"), ProcessInfo(pid=4242, ppid=100, role="worker")],
+                        errors=[ErrorEvent(pid=100, kind="exception", type="RuntimeError", t=3.5, message=message,
+                                           traceback='File "torch/utils/data/dataloader.py", line 1')])
+
+
+def test_a_worker_that_exited_with_a_code_is_not_blamed_on_the_oom_killer() -> None:
+    """Issue 27, item 16: a worker's os._exit(3) read "check the OOM killer"."""
+    session = _worker_exited("DataLoader worker (pid 4242) exited unexpectedly with exit code 3. Details are "
+                             "lost due to multiprocessing. Rerunning with num_workers=0 may give better error trace.")
+    _, findings = run_check(CHECK, session)
+    (finding,) = findings
+    assert finding.title == "A DataLoader worker died (exited with code 3)"
+    assert finding.remedy is not None
+    assert "host memory" not in finding.remedy.text.lower() and "oom" not in finding.remedy.text.lower()
+    assert "num_workers=0" in finding.remedy.text
+    assert "no signal, so not the out-of-memory killer" in finding.message
+    assert finding.evidence["worker_exit_code"].value == 3
+
+
+def test_a_worker_killed_by_a_signal_still_points_at_host_memory() -> None:
+    _, findings = run_check(CHECK, _worker_exited("DataLoader worker (pid 4242) is killed by signal: Killed. "))
+    assert "out-of-memory killer" in findings[0].message
+
+
+def test_the_crash_that_ended_the_run_leads_the_verdict() -> None:
+    """Issue 27, item 16: the verdict said "Input-bound" (GD102's larger gain) and GD001 came second."""
+    session = _worker_exited("DataLoader worker (pid 4242) exited unexpectedly with exit code 3.")
+    _, crash = run_check(CHECK, session)
+    stall = Finding("critical", "Input pipeline stall", "waits", estimated_gain=6.0, id="GD102", stage=1)
+    ordered = order([stall, *crash], session, checks={})
+    assert [f.id for f in ordered] == ["GD001", "GD102"]
+    assert verdict(ordered, {"data_wait_share": 0.8, "measured": True}).startswith("Run failed: ")
