@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workloads"))
 import input_bound_entry as workload  # noqa: E402  (the shared workload, from tests/workloads)
 
 STEPS = 30
+pytestmark = pytest.mark.integration  # real training for seconds each, as the e2e tests
 
 
 @pytest.fixture(autouse=True)
