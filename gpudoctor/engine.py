@@ -72,9 +72,11 @@ def _run_checks(session: Session, checks: list[Check], ignore: Iterable[str],
 def _run_one(session: Session, check: Check, ignored: set[str]) -> tuple[CheckOutcome, list[Finding]]:
     """One check's outcome and its findings (stamped with its ID and stage)."""
 
+    decides = check.decides if not check.decides_on_gpu_runs or session.torch_cuda_used else None
+
     def outcome(status: str, reason: str | None = None) -> CheckOutcome:
         return CheckOutcome(id=check.id, slug=check.slug, stage=check.stage, title=check.title, status=status,
-                            reason=reason)
+                            reason=reason, decides=decides)
 
     if check.id.upper() in ignored or check.slug.upper() in ignored:
         return outcome("skipped", "ignored (--ignore)"), []

@@ -212,7 +212,7 @@ def _main_thread_saturated(finding: Finding) -> bool:
 @check("GD102", "input-stall", stage=1, title="Input pipeline stall",
        requires=("loader",), explains=("GD201", "GD202", "GD203", "GD103"),
        explains_only_if={"GD103": _main_thread_saturated},
-       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS))
+       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS), decides="data wait")
 def run(session: Session) -> list[Finding]:
     if not session.loaders:
         raise Skip("no DataLoader seen")

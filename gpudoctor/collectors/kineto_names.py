@@ -20,6 +20,8 @@ SYNC_APIS = frozenset({
     "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD", "cudaFree", "cudaFreeHost",  # frees wait for the device
     "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy"})
 STEP_PREFIX = "ProfilerStep#"  # torch.profiler's record_function range around each prof.step()
+# torch.profiler's range around each DataLoader batch (single or multiprocessing iterator)
+DATA_ANNOTATION = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 _COPY_NAME = re.compile(r"Memcpy (\w+) \(([^()]*?) -> ([^()]*?)\)")
 _FRAME_NAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")

@@ -7,7 +7,7 @@ fix): the loop waits for data most of each step. Known answer for every mode: GD
     python input_bound_entry.py plain       # a plain loop (`gpudoctor diagnose` on it)
     python input_bound_entry.py lightning   # the same model and data in a LightningModule
     python input_bound_entry.py accelerate  # the loop over accelerate's prepared DataLoader
-    python input_bound_entry.py profile --trace DIR   # torch.profiler, tensorboard_trace_handler
+    python input_bound_entry.py profile --trace DIR [--unmarked]  # torch.profiler, tensorboard_trace_handler
 
 The callbacks' tests import `HeavyDataset`, `Net` and `LitNet` from here.
 """
@@ -25,12 +25,14 @@ BATCH_SIZE = 16
 
 
 class HeavyDataset(Dataset):
-    """Synthetic 3x64x64 images; a few ms of CPU blur passes per sample."""
+    """Synthetic 3x64x64 images; a few ms of CPU blur passes per sample (`passes` blurs with a
+    `size` x `size` kernel: one large pass makes the same work in fewer profiler events)."""
 
-    def __init__(self, n: int = 4096, passes: int = 10) -> None:
+    def __init__(self, n: int = 4096, passes: int = 10, size: int = 5) -> None:
         self.n = n
         self.passes = passes
-        self.kernel = torch.full((3, 1, 5, 5), 1 / 25)
+        self.pad = size // 2
+        self.kernel = torch.full((3, 1, size, size), 1 / size**2)
 
     def __len__(self) -> int:
         return self.n
@@ -38,7 +40,7 @@ class HeavyDataset(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         x = torch.rand(1, 3, 64, 64)
         for _ in range(self.passes):
-            x = F.conv2d(F.pad(x, (2, 2, 2, 2)), self.kernel, groups=3)
+            x = F.conv2d(F.pad(x, (self.pad,) * 4), self.kernel, groups=3)
         return x[0], i % 10
 
 
@@ -52,8 +54,8 @@ class Net(torch.nn.Module):
         return self.body(x)
 
 
-def loader(workers: int) -> DataLoader:
-    return DataLoader(HeavyDataset(), batch_size=BATCH_SIZE, shuffle=True, num_workers=workers)
+def loader(workers: int, dataset: Dataset | None = None) -> DataLoader:
+    return DataLoader(dataset or HeavyDataset(), batch_size=BATCH_SIZE, shuffle=True, num_workers=workers)
 
 
 def lit_net(workers: int) -> Any:
@@ -115,12 +117,26 @@ def train_accelerate(steps: int, workers: int) -> None:
             break
 
 
-def train_profiled(steps: int, workers: int, trace_dir: str) -> None:
+def train_profiled(steps: int, workers: int, trace_dir: str, marked: bool = True) -> None:
+    """torch.profiler on CPU, its trace in `trace_dir` as tensorboard_trace_handler names it:
+    `marked`, a schedule and prof.step() per step (ProfilerStep#N ranges); else start/stop around
+    the loop after 3 warm-up steps (no ranges but the DataLoader's). One large blur per sample:
+    the same work as the default dataset's, in a tenth of the events."""
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=2, active=steps - 3),
-                 on_trace_ready=tensorboard_trace_handler(trace_dir)) as prof:
-        train_plain(steps, workers, on_step=prof.step)
+    data = loader(workers, HeavyDataset(passes=1, size=15))
+    handler = tensorboard_trace_handler(trace_dir)
+    if marked:
+        with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=2, active=steps - 3),
+                     on_trace_ready=handler) as prof:
+            train_plain(steps, workers, data=data, on_step=prof.step)
+        return
+    batches = iter(data)
+    train_plain(3, workers, data=batches)
+    prof = profile(activities=[ProfilerActivity.CPU], on_trace_ready=handler)
+    prof.start()
+    train_plain(steps - 3, workers, data=batches)
+    prof.stop()
 
 
 def main() -> None:
@@ -129,6 +145,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--trace", default="traces")
+    parser.add_argument("--unmarked", action="store_true", help="profile: no ProfilerStep ranges")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)  # one core for the loop; the rest is the loader's
@@ -139,7 +156,7 @@ def main() -> None:
     elif args.mode == "accelerate":
         train_accelerate(args.steps, args.workers)
     else:
-        train_profiled(args.steps, args.workers, args.trace)
+        train_profiled(args.steps, args.workers, args.trace, marked=not args.unmarked)
     print(f"trained {args.steps} steps ({args.mode})")
 
 
