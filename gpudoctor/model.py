@@ -40,6 +40,11 @@ def severity_rank(severity: str | None) -> int:
 class Remedy:
     text: str  # what to change, in a sentence or two
     code: str | None = None  # a copyable snippet
+    # the settings it advises on, and which way ({"num_workers": "more" | "fewer" | "keep"}): findings
+    # that disagree about one are reconciled by the engine before rendering (gpudoctor.engine.reconcile)
+    knobs: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # what to advise instead when another finding's advice on one of `knobs` prevails
+    without_knobs: Remedy | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -123,12 +128,15 @@ class Check:
     # bottleneck found" (gpudoctor.report). `decides_on_gpu_runs`: only on runs that used CUDA.
     decides: str | None = None
     decides_on_gpu_runs: bool = False
+    # the settings (Remedy.knobs) it sizes from the run's measurements: where findings disagree about
+    # one, this check's advice prevails (GD101 owns num_workers)
+    owns: tuple[str, ...] = ()
 
 
 def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str] = (),
           explains: Sequence[str] = (), explains_only_if: Mapping[str, Callable[[Finding], bool]] | None = None,
           thresholds: Sequence[AnyThreshold] = (), measures_idle: bool = False, decides: str | None = None,
-          decides_on_gpu_runs: bool = False) -> Callable[[RunFn], RunFn]:
+          decides_on_gpu_runs: bool = False, owns: Sequence[str] = ()) -> Callable[[RunFn], RunFn]:
     """Declare a check once, on its function; the module docstring is its page, where
     ``{{NAME}}`` stands for the value of threshold NAME (gpudoctor.thresholds.fill_page).
 
@@ -145,7 +153,8 @@ def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str]
         declared = Check(id=id, slug=slug, stage=stage, title=title, run=run, requires=tuple(requires),
                          doc=page, explains=tuple(explains),
                          explains_only_if=dict(explains_only_if or {}), thresholds=tuple(thresholds),
-                         measures_idle=measures_idle, decides=decides, decides_on_gpu_runs=decides_on_gpu_runs)
+                         measures_idle=measures_idle, decides=decides, decides_on_gpu_runs=decides_on_gpu_runs,
+                         owns=tuple(owns))
         run.check = declared  # type: ignore[attr-defined]
         return run
 

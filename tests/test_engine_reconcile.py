@@ -1,0 +1,44 @@
+"""The engine reconciles findings that advise opposite ways on one knob: one remedy per setting."""
+
+from __future__ import annotations
+
+from gpudoctor.engine import reconcile
+from gpudoctor.model import Check, Finding, Remedy
+
+
+def _check(check_id: str, owns: tuple[str, ...] = ()) -> Check:
+    return Check(id=check_id, slug=check_id.lower(), stage=1, title=check_id, run=lambda s: [], owns=owns)
+
+
+def _finding(check_id: str, remedy: Remedy, gain: float = 2.0, severity: str = "critical") -> Finding:
+    return Finding(severity=severity, title=f"{check_id} title", message=f"{check_id} says.", remedy=remedy,
+                   estimated_gain=gain, id=check_id, stage=1)
+
+
+MORE = Remedy(text="Set num_workers=1.", code="loader = DataLoader(dataset, num_workers=1)",
+              knobs={"num_workers": "more"})
+KEEP = Remedy(text="Do not add workers (the cores are full): make each sample cheaper.", code="offline()",
+              knobs={"num_workers": "keep"}, without_knobs=Remedy(text="Make each sample cheaper.", code="offline()"))
+CHECKS = {"GD101": _check("GD101", owns=("num_workers",)), "GD102": _check("GD102"), "GD103": _check("GD103")}
+
+
+def test_the_knobs_owner_prevails_and_the_other_advises_without_the_knob():
+    findings = [_finding("GD101", MORE, gain=1.9), _finding("GD102", MORE, gain=1.9), _finding("GD103", KEEP, 1.9)]
+    out = reconcile(findings, CHECKS)
+    assert out[0] is findings[0] and out[1] is findings[1]
+    assert out[2].remedy == Remedy(text="Make each sample cheaper.", code="offline()")
+    assert "GD101" in out[2].message and out[2].severity == "critical"
+    ways = {f.remedy.knobs.get("num_workers") for f in out if f.remedy is not None} - {None}
+    assert ways == {"more"}
+
+
+def test_without_an_owner_the_larger_gain_prevails_and_its_remedy_is_quoted():
+    keep = Remedy(text="Keep the workers.", knobs={"num_workers": "keep"})
+    out = reconcile([_finding("GD102", MORE, gain=3.0), _finding("GD103", keep, gain=1.2)], CHECKS)
+    assert out[1].remedy is not None and out[1].remedy.text == "On num_workers: Set num_workers=1."
+    assert out[1].remedy.code == MORE.code
+
+
+def test_agreeing_findings_are_left_alone():
+    findings = [_finding("GD101", MORE), _finding("GD102", MORE), _finding("GD103", Remedy(text="Cut Python."))]
+    assert reconcile(findings, CHECKS) == findings
