@@ -267,10 +267,11 @@ def _with_durations(report: dict[str, Any], durations: list[float]) -> dict[str,
     rates as the report computes them (steps / their total time)."""
     out = copy.deepcopy(report)
     steps = out["evidence"]["timeline"]["steps"]
-    steps["duration_s"] = [5.0, 5.0] + durations
+    steps["duration_s"] = [5.0, 5.0, *durations]
     steps["t"] = list(range(len(steps["duration_s"])))
     rate = len(durations) / sum(durations)
-    out["summary"].update(steady_steps=len(durations), steps_per_s=rate, samples_per_s=rate * out["summary"]["batch_size"],
+    out["summary"].update(steady_steps=len(durations), steps_per_s=rate,
+                          samples_per_s=rate * out["summary"]["batch_size"],
                           step_time_median_s=sorted(durations)[len(durations) // 2])
     return out
 

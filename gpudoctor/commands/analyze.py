@@ -218,8 +218,8 @@ def _session(profile: ProfileSummary, meta: dict[str, Any], pids: list[int],
     if loader is not None:
         _apply_loader_steps(session, loader, pids[0] if pids else 0)
     else:
-        session.unavailable["loader"] = ("the profiler trace holds no DataLoader batches (no `enumerate(DataLoader)#...__next__` "
-                                         "ranges in at least 3 steps)")
+        session.unavailable["loader"] = ("the profiler trace holds no DataLoader batches (no "
+                                         "`enumerate(DataLoader)#...__next__` ranges in at least 3 steps)")
     return session
 
 

@@ -30,7 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor.collectors.kineto_names import (  # noqa: F401  (DATA_ANNOTATION re-exported)
+from gpudoctor.collectors.kineto_names import (
     _FRAME_NAME,
     DATA_ANNOTATION,
     GRAPH_LAUNCH_APIS,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from gpudoctor.collectors.trace_loader import loader_steps
 from gpudoctor.collectors.trace_decode import index_events
+from gpudoctor.collectors.trace_loader import loader_steps
 from gpudoctor.commands.analyze import session_from_trace
 from gpudoctor.judging import judge
 
@@ -76,7 +76,8 @@ def test_a_trace_without_dataloader_batches_says_the_data_wait_is_unknown():
     session, report = analyzed(H200 / "healthy.trace.json.gz")
     assert "DataLoader" in session.fact("loader")
     assert outcome(report, "GD102")["status"] == "skipped"
-    assert report["summary"]["verdict"].startswith("Data wait not measured: loader: the profiler trace holds no DataLoader")
+    verdict = report["summary"]["verdict"]
+    assert verdict.startswith("Data wait not measured: loader: the profiler trace holds no DataLoader")
 
 
 def _event(name: str, ts: float, dur: float) -> dict[str, Any]:
