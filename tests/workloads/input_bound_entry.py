@@ -47,7 +47,9 @@ class HeavyDataset(Dataset):
 class Net(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.body = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2, padding=1), torch.nn.ReLU(),
+        # about 25 ms a step on one core against about 65 ms to make a batch: one worker pays (~1.4x)
+        self.body = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                        torch.nn.Conv2d(8, 8, 3, stride=2, padding=1), torch.nn.ReLU(),
                                         torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 10))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
