@@ -112,8 +112,8 @@ def _run_one(session: Session, check: Check, ignored: set[str]) -> tuple[CheckOu
         return CheckOutcome(id=check.id, slug=check.slug, stage=check.stage, title=check.title, status=status,
                             reason=reason, decides=decides)
 
-    if check.id.upper() in ignored or check.slug.upper() in ignored:
-        return outcome("skipped", "ignored (--ignore)"), []
+    if check.id.upper() in ignored or check.slug.upper() in ignored:  # the user's choice: not an unknown
+        return dataclasses.replace(outcome("skipped", "ignored (--ignore)"), decides=None), []
     missing = [(fact, session.fact(fact)) for fact in check.requires if session.fact(fact)]
     if missing:
         fact, reason = missing[0]

@@ -42,3 +42,22 @@ def test_without_an_owner_the_larger_gain_prevails_and_its_remedy_is_quoted():
 def test_agreeing_findings_are_left_alone():
     findings = [_finding("GD101", MORE), _finding("GD102", MORE), _finding("GD103", Remedy(text="Cut Python."))]
     assert reconcile(findings, CHECKS) == findings
+
+
+def test_a_skipped_check_that_decides_the_main_question_is_named_in_the_verdict_unless_ignored():
+    from helpers import make_session, make_steps
+
+    from gpudoctor.engine import run_checks
+    from gpudoctor.model import Skip
+    from gpudoctor.report import build_report
+    from gpudoctor.session import Session
+
+    def never(session: Session) -> list[Finding]:
+        raise Skip("no DataLoader was iterated")
+
+    data = Check(id="GD102", slug="input-stall", stage=1, title="stall", run=never, decides="data wait")
+    session = make_session(steps=make_steps(50, 0.100, 0.0))  # 50 steady steps, no loader
+    verdict = build_report(session, run_checks(session, [data]), docs={})["summary"]["verdict"]
+    assert verdict.startswith("Data wait not measured: no DataLoader was iterated; no bottleneck found")
+    ignored = build_report(session, run_checks(session, [data], ignore=["GD102"]), docs={})["summary"]["verdict"]
+    assert "not measured" not in ignored
