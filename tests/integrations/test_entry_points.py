@@ -53,15 +53,20 @@ def test_watch_around_a_plain_loop(tmp_path):
     assert_input_bound(w.report())
 
 
-def test_lightning_callback_sees_the_loader_its_fetcher_iterates(tmp_path):
+@pytest.mark.parametrize("data", ["loader", "combined", "stream"])
+def test_lightning_callback_sees_the_loader_its_fetcher_iterates(tmp_path, data):
+    """The fetcher creates the iterator before on_train_start; a CombinedLoader iterates two
+    loaders; a loader without a length makes the fetcher prefetch a batch ahead."""
     pytest.importorskip("lightning.pytorch")
     from gpudoctor.integrations.lightning import GpuDoctorCallback
 
     callback = GpuDoctorCallback(out=str(tmp_path) + "/", interval=0.2, verbose=False)
-    workload.lightning_trainer(STEPS, [callback], root=str(tmp_path)).fit(workload.lit_net(0))
+    workload.lightning_trainer(STEPS, [callback], root=str(tmp_path)).fit(workload.lit_net(0, data))
     report = callback.report
     assert_input_bound(report)
-    assert report.session.loaders[0].batches >= STEPS - 1  # the prefetched first batch came before the watch
+    loaders = report.session.loaders
+    assert len(loaders) == (2 if data == "combined" else 1)
+    assert all(lo.batches >= STEPS - 2 for lo in loaders)  # a batch or two came before the watch
 
 
 def test_a_second_watch_adopts_the_iterator_the_first_one_registered(tmp_path):

@@ -60,7 +60,17 @@ def loader(workers: int, dataset: Dataset | None = None) -> DataLoader:
     return DataLoader(dataset or HeavyDataset(), batch_size=BATCH_SIZE, shuffle=True, num_workers=workers)
 
 
-def lit_net(workers: int) -> Any:
+class HeavyStream(torch.utils.data.IterableDataset):
+    """HeavyDataset's samples as a stream without a length: Lightning's fetcher then prefetches."""
+
+    def __iter__(self) -> Any:
+        heavy = HeavyDataset()
+        return (heavy[i] for i in range(len(heavy)))
+
+
+def lit_net(workers: int, data: str = "loader") -> Any:
+    """The LightningModule; `data`: "loader" (one DataLoader), "combined" (a dict of two: a
+    CombinedLoader), "stream" (an IterableDataset without a length: the prefetching fetcher)."""
     import lightning.pytorch as pl
 
     class LitNet(pl.LightningModule):
@@ -69,13 +79,17 @@ def lit_net(workers: int) -> Any:
             self.net = Net()
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            return F.cross_entropy(self.net(x), y)
+            pairs = list(batch.values()) if isinstance(batch, dict) else [batch]
+            return sum(F.cross_entropy(self.net(x), y) for x, y in pairs)
 
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
-        def train_dataloader(self) -> DataLoader:
+        def train_dataloader(self) -> Any:
+            if data == "combined":
+                return {"heavy": loader(workers), "more": loader(workers)}
+            if data == "stream":
+                return DataLoader(HeavyStream(), batch_size=BATCH_SIZE, num_workers=workers)
             return loader(workers)
 
     return LitNet()
