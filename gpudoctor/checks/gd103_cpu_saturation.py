@@ -40,6 +40,11 @@ Thresholds, and where they come from
       GPU duty cycle below {{GPU_IDLE_UTIL_PERCENT}} (the TensorBoard plugin's "busy below 50%" line).
       Critical when the data wait reaches {{WAIT_SHARE_CRITICAL}} (GD102's critical line). When neither
       was measured the saturation is reported as a note.
+    - Full cores are not the workload's when it runs ``num_workers=0`` and leaves at least
+      {{WORKLOAD_ROOM_CORES}} of the usable cores to others: its main process makes the batches on one core,
+      so with that thread pegged the finding is the main thread's (move batch production to a
+      worker, GD101), never "do not add workers". Issue 26: such a run on 2 cores read 100% busy
+      and ran 1.87x faster with ``num_workers=1``.
 
 What to do
     - Cores: make each sample cheaper (decode/resize once offline and store ready
