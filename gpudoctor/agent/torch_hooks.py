@@ -8,11 +8,9 @@ import os
 import sys
 import threading
 import time
-import types
-import weakref
 
 from .cuda_state import allocator_snapshot, report_cuda
-from .datasets import dataset_root
+from .loaders import LoaderRegistry
 from .stats import FetchStats, StepTracker, runqueue_s
 
 _perf = time.perf_counter
@@ -26,15 +24,10 @@ class TorchHooks:
         self.steps = StepTracker(self)
         self.fetch = FetchStats()
         self.tls = threading.local()
-        self.loader_ids: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
-        # datasets of iterators created before these hooks (adopted at their first batch): a
-        # later epoch's iterator of the same loader reuses the id
-        self.adopted: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
-        self.token = object()  # marks the iterators these hooks registered (not an earlier watch's)
+        self.loaders = LoaderRegistry(self)  # the DataLoaders seen, and their ids
         self.loader_stats = {}  # loader_id -> [batches, wait_total, wait_max]
         self.loader_lock = threading.Lock()
         self.loader_dirty = False
-        self.next_loader = 0
         self.cuda_reported = None
         self.last_alloc_t = 0.0
         self.profiler = None
@@ -103,7 +96,7 @@ class TorchHooks:
                 hooks.agent.error("loader_init", exc)
 
         def __next__(self_iter):
-            if getattr(self_iter, "_gpudoctor_owner", None) is not hooks.token:
+            if getattr(self_iter, "_gpudoctor_owner", None) is not hooks.loaders.token:
                 try:
                     hooks._adopt(self_iter)
                 except Exception as exc:  # noqa: BLE001 (the iterator stays unobserved)
@@ -233,92 +226,13 @@ class TorchHooks:
 
     # -- events ----------------------------------------------------------------
     def _on_iter(self, it, loader):
-        loader_id = self.loader_ids.get(loader)
-        if loader_id is None:
-            loader_id = self._adopted_id(getattr(loader, "dataset", None))
-            if loader_id is None:
-                loader_id = self._new_loader(loader)
-            self.loader_ids[loader] = loader_id
-        self._mark(it, loader_id)
+        self.loaders.register(it, loader)
 
     def _adopt(self, it):
-        """An iterator created before these hooks were installed (a watch that started after
-        the loop's ``iter(loader)``: Lightning's fetcher creates its iterator, and prefetches
-        from it, before ``on_train_start``). It holds no reference to its DataLoader: it is
-        described from the settings it copied, and its batches count from here on. Workers it
-        started earlier run without these hooks: their per-batch cost is not measured."""
-        dataset = getattr(it, "_dataset", None)
-        loader_id = self._adopted_id(dataset)
-        if loader_id is None:
-            sampler = getattr(it, "_index_sampler", None)
-            settings = types.SimpleNamespace(
-                dataset=dataset, num_workers=getattr(it, "_num_workers", None), batch_sampler=sampler,
-                batch_size=getattr(sampler, "batch_size", None), pin_memory=getattr(it, "_pin_memory", None),
-                persistent_workers=getattr(it, "_persistent_workers", None),
-                prefetch_factor=getattr(it, "_prefetch_factor", None))
-            loader_id = self._new_loader(settings)
-            try:
-                if dataset is not None:
-                    self.adopted[dataset] = loader_id
-            except TypeError:  # a dataset without weak references: its next iterator is a new loader
-                pass
-        self._mark(it, loader_id)
-
-    def _adopted_id(self, dataset):
-        try:
-            return self.adopted.get(dataset) if dataset is not None else None
-        except TypeError:  # not weakly referenceable: never adopted
-            return None
-
-    def _new_loader(self, loader):
-        loader_id = "%d:%d" % (os.getpid(), self.next_loader)
-        self.next_loader += 1
-        self.agent.emit("loader", id=loader_id, **self._describe(loader))
-        return loader_id
-
-    def _mark(self, it, loader_id):
-        it._gpudoctor_id = loader_id
-        it._gpudoctor_owner = self.token
-        it._gpudoctor_workers_sent = False
-        self.loader_epochs[loader_id] = self.loader_epochs.get(loader_id, 0) + 1
+        self.loaders.adopt(it)
 
     def _send_workers(self, it, loader_id):
-        """Worker pids, sent at the first batch (the subclass starts workers after our hook)."""
-        it._gpudoctor_workers_sent = True
-        pids = [w.pid for w in getattr(it, "_workers", None) or () if getattr(w, "pid", None)]
-        if pids:
-            self.agent.emit("loader_workers", id=loader_id, pids=pids)
-
-    def _describe(self, loader):
-        dataset = getattr(loader, "dataset", None)
-        info = {
-            "num_workers": getattr(loader, "num_workers", None),
-            "batch_size": getattr(loader, "batch_size", None),
-            "pin_memory": getattr(loader, "pin_memory", None),
-            "persistent_workers": getattr(loader, "persistent_workers", None),
-            "prefetch_factor": getattr(loader, "prefetch_factor", None),
-            "dataset_class": (type(dataset).__module__ + "." + type(dataset).__qualname__
-                              if dataset is not None else None),
-            "iterable": False,
-            "dataset_len": None,
-            "dataset_root": None,
-        }
-        try:
-            from torch.utils.data import IterableDataset
-
-            info["iterable"] = isinstance(dataset, IterableDataset)
-        except Exception:  # noqa: BLE001 (a torch without it: not known if iterable)
-            pass
-        if info["batch_size"] is None:
-            sampler = getattr(loader, "batch_sampler", None)
-            info["batch_size"] = getattr(sampler, "batch_size", None)
-        if not info["iterable"] and dataset is not None:  # len(None) would only raise, caught below
-            try:
-                info["dataset_len"] = len(dataset)
-            except Exception:  # noqa: BLE001 (a dataset's __len__ is user code and may raise anything)
-                pass
-        info["dataset_root"] = dataset_root(dataset)
-        return info
+        self.loaders.send_workers(it, loader_id)
 
     def _on_batch(self, loader_id, waited):
         with self.loader_lock:
