@@ -61,3 +61,28 @@ def test_a_skipped_check_that_decides_the_main_question_is_named_in_the_verdict_
     assert verdict.startswith("Data wait not measured: no DataLoader was iterated; no bottleneck found")
     ignored = build_report(session, run_checks(session, [data], ignore=["GD102"]), docs={})["summary"]["verdict"]
     assert "not measured" not in ignored
+
+
+def test_the_built_in_checks_never_advise_both_ways_on_the_workers():
+    """num_workers=0 on 2 cores that the workload's own threads fill (GD103: "do not add
+    workers"), while GD101 sizes one worker from the measured batch cost: one remedy stands."""
+    from helpers import make_cpu_samples, make_loader, make_session, make_steps
+
+    from gpudoctor.checks import gd101_workers, gd102_input_stall, gd103_cpu_saturation
+    from gpudoctor.engine import run_checks
+
+    session = make_session(
+        steps=make_steps(50, 0.100, 0.070),
+        loaders=[make_loader(num_workers=0, batches=50, fetch_s_per_batch=0.3)],
+        cpu_samples=make_cpu_samples(20, system_percent=98.0, main_thread_percent=99.0, tree_percent=190.0),
+        usable_cores=2,
+    )
+    checks = [m.run.check for m in (gd101_workers, gd102_input_stall, gd103_cpu_saturation)]
+    findings = {f.id: f for f in run_checks(session, checks).findings}
+    assert {"GD101", "GD103"} <= set(findings)
+    assert findings["GD101"].remedy is not None and findings["GD101"].remedy.knobs == {"num_workers": "more"}
+    saturation = findings["GD103"].remedy
+    assert saturation is not None and "Do not add workers" not in saturation.text
+    assert "GD101" in findings["GD103"].message
+    ways = {f.remedy.knobs.get("num_workers") for f in findings.values() if f.remedy is not None}
+    assert ways - {None} == {"more"}
