@@ -48,6 +48,7 @@ def classify_gemm(name: str) -> str | None:
     return "fp32" if _FP32.search(lowered) else "other"
 
 
+@functools.lru_cache(maxsize=1 << 10)  # a few distinct memcpy names, repeated by every copy of a copy-heavy trace
 def copy_kind(name: str) -> str:
     """'HtoD_pageable', 'DtoH_pinned', 'DtoD', ... from a kineto memcpy name."""
     match = _COPY_NAME.search(name)
