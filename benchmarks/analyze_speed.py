@@ -1,8 +1,11 @@
 """How fast is `gpudoctor analyze` next to Holistic Trace Analysis (HTA), and how fast is the CLI?
 
-Builds a big trace from a committed real H200 window (tests/fixtures/h200/windows/
-tiny_kernels.trace.json.gz, 172,793 events) by laying copies of its events end to end
-(times shifted, correlation and External ids renumbered), then, in --pairs alternated runs:
+Builds a big trace of each shape (--shape) from a committed real H200 trace by laying copies
+of its events end to end (times shifted, correlation and External ids renumbered):
+`tiny_kernels` (tests/fixtures/h200/windows/tiny_kernels.trace.json.gz, 172,793 events: a
+launch-bound window) and `copies` (tests/fixtures/h200/traces/copies.json.gz, 7,243 events
+repeated about 146 times: many host-device copies, the shape issue 26 measured at 0.17x of
+HTA's time); then, per shape, in --pairs alternated runs:
 
 - `gpudoctor analyze BIG --out DIR --quiet` (a fresh process writing the HTML and JSON reports);
 - HTA 0.5.0 from its own virtualenv, when given (--hta-python or $GPUDOCTOR_BENCH_HTA):
@@ -42,7 +45,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE = ROOT / "tests" / "fixtures" / "h200" / "windows" / "tiny_kernels.trace.json.gz"
+SHAPES = {  # trace shape -> the real trace repeated to build it
+    "tiny_kernels": ROOT / "tests" / "fixtures" / "h200" / "windows" / "tiny_kernels.trace.json.gz",
+    "copies": ROOT / "tests" / "fixtures" / "h200" / "traces" / "copies.json.gz",
+}
 SESSION = ROOT / "tests" / "fixtures" / "h200" / "tiny_kernels.session.json"
 ID_STRIDE = 10_000_000  # renumbered correlation / External ids of copy k: id + k * ID_STRIDE
 CLI_TARGET_S = 0.150  # issue 16: the CLI's own commands, before any work
@@ -61,9 +67,9 @@ for name in ("get_temporal_breakdown", "get_idle_time_breakdown", "get_gpu_kerne
 """
 
 
-def build_trace(target_events: int, out: Path) -> int:
-    """Copies of BASE's events end to end until `target_events`; returns the event count."""
-    data = json.loads(gzip.decompress(BASE.read_bytes()))
+def build_trace(target_events: int, out: Path, base: Path = SHAPES["tiny_kernels"]) -> int:
+    """Copies of `base`'s events end to end until `target_events`; returns the event count."""
+    data = json.loads(gzip.decompress(base.read_bytes()))
     events = data.pop("traceEvents")
     times = [e["ts"] + e.get("dur", 0) for e in events if isinstance(e.get("ts"), (int, float))]
     first = min(e["ts"] for e in events if isinstance(e.get("ts"), (int, float)))
@@ -163,6 +169,47 @@ def median_seconds(command: list[str], repeat: int) -> float:
     return statistics.median(runs)
 
 
+def big_trace_runs(shape: str, args: argparse.Namespace, work: Path, gpudoctor: list[str]) -> dict[str, Any]:
+    """Build the big trace of one shape and time `gpudoctor analyze` (and HTA) on it."""
+    results: dict[str, Any] = {}
+    rank_dir = work / "rank"
+    rank_dir.mkdir(parents=True)
+    big = rank_dir / "big.pt.trace.json"
+    events = build_trace(args.events, big, SHAPES[shape])
+    results["trace"] = {"shape": shape, "events": events, "mib": round(big.stat().st_size / 2**20, 1)}
+    print(f"trace {shape}: {events:,} events, {results['trace']['mib']} MiB")
+    hta_command = None
+    if args.hta_python and Path(args.hta_python).exists():
+        script = work / "hta_run.py"
+        script.write_text(HTA_SCRIPT)
+        hta_command = [args.hta_python, str(script), str(rank_dir)]
+    else:
+        print("HTA: skipped (no --hta-python / $GPUDOCTOR_BENCH_HTA)")
+    runs: dict[str, list[dict[str, Any]]] = {"gpudoctor_analyze": [], "hta": []}
+    for n in range(args.pairs):  # alternated: both see the same machine
+        ours = measured([*gpudoctor, "analyze", str(big), "--out", str(work / f"ours{n}" / "big"), "--quiet"])
+        runs["gpudoctor_analyze"].append(ours)
+        print(f"gpudoctor: {ours['seconds']:.2f} s, {ours['peak_mib']:.0f} MiB peak (PSS, all its processes)")
+        if hta_command:
+            hta = measured(hta_command, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+            runs["hta"].append(hta)
+            print(f"HTA 0.5.0: {hta['seconds']:.2f} s, {hta['peak_mib']:.0f} MiB peak; "
+                  f"this pair: {ours['seconds'] / hta['seconds']:.3f}x time")
+    results["runs"] = runs
+    for name, done in runs.items():
+        if done:
+            results[name] = {"seconds": round(statistics.median(r["seconds"] for r in done), 3),
+                             "peak_mib": round(max(r["peak_mib"] for r in done), 1)}
+    if runs["hta"]:
+        ours, hta = results["gpudoctor_analyze"], results["hta"]
+        results["time_ratio"] = round(ours["seconds"] / hta["seconds"], 3)
+        results["memory_ratio"] = round(ours["peak_mib"] / hta["peak_mib"], 3)
+        print(f"{shape}, medians of {args.pairs} pairs: gpudoctor {ours['seconds']:.2f} s, HTA {hta['seconds']:.2f} s; "
+              f"gpudoctor / HTA: {results['time_ratio']:.3f}x time, {results['memory_ratio']:.3f}x memory (peaks)")
+    big.unlink()
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=1_036_758, help="events in the big trace (6 copies of the base)")
@@ -172,6 +219,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("bench-out"), help="directory for the results")
     parser.add_argument("--pairs", type=int, default=3, help="alternated runs of gpudoctor and HTA (medians)")
     parser.add_argument("--skip-big", action="store_true", help="only the CLI and report timings")
+    parser.add_argument("--shape", choices=[*SHAPES, "all"], default="all",
+                        help="which big trace(s) to build and time (default: all)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     gpudoctor = [sys.executable, "-m", "gpudoctor"]
@@ -181,41 +230,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if not args.skip_big:
-            rank_dir = work / "rank"
-            rank_dir.mkdir()
-            big = rank_dir / "big.pt.trace.json"
-            events = build_trace(args.events, big)
-            results["trace"] = {"events": events, "mib": round(big.stat().st_size / 2**20, 1)}
-            print(f"trace: {events:,} events, {results['trace']['mib']} MiB")
-            hta_command = None
-            if args.hta_python and Path(args.hta_python).exists():
-                script = work / "hta_run.py"
-                script.write_text(HTA_SCRIPT)
-                hta_command = [args.hta_python, str(script), str(rank_dir)]
-            else:
-                print("HTA: skipped (no --hta-python / $GPUDOCTOR_BENCH_HTA)")
-            runs: dict[str, list[dict[str, Any]]] = {"gpudoctor_analyze": [], "hta": []}
-            for n in range(args.pairs):  # alternated: both see the same machine
-                ours = measured([*gpudoctor, "analyze", str(big), "--out", str(work / f"ours{n}" / "big"), "--quiet"])
-                runs["gpudoctor_analyze"].append(ours)
-                print(f"gpudoctor: {ours['seconds']:.2f} s, {ours['peak_mib']:.0f} MiB peak (PSS, all its processes)")
-                if hta_command:
-                    hta = measured(hta_command, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-                    runs["hta"].append(hta)
-                    print(f"HTA 0.5.0: {hta['seconds']:.2f} s, {hta['peak_mib']:.0f} MiB peak; "
-                          f"this pair: {ours['seconds'] / hta['seconds']:.3f}x time")
-            results["runs"] = runs
-            for name, done in runs.items():
-                if done:
-                    results[name] = {"seconds": round(statistics.median(r["seconds"] for r in done), 3),
-                                     "peak_mib": round(max(r["peak_mib"] for r in done), 1)}
-            if runs["hta"]:
-                ours, hta = results["gpudoctor_analyze"], results["hta"]
-                results["time_ratio"] = round(ours["seconds"] / hta["seconds"], 3)
-                results["memory_ratio"] = round(ours["peak_mib"] / hta["peak_mib"], 3)
-                print(f"medians of {args.pairs} pairs: gpudoctor {ours['seconds']:.2f} s, HTA {hta['seconds']:.2f} s; "
-                      f"gpudoctor / HTA: {results['time_ratio']:.3f}x time, {results['memory_ratio']:.3f}x memory "
-                      "(peaks)")
+            shapes = list(SHAPES) if args.shape == "all" else [args.shape]
+            results["shapes"] = {name: big_trace_runs(name, args, work / name, gpudoctor) for name in shapes}
+            results.update(results["shapes"][shapes[0]])  # the first shape's figures at the top, as before
         cli = {"--help": median_seconds([*gpudoctor, "--help"], args.repeat),
                "checks": median_seconds([*gpudoctor, "checks"], args.repeat),
                "explain GD101": median_seconds([*gpudoctor, "explain", "GD101"], args.repeat)}

@@ -66,8 +66,10 @@ METRICS = (
 )
 
 
-# metrics that are step time in another form: their change is real only when significant
-TIMING_KEYS = ("samples_per_s", "steps_per_s", "step_time_median_s")
+# metrics that are step time in another form: their change is real only when significant (the
+# rates by the throughput's intervals, the median step time by its own)
+RATE_KEYS = ("samples_per_s", "steps_per_s")
+MEDIAN_KEYS = ("step_time_median_s",)
 
 
 def workload_identity(command: Any) -> str | None:
@@ -210,10 +212,10 @@ def diff(
     sig = significance(stats_b, stats_a, float(sb.batch_size or 1) if per_sample else 1.0,
                        float(sa.batch_size or 1) if per_sample else 1.0)
     sp = dataclasses.replace(sp, significant=sig["significant"] if sp.value is not None else None)
-    if not sig["significant"]:
-        few = stats_b["steady_steps"] < MIN_STEADY_STEPS or stats_a["steady_steps"] < MIN_STEADY_STEPS
-        metrics = [dataclasses.replace(m, verdict="too few steps" if few else "within noise")
-                   if m.key in TIMING_KEYS and m.verdict in ("better", "worse") else m for m in metrics]
+    few = stats_b["steady_steps"] < MIN_STEADY_STEPS or stats_a["steady_steps"] < MIN_STEADY_STEPS
+    noisy = (() if sig["significant"] else RATE_KEYS) + (() if sig["median_significant"] else MEDIAN_KEYS)
+    metrics = [dataclasses.replace(m, verdict="too few steps" if few else "within noise")
+               if m.key in noisy and m.verdict in ("better", "worse") else m for m in metrics]
     result = Diff(
         tool=Tool(name="gpudoctor", version=__version__),
         before=_side(before, before_name),

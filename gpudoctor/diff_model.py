@@ -60,7 +60,7 @@ class Speedup:
 
 @dataclass(frozen=True)
 class StepStats:
-    """One side's steady steps: how many, and the spread of their times."""
+    """One side's steady steps: how many, their throughput with its spread, and the spread of their times."""
 
     steady_steps: int = 0
     median_s: float | None = None
@@ -68,18 +68,25 @@ class StepStats:
     p75_s: float | None = None
     iqr_s: float | None = None
     median_ci95_s: list[float] | None = json_field(None, doc="95% interval of the median, [low, high]")
+    steps_per_s: float | None = json_field(None, doc="steady steps / their total time")
+    steps_per_s_ci95: list[float] | None = json_field(
+        None, doc="95% interval of the mean rate of consecutive windows of steps, [low, high]")
+    windows: int = json_field(0, doc="windows the throughput's interval comes from")
+    window_steps: int | None = json_field(None, doc="steps per window")
     extra: Mapping[str, Any] = extra_field()
 
 
 @dataclass(frozen=True)
 class Samples:
-    """Both sides' samples, and whether the step-time difference stands out of the noise."""
+    """Both sides' samples, and whether the throughput difference stands out of the noise."""
 
     before: StepStats = field(default_factory=StepStats)
     after: StepStats = field(default_factory=StepStats)
     significant: bool = False
     reason: str | None = None
     min_steady_steps: int = 0
+    basis: str | None = json_field(None, doc="what decided: throughput (windows' intervals) or median (step time)")
+    median_significant: bool = json_field(False, doc="the median step times' 95% intervals are apart")
     extra: Mapping[str, Any] = extra_field()
 
     @classmethod

@@ -14,6 +14,12 @@ Where no replay can tell (memory, batch size, clocks, runs without a window),
 each check declares what its findings explain (``Check.explains``). A
 consequence is kept, marked, never shouted as a second root cause.
 
+One remedy per setting: findings that advise opposite ways on one knob (``Remedy.knobs``:
+"set num_workers=4" against "do not add workers") are reconciled before rendering. The
+check that sizes that knob from the run's measurements (``Check.owns``: GD101 for the
+workers) prevails, else the finding with the larger predicted gain; the others keep their
+diagnosis and advise without that knob (``Remedy.without_knobs``).
+
 When the GPU was fully used (gpudoctor.analysis.gpu_state), no finding is
 critical: the GPU works, and what remains is making the work itself cheaper.
 Nor from fewer than 10 steady steps (metrics.MIN_STEADY_STEPS): the verdict says
@@ -29,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.shared import Analyses, shared_for
-from gpudoctor.model import Check, CheckOutcome, Finding, Skip, severity_rank
+from gpudoctor.model import Check, CheckOutcome, Finding, Remedy, Skip, severity_rank
 from gpudoctor.plugins import PluginOutputError, load_error_outcomes, validated_findings
 from gpudoctor.session import Session
 
@@ -65,19 +71,49 @@ def _run_checks(session: Session, checks: list[Check], ignore: Iterable[str],
         outcomes.append(outcome)
         findings.extend(produced)
     outcomes.extend(load_error_outcomes(load_errors))
-    findings = _cap_severity(session, findings, shared)
+    findings = reconcile(_cap_severity(session, findings, shared), {c.id: c for c in checks})
     return EngineResult(findings=order(findings, session, {c.id: c for c in checks}), outcomes=outcomes)
+
+
+def reconcile(findings: list[Finding], checks: Mapping[str, Check]) -> list[Finding]:
+    """Never opposite advice on one knob: the owner's (else the larger gain's) stands."""
+    advised: dict[str, list[Finding]] = {}
+    for f in findings:
+        for knob in f.remedy.knobs if f.remedy is not None else ():
+            advised.setdefault(knob, []).append(f)
+    replaced: dict[int, Finding] = {}
+    for knob, group in advised.items():
+        if len({_way(f, knob) for f in group}) < 2:
+            continue
+        owners = [f for f in group if knob in getattr(checks.get(f.id), "owns", ())]
+        leader = max(owners or group, key=lambda f: (severity_rank(f.severity), _gain(f)))
+        for f in group:
+            if _way(f, knob) == _way(leader, knob):
+                continue
+            current = replaced.get(id(f), f)
+            assert current.remedy is not None and leader.remedy is not None  # both advise on the knob
+            instead = current.remedy.without_knobs or Remedy(text=f"On {knob}: {leader.remedy.text}",
+                                                             code=leader.remedy.code)
+            note = f" (Its advice on {knob} gave way to {leader.id}'s: one remedy per setting.)"
+            replaced[id(f)] = dataclasses.replace(current, remedy=instead, message=current.message + note)
+    return [replaced.get(id(f), f) for f in findings]
+
+
+def _way(f: Finding, knob: str) -> str | None:
+    return f.remedy.knobs.get(knob) if f.remedy is not None else None
 
 
 def _run_one(session: Session, check: Check, ignored: set[str]) -> tuple[CheckOutcome, list[Finding]]:
     """One check's outcome and its findings (stamped with its ID and stage)."""
 
+    decides = check.decides if not check.decides_on_gpu_runs or session.torch_cuda_used else None
+
     def outcome(status: str, reason: str | None = None) -> CheckOutcome:
         return CheckOutcome(id=check.id, slug=check.slug, stage=check.stage, title=check.title, status=status,
-                            reason=reason)
+                            reason=reason, decides=decides)
 
-    if check.id.upper() in ignored or check.slug.upper() in ignored:
-        return outcome("skipped", "ignored (--ignore)"), []
+    if check.id.upper() in ignored or check.slug.upper() in ignored:  # the user's choice: not an unknown
+        return dataclasses.replace(outcome("skipped", "ignored (--ignore)"), decides=None), []
     missing = [(fact, session.fact(fact)) for fact in check.requires if session.fact(fact)]
     if missing:
         fact, reason = missing[0]

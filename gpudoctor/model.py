@@ -40,6 +40,11 @@ def severity_rank(severity: str | None) -> int:
 class Remedy:
     text: str  # what to change, in a sentence or two
     code: str | None = None  # a copyable snippet
+    # the settings it advises on, and which way ({"num_workers": "more" | "fewer" | "keep"}): findings
+    # that disagree about one are reconciled by the engine before rendering (gpudoctor.engine.reconcile)
+    knobs: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # what to advise instead when another finding's advice on one of `knobs` prevails
+    without_knobs: Remedy | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -118,11 +123,20 @@ class Check:
     # its findings are the GPU's idle time itself (GD201): in a replayed window, a cause explains
     # them when removing that cause takes away at least half of the idle time (gpudoctor.engine)
     measures_idle: bool = False
+    # the main question it answers ("data wait": is the loop waiting for data; "GPU activity": is
+    # the GPU busy). When it could not run, the verdict says this is unknown instead of "no
+    # bottleneck found" (gpudoctor.report). `decides_on_gpu_runs`: only on runs that used CUDA.
+    decides: str | None = None
+    decides_on_gpu_runs: bool = False
+    # the settings (Remedy.knobs) it sizes from the run's measurements: where findings disagree about
+    # one, this check's advice prevails (GD101 owns num_workers)
+    owns: tuple[str, ...] = ()
 
 
 def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str] = (),
           explains: Sequence[str] = (), explains_only_if: Mapping[str, Callable[[Finding], bool]] | None = None,
-          thresholds: Sequence[AnyThreshold] = (), measures_idle: bool = False) -> Callable[[RunFn], RunFn]:
+          thresholds: Sequence[AnyThreshold] = (), measures_idle: bool = False, decides: str | None = None,
+          decides_on_gpu_runs: bool = False, owns: Sequence[str] = ()) -> Callable[[RunFn], RunFn]:
     """Declare a check once, on its function; the module docstring is its page, where
     ``{{NAME}}`` stands for the value of threshold NAME (gpudoctor.thresholds.fill_page).
 
@@ -139,7 +153,8 @@ def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str]
         declared = Check(id=id, slug=slug, stage=stage, title=title, run=run, requires=tuple(requires),
                          doc=page, explains=tuple(explains),
                          explains_only_if=dict(explains_only_if or {}), thresholds=tuple(thresholds),
-                         measures_idle=measures_idle)
+                         measures_idle=measures_idle, decides=decides, decides_on_gpu_runs=decides_on_gpu_runs,
+                         owns=tuple(owns))
         run.check = declared  # type: ignore[attr-defined]
         return run
 
@@ -173,3 +188,4 @@ class CheckOutcome:
     title: str
     status: str  # a CheckStatus: pass | finding | skipped | error
     reason: str | None = None
+    decides: str | None = None  # the main question it answers on this run (Check.decides), if any

@@ -99,7 +99,10 @@ def measured_anything(session: Session) -> bool:
     return bool(session.torch_cuda_used) and len(session.gpu_samples) >= 3
 
 
-def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, total: int = 0) -> str:
+def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, total: int = 0,
+            unknown: list[str] | None = None) -> str:
+    """`unknown`: the main questions no check could answer ("data wait not measured: ..."): a
+    run without findings then says so first, never a bare "No bottleneck found"."""
     if summary.get("measured") is False and not any(f.ended_run or f.stage == 0 for f in findings):
         steps = summary.get("steps") or 0
         if steps:
@@ -131,6 +134,9 @@ def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, 
         head = "No bottleneck found"
         if skipped:
             head += f" by the {total - skipped} of {total} checks that could run ({skipped} skipped: see why below)"
+        if unknown:
+            head = "; ".join(unknown) + "; " + _lower(head) + ("" if skipped else " among what was measured")
+            head = head[:1].upper() + head[1:]
         return head + (": " + "; ".join(numbers) if numbers else "") + caveat + "."
     top = primary[0]
     if top.id in INPUT_STALL_IDS and summary.get("data_wait_share") is not None:
@@ -243,7 +249,9 @@ def build_report(
     slugs = slugs or {o.id: o.slug for o in result.outcomes}
     summary = summarize(session)
     skipped = sum(1 for o in result.outcomes if o.status in ("skipped", "error"))
-    summary["verdict"] = verdict(result.findings, summary, skipped, len(result.outcomes))
+    unknown = [f"{o.decides} not measured: {o.reason}" for o in result.outcomes
+               if o.decides and o.status in ("skipped", "error")]
+    summary["verdict"] = verdict(result.findings, summary, skipped, len(result.outcomes), unknown)
     data = session.to_dict()
     _redact_evidence(data)
     if docs is None:

@@ -8,10 +8,9 @@ import os
 import sys
 import threading
 import time
-import weakref
 
 from .cuda_state import allocator_snapshot, report_cuda
-from .datasets import dataset_root
+from .loaders import LoaderRegistry
 from .stats import FetchStats, StepTracker, runqueue_s
 
 _perf = time.perf_counter
@@ -25,11 +24,10 @@ class TorchHooks:
         self.steps = StepTracker(self)
         self.fetch = FetchStats()
         self.tls = threading.local()
-        self.loader_ids: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+        self.loaders = LoaderRegistry(self)  # the DataLoaders seen, and their ids
         self.loader_stats = {}  # loader_id -> [batches, wait_total, wait_max]
         self.loader_lock = threading.Lock()
         self.loader_dirty = False
-        self.next_loader = 0
         self.cuda_reported = None
         self.last_alloc_t = 0.0
         self.profiler = None
@@ -98,6 +96,11 @@ class TorchHooks:
                 hooks.agent.error("loader_init", exc)
 
         def __next__(self_iter):
+            if getattr(self_iter, "_gpudoctor_owner", None) is not hooks.loaders.token:
+                try:
+                    hooks._adopt(self_iter)
+                except Exception as exc:  # noqa: BLE001 (the iterator stays unobserved)
+                    hooks.agent.error("loader_adopt", exc)
             loader_id = getattr(self_iter, "_gpudoctor_id", None)
             previous = getattr(hooks.tls, "loader", None)
             hooks.tls.loader = loader_id
@@ -223,53 +226,13 @@ class TorchHooks:
 
     # -- events ----------------------------------------------------------------
     def _on_iter(self, it, loader):
-        loader_id = self.loader_ids.get(loader)
-        if loader_id is None:
-            loader_id = "%d:%d" % (os.getpid(), self.next_loader)
-            self.next_loader += 1
-            self.loader_ids[loader] = loader_id
-            self.agent.emit("loader", id=loader_id, **self._describe(loader))
-        it._gpudoctor_id = loader_id
-        it._gpudoctor_workers_sent = False
-        self.loader_epochs[loader_id] = self.loader_epochs.get(loader_id, 0) + 1
+        self.loaders.register(it, loader)
+
+    def _adopt(self, it):
+        self.loaders.adopt(it)
 
     def _send_workers(self, it, loader_id):
-        """Worker pids, sent at the first batch (the subclass starts workers after our hook)."""
-        it._gpudoctor_workers_sent = True
-        pids = [w.pid for w in getattr(it, "_workers", None) or () if getattr(w, "pid", None)]
-        if pids:
-            self.agent.emit("loader_workers", id=loader_id, pids=pids)
-
-    def _describe(self, loader):
-        dataset = getattr(loader, "dataset", None)
-        info = {
-            "num_workers": getattr(loader, "num_workers", None),
-            "batch_size": getattr(loader, "batch_size", None),
-            "pin_memory": getattr(loader, "pin_memory", None),
-            "persistent_workers": getattr(loader, "persistent_workers", None),
-            "prefetch_factor": getattr(loader, "prefetch_factor", None),
-            "dataset_class": (type(dataset).__module__ + "." + type(dataset).__qualname__
-                              if dataset is not None else None),
-            "iterable": False,
-            "dataset_len": None,
-            "dataset_root": None,
-        }
-        try:
-            from torch.utils.data import IterableDataset
-
-            info["iterable"] = isinstance(dataset, IterableDataset)
-        except Exception:  # noqa: BLE001 (a torch without it: not known if iterable)
-            pass
-        if info["batch_size"] is None:
-            sampler = getattr(loader, "batch_sampler", None)
-            info["batch_size"] = getattr(sampler, "batch_size", None)
-        if not info["iterable"] and dataset is not None:  # len(None) would only raise, caught below
-            try:
-                info["dataset_len"] = len(dataset)
-            except Exception:  # noqa: BLE001 (a dataset's __len__ is user code and may raise anything)
-                pass
-        info["dataset_root"] = dataset_root(dataset)
-        return info
+        self.loaders.send_workers(it, loader_id)
 
     def _on_batch(self, loader_id, waited):
         with self.loader_lock:

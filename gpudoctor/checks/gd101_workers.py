@@ -139,7 +139,7 @@ def _cores_text(cores: float, ranks: int) -> str:
 
 @check("GD101", "loader-workers", stage=1, title="DataLoader workers vs usable cores",
        requires=("loader",), explains=("GD201", "GD202"),
-       thresholds=(*STALL_LIMITS, *WORKER_LIMITS, *SEVERITY_GAINS))
+       thresholds=(*STALL_LIMITS, *WORKER_LIMITS, *SEVERITY_GAINS), owns=("num_workers",))
 def run(session: Session) -> list[Finding]:
     if not session.loaders:
         raise Skip("no DataLoader seen")
@@ -239,7 +239,7 @@ def _too_few(session: Session, loader: LoaderInfo, cores: float | None, ranks: i
         remedy=Remedy(text=remedy_text + " Keep workers alive across epochs (persistent_workers=True)"
                       + (" and prefetch deeper, since batches mostly wait on I/O." if deeper else "."),
                       code=loader_line(loader, recommended, gpu=bool(session.torch_cuda_used),
-                                       deeper_prefetch=deeper)),
+                                       deeper_prefetch=deeper), knobs={"num_workers": "more"}),
         prediction=plan.prediction,
     )
 
@@ -294,6 +294,6 @@ def _too_many(session: Session, loader: LoaderInfo, cores: float, ranks: int,
         remedy=Remedy(text=f"Set num_workers={recommended}: the usable cores (CPU affinity and cgroup quota, not "
                       "os.cpu_count()) bound the useful worker count.",
                       code=loader_line(loader, recommended, gpu=bool(session.torch_cuda_used),
-                                       deeper_prefetch=False)),
+                                       deeper_prefetch=False), knobs={"num_workers": "fewer"}),
         estimated_gain=None,
     )

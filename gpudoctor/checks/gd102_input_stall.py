@@ -83,6 +83,7 @@ Example
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
@@ -170,20 +171,21 @@ def _remedy(session: Session, kind: str, loader: LoaderInfo | None, plan: Worker
         text = text.replace(plain, named)
     if hot not in text:
         text += f" The costliest part of making a batch: {hot}."
-    return Remedy(text=text, code=remedy.code)
+    return dataclasses.replace(remedy, text=text)
 
 
 def _base_remedy(session: Session, kind: str, loader: LoaderInfo | None, plan: WorkerPlan | None) -> Remedy:
     gpu = bool(session.torch_cuda_used)
     batch = loader.batch_size if loader is not None and loader.batch_size else "B"
     if plan is not None and plan.handoff_bound and plan.why_not:
-        return Remedy(text=NO_WORKERS_TEXT.format(why=plan.why_not), code=BATCHED_INDEXING.format(batch=batch))
+        return Remedy(text=NO_WORKERS_TEXT.format(why=plan.why_not), code=BATCHED_INDEXING.format(batch=batch),
+                      knobs={"num_workers": "keep"})
     deeper = kind in ("waiting", "mixed")
     if plan is not None and plan.recommended is None and plan.why_not:
         text = REMEDY_TEXT[kind].format(workers=f"more workers would not help ({plan.why_not})",
                                         gpu_aug=", and run random augmentation on the GPU on whole batches" if gpu
                                         else "")
-        return Remedy(text=text, code=None)
+        return Remedy(text=text, code=None, knobs={"num_workers": "keep"})
     if plan is not None and plan.recommended is not None and loader is not None:
         workers = f"set num_workers={plan.recommended} (sized from this run's measurements)"
         code = loader_line(loader, plan.recommended, gpu=gpu, deeper_prefetch=deeper)
@@ -195,7 +197,8 @@ def _base_remedy(session: Session, kind: str, loader: LoaderInfo | None, plan: W
         code += ("\nfor x, y in loader:\n"
                  "    x = gpu_augment(x.to(\"cuda\", non_blocking=True))  # e.g. torchvision.transforms.v2 on CUDA")
     gpu_aug = ", and run random augmentation on the GPU on whole batches" if gpu else ""
-    return Remedy(text=REMEDY_TEXT[kind].format(workers=workers, gpu_aug=gpu_aug), code=code)
+    return Remedy(text=REMEDY_TEXT[kind].format(workers=workers, gpu_aug=gpu_aug), code=code,
+                  knobs={"num_workers": "more"})
 
 
 def _ms(seconds: float) -> float:
@@ -212,7 +215,7 @@ def _main_thread_saturated(finding: Finding) -> bool:
 @check("GD102", "input-stall", stage=1, title="Input pipeline stall",
        requires=("loader",), explains=("GD201", "GD202", "GD203", "GD103"),
        explains_only_if={"GD103": _main_thread_saturated},
-       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS))
+       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS), decides="data wait")
 def run(session: Session) -> list[Finding]:
     if not session.loaders:
         raise Skip("no DataLoader seen")

@@ -40,6 +40,11 @@ Thresholds, and where they come from
       GPU duty cycle below {{GPU_IDLE_UTIL_PERCENT}} (the TensorBoard plugin's "busy below 50%" line).
       Critical when the data wait reaches {{WAIT_SHARE_CRITICAL}} (GD102's critical line). When neither
       was measured the saturation is reported as a note.
+    - Full cores are not the workload's when it runs ``num_workers=0`` and leaves at least
+      {{WORKLOAD_ROOM_CORES}} of the usable cores to others: its main process makes the batches on one core,
+      so with that thread pegged the finding is the main thread's (move batch production to a
+      worker, GD101), never "do not add workers". Issue 26: such a run on 2 cores read 100% busy
+      and ran 1.87x faster with ``num_workers=1``.
 
 What to do
     - Cores: make each sample cheaper (decode/resize once offline and store ready
@@ -97,6 +102,11 @@ GPU_IDLE_UTIL_PERCENT = Threshold(
 OTHER_PROCESSES_SHARE = Threshold(
     "the workload uses less than this share of the busy CPU: other processes", 0.5, "share",
     "gpudoctor: the saturation is someone else's")
+WORKLOAD_ROOM_CORES = Threshold(
+    "with num_workers=0, the workload leaves at least this much of the usable cores to others: not full "
+    "by its own work", 0.5, "cores",
+    "a worker process needs a core's share; with num_workers=0 the main process producing batches pegs one "
+    "core, not all (a 2-core run measured 1.87x faster with num_workers=1 while the cores read 100% busy)")
 
 
 @check("GD103", "cpu-saturation", stage=1, title="CPU saturation",
@@ -110,6 +120,8 @@ def run(session: Session) -> list[Finding]:
     main_thread = metrics.mean([s.main_thread_percent for s in samples if s.main_thread_percent is not None])
     cores_saturated = busy >= CORES_SATURATED_PERCENT
     main_pegged = main_thread is not None and main_thread >= MAIN_THREAD_PEGGED_PERCENT
+    if cores_saturated and main_pegged and _main_process_makes_batches_on_spare_cores(session, samples):
+        cores_saturated = False  # the main thread is the limit, not the cores: a worker has room
     if not (cores_saturated or main_pegged):
         return []
 
@@ -170,6 +182,17 @@ def run(session: Session) -> list[Finding]:
     return [_main_thread_finding(session, severity, main_thread or 0.0, busy, impact, window, evidence, shown)]
 
 
+def _main_process_makes_batches_on_spare_cores(session: Session, samples: list) -> bool:
+    """num_workers=0 and the workload's own processes leave a core's share to spare: the busy
+    cores are the main process producing batches (one core) plus others, not preprocessing
+    that fills them all."""
+    loader = metrics.main_loader(session)
+    cores = metrics.usable_cores(session)
+    tree = workload_cores(samples)
+    return (loader is not None and loader.num_workers == 0 and cores is not None and tree is not None
+            and cores - tree >= WORKLOAD_ROOM_CORES)
+
+
 def _window(session: Session) -> str:
     summary = metrics.step_summary(session)
     return summary.window if summary else "whole run"
@@ -192,16 +215,19 @@ def _cores_finding(session: Session, severity: str, system: float, cores: float 
     tree_text = f"; the workload's own processes used {tree:.1f} cores" if tree is not None else ""
     message = f"The usable cores{cores_text} were {system:.0f}% busy on average over {window}{tree_text}. {impact}"
     busy_cores = system / 100.0 * cores if cores else None
+    cheaper = ("make each sample cheaper (decode/resize once offline and store ready tensors, smaller inputs, "
+               "a faster decoder)" + (" and run random augmentation on the GPU on whole batches." if
+                                      session.torch_cuda_used else "."))
+    knob: str | None
     if busy_cores and tree is not None and tree < OTHER_PROCESSES_SHARE * busy_cores:
         message += (f" The workload itself used only {tree:.1f} of the {busy_cores:.1f} busy cores: "
                     "other processes on the machine take the rest.")
         text = ("Other processes use most of the CPU: move them off this machine, or give the job more cores "
                 "(CPU affinity, cgroup quota). Then make each sample cheaper.")
+        knob = None
     else:
-        text = ("Preprocessing needs more CPU than the job has. Do not add workers (the cores are full): make "
-                "each sample cheaper (decode/resize once offline and store ready tensors, smaller inputs, a "
-                "faster decoder)" + (" and run random augmentation on the GPU on whole batches." if
-                                     session.torch_cuda_used else "."))
+        text = "Preprocessing needs more CPU than the job has. Do not add workers (the cores are full): " + cheaper
+        knob = "keep"
     loader = metrics.main_loader(session)
     workers = loader.num_workers if loader else None
     if session.torch_cuda_used:
@@ -213,10 +239,15 @@ def _cores_finding(session: Session, severity: str, system: float, cores: float 
                 "torch.save(preprocessed_tensors, \"train-ready.pt\")")
     if workers and cores and workers > cores:
         text += f" Also bring num_workers={workers} down to at most {max(1, int(cores) - 1)} (see GD101)."
+        knob = "fewer"
     waiting = " while the GPU waits" if session.torch_cuda_used else " while the loop waits for data"
     title = f"CPU saturated: usable cores {system:.0f}% busy" + (waiting if severity != "info" else "")
+    remedy = Remedy(text=text, code=code)
+    if knob is not None:  # where the workers' own check sizes them otherwise, only the cheaper samples stand
+        remedy = Remedy(text=text, code=code, knobs={"num_workers": knob},
+                        without_knobs=Remedy(text="The CPU is the limit: " + cheaper, code=code))
     return Finding(severity=severity, title=title,
-                   message=message, evidence=evidence, remedy=Remedy(text=text, code=code), prediction=prediction)
+                   message=message, evidence=evidence, remedy=remedy, prediction=prediction)
 
 
 def _main_thread_finding(session: Session, severity: str, main_thread: float, system: float, impact: str,
@@ -226,6 +257,7 @@ def _main_thread_finding(session: Session, severity: str, main_thread: float, sy
     loader = metrics.main_loader(session)
     found = analyses(session).input_stall if loader is not None else None
     plan = worker_plan(session, loader, found) if loader is not None and found is not None else None
+    knobs: dict[str, str] = {}
     if loader is not None and loader.num_workers == 0:
         title = f"Main Python thread pegged at {main_thread:.0f}% of a core, producing batches itself"
         message = (f"{head}: with num_workers=0 it produces every batch itself, in series with the training "
@@ -234,11 +266,13 @@ def _main_thread_finding(session: Session, severity: str, main_thread: float, sy
             text = (f"Move batch production off the main thread (num_workers={plan.recommended}, sized from this "
                     "run's measurements), then cut per-step Python work.")
             code = loader_line(loader, plan.recommended, gpu=bool(session.torch_cuda_used), deeper_prefetch=False)
+            knobs = {"num_workers": "more"}
         else:
             why = f" ({plan.why_not})" if plan is not None and plan.why_not else ""
             text = (f"Make each batch cheaper: workers would not pay for their hand-off here{why}. Index whole "
                     "batches at once instead of per item, and cut per-step Python work.")
             code = None
+            knobs = {"num_workers": "keep"}
     else:
         title = f"Main Python thread pegged at {main_thread:.0f}% of a core: the loop is Python-bound"
         message = f"{head}: the training loop itself is the bottleneck. {impact}"
@@ -247,4 +281,4 @@ def _main_thread_finding(session: Session, severity: str, main_thread: float, sy
                 ".item()/printing of tensors.")
         code = "model = torch.compile(model)  # fewer, fused kernel launches per step"
     return Finding(severity=severity, title=title, message=message, evidence=evidence,
-                   remedy=Remedy(text=text, code=code), prediction=prediction)
+                   remedy=Remedy(text=text, code=code, knobs=knobs), prediction=prediction)

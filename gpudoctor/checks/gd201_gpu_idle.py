@@ -90,7 +90,7 @@ MIN_SAMPLES = CountThreshold("GPU samples needed", 3, "samples", "gpudoctor: few
 
 
 @check("GD201", "gpu-idle", stage=2, title="GPU idle or SMs barely used", requires=("gpu",),
-       measures_idle=True)
+       measures_idle=True, decides="GPU activity", decides_on_gpu_runs=True)
 def run(session: Session) -> list[Finding]:
     if session.torch_cuda_used is False:
         raise Skip("the workload put no work on a CUDA device")

@@ -20,6 +20,8 @@ SYNC_APIS = frozenset({
     "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD", "cudaFree", "cudaFreeHost",  # frees wait for the device
     "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy"})
 STEP_PREFIX = "ProfilerStep#"  # torch.profiler's record_function range around each prof.step()
+# torch.profiler's range around each DataLoader batch (single or multiprocessing iterator)
+DATA_ANNOTATION = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 _COPY_NAME = re.compile(r"Memcpy (\w+) \(([^()]*?) -> ([^()]*?)\)")
 _FRAME_NAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")
@@ -46,6 +48,7 @@ def classify_gemm(name: str) -> str | None:
     return "fp32" if _FP32.search(lowered) else "other"
 
 
+@functools.lru_cache(maxsize=1 << 10)  # a few distinct memcpy names, repeated by every copy of a copy-heavy trace
 def copy_kind(name: str) -> str:
     """'HtoD_pageable', 'DtoH_pinned', 'DtoD', ... from a kineto memcpy name."""
     match = _COPY_NAME.search(name)

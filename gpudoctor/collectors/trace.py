@@ -385,7 +385,7 @@ class _TraceStats:
             around = _enclosing(self.around.get(thread, []), [ts for ts, _, _ in syncs])
             for (ts, dur, api), enclosing in zip(syncs, around):
                 frames = [i[3] for i in enclosing if i[2]]
-                if any(AGENT_WINDOW_FRAME in frame.replace("\\", "/") for frame in frames):
+                if any(map(_agent_window_frame, frames)):
                     continue  # gpudoctor's own (closing the profiler window), not the workload's
                 kept.append((thread, ts, dur, api))
                 label = next((i[3] for i in enclosing if not i[2] and i[3].startswith("aten::")), api)
@@ -413,6 +413,11 @@ class _TraceStats:
             after_sync = range_min(sync_starts, low, high) <= gap_starts + SYNC_SLACK_US
             out.idle_after_sync_us = round(sequential_sum((gap_ends - gap_starts)[after_sync]), 3)
         return after_sync
+
+
+@functools.lru_cache(maxsize=1 << 14)  # the same frames around every sync of a step
+def _agent_window_frame(frame: str) -> bool:
+    return AGENT_WINDOW_FRAME in frame.replace("\\", "/")
 
 
 def _site(frames: list[str] | tuple[str, ...]) -> str | None:

@@ -10,8 +10,11 @@ a directory of traces, one per rank, as `torch.profiler.tensorboard_trace_handle
 writes them (*.pt.trace.json[.gz]): they are analysed in parallel, one per core, and
 the report shows each; the checks judge the first (rank 0).
 Record it with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and
-with_stack=True so synchronisations can be traced to your code. A trace holds no
-loader, CPU or NVML samples: the checks that need them report themselves skipped.
+with_stack=True so synchronisations can be traced to your code. The loop's data wait
+comes from the DataLoader ``__next__`` ranges the profiler records, per ``ProfilerStep#N``
+(or per batch, without them; gpudoctor.collectors.trace_loader). A trace holds no CPU or
+NVML samples and does not say how many workers or usable cores there were: the checks
+that need them report themselves skipped, and the data checks say what they could not know.
 """
 
 from __future__ import annotations
@@ -28,10 +31,23 @@ from typing import TYPE_CHECKING, Any
 from gpudoctor import __version__, exitcodes
 from gpudoctor.commands.argtypes import non_negative_int
 from gpudoctor.exitcodes import GpudoctorError
-from gpudoctor.session import Environment, GpuInfo, ProcessInfo, ProfileSummary, Session
+from gpudoctor.session import (
+    Environment,
+    GpuInfo,
+    LoaderInfo,
+    ProcessInfo,
+    ProfileSummary,
+    Session,
+    StepRecord,
+    Steps,
+)
 
 if TYPE_CHECKING:
+    from gpudoctor.collectors.trace_loader import TraceLoaderSteps
     from gpudoctor.helper import Helper
+
+# what one trace file gives: its statistics, its metadata, the pids that ran operators, its loader steps
+Summarized = tuple[ProfileSummary, dict[str, Any], list[int], "TraceLoaderSteps | None"]
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +57,6 @@ LONG_TRACE_BYTES = 32 << 20  # decoding takes over a tenth of a second: the HTML
 RANK_TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")  # torch.profiler.tensorboard_trace_handler's names
 # what a profiler trace cannot tell; the checks needing these facts are skipped with this reason
 NOT_IN_TRACE = {
-    "loader": "a profiler trace holds no DataLoader statistics (use `gpudoctor diagnose`)",
     "steps": "a profiler trace holds no per-step timings (use `gpudoctor diagnose`)",
     "cpu": "a profiler trace holds no CPU utilization samples (use `gpudoctor diagnose`)",
     "storage": "a profiler trace does not say where the data lives (use `gpudoctor diagnose --data PATH`)",
@@ -99,11 +114,11 @@ def session_from_trace(path: str | Path, steps: int = 0, *, meanwhile: Callable[
 
         helper = Helper.start(trace=path)
     try:
-        profile, meta, pids = _summarize_file(path, steps, helper=helper, meanwhile=meanwhile)
+        profile, meta, pids, loader = _summarize_file(path, steps, helper=helper, meanwhile=meanwhile)
     finally:
         if own and helper is not None:
             helper.close()
-    session = _session(profile, meta, pids)
+    session = _session(profile, meta, pids, loader)
     session.notes.append(f"built by `gpudoctor analyze` from the profiler trace {path.name}")
     return session
 
@@ -133,11 +148,11 @@ def session_from_trace_dir(directory: Path, steps: int = 0) -> Session:
             code, message = result.split(" ", 1)
             raise GpudoctorError(message, int(code))
     summaries = [r for r in results if not isinstance(r, str)]
-    for n, ((profile, _, _), path) in enumerate(zip(summaries, paths), start=1):
+    for n, ((profile, _, _, _), path) in enumerate(zip(summaries, paths), start=1):
         profile.label, profile.index, profile.phase = "rank", n, path.name
-    profile, meta, _ = summaries[0]
-    pids = sorted({pid for _, _, file_pids in summaries for pid in file_pids})
-    session = _session(profile, meta, pids)
+    profile, meta, _, loader = summaries[0]
+    pids = sorted({pid for _, _, file_pids, _ in summaries for pid in file_pids})
+    session = _session(profile, meta, pids, loader)
     session.profiles = [s[0] for s in summaries]
     session.duration_s = max(s[0].window_s for s in summaries)
     session.notes.append(f"built by `gpudoctor analyze` from {len(paths)} profiler traces in {directory.name}/ "
@@ -146,7 +161,7 @@ def session_from_trace_dir(directory: Path, steps: int = 0) -> Session:
     return session
 
 
-def _summarize_file_quietly(path: Path, steps: int) -> tuple[ProfileSummary, dict[str, Any], list[int]] | str:
+def _summarize_file_quietly(path: Path, steps: int) -> Summarized | str:
     """_summarize_file for a worker process: an error comes back as "CODE message", not raised."""
     try:
         return _summarize_file(path, steps)
@@ -155,13 +170,15 @@ def _summarize_file_quietly(path: Path, steps: int) -> tuple[ProfileSummary, dic
 
 
 def _summarize_file(path: Path, steps: int, *, helper: Helper | None = None,
-                    meanwhile: Callable[[], None] | None = None) -> tuple[ProfileSummary, dict[str, Any], list[int]]:
-    """(ProfileSummary with its replay, the trace's metadata, the pids that ran operators).
+                    meanwhile: Callable[[], None] | None = None) -> Summarized:
+    """(ProfileSummary with its replay, the trace's metadata, the pids that ran operators, the
+    loop's steps with their data wait).
 
     `helper`: a long trace's replay runs there beside the statistics (replay.background);
     directories are analysed a process per trace instead."""
     from gpudoctor.collectors.trace import TraceError, summarize_trace
     from gpudoctor.collectors.trace_decode import gc_paused, read_trace
+    from gpudoctor.collectors.trace_loader import loader_steps
     from gpudoctor.replay import background
     from gpudoctor.replay.window import profiler_steps
 
@@ -170,7 +187,7 @@ def _summarize_file(path: Path, steps: int, *, helper: Helper | None = None,
             data = read_trace(path, rest=helper.rest if helper is not None and helper.decoding else None)
             replay = background.start(data, steps if steps > 0 else profiler_steps(data), helper)
             profile = summarize_trace(data, steps=steps)
-            meta, pids = data.meta, _process_ids(data)
+            meta, pids, loader = data.meta, _process_ids(data), loader_steps(data)
             if meanwhile is not None:
                 meanwhile()
             del data  # freeing a million events takes a while: better while the replay runs in the helper
@@ -180,10 +197,11 @@ def _summarize_file(path: Path, steps: int, *, helper: Helper | None = None,
         raise GpudoctorError(message, exitcodes.NOT_FOUND if exc.not_found else exitcodes.BAD_DATA) from None
     except MemoryError:
         raise GpudoctorError(f"{path}: too large to load in memory; profile fewer steps", exitcodes.BAD_DATA) from None
-    return profile, meta, pids
+    return profile, meta, pids, loader
 
 
-def _session(profile: ProfileSummary, meta: dict[str, Any], pids: list[int]) -> Session:
+def _session(profile: ProfileSummary, meta: dict[str, Any], pids: list[int],
+             loader: TraceLoaderSteps | None = None) -> Session:
     session = Session(
         tool_version=__version__,
         command=[],
@@ -197,7 +215,39 @@ def _session(profile: ProfileSummary, meta: dict[str, Any], pids: list[int]) -> 
     session.unavailable.update(NOT_IN_TRACE)
     if profile.kernel_count == 0 and profile.gpu_busy_us <= 0:
         session.unavailable["gpu"] = profile.error or "the trace holds no GPU activity"
+    if loader is not None:
+        _apply_loader_steps(session, loader, pids[0] if pids else 0)
+    else:
+        session.unavailable["loader"] = ("the profiler trace holds no DataLoader batches (no "
+                                         "`enumerate(DataLoader)#...__next__` ranges in at least 3 steps)")
     return session
+
+
+def _apply_loader_steps(session: Session, found: TraceLoaderSteps, pid: int) -> None:
+    """The trace's steps and DataLoader, as the agent would have recorded them, with what
+    a trace cannot know left out (the worker count, their per-batch cost, the cores)."""
+    t, records = 0.0, []
+    for duration, wait in zip(found.durations_s, found.waits_s):
+        t += duration
+        records.append(StepRecord(t=t, duration_s=duration, data_wait_s=wait))
+    # ProfilerStep ranges are the user's own marks (prof.step()); without them, one step per batch
+    source = "explicit" if found.source == "profiler steps" else "loader"
+    session.steps = Steps(source=source, count=len(records), records=records, last_step_t=t)
+    loader = LoaderInfo(loader_id="trace:0", pid=pid, num_workers=0 if found.single_process else 1,
+                        batches=found.batches, wait_total_s=sum(found.waits_s), wait_max_s=found.wait_max_s)
+    if found.single_process:  # the batch is made inside __next__: its cost is measured there
+        loader.fetch_batches, loader.fetch_wall_s, loader.fetch_cpu_s = (found.batches, found.batch_wall_s,
+                                                                        found.batch_ops_s)
+    session.loaders = [loader]
+    for fact in ("loader", "steps"):
+        session.unavailable.pop(fact, None)
+    session.notes.append(
+        f"steps and data wait from the trace: {len(records)} {found.source}, {found.batches} DataLoader batches"
+        + (" made in the main process (num_workers=0); their CPU time is the operators' inside __next__, a lower "
+           "bound" if found.single_process else
+           " from worker processes (_MultiProcessingDataLoaderIter): how many, and what a batch cost them, a trace "
+           "does not record (counted as 1 worker)")
+        + "; the usable cores are not in a trace")
 
 
 def _environment(meta: dict[str, Any]) -> Environment:

@@ -253,12 +253,33 @@ def _sync(timeline: Timeline, plan: Plan) -> tuple[int, str]:
                 changed += 1
             if item.read is not None:
                 reads.setdefault(item.thread, []).append(item.read)
+    covered = {thread: _union(spans) for thread, spans in reads.items()}
     for i, item in enumerate(timeline.items):
-        spans = reads.get(item.thread)
-        if spans and item.tag in (DISPATCH, PYTHON) and any(a <= item.ts < b for a, b in spans):
+        union = covered.get(item.thread)
+        if union and item.tag in (DISPATCH, PYTHON) and _inside(union, item.ts):
             plan.cost[i], plan.blocks[i] = 0.0, False
     return changed, ("synchronisations no longer block the host; operators that only read a value back "
                      "(.item(), .cpu()) dropped: the values stay on the GPU")
+
+
+def _union(spans: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """The half-open spans [a, b) merged into disjoint ones: (starts, ends), in order."""
+    starts: list[float] = []
+    ends: list[float] = []
+    for a, b in sorted(s for s in spans if s[0] < s[1]):
+        if ends and a <= ends[-1]:
+            ends[-1] = max(ends[-1], b)
+        else:
+            starts.append(a)
+            ends.append(b)
+    return starts, ends
+
+
+def _inside(union: tuple[list[float], list[float]], t: float) -> bool:
+    """Is t in one of the merged spans (a <= t < b)? A bisection, not a walk over every span."""
+    starts, ends = union
+    k = bisect.bisect_right(starts, t) - 1
+    return k >= 0 and t < ends[k]
 
 
 def _launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:

@@ -32,6 +32,7 @@ from typing import Any
 
 from gpudoctor.collectors.kineto_names import (
     _FRAME_NAME,
+    DATA_ANNOTATION,
     GRAPH_LAUNCH_APIS,
     KERNEL_LAUNCH_APIS,
     SYNC_APIS,
@@ -51,7 +52,6 @@ DEVICE_WIDE = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "hipDevice
                          "cudaFree", "cudaFreeHost"})
 AGENT_WINDOW_FRAME = "gpudoctor/agent/profiler"  # gpudoctor closing its own window
 HELPER_IDLE_US = 50.0  # a helper thread's time outside any operator longer than this is idle, not work
-DATA_ANNOTATION = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 OPTIMIZER_ANNOTATION = "Optimizer.step#"  # torch.optim wraps step() in record_function("Optimizer.step#Adam.step")
 _VERSION = re.compile(r"_v\d+$")
 

@@ -34,6 +34,12 @@ def sample_text(stats: StepStats) -> str:
     if not n:
         return "no steady steps measured"
     parts = [f"{n} steady step{'s' if n != 1 else ''}"]
+    if stats.steps_per_s is not None:
+        rate = f"{stats.steps_per_s:.3g} steps/s"
+        ci = stats.steps_per_s_ci95
+        if ci and stats.window_steps:
+            rate += f" (95% CI {ci[0]:.3g} to {ci[1]:.3g} over {stats.windows} windows of {stats.window_steps} steps)"
+        parts.append(rate)
     if stats.median_s is not None:
         parts.append(f"median {format_number(stats.median_s, 's')}")
     if stats.iqr_s is not None and n >= 4:

@@ -82,3 +82,23 @@ def test_skips_without_cpu_samples():
     assert outcome.status == "skipped" and outcome.reason and outcome.reason.startswith("cpu")
     with pytest.raises(Skip):
         run(make_session(steps=make_steps(50, 0.1, 0.05), mark_missing=False))
+
+
+def test_zero_workers_pegging_one_of_two_busy_cores_is_the_main_thread_not_full_cores():
+    """num_workers=0 on 2 cores: the main process makes the batches on one core (tree 1.1 cores),
+    something else keeps the other busy. A worker has room: never "do not add workers"."""
+    session = session_with({"system_percent": 98.0, "main_thread_percent": 99.0, "tree_percent": 110.0},
+                           num_workers=0, cores=2, wait_s=0.070)
+    (f,) = run(session)
+    assert f.evidence["saturation"].value == "main-thread"
+    assert "Do not add workers" not in f.remedy.text
+    assert f.remedy.knobs.get("num_workers") in ("more", "keep")
+
+
+def test_zero_workers_whose_own_threads_fill_the_cores_are_full_cores():
+    session = session_with({"system_percent": 98.0, "main_thread_percent": 99.0, "tree_percent": 190.0},
+                           num_workers=0, cores=2, wait_s=0.070)
+    (f,) = run(session)
+    assert f.evidence["saturation"].value == "cores"
+    assert "Do not add workers" in f.remedy.text and f.remedy.knobs == {"num_workers": "keep"}
+    assert f.remedy.without_knobs is not None and "worker" not in f.remedy.without_knobs.text

@@ -162,3 +162,17 @@ def test_no_host_thread_no_replay():
     gpu = Gpu()
     gpu.run(0.0, 10.0, 1)
     assert replay_trace(trace_events({"traceEvents": gpu.events})) is None
+
+
+def test_read_back_spans_are_looked_up_by_bisection_as_by_a_walk():
+    """_sync drops the operators inside a value's read-back spans; the merged-span bisection
+    (copy-heavy traces have tens of thousands of spans) answers as testing every span did."""
+    import random
+
+    from gpudoctor.replay.scenarios import _inside, _union
+
+    rng = random.Random(26)
+    spans = [(a, a + rng.choice([0.0, 0.5, 3.0, 10.0])) for a in (rng.uniform(0, 500) for _ in range(400))]
+    union = _union(spans)
+    for t in [rng.uniform(-5, 520) for _ in range(3000)] + [a for a, _ in spans] + [b for _, b in spans]:
+        assert _inside(union, t) == any(a <= t < b for a, b in spans)
