@@ -56,15 +56,6 @@ class Overhead:
         slowdown = self.slowdown
         return slowdown is not None and slowdown > SLOWDOWN
 
-    @property
-    def window_cost(self) -> float | None:
-        """The share of the run's steady time that the windows added (their steps at the outside
-        rate would have taken less)."""
-        outside, inside = self.steps_per_s_outside, self.steps_per_s_inside
-        if not outside or not inside or not self.profiled_steps:
-            return None
-        return max(0.0, self.profiled_steps / inside - self.profiled_steps / outside)
-
     def to_dict(self) -> dict[str, object]:
         slowdown = self.slowdown
         return {

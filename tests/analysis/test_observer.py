@@ -1,0 +1,74 @@
+"""What gpudoctor's profiler windows cost a run (analysis/observer.py) and GD002, on synthetic
+step timelines of known answer."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import make_session, make_steps, run_check
+
+from gpudoctor.analysis.observer import overhead
+from gpudoctor.checks.gd002_observer_effect import run as gd002
+from gpudoctor.session import ProcessInfo, ProfileSummary
+
+
+def timeline(before_s: float, after_s: list[float], n_before: int = 10, n_after: int = 10):
+    """`n_before` steps of `before_s`, a window from there to 1 s later, then chunks of
+    `n_after` steps of each duration in `after_s`."""
+    steps = make_steps(n_before, before_s)
+    window = (steps[-1].t, steps[-1].t + 1.0)
+    t = window[1]
+    for duration in after_s:
+        chunk = make_steps(n_after, duration, start_t=t)
+        steps += chunk
+        t = chunk[-1].t
+    profile = ProfileSummary(steps=10, window_start_s=window[0], window_end_s=window[1])
+    session = make_session(steps=steps, profile=profile, step_source="optimizer")
+    session.steps.profiled_steps, session.steps.profiled_time_s = 10, 1.0
+    return session
+
+
+def test_a_run_that_stays_slower_after_the_window_is_flagged():
+    session = timeline(0.020, [0.024, 0.023, 0.025, 0.024])
+    cost = overhead(session)
+    assert cost is not None and cost.before_steps_per_s == pytest.approx(50.0)
+    assert cost.after_steps_per_s == pytest.approx((40.0, 1 / 0.023))
+    assert cost.slowed and cost.slowdown == pytest.approx(1 - (1 / 0.023) / 50.0)
+    outcome, findings = run_check(gd002.check, session)
+    assert outcome.status == "finding" and "did not come back" in findings[0].title
+    assert cost.steps_per_s_inside == pytest.approx(10.0)
+
+
+def test_a_run_that_comes_back_to_its_speed_is_not_flagged():
+    # the chunk right after the window is slow (the export), the later ones are as before
+    session = timeline(0.020, [0.030, 0.020, 0.0202, 0.0199])
+    cost = overhead(session)
+    assert cost is not None and not cost.slowed and cost.slowdown is not None and cost.slowdown < 0.03
+    assert run_check(gd002.check, session)[0].status == "pass"
+
+
+def test_a_slowdown_within_three_percent_is_not_flagged():
+    assert not overhead(timeline(0.020, [0.0205, 0.0206, 0.0205])).slowed
+
+
+def test_too_few_steps_on_either_side_are_not_compared():
+    short_before = overhead(timeline(0.020, [0.03] * 4, n_before=5))
+    assert short_before.before_steps_per_s is None and not short_before.slowed
+    short_after = overhead(timeline(0.020, [0.03], n_after=15))
+    assert short_after.after_steps_per_s is None and not short_after.slowed
+
+
+def test_workers_forked_inside_a_window_are_a_finding_of_their_own():
+    session = timeline(0.020, [0.020] * 3)
+    session.processes = [ProcessInfo(pid=1, role="main"), ProcessInfo(pid=2, role="worker", profiler_inherited=True),
+                         ProcessInfo(pid=3, role="worker")]
+    cost = overhead(session)
+    assert cost.traced_workers == [2] and not cost.slowed
+    outcome, findings = run_check(gd002.check, session)
+    assert outcome.status == "finding" and len(findings) == 1 and "pid 2" in findings[0].message
+
+
+def test_a_run_without_windows_is_skipped_with_the_reason():
+    session = make_session(steps=make_steps(30, 0.02))
+    assert overhead(session) is None
+    outcome, _ = run_check(gd002.check, session)
+    assert outcome.status == "skipped" and "no profiler window" in outcome.reason
