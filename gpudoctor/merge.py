@@ -62,8 +62,8 @@ def merge_sessions(sessions: Sequence[tuple[str, Session]]) -> Session:
     merged.primary_rank = merged.ranks[0].rank
     hosts = sorted({r.host for r in merged.ranks if r.host})
     shown = ", ".join(hosts[:8]) + (f", ... ({len(hosts)} hosts)" if len(hosts) > 8 else "")
-    own = [f"merged from {len(sessions)} sessions ({shown or 'hosts unknown'}); the steps, loaders, GPU samples "
-           f"and profiler window are those of {base_name} (rank {merged.primary_rank})"]
+    own = [(f"merged from {len(sessions)} sessions ({shown or 'hosts unknown'}); the steps, loaders, GPU samples "
+            f"and profiler window are those of {base_name} (rank {merged.primary_rank})")]
     if world is not None and len(merged.ranks) < world:
         missing = sorted(set(range(world)) - {r.rank for r in merged.ranks})
         own.append(f"{len(missing)} of {world} ranks are missing (not recorded in these sessions): "

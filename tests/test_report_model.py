@@ -144,7 +144,7 @@ def test_every_list_is_capped_free_json_too() -> None:
 
     data = golden()
     data["evidence"]["timeline"] = {"t": list(range(MAX_ITEMS + 1))}
-    with pytest.raises(DecodeError, match="'evidence.timeline' holds a list of 100,001 entries"):
+    with pytest.raises(DecodeError, match=r"'evidence\.timeline' holds a list of 100,001 entries"):
         Report.from_dict(data)
     data = golden()
     data["command"] = ["x"] * (MAX_ITEMS + 1)

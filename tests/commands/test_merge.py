@@ -102,7 +102,7 @@ def test_a_thousand_nodes_merge_into_a_session_report_accepts(tmp_path):
 
 def test_a_rank_outside_the_world_is_refused(tmp_path, capsys):
     """issue 27 item 11: rank 7 in a world of 4 was accepted silently."""
-    with pytest.raises(MergeError, match="rank 7 .* world of 4 ranks"):
+    with pytest.raises(MergeError, match=r"rank 7 .* world of 4 ranks"):
         merge_sessions([("a", _node("node-a", [0, 1])), ("b", _node("node-b", [2, 7]))])
     a = _save(tmp_path, "a", _node("node-a", [0, 1]))
     b = _save(tmp_path, "b", _node("node-b", [2, 7]))

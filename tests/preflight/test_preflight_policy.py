@@ -117,8 +117,8 @@ def test_policy_of_a_huge_comment_is_refused_before_parsing(tmp_path: Path) -> N
 
 
 def test_a_huge_pyproject_is_refused_too(tmp_path: Path) -> None:
-    write(tmp_path / "pyproject.toml", "[tool.gpudoctor.preflight]\nmin_sm_activity = 40\n"
-          + "#" + "x" * (policy.MAX_POLICY_BYTES + 10) + "\n")
+    write(tmp_path / "pyproject.toml",
+          "[tool.gpudoctor.preflight]\nmin_sm_activity = 40\n#" + "x" * (policy.MAX_POLICY_BYTES + 10) + "\n")
     with pytest.raises(GpudoctorError) as err:
         policy.load(None, cwd=tmp_path)
     assert err.value.code == exitcodes.BAD_POLICY
