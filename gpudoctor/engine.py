@@ -109,7 +109,7 @@ def _call(check: Check, session: Session) -> object:
     def run() -> None:
         try:
             box["result"] = check.run(view)
-        except BaseException as exc:  # a guest's every exception is its own error
+        except BaseException as exc:  # noqa: BLE001  (a guest's every exception is its own error)
             box["error"] = exc
 
     thread = threading.Thread(target=run, name=f"gpudoctor-check-{check.id}", daemon=True)
@@ -150,7 +150,7 @@ def _run_one(session: Session, check: Check, ignored: set[str]) -> tuple[CheckOu
         return outcome("error", f"check failed: {exc}"), []
     except KeyboardInterrupt:
         raise  # a Ctrl-C (a built-in runs in this thread): the caller reports what was judged
-    except BaseException as exc:  # noqa: BLE001  (a broken check is reported, never fatal)
+    except BaseException as exc:  # a broken check is reported, never fatal
         log.exception("check %s failed", check.id)
         return outcome("error", f"check failed: {type(exc).__name__}: {exc}"), []
     return outcome("finding" if stamped else "pass"), stamped
