@@ -10,6 +10,7 @@ import argparse
 import datetime
 import gzip
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -56,8 +57,8 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
         say_line(f"gpudoctor: --try runs the workload once more per remedy, each under the same bound; none was "
                  f"given, so every run stops after --duration {DEFAULT_TRY_DURATION_S:g} (set --steps or --duration)")
     formats = ["html", "json", *[f for f in args.formats if f not in ("html", "json")]]
-    plan = plan_outputs(args.out, stem, datetime.datetime.now(), formats, force=args.force,
-                        json_path=args.json_path)
+    plan = absolute(plan_outputs(args.out, stem, datetime.datetime.now(), formats, force=args.force,
+                                 json_path=args.json_path))
     options = run_options(args, command, plan)
     try:
         supervisor = Supervisor(options)
@@ -102,6 +103,24 @@ class TrialContext:
 
     request: TryRequest
     options: RunOptions
+
+
+def absolute(plan: OutputPaths) -> OutputPaths:
+    """The plan with its paths made absolute now: the workload may remove or leave the
+    directory gpudoctor started from, and the report must still land where --out said."""
+    import dataclasses
+
+    return dataclasses.replace(plan, directory=plan.directory.absolute(),
+                               json_copy=plan.json_copy.absolute() if plan.json_copy is not None else None)
+
+
+def shown(path: Path | str) -> str:
+    """A path for the terminal: relative to the working directory when inside it."""
+    try:
+        relative = os.path.relpath(path)
+    except (OSError, ValueError):  # the working directory is gone, or another drive
+        return str(path)
+    return str(path) if relative.startswith(os.pardir) else relative
 
 
 def run_options(args: argparse.Namespace, command: list[str], plan: OutputPaths) -> RunOptions:
@@ -201,7 +220,7 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
     if not args.quiet:
         try:
             terminal.show_summary(written.report if written else report, sys.stderr,
-                                  written={k: str(v) for k, v in written.files.items()} if written else {})
+                                  written={k: shown(v) for k, v in written.files.items()} if written else {})
         except (OSError, ValueError):
             pass  # stderr closed or full: the files hold the diagnosis
     if written is None:
@@ -228,8 +247,13 @@ def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: byte
 
     main = dataclasses.replace(plan, json_copy=None)
     places = [main.directory]
-    for candidate in (Path(DEFAULT_DIR), Path(tempfile.gettempdir()) / DEFAULT_DIR):
-        if all(candidate.absolute() != p.absolute() for p in places):
+    candidates = [Path(tempfile.gettempdir()) / DEFAULT_DIR]
+    try:
+        candidates.insert(0, Path(os.getcwd()) / DEFAULT_DIR)
+    except OSError:
+        pass  # the working directory was removed during the run: the temporary directory's
+    for candidate in candidates:
+        if all(candidate != (p if p.is_absolute() else Path(os.getcwd()) / p) for p in places):
             places.append(candidate)
     first: GpudoctorError | None = None
     for directory in places:
@@ -242,7 +266,7 @@ def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: byte
             first = first or exc
             continue
         if first is not None:
-            say_line(f"gpudoctor: warning: {first}; the reports were written to {directory} instead")
+            say_line(f"gpudoctor: warning: {first}; the reports were written to {shown(directory)} instead")
         if plan.json_copy is not None and "json" in written.files:
             from gpudoctor.output import _write_copy
 

@@ -67,6 +67,7 @@ class RunOptions:
     # environment variables set for the workload (e.g. PYTORCH_CUDA_ALLOC_CONF); empty otherwise
     overrides: dict = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None  # the workload's working directory (None: this process's)
 
 
 @dataclass
@@ -83,6 +84,7 @@ class Supervisor:
     def __init__(self, options: RunOptions) -> None:
         self.options = options
         self.t0 = time.time()
+        self.cwd = _start_directory(options.cwd)
         self.workdir = make_workdir(options.scratch_dirs)
         self.reader = EventReader(self.workdir, self.t0)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -136,6 +138,8 @@ class Supervisor:
         # runner's pipe) reach the workload as they would without gpudoctor; gpudoctor's own
         # descriptors are not inheritable (PEP 446), so none of them leak into it
         kwargs: dict = {"env": self._environment(), "close_fds": False}
+        if self.options.cwd is not None:
+            kwargs["cwd"] = self.options.cwd
         if self.own_group:
             kwargs["process_group"] = 0
         self.proc = subprocess.Popen(self.options.command, **kwargs)
@@ -325,7 +329,7 @@ class Supervisor:
                   gpu_result: object) -> Session:
         assert self.proc is not None
         recorded = Recorded(
-            command=self.options.command, t0=self.t0, workdir=self.workdir, reader=self.reader,
+            command=self.options.command, t0=self.t0, workdir=self.workdir, cwd=self.cwd, reader=self.reader,
             started_at=started_at, duration_s=duration, returncode=self.proc.returncode,
             running_pid=self.proc.pid if self.proc.poll() is None else None,
             stop_reason=self.stop_reason, stop_requested_s=self.stop_requested_t,
@@ -335,6 +339,17 @@ class Supervisor:
         )
         session, self.primary_trace = assemble(recorded)
         return session
+
+
+def _start_directory(given: str | None) -> str:
+    """The workload's working directory, as an absolute path read at the start."""
+    if given is not None:
+        return given
+    try:
+        return os.getcwd()
+    except OSError as exc:  # removed before the run began
+        raise LaunchError(f"the current directory cannot be read ({exc.strerror or exc}): cd somewhere that exists",
+                          69) from None
 
 
 def _with_overrides(env: dict[str, str], options: RunOptions) -> dict[str, str]:
