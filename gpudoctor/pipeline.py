@@ -227,9 +227,11 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
         assert failure is not None
         raise failure
     workload = session.exit_code
-    if stopped_by_us and (workload in (130, 143, 137, -2, -15) or session.interrupted_by_gpudoctor):
-        # the workload ended because gpudoctor asked it to (documented); a KeyboardInterrupt that
-        # lands inside torch's C++ (a CUDA backward pass, measured on an H200) can exit with 1, not 130
+    if stopped_by_us and (workload in (130, 143, 137, -2, -15) or session.interrupted_by_gpudoctor
+                          or not session.crashes_before_stop()):
+        # the workload ended because gpudoctor asked it to (documented), whatever the signal became: a
+        # KeyboardInterrupt that lands inside torch's C++ (a CUDA backward pass, measured on an H200) can
+        # exit with 1, not 130; torchrun turns it into its SignalException and exits 1
         workload = 0
     return exit_status(workload, engine.findings, args.fail_on, measured=report["summary"].get("measured", True))
 
