@@ -21,7 +21,8 @@ How it is measured
     process, whether Python's exit handlers ran, and when the last step ended.
     A run that gpudoctor itself stopped (--duration, --steps, Ctrl-C, SIGTERM) is
     not a failure, whatever the stop signal became (torchrun raises its SignalException
-    and exits 1; an exception raised after the stop was asked for is part of the stop); it is a hang when no step ended in the last {{HANG_MIN_S}} (and {{HANG_STEPS}} median
+    and exits 1; an exception raised after the stop was asked for is part of the stop);
+    it is a hang when no step ended in the last {{HANG_MIN_S}} (and {{HANG_STEPS}} median
     steps) before the stop.
 
 What to do
