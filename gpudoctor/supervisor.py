@@ -28,7 +28,7 @@ from gpudoctor.collectors.cpu import CpuSampler
 from gpudoctor.collectors.events import EventReader
 from gpudoctor.collectors.storage import probe_in_background
 from gpudoctor.gpu import GpuMonitor
-from gpudoctor.process_tree import TreeWatch, leftover_note
+from gpudoctor.process_tree import TreeWatch, leftover_note, process_group_members
 from gpudoctor.reports.console import printable
 from gpudoctor.session import Session, StorageProbe
 from gpudoctor.signals import InterruptWatch, foreground_tty
@@ -101,6 +101,7 @@ class Supervisor:
         self.tree = TreeWatch(str(self.workdir), str(SITE_DIR))
         self.uninstrumented = self.tree.uninstrumented
         self.leftovers: list[str] = []
+        self._group_seen: list[int] = []  # the workload's process group when it ended
         self._next_env_check = 0.0
         self.primary_trace: str | None = None  # the primary profiler window's trace, in workdir
 
@@ -268,6 +269,7 @@ class Supervisor:
                 time.sleep(POLL_S)
                 self._tick(gpu, status)
             self._tick(gpu, status)
+            self._stop_group()
             self._find_leftovers()
         finally:
             status.stop()
@@ -308,6 +310,58 @@ class Supervisor:
         status.update(elapsed=elapsed, steps=steps, data_wait=self.reader.data_wait_share(),
                       gpu_util=gpu.latest_util())
 
+    def _stop_group(self) -> None:
+        """What is still in the workload's process group when it ended is stopped the way a
+        Ctrl-C at a terminal stops a job: SIGINT to the group, SIGTERM after --grace, then
+        SIGKILL. What left the group (a session of its own, a daemon) is named, not touched."""
+        members = self._group_members()
+        if not members:
+            return
+        grace = self.options.grace_s
+        sent = []
+        for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace / 2), (signal.SIGKILL, 2.0)):
+            self._signal_members(sig, members)
+            sent.append(signal.Signals(sig).name)
+            members = self._wait_members(members, wait)
+            if not members:
+                break
+        say(printable(f"gpudoctor: {len(self._group_seen)} process(es) still in the workload's process group "
+                      f"when it ended; sent {' then '.join(sent)}"
+                      + (f"; still running: {', '.join(str(p) for p in members)}" if members else "")))
+
+    def _group_members(self) -> list[int]:
+        """Live processes of the workload's process group (its own, or, at a terminal, the
+        processes of ours started since the run began), not gpudoctor, not zombies."""
+        assert self.proc is not None
+        if self.own_group:
+            candidates = process_group_members(self.proc.pid)
+        else:
+            candidates = [pid for pid in process_group_members(os.getpgrp()) if _started_since(pid, self.t0)]
+        members = [pid for pid in candidates if pid != os.getpid() and _alive(pid)]
+        self._group_seen = list(members)
+        return members
+
+    def _signal_members(self, sig: int, members: list[int]) -> None:
+        assert self.proc is not None
+        targets = [self.proc.pid] if self.own_group else members
+        for pid in targets:
+            try:
+                if self.own_group:
+                    os.killpg(pid, sig)  # the group outlives its leader while it has members
+                else:
+                    os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    @staticmethod
+    def _wait_members(members: list[int], seconds: float) -> list[int]:
+        deadline = time.monotonic() + seconds
+        while True:
+            members = [pid for pid in members if _alive(pid)]
+            if not members or time.monotonic() >= deadline:
+                return members
+            time.sleep(0.05)
+
     def _find_leftovers(self) -> None:
         assert self.proc is not None
         self.leftovers = self.tree.still_running(self.reader.processes, started_after=self.t0 - 1.0,
@@ -339,6 +393,20 @@ class Supervisor:
         )
         session, self.primary_trace = assemble(recorded)
         return session
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _started_since(pid: int, t0: float) -> bool:
+    try:
+        return psutil.Process(pid).create_time() >= t0 - 1.0
+    except psutil.Error:
+        return False
 
 
 def _start_directory(given: str | None) -> str:
