@@ -31,6 +31,7 @@ from gpudoctor.trials.remedies import TryRequest, parse_try
 if TYPE_CHECKING:
     from gpudoctor.commands.diagnose import Misplaced
     from gpudoctor.output import OutputPaths, WrittenOutputs
+    from gpudoctor.trials.scratch import Listing, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,13 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
     plan = absolute(plan_outputs(args.out, stem, datetime.datetime.now(), formats, force=args.force,
                                  json_path=args.json_path))
     options = run_options(args, command, plan)
+    before: Listing | None = None
+    in_place = bool(getattr(args, "try_in_place", False))
+    if request is not None:
+        from gpudoctor.trials import scratch
+
+        options.record_writes = True
+        before = None if in_place else scratch.before_run(os.getcwd(), [str(plan.directory)])
     try:
         supervisor = Supervisor(options)
     except LaunchError as exc:
@@ -80,7 +88,13 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
             say_line(f"gpudoctor: {len(supervisor.uninstrumented)} Python process(es) of the command ran without the "
                  "agent (PYTHONPATH or the environment replaced); the report says which")
         _announce_end(session, supervisor.escalated, then="trying the remedies" if request is not None else None)
-        trials = TrialContext(request, options) if request is not None else None
+        trials = None
+        if request is not None:
+            from gpudoctor.trials import scratch
+
+            space = None if before is None else scratch.workspace(supervisor.cwd, before, supervisor.reader.writes,
+                                                                  [str(plan.directory)])
+            trials = TrialContext(request, options, space)
         return finish(
             session,
             args,
@@ -103,6 +117,7 @@ class TrialContext:
 
     request: TryRequest
     options: RunOptions
+    workspace: Workspace | None  # None: --try-in-place, the trials run in the working directory
 
 
 def absolute(plan: OutputPaths) -> OutputPaths:
@@ -203,12 +218,16 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
             session.notes.append(f"the profiler trace could not be saved: {exc.strerror or exc}")
     checks, plugin_errors = load_checks()
     engine = run_checks(session, checks, ignore=split_ids(args.ignore), load_errors=plugin_errors)
-    if trials is not None:
+    refused = trials is not None and trials.workspace is not None and trials.workspace.refusal()
+    if refused:
+        say_line(f"gpudoctor: {refused}")
+        session.notes.append(refused)
+    elif trials is not None:
         from gpudoctor.trials.runner import run_trials
 
         try:
             session.trials = run_trials(session, engine.findings, trials.request, trials.options, plan, checks,
-                                        split_ids(args.ignore), force=args.force)
+                                        split_ids(args.ignore), force=args.force, workspace=trials.workspace)
         except Exception as exc:
             log.debug("--try failed", exc_info=True)
             session.notes.append(f"--try stopped on an internal error: {type(exc).__name__}: {exc}")
@@ -233,7 +252,8 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
         # KeyboardInterrupt that lands inside torch's C++ (a CUDA backward pass, measured on an H200) can
         # exit with 1, not 130; torchrun turns it into its SignalException and exits 1
         workload = 0
-    return exit_status(workload, engine.findings, args.fail_on, measured=report["summary"].get("measured", True))
+    status = exit_status(workload, engine.findings, args.fail_on, measured=report["summary"].get("measured", True))
+    return exitcodes.TRY_REFUSED if refused and status == 0 else status
 
 
 def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: bytes | None,

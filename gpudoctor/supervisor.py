@@ -68,6 +68,11 @@ class RunOptions:
     overrides: dict = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None  # the workload's working directory (None: this process's)
+    # diagnose --try: record where the workload writes (agent/writes.py); in a trial, refuse its
+    # writes into this directory (the user's), and give it no stdin (the run before read it)
+    record_writes: bool = False
+    protect_writes: str | None = None
+    stdin_devnull: bool = False
 
 
 @dataclass
@@ -125,6 +130,8 @@ class Supervisor:
                 "profile_max_windows": self.options.profile_max_windows,
                 "profile_later_s": self.options.profile_later_s,
                 "fetch_profile": self.options.fetch_profile,
+                "record_writes": self.options.record_writes,
+                "protect_writes": self.options.protect_writes,
             }
         )
         return _with_overrides(env, self.options)
@@ -141,6 +148,9 @@ class Supervisor:
         kwargs: dict = {"env": self._environment(), "close_fds": False}
         if self.options.cwd is not None:
             kwargs["cwd"] = self.options.cwd
+            kwargs["env"]["PWD"] = self.options.cwd  # what a shell started there would say
+        if self.options.stdin_devnull:
+            kwargs["stdin"] = subprocess.DEVNULL
         if self.own_group:
             kwargs["process_group"] = 0
         self.proc = subprocess.Popen(self.options.command, **kwargs)

@@ -110,6 +110,13 @@ def start():
     )
     _install_exception_hooks(agent)
     atexit.register(_at_exit, agent)
+    if config.get("record_writes"):  # diagnose --try only: where the workload writes (agent/writes.py)
+        try:
+            from .writes import install as record_writes
+
+            record_writes(agent, protect=config.get("protect_writes"))
+        except Exception as exc:  # noqa: BLE001
+            agent.error("record_writes", exc)
     try:
         from .importhook import install_import_hook
 

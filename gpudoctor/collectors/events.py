@@ -34,6 +34,16 @@ STEP_RECORDS_MAX = 5000  # step records kept in the Session (aggregates count th
 OVERRIDES_MAX = 100  # `--try` overrides kept (the agent sends at most 40 per process)
 ERRORS_MAX = 100  # uncaught exceptions kept (the first ones: causes come before consequences)
 WARMUP_STEPS = 2  # leading steps left out of steady-state numbers (imports, cudnn autotune, compile)
+MAX_WRITES = 2000  # diagnose --try: written paths kept (each agent sends at most 500)
+
+
+@dataclass(frozen=True)
+class WrittenPath:
+    """A path the workload wrote (diagnose --try); path None: more than the agent records."""
+
+    path: str | None
+    relative: bool  # given relative to the process's working directory
+    cwd: str | None  # that working directory
 
 
 @dataclass
@@ -83,6 +93,7 @@ class EventReader:
         self.agent_errors: list[str] = []
         self.interrupted = False
         self.interrupted_by_gpudoctor: set[int] = set()  # processes that ended on our stop's KeyboardInterrupt
+        self.writes: list[WrittenPath] = []  # diagnose --try: where the workload wrote
         self.malformed_lines = 0
         self.byes: set[int] = set()  # processes whose Python exit handlers ran
         self.errors_dropped = 0
@@ -246,6 +257,14 @@ class EventReader:
         )
         if isinstance(e.get("allocator"), dict):
             self._alloc(dict(e["allocator"], label="oom"), t)
+
+    def _on_write(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        """diagnose --try: a path the workload wrote (agent/writes.py); None: more than it records."""
+        path = e.get("path")
+        if len(self.writes) < MAX_WRITES:
+            self.writes.append(WrittenPath(path=path if isinstance(path, str) else None,
+                                           relative=bool(e.get("relative")),
+                                           cwd=e.get("cwd") if isinstance(e.get("cwd"), str) else None))
 
     def _on_interrupt(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
         self.interrupted = True
@@ -509,6 +528,7 @@ _HANDLERS: dict[str, _Handler] = {
     "override": EventReader._on_override,
     "bye": EventReader._on_bye,
     "agent_error": EventReader._on_agent_error,
+    "write": EventReader._on_write,
 }
 
 
