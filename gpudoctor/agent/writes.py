@@ -27,6 +27,9 @@ _PATH_EVENTS = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.truncate": 1, 
 def install(agent, protect=None):
     """Start recording (and, in a trial, protecting `protect`); never raises otherwise."""
     state = {"seen": set(), "busy": False, "full": False}
+    # the agent's own files (its event file, profiler traces): never recorded, and never a reason
+    # to emit from inside the event writer, which opens its file holding its lock
+    own = tuple({os.path.join(agent.directory, ""), os.path.join(os.path.realpath(agent.directory), "")})
     protected = os.path.realpath(protect).rstrip(os.sep) + os.sep if protect else None
     try:  # the trial's own scratch directory, where it starts (even if under the protected one)
         allowed = os.path.realpath(os.getcwd()).rstrip(os.sep) + os.sep
@@ -42,6 +45,8 @@ def install(agent, protect=None):
         blocked = None
         try:
             for path in _written(event, args):
+                if isinstance(path, str) and path.startswith(own):
+                    continue
                 if protected is not None and blocked is None:
                     blocked = _blocked(path, protected, allowed)
                 if not state["full"]:

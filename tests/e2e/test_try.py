@@ -24,7 +24,7 @@ def test_try_measures_the_worker_count_gd101_computed(diagnose):
     run = diagnose("--try", str(WORKLOADS / "loader_waiting.py"))
     assert run.returncode == 0, run.stderr
     assert "--duration 60" in run.stderr  # no bound given: the default one, said so
-    assert run.stdout.count("trained 60 steps") == 2  # the diagnosed run, then the trial
+    assert run.stdout.count("trained 60 steps") == 2, run.stderr  # the diagnosed run, then the trial
     report = run.report
     assert report["overrides"] is None  # the diagnosed run itself was not altered
     [trial] = report["trials"]
