@@ -31,10 +31,8 @@ def install(agent, protect=None):
     # to emit from inside the event writer, which opens its file holding its lock
     own = tuple({os.path.join(agent.directory, ""), os.path.join(os.path.realpath(agent.directory), "")})
     protected = os.path.realpath(protect).rstrip(os.sep) + os.sep if protect else None
-    try:  # the trial's own scratch directory, where it starts (even if under the protected one)
-        allowed = os.path.realpath(os.getcwd()).rstrip(os.sep) + os.sep
-    except OSError:
-        allowed = None
+    # a place that holds the protected directory (its temporary directory is /tmp) allows nothing of it
+    allowed = tuple(p for p in _allowed() if not protected.startswith(p)) if protected is not None else ()
 
     def hook(event, args):
         if event != "open" and event not in _PATH_EVENTS:
@@ -74,13 +72,26 @@ def _written(event, args):
     return list(args[: _PATH_EVENTS[event]])
 
 
+def _allowed():
+    """Where a trial may write even inside the protected directory: its own scratch directory
+    (where it starts), the temporary directory, the caches shared by design (~/.cache)."""
+    import tempfile
+
+    places = [tempfile.gettempdir(), os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")]
+    try:
+        places.insert(0, os.getcwd())
+    except OSError:
+        pass
+    return tuple(os.path.realpath(p).rstrip(os.sep) + os.sep for p in places if p)
+
+
 def _blocked(path, protected, allowed):
     """The path when writing it would change a file of the protected directory, else None."""
     if isinstance(path, int):
         return None
     real = os.path.realpath(os.fspath(path))
     real = real.decode(errors="replace") if isinstance(real, bytes) else real
-    if allowed is not None and (real + os.sep).startswith(allowed):
+    if (real + os.sep).startswith(allowed):
         return None
     return real if (real + os.sep).startswith(protected) else None
 
