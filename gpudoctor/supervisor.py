@@ -345,8 +345,10 @@ class Supervisor:
         assert self.proc is not None
         if self.own_group:
             candidates = process_group_members(self.proc.pid)
-        else:
-            candidates = [pid for pid in process_group_members(os.getpgrp()) if _started_since(pid, self.t0)]
+        else:  # not gpudoctor's own helpers (its children other than the workload)
+            ours = {child.pid for child in psutil.Process().children()}
+            candidates = [pid for pid in process_group_members(os.getpgrp())
+                          if _started_since(pid, self.t0) and pid not in ours]
         members = [pid for pid in candidates if pid != os.getpid() and _alive(pid)]
         self._group_seen = list(members)
         return members
