@@ -269,13 +269,13 @@ def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: byte
 
     main = dataclasses.replace(plan, json_copy=None)
     places = [main.directory]
-    candidates = [Path(tempfile.gettempdir()) / DEFAULT_DIR]
     try:
-        candidates.insert(0, Path(os.getcwd()) / DEFAULT_DIR)
+        here: Path | None = Path(os.getcwd())
     except OSError:
-        pass  # the working directory was removed during the run: the temporary directory's
+        here = None  # the working directory was removed during the run: the temporary directory's
+    candidates = [*([here / DEFAULT_DIR] if here is not None else []), Path(tempfile.gettempdir()) / DEFAULT_DIR]
     for candidate in candidates:
-        if all(candidate != (p if p.is_absolute() else Path(os.getcwd()) / p) for p in places):
+        if all(candidate != (p if p.is_absolute() or here is None else here / p) for p in places):
             places.append(candidate)
     first: GpudoctorError | None = None
     for directory in places:
