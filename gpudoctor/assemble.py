@@ -46,6 +46,7 @@ class Recorded:
     command: list[str]
     t0: float
     workdir: Path
+    cwd: str  # where the workload started (read then: the directory may be gone by the end)
     reader: EventReader
     started_at: datetime.datetime
     duration_s: float
@@ -70,7 +71,7 @@ def assemble(run: Recorded) -> tuple[Session, str | None]:
     session = Session(
         tool_version=__version__,
         command=redact_argv(run.command, env_secrets(os.environ)),
-        cwd=os.getcwd(),
+        cwd=run.cwd,
         started_at=run.started_at.isoformat(timespec="seconds"),
         duration_s=round(run.duration_s, 3),
         exit_code=code,

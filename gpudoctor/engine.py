@@ -20,6 +20,12 @@ check that sizes that knob from the run's measurements (``Check.owns``: GD101 fo
 workers) prevails, else the finding with the larger predicted gain; the others keep their
 diagnosis and advise without that knob (``Remedy.without_knobs``).
 
+A check is a guest when it is not a built-in (a plugin): it runs on a copy of the
+Session (what it changes there changes nothing reported), in a thread of its own, for at
+most PLUGIN_TIME_LIMIT_S; whatever it raises, KeyboardInterrupt and other BaseExceptions
+included, is its `error` outcome. A Ctrl-C while the checks run stops the judging: the
+checks judged so far are reported, the others are skipped saying so.
+
 When the GPU was fully used (gpudoctor.analysis.gpu_state), no finding is
 critical: the GPU works, and what remains is making the work itself cheaper.
 Nor from fewer than 10 steady steps (metrics.MIN_STEADY_STEPS): the verdict says
@@ -28,8 +34,10 @@ how few, and the gains stand as estimates.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -46,6 +54,8 @@ log = logging.getLogger(__name__)
 
 MARGINAL_GAIN = 1.05  # what a second fix must still buy, once the first is made, to stand on its own
 IDLE_EXPLAINED = 0.5  # share of the GPU's idle time a cause must remove to explain the idle GPU
+PLUGIN_TIME_LIMIT_S = 30.0  # a plugin still running after this is left behind (its result ignored)
+BUILTIN_PREFIX = "gpudoctor.checks."
 
 
 @dataclass(frozen=True)
@@ -66,8 +76,15 @@ def _run_checks(session: Session, checks: list[Check], ignore: Iterable[str],
     ignored = {i.strip().upper() for i in ignore}
     findings: list[Finding] = []
     outcomes: list[CheckOutcome] = []
-    for check in checks:
-        outcome, produced = _run_one(session, check, ignored)
+    for n, check in enumerate(checks):
+        try:
+            outcome, produced = _run_one(session, check, ignored)
+        except KeyboardInterrupt:  # Ctrl-C while judging: what was judged is still reported
+            log.warning("gpudoctor: interrupted while judging; reporting the checks judged so far")
+            outcomes.append(_outcome(check, "error", "interrupted (Ctrl-C) while it ran"))
+            outcomes.extend(_outcome(c, "skipped", "not run: the judging was interrupted (Ctrl-C)")
+                            for c in checks[n + 1:])
+            break
         outcomes.append(outcome)
         findings.extend(produced)
     outcomes.extend(load_error_outcomes(load_errors))
@@ -103,6 +120,45 @@ def _way(f: Finding, knob: str) -> str | None:
     return f.remedy.knobs.get(knob) if f.remedy is not None else None
 
 
+def _outcome(check: Check, status: str, reason: str | None = None) -> CheckOutcome:
+    return CheckOutcome(id=check.id, slug=check.slug, stage=check.stage, title=check.title, status=status,
+                        reason=reason)
+
+
+class GuestFailed(Exception):
+    """A plugin raised (anything, a BaseException too) or ran past its time; str() says what."""
+
+
+def is_builtin(check: Check) -> bool:
+    return str(getattr(check.run, "__module__", "")).startswith(BUILTIN_PREFIX)
+
+
+def _call(check: Check, session: Session) -> object:
+    """The check's result: a built-in's directly, a guest's from its own thread and copy."""
+    if is_builtin(check):
+        return check.run(session)
+    view = copy.deepcopy(session)
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = check.run(view)
+        except BaseException as exc:  # noqa: BLE001  (a guest's every exception is its own error)
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"gpudoctor-check-{check.id}", daemon=True)
+    thread.start()
+    thread.join(PLUGIN_TIME_LIMIT_S)  # a Ctrl-C interrupts the wait, not the report
+    if thread.is_alive():
+        raise GuestFailed(f"did not finish within {PLUGIN_TIME_LIMIT_S:g} s (left running, its result ignored)")
+    error = box.get("error")
+    if isinstance(error, (Skip, PluginOutputError)):
+        raise error
+    if isinstance(error, BaseException):
+        raise GuestFailed(f"{type(error).__name__}: {error}")
+    return box.get("result")
+
+
 def _run_one(session: Session, check: Check, ignored: set[str]) -> tuple[CheckOutcome, list[Finding]]:
     """One check's outcome and its findings (stamped with its ID and stage)."""
 
@@ -119,14 +175,19 @@ def _run_one(session: Session, check: Check, ignored: set[str]) -> tuple[CheckOu
         fact, reason = missing[0]
         return outcome("skipped", f"{fact}: {reason}"), []
     try:
-        produced = validated_findings(check.run(session))
+        produced = validated_findings(_call(check, session))
         stamped = [dataclasses.replace(f, id=check.id, stage=check.stage) for f in produced]
     except Skip as skip:
         return outcome("skipped", str(skip)), []
     except PluginOutputError as exc:  # garbage from a (third-party) check: said, never fatal
         log.warning("check %s returned an unusable result: %s", check.id, exc)
         return outcome("error", f"check returned an unusable result: {exc}"), []
-    except (Exception, SystemExit) as exc:  # a broken check is reported, never fatal
+    except GuestFailed as exc:
+        log.warning("check %s failed: %s", check.id, exc)
+        return outcome("error", f"check failed: {exc}"), []
+    except KeyboardInterrupt:
+        raise  # a Ctrl-C (a built-in runs in this thread): the caller reports what was judged
+    except BaseException as exc:  # a broken check is reported, never fatal
         log.exception("check %s failed", check.id)
         return outcome("error", f"check failed: {type(exc).__name__}: {exc}"), []
     return outcome("finding" if stamped else "pass"), stamped

@@ -16,6 +16,7 @@ INTERNAL = 70  # a gpudoctor bug (please report it)
 CANNOT_WRITE = 73  # output directory missing or not writable
 OUTPUT_EXISTS = 74  # a report already exists at the requested path (use --force)
 DIFFERENT_RUNS = 75  # diff refused: different GPUs or workloads (use --force); merge refused: not one job
+TRY_REFUSED = 76  # diagnose --try: the run wrote where a scratch directory cannot contain it (--try-in-place)
 NO_PERMISSION = 77  # attach: this user may not read the process (EX_NOPERM)
 BAD_POLICY = 78  # preflight policy file unreadable, not TOML, or an unknown key/bad value (EX_CONFIG)
 WORKLOAD_UNKNOWN = 1  # the workload's exit status could not be determined
@@ -35,6 +36,8 @@ TABLE = [
     (OUTPUT_EXISTS, "a report already exists at the output path (nothing was overwritten)"),
     (DIFFERENT_RUNS, ("diff refused: the reports come from different GPUs or workloads; merge refused: the "
                       "sessions are not one job (no ranks, different jobs or world sizes, a rank twice)")),
+    (TRY_REFUSED, ("--try refused: the run wrote outside its working directory, where trials in a scratch "
+                   "directory would change your files (the diagnosis is written; --try-in-place to allow)")),
     (NO_PERMISSION, "attach: no permission to read that process (run as its user or root)"),
     (BAD_POLICY, "preflight policy unreadable, not TOML, or with an unknown key or a bad value"),
 ]

@@ -8,7 +8,11 @@ this module decodes (with a one-line reason when the data does not fit), encodes
 writes the JSON Schema, so the three can never disagree.
 
 Field options (``json_field``): the JSON key when it is not the field name (``try``), a
-description for the schema, and ``omit_none`` for an optional section that is left out
+description for the schema, ``minimum`` for a measured number that cannot be below it (a
+negative duration is refused on load, and the schema says so), ``max_items`` for a list
+longer than gpudoctor ever writes (every list has a cap, MAX_ITEMS by default, and so
+has every list inside free JSON: a hostile file is refused by count before it costs
+minutes of decoding and rendering), and ``omit_none`` for an optional section that is left out
 of the JSON when absent (how a new optional section is added without changing the shape
 of older documents), and ``always`` for a key every document of the version has carried
 from its first release: the schema publishes it as required (a key added later never is,
@@ -32,6 +36,7 @@ from typing import Any, Literal, TypeVar, Union, cast
 T = TypeVar("T")
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+MAX_ITEMS = 100_000  # any list of a document, typed or free JSON, unless its field says less
 
 
 def is_real(value: Any) -> bool:
@@ -55,9 +60,11 @@ class DecodeError(ValueError):
 
 
 def json_field(default: Any = dataclasses.MISSING, *, key: str | None = None, doc: str = "",
-               omit_none: bool = False, always: bool = False, default_factory: Any = dataclasses.MISSING) -> Any:
+               omit_none: bool = False, always: bool = False, default_factory: Any = dataclasses.MISSING,
+               minimum: float | None = None, max_items: int | None = None) -> Any:
     """A dataclass field with its JSON options (see the module docstring)."""
-    metadata = {"key": key, "doc": doc, "omit_none": omit_none, "always": always}
+    metadata = {"key": key, "doc": doc, "omit_none": omit_none, "always": always, "minimum": minimum,
+                "max_items": max_items}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -78,6 +85,8 @@ class _Field:
     doc: str
     omit_none: bool
     always: bool
+    minimum: float | None = None
+    max_items: int | None = None
 
 
 @functools.cache
@@ -96,7 +105,8 @@ def _fields(cls: type) -> tuple[tuple[_Field, ...], str | None]:
             default = dataclasses.MISSING
         out.append(_Field(f.name, f.metadata.get("key") or f.name, hints[f.name],
                           default is dataclasses.MISSING, default, f.metadata.get("doc", ""),
-                          bool(f.metadata.get("omit_none")), bool(f.metadata.get("always"))))
+                          bool(f.metadata.get("omit_none")), bool(f.metadata.get("always")),
+                          f.metadata.get("minimum"), f.metadata.get("max_items")))
     return tuple(out), extra
 
 
@@ -147,10 +157,35 @@ def decode(cls: type[T], data: Any, *, prefix: str = "", key: str = "") -> T:
                 raise DecodeError(_say(prefix, path, "is missing" if f.key not in data
                                        else f"is not {_describe(f.hint)}"))
             continue  # absent (or null where the model has a default): the default
+        _bounds(f, value, prefix, path)
         kwargs[f.name] = _value(f.hint, value, prefix, path)
     if extra is not None:
         kwargs[extra] = {k: v for k, v in data.items() if k not in known}
+        _check_free(kwargs[extra], prefix, key or "(unknown keys)")
     return cls(**kwargs)
+
+
+def _bounds(f: _Field, value: Any, prefix: str, path: str) -> None:
+    """A field's own limits, checked before its value is decoded (a long list is refused unread)."""
+    if isinstance(value, list) and len(value) > (f.max_items or MAX_ITEMS):
+        raise DecodeError(_say(prefix, path, f"has {len(value):,} entries (at most {f.max_items or MAX_ITEMS:,}: "
+                               "more than gpudoctor writes)"))
+    if f.minimum is not None and is_real(value) and value < f.minimum:
+        raise DecodeError(_say(prefix, path, f"is {value}, below {f.minimum:g} (no measurement is)"))
+
+
+def _check_free(value: Any, prefix: str, key: str) -> None:
+    """Free JSON (a Session section, evidence): no list in it longer than MAX_ITEMS. Iterative:
+    deep nesting was already bounded by the JSON parser."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, list):
+            if len(item) > MAX_ITEMS:
+                raise DecodeError(_say(prefix, key, f"holds a list of {len(item):,} entries (at most {MAX_ITEMS:,})"))
+            pending.extend(v for v in item if isinstance(v, (list, Mapping)))
+        elif isinstance(item, Mapping):
+            pending.extend(v for v in item.values() if isinstance(v, (list, Mapping)))
 
 
 def _say(prefix: str, key: str, what: str) -> str:
@@ -166,6 +201,7 @@ def _value(hint: Any, value: Any, prefix: str, key: str) -> Any:
             return None
         raise DecodeError(_say(prefix, key, f"is not {_describe(hint)}"))
     if hint is Any:
+        _check_free(value, prefix, key)
         return value
     origin = typing.get_origin(hint)
     if origin is Literal:
@@ -175,6 +211,8 @@ def _value(hint: Any, value: Any, prefix: str, key: str) -> Any:
     if origin is list:
         if not isinstance(value, list):
             raise DecodeError(_say(prefix, key, "is not a list"))
+        if len(value) > MAX_ITEMS:
+            raise DecodeError(_say(prefix, key, f"has {len(value):,} entries (at most {MAX_ITEMS:,})"))
         (item,) = typing.get_args(hint)
         label = _label(item) if isinstance(item, type) and dataclasses.is_dataclass(item) else None
         if label:
@@ -238,6 +276,10 @@ def _object_schema(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
     props = {}
     for f in fields:
         prop = _type_schema(f.hint, defs)
+        if f.minimum is not None:  # these constrain only a number, an array: null still passes
+            prop = {**prop, "minimum": f.minimum}
+        if f.max_items is not None:
+            prop = {**prop, "maxItems": f.max_items}
         if f.doc:
             prop = {"description": f.doc, **prop}
         props[f.key] = prop

@@ -5,7 +5,10 @@ the Session of the node that holds the lowest rank (rank 0: the primary view, se
 gpudoctor/assemble.py) with every node's ranks, errors and notes added, so the
 single-GPU checks read rank 0's node as before and the multi-GPU checks (GD5xx) see
 all ranks. Bad input is refused with one line (`MergeError`): a Session without
-ranks, Sessions of different jobs or world sizes, a rank recorded twice.
+ranks, Sessions of different jobs or world sizes, a rank recorded twice or outside the
+world size. The merged Session stays within what a loaded Session may hold
+(gpudoctor/session_checks.py), however many nodes: the notes and errors past those
+limits are counted, not kept, so `gpudoctor report` reads what `merge` wrote.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import copy
 from collections.abc import Sequence
 
 from gpudoctor.session import Session
+from gpudoctor.session_checks import MAX_ITEMS
 
 
 class MergeError(Exception):
@@ -33,9 +37,13 @@ def merge_sessions(sessions: Sequence[tuple[str, Session]]) -> Session:
     sizes = {r.world_size for _, s in sessions for r in s.ranks if r.world_size}
     if len(sizes) > 1:
         raise MergeError(f"the sessions disagree on the world size ({', '.join(str(n) for n in sorted(sizes))})")
+    world = next(iter(sizes), None)
     seen: dict[int, str] = {}
     for name, session in sessions:
         for info in session.ranks:
+            if world is not None and not 0 <= info.rank < world:
+                raise MergeError(f"{name}: rank {info.rank} is outside the job's world of {world} ranks "
+                                 f"(0-{world - 1})")
             if info.rank in seen:
                 raise MergeError(f"rank {info.rank} is recorded twice ({seen[info.rank]} and {name})")
             seen[info.rank] = name
@@ -53,12 +61,27 @@ def merge_sessions(sessions: Sequence[tuple[str, Session]]) -> Session:
     merged.job_id = next(iter(jobs), None)
     merged.primary_rank = merged.ranks[0].rank
     hosts = sorted({r.host for r in merged.ranks if r.host})
-    merged.notes.append(f"merged from {len(sessions)} sessions ({', '.join(hosts) or 'hosts unknown'}); the "
-                        f"steps, loaders, GPU samples and profiler window are those of {base_name} "
-                        f"(rank {merged.primary_rank})")
-    world = next(iter(sizes), None)
+    shown = ", ".join(hosts[:8]) + (f", ... ({len(hosts)} hosts)" if len(hosts) > 8 else "")
+    own = [(f"merged from {len(sessions)} sessions ({shown or 'hosts unknown'}); the steps, loaders, GPU samples "
+            f"and profiler window are those of {base_name} (rank {merged.primary_rank})")]
     if world is not None and len(merged.ranks) < world:
         missing = sorted(set(range(world)) - {r.rank for r in merged.ranks})
-        merged.notes.append(f"{len(missing)} of {world} ranks are missing (not recorded in these sessions): "
-                            + ", ".join(str(r) for r in missing[:20]))
+        own.append(f"{len(missing)} of {world} ranks are missing (not recorded in these sessions): "
+                   + ", ".join(str(r) for r in missing[:20]))
+    _bound(merged, own)
     return merged
+
+
+def _bound(merged: Session, own: list[str]) -> None:
+    """Notes and errors within the limits a loaded Session is held to (what is left out is
+    counted), then the merge's `own` notes, always kept."""
+    counts = []
+    limit = MAX_ITEMS["errors"]
+    if len(merged.errors) > limit:
+        counts.append(f"{len(merged.errors) - limit} more errors of the merged sessions are left out")
+        del merged.errors[limit:]
+    room = MAX_ITEMS["notes"] - len(own) - len(counts) - 1
+    if len(merged.notes) > room:
+        counts.insert(0, f"{len(merged.notes) - room} more notes of the merged sessions are left out")
+        del merged.notes[room:]
+    merged.notes.extend([*counts, *own])

@@ -10,6 +10,7 @@ import argparse
 import datetime
 import gzip
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from gpudoctor.trials.remedies import TryRequest, parse_try
 if TYPE_CHECKING:
     from gpudoctor.commands.diagnose import Misplaced
     from gpudoctor.output import OutputPaths, WrittenOutputs
+    from gpudoctor.trials.scratch import Listing, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +59,16 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
         say_line(f"gpudoctor: --try runs the workload once more per remedy, each under the same bound; none was "
                  f"given, so every run stops after --duration {DEFAULT_TRY_DURATION_S:g} (set --steps or --duration)")
     formats = ["html", "json", *[f for f in args.formats if f not in ("html", "json")]]
-    plan = plan_outputs(args.out, stem, datetime.datetime.now(), formats, force=args.force,
-                        json_path=args.json_path)
+    plan = absolute(plan_outputs(args.out, stem, datetime.datetime.now(), formats, force=args.force,
+                                 json_path=args.json_path))
     options = run_options(args, command, plan)
+    before: Listing | None = None
+    in_place = bool(getattr(args, "try_in_place", False))
+    if request is not None:
+        from gpudoctor.trials import scratch
+
+        options.record_writes = True
+        before = None if in_place else scratch.before_run(os.getcwd(), [str(plan.directory)])
     try:
         supervisor = Supervisor(options)
     except LaunchError as exc:
@@ -83,7 +92,13 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
             say_line(f"gpudoctor: {len(supervisor.uninstrumented)} Python process(es) of the command ran without the "
                  "agent (PYTHONPATH or the environment replaced); the report says which")
         _announce_end(session, supervisor.escalated, then="trying the remedies" if request is not None else None)
-        trials = TrialContext(request, options) if request is not None else None
+        trials = None
+        if request is not None:
+            from gpudoctor.trials import scratch
+
+            space = None if before is None else scratch.workspace(supervisor.cwd, before, supervisor.reader.writes,
+                                                                  [str(plan.directory)])
+            trials = TrialContext(request, options, space)
         return finish(
             session,
             args,
@@ -106,6 +121,25 @@ class TrialContext:
 
     request: TryRequest
     options: RunOptions
+    workspace: Workspace | None  # None: --try-in-place, the trials run in the working directory
+
+
+def absolute(plan: OutputPaths) -> OutputPaths:
+    """The plan with its paths made absolute now: the workload may remove or leave the
+    directory gpudoctor started from, and the report must still land where --out said."""
+    import dataclasses
+
+    return dataclasses.replace(plan, directory=plan.directory.absolute(),
+                               json_copy=plan.json_copy.absolute() if plan.json_copy is not None else None)
+
+
+def shown(path: Path | str) -> str:
+    """A path for the terminal: relative to the working directory when inside it."""
+    try:
+        relative = os.path.relpath(path)
+    except (OSError, ValueError):  # the working directory is gone, or another drive
+        return str(path)
+    return str(path) if relative.startswith(os.pardir) else relative
 
 
 def run_options(args: argparse.Namespace, command: list[str], plan: OutputPaths) -> RunOptions:
@@ -208,12 +242,16 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
             session.notes.append(f"the profiler trace could not be saved: {exc.strerror or exc}")
     checks, plugin_errors = load_checks()
     engine = run_checks(session, checks, ignore=split_ids(args.ignore), load_errors=plugin_errors)
-    if trials is not None:
+    refused = trials is not None and trials.workspace is not None and trials.workspace.refusal()
+    if refused:
+        say_line(f"gpudoctor: {refused}")
+        session.notes.append(refused)
+    elif trials is not None:
         from gpudoctor.trials.runner import run_trials
 
         try:
             session.trials = run_trials(session, engine.findings, trials.request, trials.options, plan, checks,
-                                        split_ids(args.ignore), force=args.force)
+                                        split_ids(args.ignore), force=args.force, workspace=trials.workspace)
         except Exception as exc:
             log.debug("--try failed", exc_info=True)
             session.notes.append(f"--try stopped on an internal error: {type(exc).__name__}: {exc}")
@@ -225,22 +263,24 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
     if not args.quiet:
         try:
             terminal.show_summary(written.report if written else report, sys.stderr,
-                                  written={k: str(v) for k, v in written.files.items()} if written else {})
+                                  written={k: shown(v) for k, v in written.files.items()} if written else {})
         except (OSError, ValueError):
             pass  # stderr closed or full: the files hold the diagnosis
     if written is None:
         assert failure is not None
         raise failure
     workload = session.exit_code
-    if stopped_by_us and (workload in (130, 143, 137, -2, -15) or session.interrupted_by_gpudoctor):
-        # the workload ended because gpudoctor asked it to (documented); a KeyboardInterrupt that
-        # lands inside torch's C++ (a CUDA backward pass, measured on an H200) can exit with 1, not 130
+    if stopped_by_us and (workload in (130, 143, 137, -2, -15) or session.interrupted_by_gpudoctor
+                          or not session.crashes_before_stop()):
+        # the workload ended because gpudoctor asked it to (documented), whatever the signal became: a
+        # KeyboardInterrupt that lands inside torch's C++ (a CUDA backward pass, measured on an H200) can
+        # exit with 1, not 130; torchrun turns it into its SignalException and exits 1
         workload = 0
     measured = report["summary"].get("measured", True)
     code = exit_status(workload, engine.findings, args.fail_on, measured=measured)
     if code == exitcodes.FAIL_ON:
         say_line(gate_line(engine.findings, args.fail_on, measured))  # even with --quiet: why the gate failed
-    return code
+    return exitcodes.TRY_REFUSED if refused and code == 0 else code
 
 
 def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: bytes | None,
@@ -256,8 +296,13 @@ def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: byte
 
     main = dataclasses.replace(plan, json_copy=None)
     places = [main.directory]
-    for candidate in (Path(DEFAULT_DIR), Path(tempfile.gettempdir()) / DEFAULT_DIR):
-        if all(candidate.absolute() != p.absolute() for p in places):
+    try:
+        here: Path | None = Path(os.getcwd())
+    except OSError:
+        here = None  # the working directory was removed during the run: the temporary directory's
+    candidates = [*([here / DEFAULT_DIR] if here is not None else []), Path(tempfile.gettempdir()) / DEFAULT_DIR]
+    for candidate in candidates:
+        if all(candidate != (p if p.is_absolute() or here is None else here / p) for p in places):
             places.append(candidate)
     first: GpudoctorError | None = None
     for directory in places:
@@ -270,7 +315,7 @@ def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: byte
             first = first or exc
             continue
         if first is not None:
-            say_line(f"gpudoctor: warning: {first}; the reports were written to {directory} instead")
+            say_line(f"gpudoctor: warning: {first}; the reports were written to {shown(directory)} instead")
         if plan.json_copy is not None and "json" in written.files:
             from gpudoctor.output import _write_copy
 

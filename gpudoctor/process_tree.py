@@ -4,10 +4,12 @@ Two things gpudoctor must say about it, since nothing else would:
 - Python processes that run without the agent (a launcher or the workload set PYTHONPATH
   from scratch, or ran python -I/-E/-S): their loaders, steps and errors cannot be in the
   report, so the report names them (command lines redacted: reports get attached to tickets).
-- processes the command started that outlive it (a helper in a session of its own, a
-  server it forked off): gpudoctor leaves them running (a process the user started on
-  purpose, such as a TensorBoard server, must not die because it was diagnosed) and names
-  them, with their pids, on stderr and in the report, so that none lingers unnoticed.
+- processes the command started that outlive it. Those still in the workload's process
+  group are stopped by the supervisor as Ctrl-C at a terminal stops a job (SIGINT, then
+  SIGTERM and SIGKILL after --grace); those that left the group (a helper in a session of
+  its own, a server started with setsid) are left running (a process the user detached on
+  purpose, such as a TensorBoard server, must not die because it was diagnosed) and named,
+  with their pids, on stderr and in the report, so that none lingers unnoticed.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ class TreeWatch:
         time, or created after `started_after` when only its pid is known), not a zombie.
         The group catches what lived too briefly in the tree to be seen there."""
         candidates: dict[int, float | None] = dict(self.seen)
-        for pid in [*instrumented, *(_members(group) if group is not None else [])]:
+        for pid in [*instrumented, *(process_group_members(group) if group is not None else [])]:
             candidates.setdefault(pid, None)
         found = []
         for pid, created in sorted(candidates.items()):
@@ -93,7 +95,7 @@ class TreeWatch:
         return found
 
 
-def _members(group: int) -> list[int]:
+def process_group_members(group: int) -> list[int]:
     found = []
     for pid in psutil.pids():
         try:

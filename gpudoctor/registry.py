@@ -67,7 +67,7 @@ def _builtin_checks(errors: list[PluginError]) -> list[Check]:
     for name in builtin_module_names():
         try:
             found = module_check(importlib.import_module(f"gpudoctor.checks.{name}"))
-        except Exception as exc:  # noqa: BLE001  (reported like a broken plugin, never fatal)
+        except BaseException as exc:  # noqa: BLE001  (reported like a broken plugin, never fatal)
             errors.append(PluginError(name, f"{type(exc).__name__}: {exc}"))
             continue
         problem = check_problem(found) if found is not None else "the module declares no check"
@@ -93,7 +93,7 @@ def load_checks() -> tuple[list[Check], list[PluginError]]:
             continue  # an old install's metadata listing the built-ins: already found by the scan
         try:
             loaded = ep.load()
-        except (Exception, SystemExit) as exc:  # noqa: BLE001  (a broken plugin must not break diagnosis)
+        except BaseException as exc:  # noqa: BLE001  (a broken plugin must not break diagnosis, whatever it raises)
             errors.append(PluginError(ep.name, f"{_origin(ep)}{type(exc).__name__}: {exc}"))
             continue
         check = declared_check(loaded) or loaded

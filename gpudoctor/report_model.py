@@ -28,6 +28,10 @@ from gpudoctor.model import CheckStatus, Severity
 
 REPORT_SCHEMA = "gpudoctor.report/1"
 SCHEMA_ID = "https://gpudoctor.dev/schemas/report-v1.schema.json"
+# far more than gpudoctor writes (at most 100 findings per check, a few dozen checks): a report
+# claiming more is refused on load rather than decoded and rendered for minutes
+MAX_FINDINGS = 5_000
+MAX_CHECKS = 1_000
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ class ReportFinding:
     message: str = json_field("", always=True, doc="what was found, with the measured numbers")
     evidence: dict[str, EvidenceValue] = json_field(default_factory=dict, always=True)
     remedy: RemedyRecord | None = json_field(None, always=True)
-    estimated_gain: float | None = json_field(None, always=True,
+    estimated_gain: float | None = json_field(None, always=True, minimum=0,
                                               doc="predicted speed-up (x) without the cause; null when unknown")
     slug: str | None = None
     prediction: PredictionRecord | None = None
@@ -124,21 +128,21 @@ class Summary:
     stop_reason: str | None = None
     gpu_fully_used: bool | None = None
     gpu_load: str | None = None
-    steps: int = 0
+    steps: int = json_field(0, minimum=0)
     step_source: str | None = None
-    steady_steps: int = 0
-    step_time_median_s: float | None = None
-    steps_per_s: float | None = None
-    samples_per_s: float | None = None
-    data_wait_share: float | None = json_field(None, doc="share of each step spent waiting for data, 0-1")
-    gpu_util_mean: float | None = json_field(None, doc="NVML utilization (a duty cycle), %")
-    sm_activity_mean: float | None = json_field(None, doc="real SM activity (GPM), %")
-    tensor_activity_mean: float | None = None
-    power_w_mean: float | None = None
-    cpu_percent_mean: float | None = None
-    usable_cores: float | None = None
-    peak_memory_allocated_bytes: int | None = None
-    batch_size: int | None = None
+    steady_steps: int = json_field(0, minimum=0)
+    step_time_median_s: float | None = json_field(None, minimum=0)
+    steps_per_s: float | None = json_field(None, minimum=0)
+    samples_per_s: float | None = json_field(None, minimum=0)
+    data_wait_share: float | None = json_field(None, minimum=0, doc="share of each step spent waiting for data, 0-1")
+    gpu_util_mean: float | None = json_field(None, minimum=0, doc="NVML utilization (a duty cycle), %")
+    sm_activity_mean: float | None = json_field(None, minimum=0, doc="real SM activity (GPM), %")
+    tensor_activity_mean: float | None = json_field(None, minimum=0)
+    power_w_mean: float | None = json_field(None, minimum=0)
+    cpu_percent_mean: float | None = json_field(None, minimum=0)
+    usable_cores: float | None = json_field(None, minimum=0)
+    peak_memory_allocated_bytes: int | None = json_field(None, minimum=0)
+    batch_size: int | None = json_field(None, minimum=0)
     crashed: bool | None = None
     profiler_overhead: Mapping[str, Any] | None = json_field(
         None, doc="what gpudoctor's profiler windows cost the run: throughput outside vs inside them, before vs "
@@ -196,12 +200,13 @@ class Report:
     tool: Tool = json_field(default_factory=Tool, always=True)
     command: list[str] = json_field(default_factory=list, always=True, doc="the workload's argv, secrets redacted")
     exit_code: int | None = json_field(None, always=True, doc="the workload's exit code")
-    duration_s: float = json_field(0.0, always=True)
+    duration_s: float = json_field(0.0, always=True, minimum=0)
     environment: Mapping[str, Any] = json_field(default_factory=dict, always=True,
                                                 doc="the Session's environment (gpudoctor.session/1)")
     summary: Summary = json_field(default_factory=Summary, always=True)
-    findings: list[ReportFinding] = json_field(default_factory=list, always=True, doc="most important first")
-    checks: list[CheckRecord] = json_field(default_factory=list, always=True)
+    findings: list[ReportFinding] = json_field(default_factory=list, always=True, max_items=MAX_FINDINGS,
+                                               doc="most important first")
+    checks: list[CheckRecord] = json_field(default_factory=list, always=True, max_items=MAX_CHECKS)
     started_at: str | None = json_field(None, doc="ISO 8601")
     stop_reason: str | None = json_field(None, doc="exited | duration | steps | interrupted | terminated")
     source: str | None = json_field(None, doc="diagnose | analyze | synthetic | fixture")

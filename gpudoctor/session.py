@@ -547,6 +547,17 @@ class Session:
     def main_processes(self) -> list[ProcessInfo]:
         return [p for p in self.processes if p.role != "worker"]
 
+    def crashes_before_stop(self) -> list[ErrorEvent]:
+        """Uncaught exceptions, by time, less those raised once the workload was asked to
+        stop: whatever a launcher turns the stop signal into (torchrun's SignalException, a
+        DataLoader's broken worker) is the stop, not a crash."""
+        crashes = sorted((e for e in self.errors if e.kind == "exception"),
+                         key=lambda e: e.t if e.t is not None else float("inf"))
+        asked = self.stop_requested_s
+        if asked is None or self.stop_reason in (None, "exited"):
+            return crashes
+        return [e for e in crashes if e.t is None or e.t < asked]
+
     def windows(self) -> list[ProfileSummary]:
         """Every profiled window, the primary first (older sessions hold only `profile`)."""
         if not self.profiles:

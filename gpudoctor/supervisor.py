@@ -28,7 +28,7 @@ from gpudoctor.collectors.cpu import CpuSampler
 from gpudoctor.collectors.events import EventReader
 from gpudoctor.collectors.storage import probe_in_background
 from gpudoctor.gpu import GpuMonitor
-from gpudoctor.process_tree import TreeWatch, leftover_note
+from gpudoctor.process_tree import TreeWatch, leftover_note, process_group_members
 from gpudoctor.reports.console import printable
 from gpudoctor.session import Session, StorageProbe
 from gpudoctor.signals import InterruptWatch, foreground_tty
@@ -67,6 +67,12 @@ class RunOptions:
     # environment variables set for the workload (e.g. PYTORCH_CUDA_ALLOC_CONF); empty otherwise
     overrides: dict = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None  # the workload's working directory (None: this process's)
+    # diagnose --try: record where the workload writes (agent/writes.py); in a trial, refuse its
+    # writes into this directory (the user's), and give it no stdin (the run before read it)
+    record_writes: bool = False
+    protect_writes: str | None = None
+    stdin_devnull: bool = False
 
 
 @dataclass
@@ -83,6 +89,7 @@ class Supervisor:
     def __init__(self, options: RunOptions) -> None:
         self.options = options
         self.t0 = time.time()
+        self.cwd = _start_directory(options.cwd)
         self.workdir = make_workdir(options.scratch_dirs)
         self.reader = EventReader(self.workdir, self.t0)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -99,6 +106,7 @@ class Supervisor:
         self.tree = TreeWatch(str(self.workdir), str(SITE_DIR))
         self.uninstrumented = self.tree.uninstrumented
         self.leftovers: list[str] = []
+        self._group_seen: list[int] = []  # the workload's process group when it ended
         self._next_env_check = 0.0
         self.primary_trace: str | None = None  # the primary profiler window's trace, in workdir
 
@@ -122,6 +130,8 @@ class Supervisor:
                 "profile_max_windows": self.options.profile_max_windows,
                 "profile_later_s": self.options.profile_later_s,
                 "fetch_profile": self.options.fetch_profile,
+                "record_writes": self.options.record_writes,
+                "protect_writes": self.options.protect_writes,
             }
         )
         return _with_overrides(env, self.options)
@@ -136,6 +146,11 @@ class Supervisor:
         # runner's pipe) reach the workload as they would without gpudoctor; gpudoctor's own
         # descriptors are not inheritable (PEP 446), so none of them leak into it
         kwargs: dict = {"env": self._environment(), "close_fds": False}
+        if self.options.cwd is not None:
+            kwargs["cwd"] = self.options.cwd
+            kwargs["env"]["PWD"] = self.options.cwd  # what a shell started there would say
+        if self.options.stdin_devnull:
+            kwargs["stdin"] = subprocess.DEVNULL
         if self.own_group:
             kwargs["process_group"] = 0
         self.proc = subprocess.Popen(self.options.command, **kwargs)
@@ -264,6 +279,7 @@ class Supervisor:
                 time.sleep(POLL_S)
                 self._tick(gpu, status)
             self._tick(gpu, status)
+            self._stop_group()
             self._find_leftovers()
         finally:
             status.stop()
@@ -304,6 +320,60 @@ class Supervisor:
         status.update(elapsed=elapsed, steps=steps, data_wait=self.reader.data_wait_share(),
                       gpu_util=gpu.latest_util())
 
+    def _stop_group(self) -> None:
+        """What is still in the workload's process group when it ended is stopped the way a
+        Ctrl-C at a terminal stops a job: SIGINT to the group, SIGTERM after --grace, then
+        SIGKILL. What left the group (a session of its own, a daemon) is named, not touched."""
+        members = self._group_members()
+        if not members:
+            return
+        grace = self.options.grace_s
+        sent = []
+        for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace / 2), (signal.SIGKILL, 2.0)):
+            self._signal_members(sig, members)
+            sent.append(signal.Signals(sig).name)
+            members = self._wait_members(members, wait)
+            if not members:
+                break
+        say(printable(f"gpudoctor: {len(self._group_seen)} process(es) still in the workload's process group "
+                      f"when it ended; sent {' then '.join(sent)}"
+                      + (f"; still running: {', '.join(str(p) for p in members)}" if members else "")))
+
+    def _group_members(self) -> list[int]:
+        """Live processes of the workload's process group (its own, or, at a terminal, the
+        processes of ours started since the run began), not gpudoctor, not zombies."""
+        assert self.proc is not None
+        if self.own_group:
+            candidates = process_group_members(self.proc.pid)
+        else:  # not gpudoctor's own helpers (its children other than the workload)
+            ours = {child.pid for child in psutil.Process().children()}
+            candidates = [pid for pid in process_group_members(os.getpgrp())
+                          if _started_since(pid, self.t0) and pid not in ours]
+        members = [pid for pid in candidates if pid != os.getpid() and _alive(pid)]
+        self._group_seen = list(members)
+        return members
+
+    def _signal_members(self, sig: int, members: list[int]) -> None:
+        assert self.proc is not None
+        targets = [self.proc.pid] if self.own_group else members
+        for pid in targets:
+            try:
+                if self.own_group:
+                    os.killpg(pid, sig)  # the group outlives its leader while it has members
+                else:
+                    os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    @staticmethod
+    def _wait_members(members: list[int], seconds: float) -> list[int]:
+        deadline = time.monotonic() + seconds
+        while True:
+            members = [pid for pid in members if _alive(pid)]
+            if not members or time.monotonic() >= deadline:
+                return members
+            time.sleep(0.05)
+
     def _find_leftovers(self) -> None:
         assert self.proc is not None
         self.leftovers = self.tree.still_running(self.reader.processes, started_after=self.t0 - 1.0,
@@ -325,7 +395,7 @@ class Supervisor:
                   gpu_result: object) -> Session:
         assert self.proc is not None
         recorded = Recorded(
-            command=self.options.command, t0=self.t0, workdir=self.workdir, reader=self.reader,
+            command=self.options.command, t0=self.t0, workdir=self.workdir, cwd=self.cwd, reader=self.reader,
             started_at=started_at, duration_s=duration, returncode=self.proc.returncode,
             running_pid=self.proc.pid if self.proc.poll() is None else None,
             stop_reason=self.stop_reason, stop_requested_s=self.stop_requested_t,
@@ -335,6 +405,31 @@ class Supervisor:
         )
         session, self.primary_trace = assemble(recorded)
         return session
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _started_since(pid: int, t0: float) -> bool:
+    try:
+        return psutil.Process(pid).create_time() >= t0 - 1.0
+    except psutil.Error:
+        return False
+
+
+def _start_directory(given: str | None) -> str:
+    """The workload's working directory, as an absolute path read at the start."""
+    if given is not None:
+        return given
+    try:
+        return os.getcwd()
+    except OSError as exc:  # removed before the run began
+        raise LaunchError(f"the current directory cannot be read ({exc.strerror or exc}): cd somewhere that exists",
+                          69) from None
 
 
 def _with_overrides(env: dict[str, str], options: RunOptions) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -177,3 +178,115 @@ def test_the_example_package_installs_with_pip_and_registers(tmp_path):
         timeout=120,
     )
     assert page.returncode == 0 and "What to do" in page.stdout
+
+
+# issue 27 items 3, 4, 5: a plugin never costs the report, never changes what it reports on
+
+GUESTS = '''
+import time
+from gpudoctor.model import Check, Finding
+
+class Odd(BaseException):
+    pass
+
+def _check(id, run):
+    return Check(id=id, slug=id.lower(), stage=1, title=id, run=run)
+
+def _hang(session):
+    while True:
+        time.sleep(0.05)
+
+def _interrupt(session):
+    raise KeyboardInterrupt
+
+def _odd(session):
+    raise Odd("a BaseException of its own")
+
+def _mutate(session):
+    session.exit_code = 139
+    session.cpu_samples.clear()
+    session.steps.records.clear()
+    session.notes.append("written by a plugin")
+    return [Finding(severity="info", title="mutated", message="m")]
+
+HANGS = _check("HANG1", _hang)
+INTERRUPTS = _check("INT01", _interrupt)
+ODD = _check("ODD01", _odd)
+MUTATES = _check("MUT01", _mutate)
+'''
+
+
+@pytest.fixture
+def guests(plugins, tmp_path):
+    (tmp_path / "guest_plugins.py").write_text(textwrap.dedent(GUESTS))
+    (tmp_path / "odd_on_import.py").write_text("class Odd(BaseException):\n    pass\nraise Odd('at import')\n")
+    (tmp_path / "interrupt_on_import.py").write_text("raise KeyboardInterrupt\n")
+    yield plugins
+    for name in ("guest_plugins", "odd_on_import", "interrupt_on_import"):
+        sys.modules.pop(name, None)
+
+
+def test_a_plugin_that_hangs_is_stopped_by_the_time_limit(guests, monkeypatch):
+    from gpudoctor import engine
+
+    monkeypatch.setattr(engine, "PLUGIN_TIME_LIMIT_S", 0.5, raising=False)
+    guests(HANG1="guest_plugins:HANGS", EX401="gpudoctor_example_check:run")
+    report, _ = judge(_session(0.93))
+    outcomes = {c["id"]: c for c in report["checks"]}
+    assert outcomes["HANG1"]["status"] == "error" and "did not finish within 0.5 s" in outcomes["HANG1"]["reason"]
+    assert outcomes["EX401"]["status"] == "finding" and outcomes["GD102"]["status"] != "error"
+
+
+def test_base_exceptions_and_keyboard_interrupts_of_plugins_are_their_errors(guests):
+    guests(ODD01="guest_plugins:ODD", INT01="guest_plugins:INTERRUPTS", IMPORT1="odd_on_import:CHECK",
+           IMPORT2="interrupt_on_import:CHECK", EX401="gpudoctor_example_check:run")
+    _, errors = registry.load_checks()
+    assert {e.name for e in errors} == {"IMPORT1", "IMPORT2"}
+    assert "Odd: at import" in next(e.reason for e in errors if e.name == "IMPORT1")
+    report, _ = judge(_session(0.93))
+    outcomes = {c["id"]: c for c in report["checks"]}
+    assert outcomes["ODD01"]["status"] == "error" and "Odd" in outcomes["ODD01"]["reason"]
+    assert outcomes["INT01"]["status"] == "error" and "KeyboardInterrupt" in outcomes["INT01"]["reason"]
+    assert outcomes["EX401"]["status"] == "finding"  # the checks after them still ran
+    assert {"IMPORT1", "IMPORT2"} <= set(outcomes)
+
+
+def test_a_keyboard_interrupt_while_judging_keeps_what_was_judged(guests, monkeypatch):
+    """A real Ctrl-C (SIGINT to gpudoctor) while a plugin hangs: the report is still built."""
+    import signal
+    import threading
+
+    from gpudoctor import engine
+
+    monkeypatch.setattr(engine, "PLUGIN_TIME_LIMIT_S", 60.0, raising=False)
+    guests(HANG1="guest_plugins:HANGS", MUT01="guest_plugins:MUTATES")
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        report, _ = judge(_session(0.93))
+    finally:
+        timer.cancel()
+    outcomes = {c["id"]: c for c in report["checks"]}
+    assert outcomes["HANG1"]["status"] == "error" and "interrupted" in outcomes["HANG1"]["reason"]
+    assert outcomes["MUT01"]["status"] == "skipped" and "interrupted" in outcomes["MUT01"]["reason"]
+    assert outcomes["GD102"]["status"] in ("finding", "pass", "skipped")  # judged before the Ctrl-C
+    assert report["summary"]["verdict"]
+
+
+def test_a_plugin_that_mutates_the_session_changes_nothing_reported(guests, tmp_path):
+    from gpudoctor import cli
+
+    guests(MUT01="guest_plugins:MUTATES")
+    session = _session(0.3)
+    session.exit_code = 0
+    before = session.to_dict()
+    report, _ = judge(session)
+    assert session.to_dict() == before
+    assert report["exit_code"] == 0 and "written by a plugin" not in str(report)
+    assert next(c for c in report["checks"] if c["id"] == "MUT01")["status"] == "finding"
+    path = tmp_path / "s.session.json"
+    _session(0.3).save(path)
+    saved = path.read_text()
+    assert cli.main(["report", str(path), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    resaved = (tmp_path / "r.session.json").read_text()
+    assert json.loads(resaved) == json.loads(saved)

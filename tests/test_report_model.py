@@ -100,3 +100,53 @@ def test_saved_report_renders_typed_with_ignore(tmp_path: Path, capsys: pytest.C
     out = json.loads(capsys.readouterr().out)
     assert "GD102" not in [f["id"] for f in out["findings"]]
     assert next(c for c in out["checks"] if c["id"] == "GD102")["reason"] == "ignored (--ignore)"
+
+
+# issue 27 items 9 and 12: a saved report is bounded by count, and its measurements are not negative
+
+@pytest.mark.parametrize(("mutate", "reason"), [
+    (lambda r: r.__setitem__("duration_s", -5.0), "'duration_s' is -5.0, below 0 (no measurement is)"),
+    (lambda r: r["summary"].__setitem__("steps_per_s", -1), "'summary.steps_per_s' is -1, below 0 (no measurement is)"),
+    (lambda r: r["findings"][0].__setitem__("estimated_gain", -2.0),
+     "finding 1: 'estimated_gain' is -2.0, below 0 (no measurement is)"),
+])
+def test_negative_measurements_are_refused(mutate: Any, reason: str) -> None:
+    data = golden()
+    mutate(data)
+    with pytest.raises(DecodeError) as info:
+        Report.from_dict(data)
+    assert str(info.value) == reason
+
+
+def test_a_report_with_a_negative_duration_is_bad_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = golden()
+    data["duration_s"] = -41.2
+    path = tmp_path / "saved.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert cli.main(["report", str(path), "--format", "json"]) == exitcodes.BAD_DATA
+    assert "'duration_s' is -41.2, below 0" in capsys.readouterr().err
+
+
+def test_a_report_with_more_findings_than_gpudoctor_writes_is_refused_by_count(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = golden()
+    data["findings"] = [{"id": "GD102", "severity": "info", "title": "t"}] * 300_000  # the probe's 20 MB report
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert cli.main(["report", str(path), "--format", "html", "--out", str(tmp_path / "out")]) == exitcodes.BAD_DATA
+    err = capsys.readouterr().err
+    assert "'findings' has 300,000 entries (at most 5,000" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_every_list_is_capped_free_json_too() -> None:
+    from gpudoctor.jsonmodel import MAX_ITEMS
+
+    data = golden()
+    data["evidence"]["timeline"] = {"t": list(range(MAX_ITEMS + 1))}
+    with pytest.raises(DecodeError, match=r"'evidence\.timeline' holds a list of 100,001 entries"):
+        Report.from_dict(data)
+    data = golden()
+    data["command"] = ["x"] * (MAX_ITEMS + 1)
+    with pytest.raises(DecodeError, match="'command' has 100,001 entries"):
+        Report.from_dict(data)

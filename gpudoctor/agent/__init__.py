@@ -110,6 +110,13 @@ def start():
     )
     _install_exception_hooks(agent)
     atexit.register(_at_exit, agent)
+    if config.get("record_writes"):  # diagnose --try only: where the workload writes (agent/writes.py)
+        try:
+            from .writes import install as record_writes
+
+            record_writes(agent, protect=config.get("protect_writes"))
+        except Exception as exc:  # noqa: BLE001
+            agent.error("record_writes", exc)
     try:
         from .importhook import install_import_hook
 
@@ -187,7 +194,7 @@ def _install_exception_hooks(agent):
     def excepthook(exc_type, exc, tb):
         quiet = False
         try:
-            if not issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
+            if not issubclass(exc_type, (KeyboardInterrupt, SystemExit)) and not _is_stop_signal(exc_type):
                 _record_exception(agent, exc_type, exc, tb, thread=None)
             else:
                 quiet = _stopped_by_gpudoctor(agent, exc_type) and previous is sys.__excepthook__
@@ -224,12 +231,18 @@ def _install_exception_hooks(agent):
 STOP_MARKER = "stop-requested"
 
 
+def _is_stop_signal(exc_type):
+    """torchrun's launcher turns SIGINT/SIGTERM into its SignalException: an interrupt, not a crash."""
+    return getattr(exc_type, "__name__", "") == "SignalException" and str(
+        getattr(exc_type, "__module__", "")).startswith("torch.distributed.elastic")
+
+
 def _stopped_by_gpudoctor(agent, exc_type):
     """A KeyboardInterrupt that gpudoctor caused (--steps/--duration): the stop was asked
     for, so Python's traceback of it would only look like a crash. Its exit status (killed by
     SIGINT) and whatever the workload printed while handling it stay as they are."""
     try:
-        return issubclass(exc_type, KeyboardInterrupt) and os.path.exists(
+        return (issubclass(exc_type, KeyboardInterrupt) or _is_stop_signal(exc_type)) and os.path.exists(
             os.path.join(agent.directory, STOP_MARKER))
     except Exception:  # noqa: BLE001 (unknown: the workload's own interrupt)
         return False

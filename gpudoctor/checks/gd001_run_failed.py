@@ -20,7 +20,9 @@ How it is measured
     exceptions (type, message, traceback, with secrets redacted) in every Python
     process, whether Python's exit handlers ran, and when the last step ended.
     A run that gpudoctor itself stopped (--duration, --steps, Ctrl-C, SIGTERM) is
-    not a failure; it is a hang when no step ended in the last {{HANG_MIN_S}} (and {{HANG_STEPS}} median
+    not a failure, whatever the stop signal became (torchrun raises its SignalException
+    and exits 1; an exception raised after the stop was asked for is part of the stop);
+    it is a hang when no step ended in the last {{HANG_MIN_S}} (and {{HANG_STEPS}} median
     steps) before the stop while the process tree sat idle. A tree that kept
     working meanwhile (its CPU, the median over that time, at least {{BUSY_PERCENT}})
     was in a phase without steps (a validation loop, a checkpoint): noted, not called
@@ -89,10 +91,11 @@ def run(session: Session) -> list[Finding]:
     crashes = sorted((e for e in session.errors if e.kind == "exception"),
                      key=lambda e: e.t if e.t is not None else float("inf"))
     stopped = session.stop_reason in STOPPED_BY_REQUEST
-    if stopped:
+    if stopped:  # what the stop turned into (an exception, exit code 1) is the stop, not a crash
         findings = [f for f in (_hang(session), _ignored_stop(session)) if f is not None]
-        if crashes and code not in (0, None, 130, 137, 143):
-            findings.insert(0, _crash(session, crashes))
+        before = session.crashes_before_stop()
+        if before and code not in (0, None, 130, 137, 143):
+            findings.insert(0, _crash(session, before))
         return findings
     if code == 0 or code is None:
         return [_survived(session, crashes)] if crashes else []

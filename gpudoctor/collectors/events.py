@@ -37,6 +37,16 @@ ERRORS_MAX = 100  # uncaught exceptions kept (the first ones: causes come before
 WARMUP_STEPS = 2  # leading steps left out of steady-state numbers (imports, cudnn autotune, compile)
 AFTER_WINDOW_S = 0.5  # steps starting this soon after a profiler window are left out too ...
 AFTER_WINDOW_STEPS = 3  # ... but no more than this many median steps' worth
+MAX_WRITES = 2000  # diagnose --try: written paths kept (each agent sends at most 500)
+
+
+@dataclass(frozen=True)
+class WrittenPath:
+    """A path the workload wrote (diagnose --try); path None: more than the agent records."""
+
+    path: str | None
+    relative: bool  # given relative to the process's working directory
+    cwd: str | None  # that working directory
 
 
 @dataclass
@@ -86,6 +96,7 @@ class EventReader:
         self.agent_errors: list[str] = []
         self.interrupted = False
         self.interrupted_by_gpudoctor: set[int] = set()  # processes that ended on our stop's KeyboardInterrupt
+        self.writes: list[WrittenPath] = []  # diagnose --try: where the workload wrote
         self.malformed_lines = 0
         self.byes: set[int] = set()  # processes whose Python exit handlers ran
         self.errors_dropped = 0
@@ -250,6 +261,14 @@ class EventReader:
         )
         if isinstance(e.get("allocator"), dict):
             self._alloc(dict(e["allocator"], label="oom"), t)
+
+    def _on_write(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+        """diagnose --try: a path the workload wrote (agent/writes.py); None: more than it records."""
+        path = e.get("path")
+        if len(self.writes) < MAX_WRITES:
+            self.writes.append(WrittenPath(path=path if isinstance(path, str) else None,
+                                           relative=bool(e.get("relative")),
+                                           cwd=e.get("cwd") if isinstance(e.get("cwd"), str) else None))
 
     def _on_interrupt(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
         self.interrupted = True
@@ -520,6 +539,7 @@ _HANDLERS: dict[str, _Handler] = {
     "override": EventReader._on_override,
     "bye": EventReader._on_bye,
     "agent_error": EventReader._on_agent_error,
+    "write": EventReader._on_write,
 }
 
 

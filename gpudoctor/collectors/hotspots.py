@@ -248,12 +248,15 @@ class _Stacks:
             return None
 
     def names(self, node: int) -> tuple[str, ...]:
-        """The frames of a stack id, outermost first."""
-        known = self._names.get(node)
-        if known is None:
-            up = self.node_parent[node]
-            known = self._names[node] = ((self.names(up) if up >= 0 else ())
-                                         + (self.frames.distinct_names[self.node_name[node]],))
+        """The frames of a stack id, outermost first (a loop, not recursion: a stack may be
+        thousands of frames deep)."""
+        missing = []
+        while node >= 0 and node not in self._names:
+            missing.append(node)
+            node = self.node_parent[node]
+        known = self._names[node] if node >= 0 else ()
+        for below in reversed(missing):
+            known = self._names[below] = (*known, self.frames.distinct_names[self.node_name[below]])
         return known
 
     def open_names(self, top: int, time: float) -> tuple[str, ...]:

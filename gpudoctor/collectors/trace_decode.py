@@ -131,7 +131,9 @@ class _Meta(msgspec.Struct, gc=False):
 class Table(dict):  # type: ignore[type-arg]
     """Distinct values, each with a code (0, 1, ... as first met): one copy of each name, id
     or category however many events carry it. Values are told apart as dict keys are (so 1,
-    1.0 and True are one value); an unhashable one (a list) gets a code of its own each time."""
+    1.0 and True are one value); an unhashable one (a list or an object where an id belongs, in a
+    hostile file) stands as its text, a string id like a Chrome trace's "Spans": everything
+    downstream may hash the ids it reads."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -152,8 +154,7 @@ class Table(dict):  # type: ignore[type-arg]
         try:
             return self[value]  # type: ignore[no-any-return]
         except TypeError:
-            self.distinct.append(value)
-            return len(self.distinct) - 1
+            return self[repr(value)[:MAX_ID_TEXT]]  # type: ignore[no-any-return]
 
     def decode(self, codes: np.ndarray) -> list[Any]:
         values = self.distinct
@@ -166,7 +167,7 @@ class Table(dict):  # type: ignore[type-arg]
 def _table(values: list[Any]) -> Table:
     table = Table()
     table.encode(values)
-    table.distinct = list(values)  # unhashable values and merged keys kept as they were
+    table.distinct = list(values)  # merged keys (1 and 1.0) kept as they were
     return table
 
 
@@ -294,6 +295,9 @@ class EventColumns:
         return map(self.__getitem__, range(len(self)))
 
 
+MAX_TIME_US = float(2**53)  # the last whole microsecond float64 holds (the year 2255 since the epoch)
+MAX_ID_TEXT = 200  # an id that is a list or an object stands as this much of its text
+
 # which kinds each list holds
 _GROUPS = {"gpu": (GPU_KERNEL, GPU_COPY, GPU_SET), "api": (API,), "ops": (OP, ANNOTATION), "frames": (FRAME,)}
 
@@ -303,7 +307,7 @@ class TraceIndex:
 
     def __init__(self) -> None:
         self.events = 0  # well-formed complete events (ph "X")
-        self.malformed = 0  # complete events without a name, a time or a duration >= 0
+        self.malformed = 0  # complete events without a name, a time or a duration in [0, MAX_TIME_US]
         self.first, self.last = float("inf"), float("-inf")  # of the activity (the profiler's own span left out)
         # each field its own table: a thread 7.0 and a stream 7 stay what they are
         self.tables = {field: Table() for field in _ENCODED}
@@ -344,7 +348,8 @@ class TraceIndex:
             return
         names = [e.name for e in events]
         ts, dur = _floats([e.ts for e in events]), _floats([e.dur for e in events])
-        valid = (ts == ts) & (dur >= 0)  # NaN (no number) fails both
+        # NaN (no number) fails both; so does a time no clock gives, where float64 holds no whole microseconds
+        valid = (np.abs(ts) <= MAX_TIME_US) & (dur >= 0) & (dur <= MAX_TIME_US)
         if None in names:
             valid &= np.fromiter(map(operator.is_not, names, repeat(None)), dtype=bool, count=count)
         well_formed = int(valid.sum())

@@ -143,10 +143,14 @@ def session_from_trace_dir(directory: Path, steps: int = 0) -> Session:
             results = list(pool.map(_summarize_file_quietly, paths, [steps] * len(paths)))
     else:
         results = [_summarize_file_quietly(p, steps) for p in paths]
-    for result in results:
-        if isinstance(result, str):
-            code, message = result.split(" ", 1)
-            raise GpudoctorError(message, int(code))
+    failed = [(path, result) for path, result in zip(paths, results) if isinstance(result, str)]
+    if len(failed) == len(paths):  # nothing to report on: the first file's error
+        code, message = failed[0][1].split(" ", 1)
+        raise GpudoctorError(message, int(code))
+    skipped = [_skipped_note(path, result) for path, result in failed]
+    for note in skipped:  # one bad rank file costs its own window, not the directory's report
+        print(f"gpudoctor: warning: {note}", file=sys.stderr)
+    paths = [path for path, result in zip(paths, results) if not isinstance(result, str)]
     summaries = [r for r in results if not isinstance(r, str)]
     for n, ((profile, _, _, _), path) in enumerate(zip(summaries, paths), start=1):
         profile.label, profile.index, profile.phase = "rank", n, path.name
@@ -158,7 +162,15 @@ def session_from_trace_dir(directory: Path, steps: int = 0) -> Session:
     session.notes.append(f"built by `gpudoctor analyze` from {len(paths)} profiler traces in {directory.name}/ "
                          f"({', '.join(p.name for p in paths[:8])}{', ...' if len(paths) > 8 else ''}); "
                          f"the checks judge {paths[0].name}, every trace is shown")
+    session.notes.extend(skipped)
     return session
+
+
+def _skipped_note(path: Path, error: str) -> str:
+    """The note for a rank file that could not be analysed ("CODE message" from its worker)."""
+    message = error.split(" ", 1)[1]
+    prefix = f"{path}: "
+    return f"{path.name} skipped: {message[len(prefix):] if message.startswith(prefix) else message}"
 
 
 def _summarize_file_quietly(path: Path, steps: int) -> Summarized | str:

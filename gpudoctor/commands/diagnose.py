@@ -93,6 +93,9 @@ def add_try_options(p: argparse.ArgumentParser) -> None:
                    help="like --try, with these remedies only (comma-separated): workers[=N], pin_memory, "
                         "persistent_workers, prefetch[=N], tf32, cudnn_benchmark, expandable_segments, "
                         "compile[=BACKEND] (opt-in), auto (every applicable one)")
+    g.add_argument("--try-in-place", dest="try_in_place", action="store_true",
+                   help="run the trials in the working directory itself, not in a scratch copy of it: needed when "
+                        "the script writes outside its working directory (the trials then change your files)")
 
 
 def add_output_options(p: argparse.ArgumentParser) -> None:

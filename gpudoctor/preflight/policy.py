@@ -18,6 +18,7 @@ one-line error (exit code 78), never a silently weaker gate.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, fields
@@ -28,6 +29,9 @@ from gpudoctor import exitcodes
 from gpudoctor.exitcodes import GpudoctorError
 
 UNLIMITED = -1  # min_memlock_bytes = "unlimited"
+# a policy is a few dozen lines: a file far larger (a 300 MB comment, /dev/zero) is refused
+# unread, and so is a pyproject.toml that large (its table is read only when it names gpudoctor)
+MAX_POLICY_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,7 @@ def parse_bytes(value: Any) -> int:
 
 def _number(low: float | None = None, high: float | None = None) -> Any:
     def convert(value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"expected a number, got {value!r}")
         if (low is not None and value < low) or (high is not None and value > high):
             raise ValueError(
@@ -206,13 +210,28 @@ def _parse(path: Path, label: str) -> dict[str, Any]:
     toml = _toml()
     if toml is None:
         raise bad_policy(f"{label}: reading a policy needs Python 3.11+ (tomllib) or the tomli package")
+    text = _read_small(path, label)
+    try:
+        return toml.loads(text)  # type: ignore[no-any-return]
+    except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
+        raise bad_policy(f"{label}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise bad_policy(f"{label}: not a policy: arrays or tables nested too deeply") from None
+
+
+def _read_small(path: Path, label: str) -> str:
+    """The file's text, read no further than MAX_POLICY_BYTES (a device or a huge file never fills memory)."""
     try:
         with open(path, "rb") as fh:
-            return toml.load(fh)  # type: ignore[no-any-return]
+            raw = fh.read(MAX_POLICY_BYTES + 1)
     except OSError as exc:
         raise bad_policy(f"{label}: cannot read it: {exc.strerror or exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:  # tomllib.TOMLDecodeError is a ValueError
-        raise bad_policy(f"{label}: not valid TOML: {exc}") from None
+    if len(raw) > MAX_POLICY_BYTES:
+        raise bad_policy(f"{label}: larger than {MAX_POLICY_BYTES >> 20} MiB: not a policy file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise bad_policy(f"{label}: not valid TOML: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _table(data: dict[str, Any]) -> Any:
@@ -241,10 +260,11 @@ def load(policy_file: str | None, cwd: Path | None = None) -> Policy:
         return Policy()
     label = _relative(pyproject, cwd)
     try:
-        text = pyproject.read_text(encoding="utf-8", errors="replace")
+        with open(pyproject, "rb") as fh:
+            head = fh.read(MAX_POLICY_BYTES + 1)
     except OSError:
         return Policy()
-    if "gpudoctor" not in text:  # not ours: never fail on another tool's file
+    if b"gpudoctor" not in head:  # not ours: never fail on another tool's file
         return Policy()
     table = _table(_parse(pyproject, label))
     return Policy() if table is None else from_table(table, f"{label} [tool.gpudoctor.preflight]")

@@ -4,6 +4,8 @@ Measured gain = steady steps/s of the trial run / steady steps/s of the run with
 the remedy (the diagnosed run), both from the same machinery (metrics.step_summary:
 warm-up and profiled steps left out). Each trial run gets its own full report, kept
 in ``<stem>.trials/`` beside the main one as ``<stem>.try-<remedy>.{html,json,session.json}``.
+Each trial runs in a fresh scratch working directory (gpudoctor/trials/scratch.py), with
+no stdin, unless --try-in-place asked for the user's working directory.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,6 +28,7 @@ from gpudoctor.trials.plan import TrialPlan, plan_trials
 from gpudoctor.trials.records import TrialResult, Trials
 from gpudoctor.trials.remedies import TryRequest
 from gpudoctor.trials.report import outcome_line
+from gpudoctor.trials.scratch import SHOWN, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +45,11 @@ def bound_text(options: RunOptions) -> str:
 
 
 def run_trials(session: Session, findings: Sequence[Finding], request: TryRequest, options: RunOptions,
-               main: OutputPaths, checks: Sequence[Check], ignore: Sequence[str], *, force: bool = False) -> Trials:
+               main: OutputPaths, checks: Sequence[Check], ignore: Sequence[str], *, force: bool = False,
+               workspace: Workspace | None = None) -> Trials:
     """Run every planned trial; the diagnosed run (`session`) is the baseline. Never raises for a
-    trial that fails to start or crashes: that is its result."""
+    trial that fails to start or crashes: that is its result. `workspace`: where the diagnosed
+    run wrote (each trial runs in a scratch copy); None runs them in the working directory."""
     plans, untried = plan_trials(session, list(findings), request)
     trials = Trials(requested=request.requested, bound=bound_text(options), untried=untried)
     if not plans:
@@ -51,6 +57,7 @@ def run_trials(session: Session, findings: Sequence[Finding], request: TryReques
         return trials
     folder = main.directory / f"{main.stem}.trials"
     say(f"gpudoctor: --try: {len(plans)} trial run(s), each under {trials.bound}; reports in {folder}")
+    say(_where(workspace))
     stems: set[str] = set()
     interrupted = False
     for index, plan in enumerate(plans, 1):
@@ -61,14 +68,31 @@ def run_trials(session: Session, findings: Sequence[Finding], request: TryReques
         say(f"gpudoctor: trial {index}/{len(plans)}: {plan.label}"
             + (f" (for {', '.join(plan.findings)})" if plan.findings else " (asked for)"))
         try:
-            result = _run_one(plan, session, options, folder, stem, checks, ignore, force)
+            result = _run_one(plan, session, options, folder, stem, checks, ignore, force, workspace)
         except KeyboardInterrupt:
             result = _result(plan, session, None, status="interrupted", why="interrupted (Ctrl-C)")
         if result.status == "interrupted":
             interrupted = True
+        leaked = workspace.leaked() if workspace is not None else []
+        if leaked:  # a write no scratch directory contained: no further trial
+            shown = ", ".join(leaked[:SHOWN]) + (f" and {len(leaked) - SHOWN} more" if len(leaked) > SHOWN else "")
+            say(f"gpudoctor: warning: trial {plan.name} changed files in {workspace.cwd if workspace else '.'}: "
+                f"{shown}; the remaining trials are not run")
+            result.why = f"it changed files of the working directory: {shown}"
+            interrupted = True
         trials.results.append(result)
         say("gpudoctor: " + outcome_line(result))
     return trials
+
+
+def _where(workspace: Workspace | None) -> str:
+    if workspace is None:
+        return ("gpudoctor: --try-in-place: the trials run in your working directory, with no stdin: what they "
+                "write there changes your files")
+    copied = len(workspace.inside)
+    return (f"gpudoctor: --try: each trial runs in a scratch copy of {workspace.cwd} (links to your files"
+            + (f"; the {copied} file(s) this run wrote are copied" if copied else "")
+            + "), with no stdin; your files stay as this run left them")
 
 
 def _stem(main_stem: str, name: str, taken: set[str]) -> str:
@@ -81,7 +105,7 @@ def _stem(main_stem: str, name: str, taken: set[str]) -> str:
 
 
 def _run_one(plan: TrialPlan, baseline: Session, options: RunOptions, folder: Path, stem: str,
-             checks: Sequence[Check], ignore: Sequence[str], force: bool) -> TrialResult:
+             checks: Sequence[Check], ignore: Sequence[str], force: bool, workspace: Workspace | None) -> TrialResult:
     try:
         paths = plan_outputs(str(folder / stem), stem, datetime.datetime.now(), ("html", "json"), force=force,
                              trace=False)
@@ -90,6 +114,25 @@ def _run_one(plan: TrialPlan, baseline: Session, options: RunOptions, folder: Pa
     trial_options = dataclasses.replace(
         options, overrides=dict(plan.override), env=dict(plan.override.get("env") or {}), scratch_dirs=[str(folder)]
     )
+    trial_options.stdin_devnull = True
+    trial_options.record_writes = False
+    scratch = None
+    if workspace is not None:
+        try:
+            scratch = workspace.make()
+        except OSError as exc:
+            return _result(plan, baseline, None, status="failed", why=f"no scratch directory: {exc.strerror or exc}")
+        trial_options.cwd, trial_options.protect_writes, trial_options.record_writes = (
+            str(scratch), workspace.cwd, True)
+    try:
+        return _supervised(plan, baseline, trial_options, options, folder, paths, stem, checks, ignore)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _supervised(plan: TrialPlan, baseline: Session, trial_options: RunOptions, options: RunOptions, folder: Path,
+                paths: OutputPaths, stem: str, checks: Sequence[Check], ignore: Sequence[str]) -> TrialResult:
     if plan.name == "compile" and options.duration_s is not None:
         # compiling takes its time before the first compiled step: steady steps are counted after
         # it, so it gets that long on top of the shared bound rather than fewer steady steps

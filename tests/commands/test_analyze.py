@@ -191,3 +191,58 @@ def test_a_gzip_trace_is_long_by_what_it_holds(tmp_path, monkeypatch) -> None:
     truncated.write_bytes(packed.read_bytes()[:-4] + b"\xff\xff\xff\xff")
     assert not analyze_command._long_trace(truncated)
     assert not analyze_command._long_trace(tmp_path)  # a directory: a process per trace instead
+
+
+# issue 27 item 10: hostile field values are bad data (65), never a TypeError or a RecursionError (70)
+
+def _with(mutate) -> dict[str, Any]:
+    trace = launch_bound_trace(steps=2, kernels_per_step=10)
+    for n, event in enumerate(trace["traceEvents"]):
+        mutate(n, event)
+    return trace
+
+
+@pytest.mark.parametrize("field, value", [
+    ("pid", [1, 2]), ("pid", {"a": 1}), ("tid", [7]), ("tid", {"x": [1]}), ("pid", 1.5), ("tid", True),
+])
+@pytest.mark.parametrize("gz", [False, True])
+def test_pid_or_tid_of_a_strange_type(tmp_path, capsys, field, value, gz):
+    trace = _with(lambda n, e: e.__setitem__(field, value) if n % 3 == 0 else None)
+    data = json.dumps(trace).encode()
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    code = main(["analyze", str(path), "--json", "-", "--quiet"])
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err and code in (exitcodes.OK, exitcodes.BAD_DATA), out.err
+    if code == exitcodes.BAD_DATA:
+        assert len(out.err.strip().splitlines()) == 1 and field in out.err
+    else:
+        assert json.loads(out.out)["schema"] == "gpudoctor.report/1"
+
+
+@pytest.mark.parametrize("ts", [1e300, 10**40, 1e18, -1e300])
+@pytest.mark.parametrize("field", ["ts", "dur"])
+def test_times_beyond_any_clock_are_malformed_events(tmp_path, capsys, ts, field):
+    """Such an event is skipped like one without a time: the window is the other events'."""
+    trace = launch_bound_trace(steps=2, kernels_per_step=10)
+    for event in trace["traceEvents"][:30:3]:  # frames, operators, kernels and launches
+        event[field] = ts
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    code = main(["analyze", str(path), "--json", "-", "--quiet"])
+    out = capsys.readouterr()
+    assert code == exitcodes.OK and "Traceback" not in out.err, out.err
+    assert 0 <= json.loads(out.out)["duration_s"] < 1  # the other events span 0.4 ms
+
+
+def test_deep_stacks_of_frames_do_not_recurse(tmp_path, capsys):
+    """5,000 nested python frames on one thread: the stack names are built without recursion."""
+    trace = launch_bound_trace(steps=2, kernels_per_step=10)
+    depth = 5000
+    trace["traceEvents"] += [{"ph": "X", "cat": "python_function", "name": f"f{n}", "pid": 7, "tid": 7,
+                              "ts": -50000.0 + n, "dur": 100000.0 - 2 * n, "args": {}} for n in range(depth)]
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps(trace))
+    code = main(["analyze", str(path), "--json", "-", "--quiet"])
+    out = capsys.readouterr()
+    assert code == exitcodes.OK, out.err

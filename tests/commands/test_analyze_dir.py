@@ -58,13 +58,26 @@ def test_one_report_shows_every_rank(rank_dir: Path, capsys: pytest.CaptureFixtu
     assert any(f["id"] == "GD303" for f in report["findings"])  # rank 0 (copies) is judged
 
 
-def test_a_bad_rank_trace_is_a_one_line_error(rank_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (rank_dir / "host_1236.1700000000002.pt.trace.json").write_text("{not json")
-    assert main(["analyze", str(rank_dir), "--json", "-"]) == exitcodes.BAD_DATA
-    err = capsys.readouterr().err
-    assert "host_1236" in err and err.count("\n") == 1
-
-
 def test_a_directory_without_rank_traces_is_still_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", str(tmp_path)]) == exitcodes.NOT_FOUND
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_one_bad_rank_file_is_reported_and_skipped(rank_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 27 item 10: one bad file failed the whole directory."""
+    (rank_dir / "host_1236.1700000000002.pt.trace.json").write_text('{"traceEvents": [{"ph": "X"')
+    session = session_from_trace(rank_dir)
+    assert len(session.profiles) == 2
+    assert any("host_1236.1700000000002.pt.trace.json" in note and "skipped" in note and "not valid JSON" in note
+               for note in session.notes)
+    out = rank_dir.parent / "out"
+    assert main(["analyze", str(rank_dir), "--out", f"{out}/", "--quiet"]) == exitcodes.OK
+    assert "host_1236" in capsys.readouterr().err
+
+
+def test_a_directory_of_only_bad_rank_files_is_bad_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.pt.trace.json").write_text("not json")
+    (tmp_path / "b.pt.trace.json").write_text("")
+    assert main(["analyze", str(tmp_path), "--quiet"]) == exitcodes.BAD_DATA
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a.pt.trace.json" in err[0]

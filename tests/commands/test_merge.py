@@ -82,3 +82,30 @@ def test_unreadable_and_missing_inputs(tmp_path, capsys):
     assert cli.main(["merge", a, str(tmp_path / "nope.session.json")]) == exitcodes.NOT_FOUND
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 2
+
+
+def test_a_thousand_nodes_merge_into_a_session_report_accepts(tmp_path):
+    """issue 27 item 11: merging 1,000 node sessions wrote a session `report` refused (1,001 notes)."""
+    nodes = []
+    for rank in range(1000):
+        session = _node(f"node-{rank}", [rank], world=1000)
+        session.notes.append(f"a note of node {rank}")
+        nodes.append((f"n{rank}", session))
+    merged = merge_sessions(nodes)
+    path = tmp_path / "merged.session.json"
+    merged.save(path)
+    again = Session.load(path)  # what `gpudoctor report` does first
+    assert len(again.ranks) == 1000
+    assert any("more notes of the merged sessions are left out" in note for note in again.notes)
+    assert any(note.startswith("merged from 1000 sessions") for note in again.notes)
+
+
+def test_a_rank_outside_the_world_is_refused(tmp_path, capsys):
+    """issue 27 item 11: rank 7 in a world of 4 was accepted silently."""
+    with pytest.raises(MergeError, match=r"rank 7 .* world of 4 ranks"):
+        merge_sessions([("a", _node("node-a", [0, 1])), ("b", _node("node-b", [2, 7]))])
+    a = _save(tmp_path, "a", _node("node-a", [0, 1]))
+    b = _save(tmp_path, "b", _node("node-b", [2, 7]))
+    assert cli.main(["merge", a, b, "--out", str(tmp_path / "out"), "--quiet"]) == exitcodes.DIFFERENT_RUNS
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rank 7" in err[0]

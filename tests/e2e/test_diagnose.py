@@ -255,3 +255,12 @@ def test_in_memory_tensor_dataset_is_not_told_to_add_workers(diagnose):
         assert "BatchSampler" in stall["remedy"]["code"] and "num_workers=" not in stall["remedy"]["code"]
     saturated = run.finding("GD103")
     assert saturated is None or "GPU" not in saturated["title"]  # a CPU-only run gets no GPU wording
+
+
+def test_a_duration_stop_inside_a_dataloader_iteration_is_a_stop(diagnose):
+    """issue 27 item 6: the SIGINT lands in DataLoader workers and the loop alike."""
+    run = diagnose("--duration", "6", str(WORKLOADS / "loader_forever.py"), timeout=120)
+    assert run.returncode == 0, run.stderr
+    report = run.report
+    assert report["stop_reason"] == "duration"
+    assert run.finding("GD001") is None, run.finding("GD001")

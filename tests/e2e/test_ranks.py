@@ -83,3 +83,15 @@ def test_ranks_of_torch_multiprocessing_spawn(diagnose):
     assert [row["rank"] for row in rows] == [0, 1]
     straggler = run.finding("GD501")
     assert straggler is not None and straggler["evidence"]["rank"]["value"] == 0
+
+
+def test_a_duration_stop_of_torchrun_is_a_stop_not_a_crash(diagnose):
+    """issue 27 item 6: torchrun turns gpudoctor's SIGINT into its SignalException (exit 1)."""
+    run = diagnose("--duration", "12", "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc-per-node=1", DDP, env={"DDP_STEPS": "100000"}, timeout=150)
+    assert run.returncode == 0, run.stderr
+    report = run.report
+    assert report["stop_reason"] == "duration"
+    assert run.finding("GD001") is None, run.finding("GD001")
+    assert not report["summary"]["verdict"].startswith("Run failed"), report["summary"]["verdict"]
+    assert "SignalException" not in run.stderr  # the traceback of a stop gpudoctor asked for is not shown

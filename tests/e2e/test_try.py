@@ -24,7 +24,7 @@ def test_try_measures_the_worker_count_gd101_computed(diagnose):
     run = diagnose("--try", str(WORKLOADS / "loader_waiting.py"))
     assert run.returncode == 0, run.stderr
     assert "--duration 60" in run.stderr  # no bound given: the default one, said so
-    assert run.stdout.count("trained 60 steps") == 2  # the diagnosed run, then the trial
+    assert run.stdout.count("trained 60 steps") == 2, run.stderr  # the diagnosed run, then the trial
     report = run.report
     assert report["overrides"] is None  # the diagnosed run itself was not altered
     [trial] = report["trials"]
@@ -81,3 +81,77 @@ def test_each_override_reaches_the_workload_in_its_own_trial_only(diagnose):
     assert persistent["applied"][0]["applied"] is False and "num_workers > 0" in persistent["applied"][0]["note"]
     assert "never saw" in persistent["why"]
     assert all(t["report"] and (run.out / t["report"]).is_file() for t in report["trials"])
+
+
+# issue 27 item 1: the trials leave the user's files exactly as the diagnosed run left them
+
+def _project(tmp_path):
+    import shutil
+
+    work = tmp_path / "project"
+    (work / "inputs").mkdir(parents=True)
+    (work / "inputs" / "data.txt").write_text("input-42\n")
+    (work / "history.log").write_text("an earlier run\n")
+    shutil.copy(WORKLOADS / "writes_files.py", work / "train.py")
+    return work
+
+
+def _files(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and "gpudoctor-reports" not in p.parts}
+
+
+def test_trials_run_in_a_scratch_directory_and_leave_the_users_files_alone(diagnose, tmp_path):
+    work = _project(tmp_path)
+    run = diagnose("--try-only", "workers=2,tf32", "--steps", "100", "train.py", cwd=work)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("trained 30 steps") == 3, run.stdout  # the diagnosed run and two trials
+    # each trial read the input and wrote its checkpoint and log line, in its scratch directory
+    assert "each trial runs in a scratch copy of" in run.stderr and "with no stdin" in run.stderr
+    history = (work / "history.log").read_text().splitlines()
+    assert len(history) == 2 and history[1].endswith("read input-42"), history  # one line: the plain run's
+    report = run.report
+    assert [t["status"] for t in report["trials"]] == ["measured", "measured"], report["trials"]
+
+
+def test_the_files_are_exactly_what_the_plain_run_left(diagnose, tmp_path):
+    work = _project(tmp_path)
+    plain = diagnose("--steps", "100", "train.py", cwd=work)
+    assert plain.returncode == 0, plain.stderr
+    left = _files(work)
+    tried = diagnose("--try-only", "tf32", "--steps", "100", "train.py", cwd=work)
+    assert tried.returncode == 0, tried.stderr
+    now = _files(work)
+    # the second diagnosed run wrote its own ckpt.pt and log line; the trial after it wrote none
+    assert set(now) == set(left) and now["history.log"].count(b"\n") == left["history.log"].count(b"\n") + 1
+
+
+def test_a_write_outside_the_working_directory_refuses_the_trials(diagnose, tmp_path):
+    work = _project(tmp_path)
+    elsewhere = tmp_path / "elsewhere" / "out.txt"
+    elsewhere.parent.mkdir()
+    home = tmp_path / "home"
+    (tmp_path / "tmp").mkdir()  # the temporary directory is elsewhere: that write is not a temporary file
+    run = diagnose("--try-only", "tf32", "--steps", "100", "train.py", cwd=work,
+                   env={"WRITE_TO": str(elsewhere), "TMPDIR": str(tmp_path / "tmp"), "HOME": str(home)})
+    assert run.returncode == 76, run.stderr
+    [line] = [line for line in run.stderr.splitlines() if "--try refused" in line]
+    assert str(elsewhere) in line and "--try-in-place" in line
+    assert run.stdout.count("trained 30 steps") == 1  # no trial ran
+    assert run.report["trials"] is None and any("--try refused" in n for n in run.report["evidence"]["notes"])
+    opted = diagnose("--try-only", "tf32", "--steps", "100", "--try-in-place", "train.py", cwd=work,
+                     env={"WRITE_TO": str(elsewhere)})
+    assert opted.returncode == 0, opted.stderr
+    assert opted.stdout.count("trained 30 steps") == 2 and "--try-in-place: the trials run in your" in opted.stderr
+
+
+def test_a_trial_may_not_write_beside_the_script_through_an_absolute_path(diagnose, tmp_path):
+    """The plain run wrote beside the script (its working directory) by an absolute path: a
+    trial's same write is refused by its agent, and the file stays the plain run's."""
+    work = _project(tmp_path)
+    run = diagnose("--try-only", "tf32", "--steps", "100", "train.py", cwd=work, env={"WRITE_BESIDE_SCRIPT": "1"})
+    written = (work / "beside.txt").read_text()
+    assert run.returncode == 0, run.stderr
+    [trial] = run.report["trials"]
+    assert trial["status"] == "failed" and "PermissionError" in trial["why"], trial
+    assert (work / "beside.txt").read_text() == written

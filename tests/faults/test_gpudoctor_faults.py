@@ -8,7 +8,9 @@ from __future__ import annotations
 import errno
 import functools
 import importlib.util
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -371,3 +373,26 @@ def test_supervisor_notes_are_plain(tmp_path):
     again = Session.load(path)
     assert again.exit_code == 0 and again.processes[0].exit_handlers_ran is True
     assert SimpleNamespace  # (kept for fakes above)
+
+
+# issue 27 item 2: the directory gpudoctor was started from removed during the run
+@pytest.mark.parametrize("out_inside", [False, True])
+def test_the_starting_directory_removed_mid_run(tmp_path, out_inside):
+    work, scratch = tmp_path / "work", tmp_path / "tmp"
+    work.mkdir()
+    scratch.mkdir()
+    shutil.copy(WORKLOADS / "removes_cwd.py", work / "removes_cwd.py")
+    out = Path("reports") if out_inside else tmp_path / "out"  # relative: resolved at the start, in `work`
+    proc = subprocess.run([*GPUDOCTOR, "diagnose", "--quiet", "--out", f"{out}/", "removes_cwd.py"], cwd=work,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, TMPDIR=str(scratch)), check=False)
+    assert proc.returncode == 0, proc.stderr  # the workload's status, not 70
+    assert "internal error" not in proc.stderr
+    where = work / out if out_inside else out  # where --out said when gpudoctor started
+    reports = [p for p in where.glob("*.json") if not p.name.endswith(".session.json")]
+    assert len(reports) == 1, proc.stderr
+    # nothing but the reports themselves is made again where the workload removed its directory
+    assert sorted(p.name for p in work.iterdir()) == ["reports"] if out_inside else not work.exists()
+    session = json.loads(next(where.glob("*.session.json")).read_text())
+    assert session["cwd"] == str(work)
+    assert not list(scratch.glob("gpudoctor-session-*"))  # the temporary session directory is removed

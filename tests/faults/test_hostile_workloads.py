@@ -169,16 +169,73 @@ def test_a_process_that_outlives_the_workload_is_reported(gd):
         os.kill(pid, signal.SIGKILL)
 
 
-def test_a_short_lived_parent_leaves_a_process_in_its_group_that_is_reported(gd, tmp_path):
+def _gone(pid: int, timeout: float = 5.0) -> bool:
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def test_a_short_lived_parent_leaves_a_process_in_its_group_that_is_stopped(gd, tmp_path):
+    """issue 27 item 7: what is left in the workload's process group is stopped as Ctrl-C would,
+    escalated after --grace (a background job of sh ignores SIGINT: SIGTERM ends it)."""
     import os
     import signal
 
     # no Python, no agent, gone before any scan of the tree: found by its process group
     pidfile = tmp_path / "pid"
-    run = gd("--", "sh", "-c", f"sleep 60 </dev/null >/dev/null 2>&1 & echo $! > {pidfile}")
+    run = gd("--grace", "1", "--", "sh", "-c", f"sleep 60 </dev/null >/dev/null 2>&1 & echo $! > {pidfile}")
     pid = int(pidfile.read_text())
     try:
         assert run.returncode == 0, run.stderr
-        assert any(f"pid {pid} (sleep 60)" in line for line in run.status_lines()), run.stderr
+        assert _gone(pid), "the process left in the workload's group still runs"
+        [line] = [line for line in run.status_lines() if "process group" in line]
+        assert "1 process(es) still in the workload's process group" in line and "SIGTERM" in line, line
+        assert not any("still ran after it ended" in line for line in run.status_lines()), run.stderr
     finally:
-        os.kill(pid, signal.SIGKILL)
+        if not _gone(pid, 0):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_duration_stop_stops_the_whole_process_group_and_names_what_survives(gd, tmp_path):
+    """A group member that ignores SIGINT and SIGTERM gets SIGKILL after --grace; one in a session
+    of its own is not in the group: named, left running."""
+    import os
+    import signal
+
+    stubborn = ("import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('stubborn', flush=True); time.sleep(300)")
+    script = tmp_path / "group.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        f"a = subprocess.Popen([sys.executable, '-c', {stubborn!r}], stdout=subprocess.PIPE, "
+        "stderr=subprocess.DEVNULL)\n"
+        "a.stdout.readline()\n"
+        "b = subprocess.Popen(['sleep', '300'], start_new_session=True, stdout=subprocess.DEVNULL, "
+        "stderr=subprocess.DEVNULL)\n"
+        "print(f'pids {a.pid} {b.pid}', flush=True)\n"
+        "time.sleep(300)\n")
+    run = gd("--duration", "4", "--grace", "1", str(script))
+    stubborn_pid, away_pid = (int(p) for p in run.stdout.split("pids ", 1)[1].split()[:2])
+    try:
+        assert run.returncode == 0, run.stderr
+        assert _gone(stubborn_pid), "a group member that ignores SIGINT and SIGTERM still runs"
+        assert not _gone(away_pid, 0)  # a session of its own: not the workload's group
+        [stopped] = [line for line in run.status_lines() if "process group" in line]
+        assert "SIGKILL" in stopped, stopped
+        [left] = [line for line in run.status_lines() if "still ran after it ended" in line]
+        assert f"pid {away_pid} (sleep 300)" in left and str(stubborn_pid) not in left
+    finally:
+        for pid in (stubborn_pid, away_pid):
+            if not _gone(pid, 0):
+                os.kill(pid, signal.SIGKILL)

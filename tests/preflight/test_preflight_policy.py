@@ -96,3 +96,53 @@ def test_python_without_tomllib_says_so(tmp_path: Path, monkeypatch: pytest.Monk
 )
 def test_sizes(text, value) -> None:
     assert policy.parse_bytes(text) == value
+
+
+# issue 27 item 8: a policy is small; reading one is bounded, and every value a real number
+
+def test_policy_from_an_endless_file_is_refused_unread() -> None:
+    with pytest.raises(GpudoctorError) as err:
+        policy.load("/dev/zero")
+    assert err.value.code == exitcodes.BAD_POLICY and "larger than" in str(err.value)
+
+
+def test_policy_of_a_huge_comment_is_refused_before_parsing(tmp_path: Path) -> None:
+    big = tmp_path / "gate.toml"
+    with open(big, "w") as fh:
+        fh.write("min_sm_activity = 40\n")
+        fh.write("#" + "x" * (policy.MAX_POLICY_BYTES + 10) + "\n")
+    with pytest.raises(GpudoctorError) as err:
+        policy.load(str(big), cwd=tmp_path)
+    assert err.value.code == exitcodes.BAD_POLICY and "larger than" in str(err.value)
+
+
+def test_a_huge_pyproject_is_refused_too(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml",
+          "[tool.gpudoctor.preflight]\nmin_sm_activity = 40\n#" + "x" * (policy.MAX_POLICY_BYTES + 10) + "\n")
+    with pytest.raises(GpudoctorError) as err:
+        policy.load(None, cwd=tmp_path)
+    assert err.value.code == exitcodes.BAD_POLICY
+
+
+def test_deeply_nested_toml_is_a_bad_policy_not_a_crash(tmp_path: Path) -> None:
+    nested = write(tmp_path / "gate.toml", "ignore = " + "[" * 1000 + "]" * 1000 + "\n")
+    with pytest.raises(GpudoctorError) as err:
+        policy.load(str(nested), cwd=tmp_path)
+    assert err.value.code == exitcodes.BAD_POLICY and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "+nan"])
+@pytest.mark.parametrize("key", ["min_sm_activity", "max_step_time_ms", "min_steps_per_s", "max_data_wait_share"])
+def test_nan_and_infinity_are_not_thresholds(tmp_path: Path, key: str, value: str) -> None:
+    gate = write(tmp_path / "gate.toml", f"{key} = {value}\n")
+    with pytest.raises(GpudoctorError) as err:
+        policy.load(str(gate), cwd=tmp_path)
+    assert err.value.code == exitcodes.BAD_POLICY and key in str(err.value)
+
+
+@pytest.mark.parametrize("text", ['"nan"', '"infGiB"', "1e400"])
+def test_sizes_that_are_not_finite_are_refused(tmp_path: Path, text: str) -> None:
+    gate = write(tmp_path / "gate.toml", f"min_shm_bytes = {text}\n")
+    with pytest.raises(GpudoctorError) as err:
+        policy.load(str(gate), cwd=tmp_path)
+    assert err.value.code == exitcodes.BAD_POLICY
