@@ -141,8 +141,9 @@ class SweepTrial:
     environment: dict[str, Any] = json_field(default_factory=dict, always=True)
     duration_s: float | None = json_field(None, always=True)
     order: int | None = json_field(None, always=True, doc="position in the run sequence; null: never run")
-    fit_probe: bool = json_field(False, doc="a size past the knee run only to learn whether it fits (few timed "
-                                 "iterations): its memory counts, not its timing")
+    fit_probe: bool | None = json_field(None, omit_none=True,
+                                        doc="true: a size past the knee run only to learn whether it fits (few timed "
+                                            "iterations): its memory counts, not its timing; absent otherwise")
     extra: Mapping[str, Any] = extra_field()
 
 

@@ -73,4 +73,4 @@ def test_wheel_contains_everything_and_runs(tmp_path):
     ).stdout.split()
     assert out[0].startswith(str(target))
     assert int(out[1]) >= 16
-    assert out[2] == "gpudoctor.checks.gd101_workers"
+    assert out[2] == "gpudoctor.checks.gd002_observer_effect"

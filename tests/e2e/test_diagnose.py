@@ -37,11 +37,16 @@ def test_starved_loader_ranks_input_stall_first(diagnose):
         assert workers is not None
         match = re.search(r"num_workers=(\d+)", workers["remedy"]["code"])
         assert match and int(match.group(1)) >= 2
-    else:
-        # one spare core carries one worker, which only moves the same work out of the loop and adds
-        # its hand-off: no advice to add it; the remedy is cheaper batches
-        assert workers is None
+    elif workers is None:
+        # one spare core carries one worker, which mostly moves the same work out of the loop and adds
+        # its hand-off: when the measured gain is that small, no advice to add it; the remedy is cheaper batches
         assert "more workers would not help" in stall["remedy"]["text"]
+    else:
+        # or the one worker the spare core allows pays (the loop's own work overlaps the batches): then
+        # GD101 sizes it, and there is one piece of advice on the workers (issue 26)
+        assert workers["severity"] != "critical"
+        assert re.search(r"num_workers=1\b", workers["remedy"]["code"]), workers["remedy"]
+        assert "more workers would not help" not in stall["remedy"]["text"]
     html = next(run.out.glob("*.html")).read_text()
     assert "GD102" in html and "<svg" in html
 
