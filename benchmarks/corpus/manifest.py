@@ -134,6 +134,7 @@ def _lightning(*paths: str) -> Source:
 
 
 EX = "{public}/pytorch+examples"
+WLM = ("word_language_model/main.py", "word_language_model/data.py", "word_language_model/model.py")
 NG = "{public}/karpathy+nanoGPT"
 TM = "{public}/huggingface+pytorch-image-models"
 LT = "{public}/Lightning-AI+pytorch-lightning"
@@ -147,7 +148,7 @@ def _public() -> list[Workload]:
     imagenet_j0 = ("--dummy", "-a", "resnet50", "-j", "0", "-b", "256", "--epochs", "1", "--gpu", "0", "-p", "100000")
     imagenet_j4 = ("--dummy", "-a", "resnet18", "-j", "4", "-b", "256", "--epochs", "1", "--gpu", "0", "-p", "100000")
     dcgan = ("--dataset", "fake", "--accel", "--niter", "200", "--workers", "2", "--outf", "{tmp}")
-    wlm = ("--accel", "--epochs", "1", "--save", "{tmp}/model.pt", "--log-interval", "100000")
+    wlm = ("--data", "{data}/text", "--accel", "--epochs", "1", "--save", "{tmp}/model.pt", "--log-interval", "100000")
     mnist = ("--epochs", "3", "--log-interval", "100000")
     ddp = ("100", "1000", "--batch_size", "32")
     nanogpt = ("config/train_shakespeare_char.py", "--device=cuda", "--compile=False", "--eval_iters=20",
@@ -178,15 +179,15 @@ def _public() -> list[Workload]:
             "examples_word_language_model_lstm", f"{EX}/word_language_model/main.py", wlm, ("GD301", "GD202"),
             (Remedy("batch 80", ("GD202", "GD301"), _replace(wlm, "--batch_size", "80"), step_scale=4.0),
              TF32),
-            _examples("word_language_model"), cwd=f"{EX}/word_language_model", forward_steps=True,
-            note="manual SGD update (no optimizer): steps are model forwards; wikitext-2 is in the repository"),
+            _examples(*WLM), forward_steps=True, data=("text",),
+            note="manual SGD update (no optimizer): steps are model forwards; generated text in wikitext-2's layout"),
         Workload(
             "examples_word_language_model_transformer", f"{EX}/word_language_model/main.py",
             ("--model", "Transformer", *wlm), ("GD301", "GD304"),
             (Remedy("batch 80", ("GD202", "GD301"), ("--model", "Transformer", *_replace(wlm, "--batch_size", "80")),
                     step_scale=4.0),
              TF32),
-            _examples("word_language_model"), cwd=f"{EX}/word_language_model", forward_steps=True),
+            _examples(*WLM), forward_steps=True, data=("text",)),
         Workload(
             "examples_mnist", f"{EX}/mnist/main.py", mnist, ("GD301", "GD202", "GD102"),
             (Remedy("batch 512", ("GD202", "GD301"), _replace(mnist, "--batch-size", "512"), step_scale=8.0),
