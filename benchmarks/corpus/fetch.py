@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from manifest import PUBLIC, WORKLOADS, Source  # noqa: E402 (this folder is not a package on sys.path)
+from manifest import PUBLIC, WORKLOADS, Source
 
 
 def find_mirror(mirrors: Path, repo: str) -> Path | None:
@@ -101,7 +101,7 @@ def imagefolder(public: Path, classes: int = 10, unique: int = 100, train: int =
         originals = []
         for i in range(unique):
             small = rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)
-            image = Image.fromarray(small).resize((500, 375), Image.BICUBIC)
+            image = Image.fromarray(small).resize((500, 375), Image.Resampling.BICUBIC)
             path = root / "originals" / f"class{k}_{i}.jpg"
             path.parent.mkdir(parents=True, exist_ok=True)
             image.save(path, quality=90)

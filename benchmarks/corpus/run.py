@@ -22,6 +22,7 @@ cores (taskset), so that an 8-GPU host measures like eight one-GPU machines.
 
     python benchmarks/corpus/fetch.py --mirrors MIRRORS        # once: public scripts and data
     python benchmarks/corpus/run.py --out DIR --budget-s 560 [--pairs 2] [--only a,b] [--resume]
+    python benchmarks/corpus/run.py --list                    # the manifest as a table
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import manifest  # noqa: E402 (this folder is not a package on sys.path)
-from manifest import Remedy, Workload  # noqa: E402
+import manifest
+from manifest import Remedy, Workload
 
 STEPRATE = manifest.CORPUS / "steprate.py"
 HANDFIX = manifest.CORPUS / "handfix.py"
@@ -319,9 +320,10 @@ def _cell(text: str) -> str:
 
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
-    lines = [f"Accuracy corpus (`benchmarks/corpus/run.py`), {meta['date']}, {meta['device']}; torch {meta['torch']}, "
-             f"gpudoctor {meta['gpudoctor']}; realized = median of {meta['pairs']} alternated plain pair(s), "
-             "predicted = one `gpudoctor diagnose` of the baseline.", "",
+    head = (f"Accuracy corpus (`benchmarks/corpus/run.py`), {meta['date']}, {meta['device']}; torch {meta['torch']}, "
+            f"gpudoctor {meta['gpudoctor']}; realized = median of {meta['pairs']} alternated plain pair(s), "
+            "predicted = one `gpudoctor diagnose` of the baseline.")
+    lines = [head, "",
              "| workload | remedy | finding | predicted (method) | realized | error |", "|---|---|---|---|---|---|"]
     for entry in results["workloads"]:
         if not entry.get("remedies") or entry["status"].startswith("not run"):
@@ -338,14 +340,25 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(f"| {entry['workload']} | {_cell(row['remedy'])} | {label} | {_cell(predicted)} | "
                          f"{_cell(real)} | {error} |")
     g = results["goal"]
+    unnamed = ", ".join(g["unnamed_over_1_5"]) or "none"
     share = f"{g['within_30_share']:.0%}" if g["within_30_share"] is not None else "-"
     lines += ["", f"Goal (issue 25): {'met' if g['met'] else 'not met'}.",
               f"- within 30% of the realized gain: {g['within_30']} of {g['compared']} ({share}; goal 80%)",
               f"- off by more than 2x: {', '.join(g['off_by_2x']) or 'none'}",
               f"- critical findings whose remedy realized under 1.1x: {', '.join(g['critical_under_1_1']) or 'none'}",
-              f"- remedies realizing over 1.5x that the report does not name: "
-              f"{', '.join(g['unnamed_over_1_5']) or 'none'}"]
+              f"- remedies realizing over 1.5x that the report does not name: {unnamed}"]
     return "\n".join(lines) + "\n"
+
+
+def listing(workloads: tuple[Workload, ...]) -> str:
+    """The manifest as a table: what each workload is, what it targets, what it needs."""
+    lines = ["| workload | source | causes | remedies (targets) | needs | generated data |", "|---|---|---|---|---|---|"]
+    for w in workloads:
+        source = f"{w.source.repo}@{w.source.commit[:10]}:{w.source.paths[0]}" if w.source else "synthetic"
+        remedies = "; ".join(f"{r.name} ({', '.join(r.targets) or 'control'})" for r in w.remedies)
+        lines.append(f"| {w.name} | {source} | {', '.join(w.causes)} | {_cell(remedies)} | {', '.join(w.needs)} | "
+                     f"{', '.join(w.data) or '-'} |")
+    return "\n".join(lines)
 
 
 def _device(entries: list[dict[str, Any]]) -> tuple[str, str | None]:
@@ -382,7 +395,7 @@ def slots(args: argparse.Namespace) -> list[Slot]:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True, help="directory for corpus.json, corpus.md, reports/")
+    parser.add_argument("--out", type=Path, help="directory for corpus.json, corpus.md, reports/")
     parser.add_argument("--public", type=Path, default=manifest.PUBLIC, help="materialised public sources "
                                                                              "(fetch.py's --out; default: %(default)s)")
     parser.add_argument("--manifest", type=Path, help="a Python file defining WORKLOADS (default: manifest.py)")
@@ -394,6 +407,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-diagnose", action="store_true", help="realized gains only")
     parser.add_argument("--gpus", help="comma-separated GPU indices: one workload at a time on each")
     parser.add_argument("--cores-per-gpu", type=int, default=0, help="cores each GPU's workload may use (taskset)")
+    parser.add_argument("--list", action="store_true", help="print the manifest as a markdown table and exit")
     parser.add_argument("--warmup-share", type=float, default=0.2, help="share of each run's first steps left out")
     return parser.parse_args(argv)
 
@@ -402,9 +416,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     start = time.time()
     deadline = start + args.budget_s
-    args.out.mkdir(parents=True, exist_ok=True)
     workloads: tuple[Workload, ...] = (tuple(runpy.run_path(str(args.manifest))["WORKLOADS"])
                                        if args.manifest else manifest.WORKLOADS)
+    if args.list:
+        print(listing(workloads))
+        return 0
+    if args.out is None:
+        print("corpus: --out is required", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
     only = set(args.only.split(",")) if args.only else None
     skip = set(args.skip.split(",")) if args.skip else set()
     unknown = ((only or set()) | skip) - {w.name for w in workloads}

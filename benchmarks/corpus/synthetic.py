@@ -86,17 +86,17 @@ def _train_on_loader(loader: DataLoader, width: int, steps: int, device: torch.d
 
 def loader(args: argparse.Namespace, device: torch.device) -> None:
     data = BusyItems(256, args.item_us)
-    kwargs = {"persistent_workers": True, "prefetch_factor": 4} if args.workers else {}
-    _train_on_loader(DataLoader(data, batch_size=args.batch, num_workers=args.workers,
-                                pin_memory=device.type == "cuda", **kwargs), 256, args.steps, device)
+    _train_on_loader(DataLoader(data, batch_size=args.batch, num_workers=args.workers, pin_memory=device.type == "cuda",
+                                persistent_workers=args.workers > 0, prefetch_factor=4 if args.workers else None),
+                     256, args.steps, device)
 
 
 def storage(args: argparse.Namespace, device: torch.device) -> None:
     with tempfile.TemporaryDirectory(dir=args.folder) as folder:
         data = FileItems(folder, 2048, 256 * 1024)
-        kwargs = {"persistent_workers": True, "prefetch_factor": 4} if args.workers else {}
-        _train_on_loader(DataLoader(data, batch_size=args.batch, num_workers=args.workers, **kwargs), 4096,
-                         args.steps, device)
+        _train_on_loader(DataLoader(data, batch_size=args.batch, num_workers=args.workers,
+                                    persistent_workers=args.workers > 0,
+                                    prefetch_factor=4 if args.workers else None), 4096, args.steps, device)
 
 
 def copies(args: argparse.Namespace, device: torch.device) -> None:

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"))
-from manifest import Remedy, Workload  # noqa: E402
+from manifest import Remedy, Workload
 
 SYN = "{corpus}/synthetic.py"
 LOADER = ("loader", "--device", "cpu", "--workers", "0", "--item-us", "1500", "--batch", "8")
