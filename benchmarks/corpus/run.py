@@ -28,6 +28,7 @@ cores (taskset), so that an 8-GPU host measures like eight one-GPU machines.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -352,7 +353,8 @@ def markdown(results: dict[str, Any]) -> str:
 
 def listing(workloads: tuple[Workload, ...]) -> str:
     """The manifest as a table: what each workload is, what it targets, what it needs."""
-    lines = ["| workload | source | causes | remedies (targets) | needs | generated data |", "|---|---|---|---|---|---|"]
+    lines = ["| workload | source | causes | remedies (targets) | needs | generated data |",
+             "|---|---|---|---|---|---|"]
     for w in workloads:
         source = f"{w.source.repo}@{w.source.commit[:10]}:{w.source.paths[0]}" if w.source else "synthetic"
         remedies = "; ".join(f"{r.name} ({', '.join(r.targets) or 'control'})" for r in w.remedies)
@@ -407,6 +409,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-diagnose", action="store_true", help="realized gains only")
     parser.add_argument("--gpus", help="comma-separated GPU indices: one workload at a time on each")
     parser.add_argument("--cores-per-gpu", type=int, default=0, help="cores each GPU's workload may use (taskset)")
+    parser.add_argument("--max-seconds", type=float, default=0.0,
+                        help="cap every workload's bound on a run (seconds of run; default: the manifest's)")
     parser.add_argument("--list", action="store_true", help="print the manifest as a markdown table and exit")
     parser.add_argument("--warmup-share", type=float, default=0.2, help="share of each run's first steps left out")
     return parser.parse_args(argv)
@@ -437,10 +441,13 @@ def main(argv: list[str] | None = None) -> int:
         kept = [e for e in json.loads(previous.read_text())["workloads"] if e.get("status") == "done"]
     done = {e["workload"] for e in kept}
     queue = [w for w in workloads if (only is None or w.name in only) and w.name not in skip and w.name not in done]
+    if args.max_seconds:
+        queue = [dataclasses.replace(w, max_seconds=min(w.max_seconds, args.max_seconds)) for w in queue]
     results: dict[str, Any] = {
         "schema": SCHEMA,
         "meta": {"date": datetime.date.today().isoformat(), "pairs": args.pairs, "budget_s": args.budget_s,
-                 "warmup_share": args.warmup_share, "python": platform.python_version(), "cpu_count": os.cpu_count(),
+                 "warmup_share": args.warmup_share, "max_seconds": args.max_seconds or None,
+                 "python": platform.python_version(), "cpu_count": os.cpu_count(),
                  "slots": [s.__dict__ for s in slots(args)], "gpudoctor": _version(), "torch": None},
         "workloads": kept,
     }
