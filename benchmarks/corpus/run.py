@@ -15,7 +15,7 @@ defining ``WORKLOADS``):
 
 Writes OUT/corpus.json and OUT/corpus.md (workload, remedy, predicted (method), realized,
 error, and the issue's goal checks) after every workload, so that a run cut short still
-leaves its results; ``--resume`` skips the workloads already done. ``--budget-s`` bounds the
+leaves its results; ``--resume`` skips the workloads already done (or failed). ``--budget-s`` bounds the
 whole run: no run starts that its workload's bound would carry past it. ``--gpus 0,1,...``
 runs that many workloads at once, one per GPU, each confined to its own ``--cores-per-gpu``
 cores (taskset), so that an 8-GPU host measures like eight one-GPU machines.
@@ -176,8 +176,11 @@ def diagnose(workload: Workload, public: Path, slot: Slot, timeout: float, keep:
                 *command(workload, None, public, tmp, None, Slot(slot.gpu, None))]
         if slot.cores and shutil.which("taskset"):
             argv = ["taskset", "-c", slot.cores, *argv]
+        env = environment(workload, None, slot)
+        # `-m gpudoctor` from this checkout where it is not installed (after whatever PYTHONPATH holds)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(manifest.ROOT)) if p)
         start = time.time()
-        proc = subprocess.Popen(argv, env=environment(workload, None, slot), cwd=_prepare(workload, public, tmp),
+        proc = subprocess.Popen(argv, env=env, cwd=_prepare(workload, public, tmp),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
         stderr, stopped = _communicate(proc, timeout)
         reports = [p for p in (tmp / "report").glob("*.json") if not p.name.endswith(".session.json")]
@@ -291,6 +294,10 @@ def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadl
             row.update({"named": None, "predicted": None, "method": None, "finding": None, "cross_checks": []})
         judge(row)
         entry["remedies"].append(row)
+    baselines = [r for r in entry["runs"] if r["variant"] == "baseline"]
+    if baselines and all(r.get("error") for r in baselines) and entry["status"] == "done":
+        entry["status"] = "failed"  # the remedies may have run: their rows say so
+        entry["notes"].append(f"baseline: {baselines[0]['error'][:300]}")
     entry["seconds"] = round(time.time() - started, 1)
     return entry
 
@@ -348,6 +355,11 @@ def markdown(results: dict[str, Any]) -> str:
               f"- off by more than 2x: {', '.join(g['off_by_2x']) or 'none'}",
               f"- critical findings whose remedy realized under 1.1x: {', '.join(g['critical_under_1_1']) or 'none'}",
               f"- remedies realizing over 1.5x that the report does not name: {unnamed}"]
+    unfinished = [e for e in results["workloads"] if e["status"] != "done"]
+    if unfinished:
+        lines += ["", "Not measured in full:"]
+        lines += [f"- {e['workload']}: {e['status']}{'; ' if e['notes'] else ''}{_cell('; '.join(e['notes']))}"
+                  for e in unfinished]
     return "\n".join(lines) + "\n"
 
 
@@ -405,7 +417,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip", help="comma-separated workload names to leave out")
     parser.add_argument("--pairs", type=int, default=2, help="alternated baseline/remedy pairs (default 2)")
     parser.add_argument("--budget-s", type=float, default=560.0, help="seconds for everything (default 560)")
-    parser.add_argument("--resume", action="store_true", help="keep OUT/corpus.json's finished workloads")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep OUT/corpus.json's finished (done or failed) workloads, run the others")
     parser.add_argument("--no-diagnose", action="store_true", help="realized gains only")
     parser.add_argument("--gpus", help="comma-separated GPU indices: one workload at a time on each")
     parser.add_argument("--cores-per-gpu", type=int, default=0, help="cores each GPU's workload may use (taskset)")
@@ -438,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = args.out / "corpus.json"
     kept: list[dict[str, Any]] = []
     if args.resume and previous.exists():
-        kept = [e for e in json.loads(previous.read_text())["workloads"] if e.get("status") == "done"]
+        kept = [e for e in json.loads(previous.read_text())["workloads"] if e.get("status") in ("done", "failed")]
     done = {e["workload"] for e in kept}
     queue = [w for w in workloads if (only is None or w.name in only) and w.name not in skip and w.name not in done]
     if args.max_seconds:
