@@ -278,9 +278,9 @@ def _public() -> list[Workload]:
             ("GD301", "GD304"),
             (TF32, Remedy("fused SGD", ("GD301",), handfix=("fused-optimizer",))),
             _lightning("examples/fabric/language_model/train.py"), cwd=f"{LT}/examples/fabric/language_model",
-            needs=("torch", "lightning"), data=("wikitext-lightning",),
-            note="lightning.pytorch.demos Transformer on wikitext-2 (fetch.py places pytorch/examples' copy where "
-                 "the demo would download it); the demo module is the installed lightning's"),
+            needs=("torch", "lightning", "requests"), data=("wikitext-lightning",),
+            note="lightning.pytorch.demos Transformer on generated text placed where the demo would download "
+                 "wikitext-2 (the installed lightning's demo; it imports requests before it looks for the file)"),
         Workload(
             "lightning_fabric_image_classifier", f"{LT}/examples/fabric/image_classifier/train_fabric.py",
             ("--epochs", "3"), ("GD301", "GD202"),
