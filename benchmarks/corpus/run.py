@@ -206,12 +206,12 @@ def top_finding(report: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def prediction(report: dict[str, Any], remedy: Remedy) -> dict[str, Any]:
-    """The gain the report predicts for REMEDY: its first named target finding (with a gain, if any has one)."""
+    """The gain the report predicts for REMEDY: the first target finding it names, the others as cross-checks."""
     named = [f for f in report.get("findings") or [] if f.get("id") in remedy.targets]
     if not named:
         return {"named": False, "predicted": 1.0, "method": "none named", "finding": None, "cross_checks": []}
-    with_gain = [f for f in named if f.get("estimated_gain") is not None]
-    chosen = (with_gain or named)[0]
+    # a cause before its consequences, a finding with a number before one without; else the report's order
+    chosen = min(named, key=lambda f: (f.get("estimated_gain") is None, bool(f.get("consequence_of"))))
     return {"named": True, "predicted": chosen.get("estimated_gain"),
             "method": (chosen.get("prediction") or {}).get("method"), "finding": _finding(chosen),
             "cross_checks": [_finding(f) for f in named if f is not chosen]}
@@ -235,7 +235,7 @@ def judge(row: dict[str, Any]) -> None:
     row["off_by_2x"] = (predicted / real > OFF_BY or real / predicted > OFF_BY) if predicted and real else None
     finding = row.get("finding") or {}
     row["critical_under_1_1"] = finding.get("severity") == "critical" and real is not None and real < CRITICAL_MIN
-    row["unnamed_over_1_5"] = not row.get("named") and real is not None and real > UNNAMED_MAX
+    row["unnamed_over_1_5"] = row.get("named") is False and real is not None and real > UNNAMED_MAX
 
 
 def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadline: float) -> dict[str, Any]:

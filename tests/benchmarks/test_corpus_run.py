@@ -41,10 +41,12 @@ REPORT = {
 
 
 def test_the_prediction_is_the_first_named_target_with_the_others_as_cross_checks() -> None:
-    remedy = manifest.Remedy("12 workers", ("GD101", "GD102"), ("-j", "12"))
+    remedy = manifest.Remedy("12 workers", ("GD101", "GD102", "GD201"), ("-j", "12"))
     got = run.prediction(REPORT, remedy)
     assert (got["named"], got["predicted"], got["method"]) == (True, 6.0, "replay")
-    assert [c["id"] for c in got["cross_checks"]] == ["GD101"]
+    assert [c["id"] for c in got["cross_checks"]] == ["GD101", "GD201"]
+    consequence_first = {"findings": [REPORT["findings"][2], {**REPORT["findings"][1], "estimated_gain": 3.0}]}
+    assert run.prediction(consequence_first, remedy)["finding"]["id"] == "GD101"
     unnamed = run.prediction(REPORT, manifest.Remedy("compile", ("GD301",), ("--compile",)))
     assert (unnamed["named"], unnamed["predicted"], unnamed["method"]) == (False, 1.0, "none named")
     assert run.top_finding(REPORT)["id"] == "GD102"
@@ -74,6 +76,9 @@ def test_the_goal_checks() -> None:
     assert (goal["compared"], goal["within_30"], goal["met"]) == (3, 1, False)
     assert goal["critical_under_1_1"] == ["b: r"] and goal["unnamed_over_1_5"] == ["c: r"]
     assert run.goal([{"remedies": rows[:1]}])["met"]
+    no_report = {"workload": "d", "remedy": "r", "predicted": None, "realized": 3.0, "named": None, "finding": None}
+    run.judge(no_report)
+    assert not no_report["unnamed_over_1_5"] and no_report["error"] is None
 
 
 def test_steady_rate_leaves_the_warmup_out() -> None:
