@@ -103,6 +103,7 @@ def _communicate(proc: subprocess.Popen[str], timeout: float) -> tuple[str, bool
     """stderr of PROC (its tail), and whether it had to be stopped."""
     try:
         _, stderr = proc.communicate(timeout=max(1.0, timeout))
+        _end_group(proc)  # loader workers left behind by a bounded run must not share the next run's cores
         return stderr or "", False
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGTERM)  # gpudoctor stops its workload on SIGTERM and still reports
@@ -112,6 +113,13 @@ def _communicate(proc: subprocess.Popen[str], timeout: float) -> tuple[str, bool
             os.killpg(proc.pid, signal.SIGKILL)
             _, stderr = proc.communicate()
         return stderr or "", True
+
+
+def _end_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _prepare(workload: Workload, public: Path, tmp: Path) -> Path:
