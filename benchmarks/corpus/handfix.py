@@ -43,7 +43,10 @@ def _fused_optimizers() -> None:
         original = cls.__init__
 
         def init(self, params, *args, _original=original, **kwargs) -> None:  # type: ignore[no-untyped-def]
-            params = list(params)
+            if isinstance(params, torch.Tensor):
+                params = [params]
+            params = [{**g, "params": [g["params"]] if isinstance(g["params"], torch.Tensor) else list(g["params"])}
+                      if isinstance(g, dict) else g for g in params]
             tensors = [p for group in params for p in (group["params"] if isinstance(group, dict) else [group])]
             if "fused" not in kwargs and "foreach" not in kwargs and tensors and all(t.is_cuda for t in tensors):
                 kwargs["fused"] = True
