@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -27,9 +28,10 @@ def _load(name: str) -> ModuleType:
 
 
 run = _load("run")
+score = _load("score")
 manifest = sys.modules["manifest"]
 
-REPORT = {
+REPORT: dict[str, Any] = {
     "findings": [
         {"id": "GD102", "severity": "critical", "title": "stall", "estimated_gain": 6.0,
          "prediction": {"method": "replay"}},
@@ -42,20 +44,20 @@ REPORT = {
 
 def test_the_prediction_is_the_first_named_target_with_the_others_as_cross_checks() -> None:
     remedy = manifest.Remedy("12 workers", ("GD101", "GD102", "GD201"), ("-j", "12"))
-    got = run.prediction(REPORT, remedy)
+    got = score.prediction(REPORT, remedy)
     assert (got["named"], got["predicted"], got["method"]) == (True, 6.0, "replay")
     assert [c["id"] for c in got["cross_checks"]] == ["GD101", "GD201"]
     consequence_first = {"findings": [REPORT["findings"][2], {**REPORT["findings"][1], "estimated_gain": 3.0}]}
-    assert run.prediction(consequence_first, remedy)["finding"]["id"] == "GD101"
-    unnamed = run.prediction(REPORT, manifest.Remedy("compile", ("GD301",), ("--compile",)))
+    assert score.prediction(consequence_first, remedy)["finding"]["id"] == "GD101"
+    unnamed = score.prediction(REPORT, manifest.Remedy("compile", ("GD301",), ("--compile",)))
     assert (unnamed["named"], unnamed["predicted"], unnamed["method"]) == (False, 1.0, "none named")
-    assert run.top_finding(REPORT)["id"] == "GD102"
+    assert score.top_finding(REPORT)["id"] == "GD102"
 
 
 def test_realized_is_the_median_of_the_pairs_ratios() -> None:
     pairs = [{"ratio": 2.0}, {"ratio": 3.0}, {"ratio": 10.0}]
-    assert run.realized(pairs)["realized"] == 3.0
-    failed = run.realized([{"ratio": None, "baseline_error": "exit 1: OOM", "remedy_error": None}])
+    assert score.realized(pairs)["realized"] == 3.0
+    failed = score.realized([{"ratio": None, "baseline_error": "exit 1: OOM", "remedy_error": None}])
     assert failed["realized"] is None and "baseline failed" in failed["note"]
 
 
@@ -68,16 +70,16 @@ def test_the_goal_checks() -> None:
         {"workload": "c", "remedy": "r", "predicted": 1.0, "realized": 3.0, "named": False, "finding": None},
     ]
     for row in rows:
-        run.judge(row)
+        score.judge(row)
     assert rows[0]["within_30"] and not rows[0]["off_by_2x"] and not rows[0]["critical_under_1_1"]
     assert rows[1]["off_by_2x"] and rows[1]["critical_under_1_1"]
     assert rows[2]["unnamed_over_1_5"] and rows[2]["off_by_2x"]
-    goal = run.goal([{"remedies": rows}])
+    goal = score.goal([{"remedies": rows}])
     assert (goal["compared"], goal["within_30"], goal["met"]) == (3, 1, False)
     assert goal["critical_under_1_1"] == ["b: r"] and goal["unnamed_over_1_5"] == ["c: r"]
-    assert run.goal([{"remedies": rows[:1]}])["met"]
+    assert score.goal([{"remedies": rows[:1]}])["met"]
     no_report = {"workload": "d", "remedy": "r", "predicted": None, "realized": 3.0, "named": None, "finding": None}
-    run.judge(no_report)
+    score.judge(no_report)
     assert not no_report["unnamed_over_1_5"] and no_report["error"] is None
 
 
