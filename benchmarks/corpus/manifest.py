@@ -79,7 +79,7 @@ class Workload:
     torchrun: int = 0  # ranks under torchrun --standalone (0: plain python)
     forward_steps: bool = False  # no optimizer: a step is an outermost module forward (STEPRATE_FORWARD)
     max_steps: int = 300  # a plain run stops after this many steps ...
-    max_seconds: float = 40.0  # ... or this many seconds of run; diagnose gets the same bounds
+    max_seconds: float = 40.0  # ... or this many seconds after its first step; diagnose gets the same bounds
     needs: tuple[str, ...] = ("torch",)  # Python packages it imports beyond the standard library
     data: tuple[str, ...] = ()  # generated data sets fetch.py must write (fetch.GENERATORS)
     scratch: tuple[str, ...] = ()  # globs of files the script leaves in a shared cwd, removed before each run

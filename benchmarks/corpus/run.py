@@ -55,6 +55,7 @@ HANDFIX = manifest.CORPUS / "handfix.py"
 SCHEMA = "gpudoctor.corpus/1"
 STARTUP_S = 60.0  # allowance for interpreter, imports and setup beyond a workload's own bound
 MIN_STEADY = 5
+DIAGNOSE_SETUP_S = 45.0  # diagnose's --duration counts the set-up too: the workload's bound plus this
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ def diagnose(workload: Workload, public: Path, slot: Slot, timeout: float, keep:
     with tempfile.TemporaryDirectory(prefix="gd-corpus-") as scratch:
         tmp = Path(scratch)
         argv = [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", "--out", f"{tmp}/report/",
-                "--steps", str(workload.max_steps), "--duration", str(workload.max_seconds + STARTUP_S / 2), "--",
+                "--steps", str(workload.max_steps), "--duration", str(workload.max_seconds + DIAGNOSE_SETUP_S), "--",
                 *command(workload, None, public, tmp, None, Slot(slot.gpu, None))]
         if slot.cores and shutil.which("taskset"):
             argv = ["taskset", "-c", slot.cores, *argv]

@@ -10,9 +10,9 @@ run alike in a plain run and under gpudoctor: what they cost is the same on both
 sides of a comparison. Under torchrun each rank writes OUT.json.rank<N>.
 
 STEPRATE_MAX_STEPS and STEPRATE_MAX_S (optional) bound a run that would go on for epochs:
-after that many steps, or the first step that ends that many seconds after the start, the
-stamps are written and the process exits at once with status 0 (DataLoader workers notice
-their parent is gone and end).
+after that many steps, or at the first step that ends that many seconds after the first step
+(the script's set-up is not counted), the stamps are written and the process exits at once
+with status 0 (DataLoader workers notice their parent is gone and end).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def main() -> None:
     def stamp(kind: str) -> None:
         now = time.perf_counter()
         stamps.append((now, bool(enabled()), kind))
-        if (max_steps and len(stamps) >= max_steps) or (max_s and now - began >= max_s):
+        if (max_steps and len(stamps) >= max_steps) or (max_s and now - stamps[0][0] >= max_s):
             write()
             sys.stdout.flush()
             sys.stderr.flush()
