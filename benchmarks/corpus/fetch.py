@@ -57,7 +57,10 @@ def materialise(source: Source, mirror: Path, out: Path) -> list[str]:
             missing.append(f"{path}: {archive.stderr.decode(errors='replace').strip()}")
             continue
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(target, filter="data")
+            try:
+                tar.extractall(target, filter="data")
+            except TypeError:  # a Python without extraction filters (before 3.10.12): git's own archive
+                tar.extractall(target)
     record = target / ".source.json"
     known = json.loads(record.read_text()) if record.exists() else {"repo": source.repo, "commit": source.commit,
                                                                     "paths": []}

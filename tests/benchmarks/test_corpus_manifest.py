@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
 
@@ -77,3 +80,31 @@ def test_placeholders_expand(tmp_path: Path) -> None:
         for text in (w.script, w.cwd, *w.args, *(a for r in w.remedies for a in (r.args or ()))):
             expanded = manifest.expand(text, public=tmp_path / "public", tmp=tmp_path / "run")
             assert "{" not in expanded, f"{w.name}: {text}"
+
+
+@pytest.mark.integration
+def test_fetch_takes_the_pinned_commit_from_a_local_mirror(tmp_path: Path) -> None:
+    mirror = tmp_path / "mirrors" / "owner+name" / "repo"
+    mirror.mkdir(parents=True)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(mirror), *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q")
+    (mirror / "pkg").mkdir()
+    (mirror / "train.py").write_text("print('pinned')\n")
+    (mirror / "pkg" / "util.py").write_text("X = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    pinned = git("rev-parse", "HEAD")
+    (mirror / "train.py").write_text("print('later')\n")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two")
+    found = fetch.find_mirror(tmp_path / "mirrors", "owner/name")
+    assert found == mirror
+    source = manifest.Source("owner/name", pinned, ("train.py", "pkg", "missing.py"), "MIT")
+    missing = fetch.materialise(source, found, tmp_path / "public")
+    assert (tmp_path / "public" / "owner+name" / "train.py").read_text() == "print('pinned')\n"
+    assert (tmp_path / "public" / "owner+name" / "pkg" / "util.py").exists()
+    assert len(missing) == 1 and missing[0].startswith("missing.py")
+    assert fetch.find_mirror(tmp_path / "mirrors", "owner/other") is None
