@@ -15,7 +15,7 @@ defining ``WORKLOADS``):
 
 Writes OUT/corpus.json and OUT/corpus.md (workload, remedy, predicted (method), realized,
 error, and the issue's goal checks) after every workload, so that a run cut short still
-leaves its results; ``--resume`` skips the workloads already done (or failed). ``--budget-s`` bounds the
+leaves its results; ``--resume`` runs only the workloads the last run did not start. ``--budget-s`` bounds the
 whole run: no run starts that its workload's bound would carry past it. ``--gpus 0,1,...``
 runs that many workloads at once, one per GPU, each confined to its own ``--cores-per-gpu``
 cores (taskset), so that an 8-GPU host measures like eight one-GPU machines.
@@ -53,7 +53,8 @@ from score import device, goal, judge, listing, markdown, prediction, realized, 
 STEPRATE = manifest.CORPUS / "steprate.py"
 HANDFIX = manifest.CORPUS / "handfix.py"
 SCHEMA = "gpudoctor.corpus/1"
-STARTUP_S = 60.0  # allowance for interpreter, imports and setup beyond a workload's own bound
+STARTUP_S = 30.0  # allowance for interpreter, imports and set-up beyond a workload's own bound
+SLOW_START_S = 180.0  # a run is stopped only this much later still (torch.compile's first step, cuDNN tuning)
 MIN_STEADY = 5
 DIAGNOSE_SETUP_S = 45.0  # diagnose's --duration counts the set-up too: the workload's bound plus this
 
@@ -216,7 +217,8 @@ def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadl
         if not fits():
             entry["status"] = "not run: time budget"
             return entry
-        result = diagnose(workload, args.public, slot, min(2 * run_bound, deadline - time.time()),
+        result = diagnose(workload, args.public, slot,
+                          min(DIAGNOSE_SETUP_S + run_bound + SLOW_START_S, deadline - time.time()),
                           args.out / "reports" / f"{workload.name}.json")
         report = result.pop("report", None)
         entry["diagnose"] = {**result, "top": top_finding(report) if report else None,
@@ -232,8 +234,8 @@ def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadl
             break
         pair: dict[str, dict[str, Any]] = {}
         for remedy in order:
-            result = plain_run(workload, remedy, args.public, slot, min(2 * run_bound, deadline - time.time()),
-                               args.warmup_share)
+            result = plain_run(workload, remedy, args.public, slot,
+                               min(run_bound + SLOW_START_S, deadline - time.time()), args.warmup_share)
             result["pair"] = i
             entry["runs"].append(result)
             pair[result["variant"]] = result
@@ -293,7 +295,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pairs", type=int, default=2, help="alternated baseline/remedy pairs (default 2)")
     parser.add_argument("--budget-s", type=float, default=560.0, help="seconds for everything (default 560)")
     parser.add_argument("--resume", action="store_true",
-                        help="keep OUT/corpus.json's finished (done or failed) workloads, run the others")
+                        help="keep OUT/corpus.json's workloads that ran (done, failed or partial), run the others")
     parser.add_argument("--no-diagnose", action="store_true", help="realized gains only")
     parser.add_argument("--gpus", help="comma-separated GPU indices: one workload at a time on each")
     parser.add_argument("--cores-per-gpu", type=int, default=0, help="cores each GPU's workload may use (taskset)")
@@ -326,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     previous = args.out / "corpus.json"
     kept: list[dict[str, Any]] = []
     if args.resume and previous.exists():
-        kept = [e for e in json.loads(previous.read_text())["workloads"] if e.get("status") in ("done", "failed")]
+        kept = [e for e in json.loads(previous.read_text())["workloads"]
+                if not str(e.get("status", "not run")).startswith("not run")]
     done = {e["workload"] for e in kept}
     queue = [w for w in workloads if (only is None or w.name in only) and w.name not in skip and w.name not in done]
     if args.max_seconds:
