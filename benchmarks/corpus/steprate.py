@@ -8,6 +8,11 @@ thread). Each step is stamped with whether torch.profiler was on when it ended, 
 benchmark can tell the steps a profiler window overlapped from the others. The hooks
 run alike in a plain run and under gpudoctor: what they cost is the same on both
 sides of a comparison. Under torchrun each rank writes OUT.json.rank<N>.
+
+STEPRATE_MAX_STEPS and STEPRATE_MAX_S (optional) bound a run that would go on for epochs:
+after that many steps, or at the first step that ends that many seconds after the first step
+(the script's set-up is not counted), the stamps are written and the process exits at once
+with status 0 (DataLoader workers notice their parent is gone and end).
 """
 
 from __future__ import annotations
@@ -35,8 +40,17 @@ def main() -> None:
     depth = threading.local()
     began = time.perf_counter()
 
+    max_steps = int(os.environ.get("STEPRATE_MAX_STEPS") or 0)
+    max_s = float(os.environ.get("STEPRATE_MAX_S") or 0)
+
     def stamp(kind: str) -> None:
-        stamps.append((time.perf_counter(), bool(enabled()), kind))
+        now = time.perf_counter()
+        stamps.append((now, bool(enabled()), kind))
+        if (max_steps and len(stamps) >= max_steps) or (max_s and now - stamps[0][0] >= max_s):
+            write()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
 
     def after_step(optimizer, args, kwargs) -> None:  # type: ignore[no-untyped-def]
         stamp("optimizer")
@@ -67,6 +81,7 @@ def main() -> None:
 
     atexit.register(write)
     sys.argv = script
+    sys.path[0] = os.path.dirname(os.path.abspath(script[0]))  # as `python SCRIPT` would have it: its siblings import
     runpy.run_path(script[0], run_name="__main__")
 
 

@@ -1,0 +1,382 @@
+"""Predicted against realized gains over the accuracy corpus (issue 25).
+
+For each workload of benchmarks/corpus/manifest.py (or ``--manifest FILE``, a Python file
+defining ``WORKLOADS``):
+
+1. the prediction: ``gpudoctor diagnose`` once on the baseline (no ``--try``), read for
+   the top finding (its predicted gain and method) and, per remedy, the finding the remedy
+   targets (the first one the report names, the other named ones kept as cross-checks; a
+   remedy whose findings the report does not name is predicted 1.0x, "none named");
+2. the realization, without gpudoctor: the baseline and each remedy variant run plainly
+   under benchmarks/corpus/steprate.py, alternated in pairs (baseline first in even pairs,
+   last in odd ones). Per run, the steady throughput: steps after the first 20% over their
+   time, times the remedy's samples per step (a bigger batch). Realized gain = the median
+   over pairs of remedy / baseline of the same pair.
+
+Writes OUT/corpus.json and OUT/corpus.md (workload, remedy, predicted (method), realized,
+error, and the issue's goal checks) after every workload, so that a run cut short still
+leaves its results; ``--resume`` runs only the workloads the last run did not start. ``--budget-s`` bounds the
+whole run: no run starts that its workload's bound would carry past it. ``--gpus 0,1,...``
+runs that many workloads at once, one per GPU, each confined to its own ``--cores-per-gpu``
+cores (taskset), so that an 8-GPU host measures like eight one-GPU machines.
+
+    python benchmarks/corpus/fetch.py --mirrors MIRRORS        # once: public scripts and data
+    python benchmarks/corpus/run.py --out DIR --budget-s 560 [--pairs 2] [--only a,b] [--resume]
+    python benchmarks/corpus/run.py --list                    # the manifest as a table
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import runpy
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import manifest
+from manifest import Remedy, Workload
+from score import device, goal, judge, listing, markdown, prediction, realized, top_finding, x_gain
+
+STEPRATE = manifest.CORPUS / "steprate.py"
+HANDFIX = manifest.CORPUS / "handfix.py"
+SCHEMA = "gpudoctor.corpus/1"
+STARTUP_S = 30.0  # allowance for interpreter, imports and set-up beyond a workload's own bound
+SLOW_START_S = 180.0  # a run is stopped only this much later still (torch.compile's first step, cuDNN tuning)
+MIN_STEADY = 5
+DIAGNOSE_SETUP_S = 45.0  # diagnose's --duration counts the set-up too: the workload's bound plus this
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a workload runs: one GPU (or none) and the cores its processes may use."""
+
+    gpu: str | None
+    cores: str | None  # a taskset list ("0-15"), or None for every core
+
+
+def command(workload: Workload, remedy: Remedy | None, public: Path, tmp: Path, stamps: Path | None,
+            slot: Slot) -> list[str]:
+    """The argv of one run: the baseline (remedy None) or a variant, under steprate when STAMPS is given."""
+    args = workload.args if remedy is None or remedy.args is None else remedy.args
+    argv = [manifest.expand(workload.script, public=public, tmp=tmp),
+            *(manifest.expand(a, public=public, tmp=tmp) for a in args)]
+    if remedy is not None and remedy.handfix:
+        argv = [str(HANDFIX), ",".join(remedy.handfix), "--", *argv]
+    if stamps is not None:
+        argv = [str(STEPRATE), str(stamps), *argv]
+    if workload.torchrun:
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                str(workload.torchrun), *argv]
+    else:
+        argv = [sys.executable, *argv]
+    if slot.cores and shutil.which("taskset"):
+        argv = ["taskset", "-c", slot.cores, *argv]
+    return argv
+
+
+def environment(workload: Workload, remedy: Remedy | None, slot: Slot) -> dict[str, str]:
+    env = {**os.environ, **workload.env, **(remedy.env if remedy is not None else {})}
+    env.pop("GPUDOCTOR_SESSION_DIR", None)
+    if slot.gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = slot.gpu
+    if workload.forward_steps:
+        env["STEPRATE_FORWARD"] = "1"
+    return env
+
+
+def _communicate(proc: subprocess.Popen[str], timeout: float) -> tuple[str, bool]:
+    """stderr of PROC (its tail), and whether it had to be stopped."""
+    try:
+        _, stderr = proc.communicate(timeout=max(1.0, timeout))
+        _end_group(proc)  # loader workers left behind by a bounded run must not share the next run's cores
+        return stderr or "", False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)  # gpudoctor stops its workload on SIGTERM and still reports
+        try:
+            _, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, stderr = proc.communicate()
+        return stderr or "", True
+
+
+def _end_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _prepare(workload: Workload, public: Path, tmp: Path) -> Path:
+    cwd = Path(manifest.expand(workload.cwd, public=public, tmp=tmp))
+    cwd.mkdir(parents=True, exist_ok=True)
+    for pattern in workload.scratch:
+        for path in cwd.glob(pattern):
+            if path.is_file():
+                path.unlink()
+    return cwd
+
+
+def steady_rate(stamps: list[float], warmup_share: float) -> tuple[float | None, int]:
+    """Steps per second after the first WARMUP_SHARE of the steps, and how many steps that is."""
+    first = max(1, int(len(stamps) * warmup_share))
+    steady = len(stamps) - first
+    if steady < MIN_STEADY or stamps[-1] <= stamps[first - 1]:
+        return None, max(steady, 0)
+    return steady / (stamps[-1] - stamps[first - 1]), steady
+
+
+def plain_run(workload: Workload, remedy: Remedy | None, public: Path, slot: Slot, timeout: float,
+              warmup_share: float) -> dict[str, Any]:
+    """One run without gpudoctor: its steady throughput (samples per baseline step, per second) or why none."""
+    with tempfile.TemporaryDirectory(prefix="gd-corpus-") as scratch:
+        tmp = Path(scratch)
+        stamps = tmp / "steps.json"
+        env = environment(workload, remedy, slot)
+        env["STEPRATE_MAX_STEPS"] = str(workload.max_steps)
+        env["STEPRATE_MAX_S"] = str(workload.max_seconds)
+        start = time.time()
+        proc = subprocess.Popen(command(workload, remedy, public, tmp, stamps, slot), env=env,
+                                cwd=_prepare(workload, public, tmp), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        stderr, stopped = _communicate(proc, timeout)
+        result: dict[str, Any] = {"variant": remedy.name if remedy else "baseline", "exit": proc.returncode,
+                                  "wall_s": round(time.time() - start, 2)}
+        files = sorted(tmp.glob("steps.json*"))
+        if stopped:
+            result["error"] = f"stopped after {timeout:.0f}s"
+        elif proc.returncode != 0 or not files:
+            result["error"] = f"exit {proc.returncode}: {stderr.strip()[-400:]}"
+        if "error" in result:
+            return result
+        data = json.loads(files[0].read_text())
+        rate, steady = steady_rate(data["t"], warmup_share)
+        result.update(steps=len(data["t"]), steady_steps=steady, step_source=data["source"])
+        if rate is None:
+            result["error"] = f"too few steady steps ({steady} of {len(data['t'])})"
+            return result
+        scale = remedy.step_scale if remedy is not None else 1.0
+        result.update(steps_per_s=round(rate, 4), throughput=round(rate * scale, 4))
+        return result
+
+
+def diagnose(workload: Workload, public: Path, slot: Slot, timeout: float, keep: Path) -> dict[str, Any]:
+    """`gpudoctor diagnose` on the baseline: its JSON report (kept under KEEP) or why there is none."""
+    with tempfile.TemporaryDirectory(prefix="gd-corpus-") as scratch:
+        tmp = Path(scratch)
+        argv = [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", "--out", f"{tmp}/report/",
+                "--steps", str(workload.max_steps), "--duration", str(workload.max_seconds + DIAGNOSE_SETUP_S), "--",
+                *command(workload, None, public, tmp, None, Slot(slot.gpu, None))]
+        if slot.cores and shutil.which("taskset"):
+            argv = ["taskset", "-c", slot.cores, *argv]
+        env = environment(workload, None, slot)
+        # `-m gpudoctor` from this checkout where it is not installed (after whatever PYTHONPATH holds)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(manifest.ROOT)) if p)
+        start = time.time()
+        proc = subprocess.Popen(argv, env=env, cwd=_prepare(workload, public, tmp),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        stderr, stopped = _communicate(proc, timeout)
+        reports = [p for p in (tmp / "report").glob("*.json") if not p.name.endswith(".session.json")]
+        if not reports:
+            return {"error": f"no report (exit {proc.returncode}{', stopped' if stopped else ''}): "
+                             f"{stderr.strip()[-400:]}", "wall_s": round(time.time() - start, 1)}
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(reports[0], keep)
+        return {"report": json.loads(reports[0].read_text()), "wall_s": round(time.time() - start, 1),
+                "stopped": stopped}
+
+
+def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadline: float) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "workload": workload.name, "public": workload.source is not None,
+        "source": ({"repo": workload.source.repo, "commit": workload.source.commit, "path": workload.source.paths[0]}
+                   if workload.source else None),
+        "causes": list(workload.causes), "slot": {"gpu": slot.gpu, "cores": slot.cores}, "status": "done",
+        "notes": [], "diagnose": None, "runs": [], "remedies": []}
+    started = time.time()
+    run_bound = workload.max_seconds + STARTUP_S
+
+    def fits() -> bool:
+        return time.time() + run_bound <= deadline
+
+    report: dict[str, Any] | None = None
+    if not args.no_diagnose:
+        if not fits():
+            entry["status"] = "not run: time budget"
+            return entry
+        result = diagnose(workload, args.public, slot,
+                          min(DIAGNOSE_SETUP_S + run_bound + SLOW_START_S, deadline - time.time()),
+                          args.out / "reports" / f"{workload.name}.json")
+        report = result.pop("report", None)
+        entry["diagnose"] = {**result, "top": top_finding(report) if report else None,
+                             "verdict": ((report or {}).get("summary") or {}).get("verdict"),
+                             "environment": (report or {}).get("environment")}
+    variants: list[Remedy | None] = [None, *workload.remedies]
+    pairs: list[dict[str, dict[str, Any]]] = []
+    for i in range(args.pairs):
+        order = variants if i % 2 == 0 else list(reversed(variants))
+        if time.time() + len(order) * run_bound > deadline:
+            entry["notes"].append(f"time budget: {i} of {args.pairs} pairs run")
+            entry["status"] = "partial: time budget" if i else "not run: time budget"
+            break
+        pair: dict[str, dict[str, Any]] = {}
+        for remedy in order:
+            result = plain_run(workload, remedy, args.public, slot,
+                               min(run_bound + SLOW_START_S, deadline - time.time()), args.warmup_share)
+            result["pair"] = i
+            entry["runs"].append(result)
+            pair[result["variant"]] = result
+        pairs.append(pair)
+    for remedy in workload.remedies:
+        per_pair = []
+        for pair in pairs:
+            base, other = pair.get("baseline") or {}, pair.get(remedy.name) or {}
+            ratio = (round(other["throughput"] / base["throughput"], 4)
+                     if base.get("throughput") and other.get("throughput") else None)
+            per_pair.append({"baseline": base.get("throughput"), "remedy": other.get("throughput"), "ratio": ratio,
+                             "baseline_error": base.get("error"), "remedy_error": other.get("error")})
+        row: dict[str, Any] = {"workload": workload.name, "remedy": remedy.name, "targets": list(remedy.targets),
+                               "step_scale": remedy.step_scale, "pairs": per_pair, **realized(per_pair)}
+        if report is not None:
+            row.update(prediction(report, remedy))
+        else:
+            row.update({"named": None, "predicted": None, "method": None, "finding": None, "cross_checks": []})
+        judge(row)
+        entry["remedies"].append(row)
+    baselines = [r for r in entry["runs"] if r["variant"] == "baseline"]
+    if baselines and all(r.get("error") for r in baselines) and entry["status"] == "done":
+        entry["status"] = "failed"  # the remedies may have run: their rows say so
+        entry["notes"].append(f"baseline: {baselines[0]['error'][:300]}")
+    entry["seconds"] = round(time.time() - started, 1)
+    return entry
+
+
+def write(results: dict[str, Any], out: Path) -> None:
+    results["goal"] = goal(results["workloads"])
+    device_name, torch_version = device(results["workloads"])
+    results["meta"]["device"] = device_name
+    results["meta"]["torch"] = torch_version or results["meta"].get("torch")
+    for name, text in (("corpus.json", json.dumps(results, indent=1, default=str)), ("corpus.md", markdown(results))):
+        partial = out / f".{name}.tmp"
+        partial.write_text(text)
+        partial.replace(out / name)
+
+
+def slots(args: argparse.Namespace) -> list[Slot]:
+    if not args.gpus:
+        return [Slot(None, None)]
+    gpus = args.gpus.split(",")
+    if not args.cores_per_gpu:
+        return [Slot(g, None) for g in gpus]
+    return [Slot(g, f"{i * args.cores_per_gpu}-{(i + 1) * args.cores_per_gpu - 1}") for i, g in enumerate(gpus)]
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, help="directory for corpus.json, corpus.md, reports/")
+    parser.add_argument("--public", type=Path, default=manifest.PUBLIC, help="materialised public sources "
+                                                                             "(fetch.py's --out; default: %(default)s)")
+    parser.add_argument("--manifest", type=Path, help="a Python file defining WORKLOADS (default: manifest.py)")
+    parser.add_argument("--only", help="comma-separated workload names")
+    parser.add_argument("--skip", help="comma-separated workload names to leave out")
+    parser.add_argument("--pairs", type=int, default=2, help="alternated baseline/remedy pairs (default 2)")
+    parser.add_argument("--budget-s", type=float, default=560.0, help="seconds for everything (default 560)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep OUT/corpus.json's workloads that ran (done, failed or partial), run the others")
+    parser.add_argument("--no-diagnose", action="store_true", help="realized gains only")
+    parser.add_argument("--gpus", help="comma-separated GPU indices: one workload at a time on each")
+    parser.add_argument("--cores-per-gpu", type=int, default=0, help="cores each GPU's workload may use (taskset)")
+    parser.add_argument("--max-seconds", type=float, default=0.0,
+                        help="cap every workload's bound on a run (seconds of run; default: the manifest's)")
+    parser.add_argument("--list", action="store_true", help="print the manifest as a markdown table and exit")
+    parser.add_argument("--warmup-share", type=float, default=0.2, help="share of each run's first steps left out")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    start = time.time()
+    deadline = start + args.budget_s
+    workloads: tuple[Workload, ...] = (tuple(runpy.run_path(str(args.manifest))["WORKLOADS"])
+                                       if args.manifest else manifest.WORKLOADS)
+    if args.list:
+        print(listing(workloads))
+        return 0
+    if args.out is None:
+        print("corpus: --out is required", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    only = set(args.only.split(",")) if args.only else None
+    skip = set(args.skip.split(",")) if args.skip else set()
+    unknown = ((only or set()) | skip) - {w.name for w in workloads}
+    if unknown:
+        print(f"corpus: unknown workloads: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    previous = args.out / "corpus.json"
+    kept: list[dict[str, Any]] = []
+    if args.resume and previous.exists():
+        kept = [e for e in json.loads(previous.read_text())["workloads"]
+                if not str(e.get("status", "not run")).startswith("not run")]
+    done = {e["workload"] for e in kept}
+    queue = [w for w in workloads if (only is None or w.name in only) and w.name not in skip and w.name not in done]
+    if args.max_seconds:
+        queue = [dataclasses.replace(w, max_seconds=min(w.max_seconds, args.max_seconds)) for w in queue]
+    results: dict[str, Any] = {
+        "schema": SCHEMA,
+        "meta": {"date": datetime.date.today().isoformat(), "pairs": args.pairs, "budget_s": args.budget_s,
+                 "warmup_share": args.warmup_share, "max_seconds": args.max_seconds or None,
+                 "python": platform.python_version(), "cpu_count": os.cpu_count(),
+                 "slots": [s.__dict__ for s in slots(args)], "gpudoctor": _version(), "torch": None},
+        "workloads": kept,
+    }
+    lock = threading.Lock()
+
+    def worker(slot: Slot) -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                workload = queue.pop(0)
+            entry = run_workload(workload, args, slot, deadline)
+            with lock:
+                results["workloads"].append(entry)
+                write(results, args.out)
+            summary = "; ".join(f"{r['remedy']}: predicted {x_gain(r.get('predicted'))} "
+                                f"realized {x_gain(r.get('realized'))}" for r in entry["remedies"])
+            print(f"corpus: {workload.name} [{entry['status']}] {summary}", file=sys.stderr, flush=True)
+
+    threads = [threading.Thread(target=worker, args=(slot,)) for slot in slots(args)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    results["meta"]["seconds"] = round(time.time() - start, 1)
+    write(results, args.out)
+    print(markdown(results))
+    return 0
+
+
+def _version() -> str | None:
+    try:
+        from gpudoctor import __version__
+
+        return str(__version__)
+    except ImportError:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

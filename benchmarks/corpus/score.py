@@ -1,0 +1,150 @@
+"""Scoring the accuracy corpus: the prediction a report makes for a remedy, the realized gain, the goal, the table.
+
+Pure functions over the runner's records (benchmarks/corpus/run.py), so that they can be
+tested without running anything.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+from typing import Any
+
+from manifest import Remedy, Workload
+
+WITHIN = 0.30  # |predicted / realized - 1| counted as accurate
+OFF_BY = 2.0  # predicted / realized beyond 2x either way: a miss the goal forbids
+CRITICAL_MIN = 1.1  # a critical finding's remedy must realize at least this
+UNNAMED_MAX = 1.5  # a remedy realizing more than this must be named by the report
+
+
+def _finding(f: dict[str, Any]) -> dict[str, Any]:
+    return {"id": f.get("id"), "severity": f.get("severity"), "title": f.get("title"),
+            "predicted": f.get("estimated_gain"), "method": (f.get("prediction") or {}).get("method")}
+
+
+def top_finding(report: dict[str, Any]) -> dict[str, Any] | None:
+    findings = [f for f in report.get("findings") or [] if not f.get("consequence_of")]
+    serious = [f for f in findings if f.get("severity") in ("critical", "warning")]
+    chosen = (serious or findings or [None])[0]
+    return _finding(chosen) if chosen else None
+
+
+def prediction(report: dict[str, Any], remedy: Remedy) -> dict[str, Any]:
+    """The gain the report predicts for REMEDY: the first target finding it names, the others as cross-checks."""
+    named = [f for f in report.get("findings") or [] if f.get("id") in remedy.targets]
+    if not named:
+        return {"named": False, "predicted": 1.0, "method": "none named", "finding": None, "cross_checks": []}
+    # a cause before its consequences, a finding with a number before one without; else the report's order
+    chosen = min(named, key=lambda f: (f.get("estimated_gain") is None, bool(f.get("consequence_of"))))
+    return {"named": True, "predicted": chosen.get("estimated_gain"),
+            "method": (chosen.get("prediction") or {}).get("method"), "finding": _finding(chosen),
+            "cross_checks": [_finding(f) for f in named if f is not chosen]}
+
+
+def realized(pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median over pairs of remedy / baseline throughput; why none where no pair has both."""
+    ratios = [p["ratio"] for p in pairs if p.get("ratio") is not None]
+    if ratios:
+        return {"realized": round(statistics.median(ratios), 4), "ratios": ratios}
+    if any(p.get("baseline_error") and not p.get("remedy_error") for p in pairs):
+        return {"realized": None, "ratios": [], "note": "the baseline failed where the remedy ran"}
+    return {"realized": None, "ratios": [], "note": "no pair measured both"}
+
+
+def judge(row: dict[str, Any]) -> None:
+    """Error and goal flags of one remedy row, in place."""
+    predicted, real = row.get("predicted"), row.get("realized")
+    row["error"] = round(predicted / real - 1, 4) if predicted and real else None
+    row["within_30"] = abs(row["error"]) <= WITHIN if row["error"] is not None else None
+    row["off_by_2x"] = (predicted / real > OFF_BY or real / predicted > OFF_BY) if predicted and real else None
+    finding = row.get("finding") or {}
+    row["critical_under_1_1"] = finding.get("severity") == "critical" and real is not None and real < CRITICAL_MIN
+    row["unnamed_over_1_5"] = row.get("named") is False and real is not None and real > UNNAMED_MAX
+
+
+def goal(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    rows = [r for e in entries for r in e.get("remedies") or []]
+    compared = [r for r in rows if r.get("error") is not None]
+    within = sum(1 for r in compared if r["within_30"])
+    result = {
+        "remedies": len(rows), "compared": len(compared), "within_30": within,
+        "within_30_share": round(within / len(compared), 3) if compared else None,
+        "off_by_2x": [f"{r['workload']}: {r['remedy']}" for r in compared if r["off_by_2x"]],
+        "critical_under_1_1": [f"{r['workload']}: {r['remedy']}" for r in rows if r.get("critical_under_1_1")],
+        "unnamed_over_1_5": [f"{r['workload']}: {r['remedy']}" for r in rows if r.get("unnamed_over_1_5")],
+    }
+    result["met"] = bool(compared) and within >= 0.8 * len(compared) and not (
+        result["off_by_2x"] or result["critical_under_1_1"] or result["unnamed_over_1_5"])
+    return result
+
+
+def x_gain(value: float | None) -> str:
+    """A gain as the table shows it."""
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "/").replace("\n", " ")
+
+
+def markdown(results: dict[str, Any]) -> str:
+    meta = results["meta"]
+    head = (f"Accuracy corpus (`benchmarks/corpus/run.py`), {meta['date']}, {meta['device']}; torch {meta['torch']}, "
+            f"gpudoctor {meta['gpudoctor']}; realized = median of {meta['pairs']} alternated plain pair(s), "
+            "predicted = one `gpudoctor diagnose` of the baseline.")
+    lines = [head, "",
+             "| workload | remedy | finding | predicted (method) | realized | error |", "|---|---|---|---|---|---|"]
+    for entry in results["workloads"]:
+        if not entry.get("remedies") or entry["status"].startswith("not run"):
+            lines.append(f"| {entry['workload']} | {entry['status']} | | | | |")
+            continue
+        for row in entry["remedies"]:
+            finding = row.get("finding") or {}
+            label = f"{finding['id']} {finding.get('severity')}" if finding else ("not named" if row.get("named") is
+                                                                                  False else "no report")
+            predicted = f"{x_gain(row.get('predicted'))} ({row.get('method') or 'no method'})" \
+                if row.get("predicted") is not None else "no number"
+            real = x_gain(row.get("realized")) if row.get("realized") is not None else row.get("note", "-")
+            error = f"{row['error']:+.0%}" if row.get("error") is not None else ""
+            lines.append(f"| {entry['workload']} | {_cell(row['remedy'])} | {label} | {_cell(predicted)} | "
+                         f"{_cell(real)} | {error} |")
+    g = results["goal"]
+    unnamed = ", ".join(g["unnamed_over_1_5"]) or "none"
+    share = f"{g['within_30_share']:.0%}" if g["within_30_share"] is not None else "-"
+    lines += ["", f"Goal (issue 25): {'met' if g['met'] else 'not met'}.",
+              f"- within 30% of the realized gain: {g['within_30']} of {g['compared']} ({share}; goal 80%)",
+              f"- off by more than 2x: {', '.join(g['off_by_2x']) or 'none'}",
+              f"- critical findings whose remedy realized under 1.1x: {', '.join(g['critical_under_1_1']) or 'none'}",
+              f"- remedies realizing over 1.5x that the report does not name: {unnamed}"]
+    unfinished = [e for e in results["workloads"] if e["status"] != "done"]
+    if unfinished:
+        lines += ["", "Not measured in full:"]
+        lines += [f"- {e['workload']}: {e['status']}{'; ' if e['notes'] else ''}{_cell('; '.join(e['notes']))}"
+                  for e in unfinished]
+    return "\n".join(lines) + "\n"
+
+
+def listing(workloads: tuple[Workload, ...]) -> str:
+    """The manifest as a table: what each workload is, what it targets, what it needs."""
+    lines = ["| workload | source | causes | remedies (targets) | needs | generated data |",
+             "|---|---|---|---|---|---|"]
+    for w in workloads:
+        source = f"{w.source.repo}@{w.source.commit[:10]}:{w.source.paths[0]}" if w.source else "synthetic"
+        remedies = "; ".join(f"{r.name} ({', '.join(r.targets) or 'control'})" for r in w.remedies)
+        lines.append(f"| {w.name} | {source} | {', '.join(w.causes)} | {_cell(remedies)} | {', '.join(w.needs)} | "
+                     f"{', '.join(w.data) or '-'} |")
+    return "\n".join(lines)
+
+
+def device(entries: list[dict[str, Any]]) -> tuple[str, str | None]:
+    """The GPU's name and torch's version as the first report gives them."""
+    torch_version = None
+    for entry in entries:
+        env = (entry.get("diagnose") or {}).get("environment") or {}
+        torch_version = torch_version or env.get("torch")
+        gpus = env.get("gpus") or []
+        if gpus and gpus[0].get("name"):
+            return f"{gpus[0]['name']}, {os.cpu_count()} cores", env.get("torch")
+    return f"CPU only ({platform.machine()}, {os.cpu_count()} cores)", torch_version

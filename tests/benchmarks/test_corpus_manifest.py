@@ -1,0 +1,110 @@
+"""The accuracy corpus's manifest is complete (issue 25): enough workloads, enough public ones, every cause covered."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
+
+
+def _load(name: str) -> ModuleType:
+    sys.path.insert(0, str(CORPUS))
+    spec = importlib.util.spec_from_file_location(f"corpus_{name}", CORPUS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+manifest = _load("manifest")
+fetch = _load("fetch")
+handfix = _load("handfix")
+
+
+def test_the_corpus_has_30_workloads_half_of_them_public() -> None:
+    workloads = manifest.WORKLOADS
+    assert len(workloads) >= 30
+    assert sum(1 for w in workloads if w.source is not None) >= 15
+    assert len({w.name for w in workloads}) == len(workloads)
+
+
+def test_every_cause_gd101_to_gd402_is_covered() -> None:
+    covered = {cause for w in manifest.WORKLOADS for cause in w.causes}
+    assert set(manifest.CAUSES) <= covered
+    assert set(manifest.CAUSES) == {"GD101", "GD102", "GD103", "GD104", "GD105", "GD201", "GD202", "GD203",
+                                    "GD301", "GD302", "GD303", "GD304", "GD401", "GD402"}
+
+
+def test_every_workload_has_a_remedy_that_changes_something() -> None:
+    for w in manifest.WORKLOADS:
+        assert w.remedies, w.name
+        assert len({r.name for r in w.remedies}) == len(w.remedies), w.name
+        for r in w.remedies:
+            changed = (r.args is not None and r.args != w.args) or r.env or r.handfix
+            assert changed, f"{w.name}: {r.name} is the baseline"
+            assert set(r.targets) <= set(manifest.CAUSES), f"{w.name}: {r.name}"
+            assert r.step_scale > 0
+
+
+def test_public_workloads_name_a_pinned_commit_and_their_script() -> None:
+    for w in manifest.WORKLOADS:
+        if w.source is None:
+            assert "{public}" not in w.script, w.name
+            continue
+        assert re.fullmatch(r"[0-9a-f]{40}", w.source.commit), w.name
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+", w.source.repo), w.name
+        assert w.script.endswith("/" + w.source.paths[0]), w.name  # the script is the source's first path
+        assert w.script.startswith("{public}/" + w.source.folder + "/"), w.name
+        assert w.source.license
+
+
+def test_generated_data_and_hand_fixes_exist() -> None:
+    fixes = {"tf32", "cudnn-benchmark", "fused-optimizer", "pin-memory"}
+    for w in manifest.WORKLOADS:
+        assert set(w.data) <= set(fetch.GENERATORS), w.name
+        for r in w.remedies:
+            for fix in r.handfix:
+                assert fix in fixes or re.fullmatch(r"workers=\d+", fix), f"{w.name}: {fix}"
+
+
+def test_placeholders_expand(tmp_path: Path) -> None:
+    for w in manifest.WORKLOADS:
+        for text in (w.script, w.cwd, *w.args, *(a for r in w.remedies for a in (r.args or ()))):
+            expanded = manifest.expand(text, public=tmp_path / "public", tmp=tmp_path / "run")
+            assert "{" not in expanded, f"{w.name}: {text}"
+
+
+@pytest.mark.integration
+def test_fetch_takes_the_pinned_commit_from_a_local_mirror(tmp_path: Path) -> None:
+    mirror = tmp_path / "mirrors" / "owner+name" / "repo"
+    mirror.mkdir(parents=True)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(mirror), *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q")
+    (mirror / "pkg").mkdir()
+    (mirror / "train.py").write_text("print('pinned')\n")
+    (mirror / "pkg" / "util.py").write_text("X = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    pinned = git("rev-parse", "HEAD")
+    (mirror / "train.py").write_text("print('later')\n")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two")
+    found = fetch.find_mirror(tmp_path / "mirrors", "owner/name")
+    assert found == mirror
+    source = manifest.Source("owner/name", pinned, ("train.py", "pkg", "missing.py"), "MIT")
+    missing = fetch.materialise(source, found, tmp_path / "public")
+    assert (tmp_path / "public" / "owner+name" / "train.py").read_text() == "print('pinned')\n"
+    assert (tmp_path / "public" / "owner+name" / "pkg" / "util.py").exists()
+    assert len(missing) == 1 and missing[0].startswith("missing.py")
+    assert fetch.find_mirror(tmp_path / "mirrors", "owner/other") is None

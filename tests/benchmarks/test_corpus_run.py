@@ -1,0 +1,151 @@
+"""The accuracy corpus's runner (benchmarks/corpus/run.py): predictions read, realized gains from paired runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "benchmarks" / "corpus"
+
+
+def _load(name: str) -> ModuleType:
+    sys.path.insert(0, str(CORPUS))
+    spec = importlib.util.spec_from_file_location(f"corpus_{name}", CORPUS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+run = _load("run")
+score = _load("score")
+manifest = sys.modules["manifest"]
+
+REPORT: dict[str, Any] = {
+    "findings": [
+        {"id": "GD102", "severity": "critical", "title": "stall", "estimated_gain": 6.0,
+         "prediction": {"method": "replay"}},
+        {"id": "GD101", "severity": "warning", "title": "workers", "estimated_gain": 4.0,
+         "prediction": {"method": "rule"}},
+        {"id": "GD201", "severity": "info", "title": "idle", "estimated_gain": None, "consequence_of": "GD102"},
+    ],
+}
+
+
+def test_the_prediction_is_the_first_named_target_with_the_others_as_cross_checks() -> None:
+    remedy = manifest.Remedy("12 workers", ("GD101", "GD102", "GD201"), ("-j", "12"))
+    got = score.prediction(REPORT, remedy)
+    assert (got["named"], got["predicted"], got["method"]) == (True, 6.0, "replay")
+    assert [c["id"] for c in got["cross_checks"]] == ["GD101", "GD201"]
+    consequence_first = {"findings": [REPORT["findings"][2], {**REPORT["findings"][1], "estimated_gain": 3.0}]}
+    assert score.prediction(consequence_first, remedy)["finding"]["id"] == "GD101"
+    unnamed = score.prediction(REPORT, manifest.Remedy("compile", ("GD301",), ("--compile",)))
+    assert (unnamed["named"], unnamed["predicted"], unnamed["method"]) == (False, 1.0, "none named")
+    assert score.top_finding(REPORT)["id"] == "GD102"
+
+
+def test_realized_is_the_median_of_the_pairs_ratios() -> None:
+    pairs = [{"ratio": 2.0}, {"ratio": 3.0}, {"ratio": 10.0}]
+    assert score.realized(pairs)["realized"] == 3.0
+    failed = score.realized([{"ratio": None, "baseline_error": "exit 1: OOM", "remedy_error": None}])
+    assert failed["realized"] is None and "baseline failed" in failed["note"]
+
+
+def test_the_goal_checks() -> None:
+    rows = [
+        {"workload": "a", "remedy": "r", "predicted": 2.0, "realized": 1.8, "named": True,
+         "finding": {"severity": "critical"}},
+        {"workload": "b", "remedy": "r", "predicted": 6.0, "realized": 1.05, "named": True,
+         "finding": {"severity": "critical"}},
+        {"workload": "c", "remedy": "r", "predicted": 1.0, "realized": 3.0, "named": False, "finding": None},
+    ]
+    for row in rows:
+        score.judge(row)
+    assert rows[0]["within_30"] and not rows[0]["off_by_2x"] and not rows[0]["critical_under_1_1"]
+    assert rows[1]["off_by_2x"] and rows[1]["critical_under_1_1"]
+    assert rows[2]["unnamed_over_1_5"] and rows[2]["off_by_2x"]
+    goal = score.goal([{"remedies": rows}])
+    assert (goal["compared"], goal["within_30"], goal["met"]) == (3, 1, False)
+    assert goal["critical_under_1_1"] == ["b: r"] and goal["unnamed_over_1_5"] == ["c: r"]
+    assert score.goal([{"remedies": rows[:1]}])["met"]
+    no_report = {"workload": "d", "remedy": "r", "predicted": None, "realized": 3.0, "named": None, "finding": None}
+    score.judge(no_report)
+    assert not no_report["unnamed_over_1_5"] and no_report["error"] is None
+
+
+def test_steady_rate_leaves_the_warmup_out() -> None:
+    stamps = [0.0, 5.0] + [5.0 + 0.1 * i for i in range(1, 21)]  # a slow first step, then 10 steps/s
+    rate, steady = run.steady_rate(stamps, 0.2)
+    assert steady == 18 and rate == pytest.approx(10.0)
+    assert run.steady_rate([0.0, 1.0, 2.0], 0.2)[0] is None
+
+
+def test_a_variant_runs_under_steprate_handfix_and_torchrun(tmp_path: Path) -> None:
+    workload = manifest.Workload("w", "{public}/o+n/train.py", ("-b", "8"), ("GD301",),
+                                 (manifest.Remedy("tf32", ("GD304",), handfix=("tf32", "workers=2")),), torchrun=1)
+    argv = run.command(workload, workload.remedies[0], tmp_path, tmp_path, tmp_path / "s.json", run.Slot("1", None))
+    assert argv[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
+    assert argv[6:] == [str(run.STEPRATE), str(tmp_path / "s.json"), str(run.HANDFIX), "tf32,workers=2", "--",
+                        f"{tmp_path}/o+n/train.py", "-b", "8"]
+    env = run.environment(workload, workload.remedies[0], run.Slot("1", None))
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+@pytest.mark.integration
+def test_the_runner_end_to_end_on_two_cpu_workloads(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(CORPUS / "run.py"), "--out", str(out), "--manifest",
+                           str(Path(__file__).with_name("cpu_corpus.py")), "--pairs", "2", "--budget-s", "400"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads((out / "corpus.json").read_text())
+    assert results["schema"] == "gpudoctor.corpus/1"
+    assert [e["workload"] for e in sorted(results["workloads"], key=lambda e: e["workload"])] == \
+        ["cpu_loader", "cpu_small_batch"]
+    for entry in results["workloads"]:
+        assert entry["status"] == "done", entry["notes"]
+        assert entry["diagnose"] is not None and "wall_s" in entry["diagnose"]
+        assert (out / "reports" / f"{entry['workload']}.json").exists() or "error" in entry["diagnose"]
+        runs = entry["runs"]
+        # two pairs, alternated: baseline first, then last
+        assert [r["variant"] for r in runs] == ["baseline", entry["remedies"][0]["remedy"],
+                                                entry["remedies"][0]["remedy"], "baseline"]
+        assert all(r.get("throughput") for r in runs), runs
+        row = entry["remedies"][0]
+        assert len(row["pairs"]) == 2
+        for i, pair in enumerate(row["pairs"]):
+            base = next(r for r in runs if r["pair"] == i and r["variant"] == "baseline")
+            other = next(r for r in runs if r["pair"] == i and r["variant"] == row["remedy"])
+            assert pair["ratio"] == pytest.approx(other["throughput"] / base["throughput"], rel=1e-3)
+            assert other["throughput"] == pytest.approx(other["steps_per_s"] * row["step_scale"], rel=1e-3)
+        assert row["realized"] == pytest.approx(statistics.median(p["ratio"] for p in row["pairs"]), rel=1e-3)
+        assert row["predicted"] is not None and row["method"]
+        assert set(row) >= {"error", "within_30", "off_by_2x", "critical_under_1_1", "unnamed_over_1_5"}
+    assert set(results["goal"]) >= {"compared", "within_30", "off_by_2x", "critical_under_1_1", "unnamed_over_1_5",
+                                    "met"}
+    table = (out / "corpus.md").read_text()
+    assert "| workload | remedy | finding | predicted (method) | realized | error |" in table
+    assert "| cpu_loader | 1 worker |" in table and "| cpu_small_batch | batch 32 |" in table
+    assert "Goal (issue 25)" in table and "within 30% of the realized gain" in table
+
+
+@pytest.mark.integration
+def test_the_runner_keeps_to_its_budget_and_still_writes(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(CORPUS / "run.py"), "--out", str(out), "--manifest",
+                           str(Path(__file__).with_name("cpu_corpus.py")), "--budget-s", "1"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads((out / "corpus.json").read_text())
+    assert {e["status"] for e in results["workloads"]} == {"not run: time budget"}
+    assert "not run: time budget" in (out / "corpus.md").read_text()
