@@ -54,11 +54,26 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 from .stats import StepTracker
 
 MAIN_THREAD = threading.main_thread().ident
 _RANK = {source: i for i, source in enumerate(StepTracker.SOURCES)}
+_WINDOWS: "weakref.WeakSet[ProfilerWindow]" = weakref.WeakSet()  # the process's windows, seen at each fork
+_FORK_HANDLERS: list[bool] = []  # registered once per process
+
+
+def _watch_forks(window):
+    """One pair of fork handlers per process (an in-process watch makes a window per call)."""
+    if not _FORK_HANDLERS:
+        _FORK_HANDLERS.append(True)
+        try:
+            os.register_at_fork(before=lambda: [w._before_fork() for w in list(_WINDOWS)],
+                                after_in_child=lambda: [w._after_fork_in_child() for w in list(_WINDOWS)])
+        except (AttributeError, ValueError):  # no fork on this platform
+            pass
+    _WINDOWS.add(window)
 
 
 
@@ -138,10 +153,7 @@ class ProfilerWindow:
         self.guards = threading.local()
         self.safepoints = getattr(hooks, "safepoints", None)
         self.forked_inside = False  # a fork happened while a window ran that could not be closed first
-        try:
-            os.register_at_fork(before=self._before_fork, after_in_child=self._after_fork_in_child)
-        except (AttributeError, ValueError):  # no fork on this platform
-            pass
+        _watch_forks(self)
 
     # -- step-driven windows (on the stepping thread) -----------------------------
     def on_step(self, source, n):
