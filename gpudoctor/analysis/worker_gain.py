@@ -13,8 +13,9 @@ with `w` workers, built on the step without any data wait (the replay where ther
   batch), receives the batch (``H``, the hand-off) and waits for what the workers could
   not produce meanwhile: ``I + H + max(0, F / w' - (I + H))``. ``w'`` is the workers the
   cores carry: the usable cores per rank less what the loop itself uses (its measured CPU
-  per batch, at the predicted step rate), over each worker's CPU share of a batch. A
-  faster loop needs more of a core, which leaves fewer to the workers.
+  per batch, at the predicted step rate; at least one core), over each worker's CPU share
+  of a batch. A faster loop needs more of a core, which leaves fewer to the workers: the
+  predicted batch time is the one at which the two agree.
 """
 
 from __future__ import annotations
@@ -93,14 +94,26 @@ def workers_prediction(session: Session, found: InputStall, loader: LoaderInfo, 
     instant_batch = now / instant.gain / per_step
     ratio = max(MIN_CPU_SHARE, metrics.fetch_cpu_ratio(loader) or 1.0)
     loop_cpu = loop_cpu_per_batch(session, loader, per_step)
-    carried = float(workers)
-    after_batch = instant_batch + handoff + max(0.0, fetch / carried - (instant_batch + handoff))
-    for _ in range(4):  # a faster loop uses more of a core: fewer are left to the workers
+    floor = instant_batch + handoff
+
+    def carried_at(batch_s: float) -> float:
+        """The workers the cores carry while the loop takes `batch_s` a batch."""
         if cores_per_rank is None:
-            break
-        loop_cores = max(1.0, loop_cpu / after_batch) if loop_cpu is not None else 1.0
-        carried = max(1.0, min(float(workers), (cores_per_rank - loop_cores) / ratio))
-        after_batch = instant_batch + handoff + max(0.0, fetch / carried - (instant_batch + handoff))
+            return float(workers)
+        loop_cores = max(1.0, loop_cpu / batch_s) if loop_cpu is not None else 1.0
+        return max(1.0, min(float(workers), (cores_per_rank - loop_cores) / ratio))
+
+    def step_at(batch_s: float) -> float:
+        return floor + max(0.0, fetch / carried_at(batch_s) - floor)
+
+    # a faster loop uses more of a core, which leaves fewer to the workers: the batch time is where
+    # the two agree (step_at falls as the batch time grows, so the crossing is one, found by halving)
+    low, high = floor, floor + fetch
+    for _ in range(50):
+        middle = (low + high) / 2
+        low, high = (middle, high) if step_at(middle) > middle else (low, middle)
+    after_batch = high
+    carried = carried_at(after_batch)
     after = after_batch * per_step
     gain = max(1.0, min(instant.gain, now / after))
     wait = max(0.0, after_batch - instant_batch - handoff)
