@@ -71,13 +71,8 @@ def one_number_per_remedy(findings: list[Finding], checks: Mapping[str, Check]) 
         if len(members) < 2:
             continue
 
-        def founded(i: int) -> tuple[int, bool, float]:
-            f = findings[i]
-            assert f.prediction is not None
-            return (METHOD_RANK.get(f.prediction.method, 0), knob in getattr(checks.get(f.id), "owns", ()),
-                    -(f.estimated_gain or 1.0))
-
-        leader = findings[max(members, key=founded)]
+        ranked = sorted(((_founded(findings[i], knob, checks), -i) for i in members), reverse=True)
+        leader = findings[-ranked[0][1]]
         assert leader.prediction is not None
         for i in members:
             f = out[i]
@@ -92,6 +87,13 @@ def one_number_per_remedy(findings: list[Finding], checks: Mapping[str, Check]) 
             out[i] = dataclasses.replace(f, prediction=leader.prediction, estimated_gain=leader.estimated_gain,
                                          message=f.message + check)
     return out
+
+
+def _founded(f: Finding, knob: str, checks: Mapping[str, Check]) -> tuple[int, bool, float]:
+    """How well founded a finding's prediction of a change on `knob` is: its method, whether the
+    check sizes that knob, then the smaller gain (the cautious one)."""
+    method = f.prediction.method if f.prediction is not None else ""
+    return METHOD_RANK.get(method, 0), knob in getattr(checks.get(f.id), "owns", ()), -(f.estimated_gain or 1.0)
 
 
 def measured_over_predicted(findings: list[Finding], trials: Trials | None) -> list[Finding]:
