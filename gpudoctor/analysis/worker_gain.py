@@ -117,8 +117,8 @@ def workers_prediction(session: Session, found: InputStall, loader: LoaderInfo, 
     after = after_batch * per_step
     gain = max(1.0, min(instant.gain, now / after))
     wait = max(0.0, after_batch - instant_batch - handoff)
-    detail = (f"per batch: the loop without waits {metrics.format_duration(instant_batch)} ({instant.method}: "
-              f"{instant.detail}) + hand-off {metrics.format_duration(handoff)} + wait "
+    detail = (f"{instant.detail}; per batch: the loop without waits {metrics.format_duration(instant_batch)} "
+              f"(that {instant.method}) + hand-off {metrics.format_duration(handoff)} + wait "
               f"{metrics.format_duration(wait)} (F = {metrics.format_duration(fetch)} over "
               + (f"{carried:.3g} of {workers} workers the cores carry" if carried < workers else f"{workers} workers")
               + f"), against {metrics.format_duration(now / per_step)} now with {loader.num_workers}")
