@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor import exitcodes
-from gpudoctor.engine import exit_status, gate_line, run_checks
+from gpudoctor.engine import exit_status, gate_line, run_checks, with_trials
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.process_tree import none_instrumented
 from gpudoctor.registry import load_checks
@@ -252,6 +252,7 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
         try:
             session.trials = run_trials(session, engine.findings, trials.request, trials.options, plan, checks,
                                         split_ids(args.ignore), force=args.force, workspace=trials.workspace)
+            engine = with_trials(engine, session, checks)  # a remedy measured without gain is demoted
         except Exception as exc:
             log.debug("--try failed", exc_info=True)
             session.notes.append(f"--try stopped on an internal error: {type(exc).__name__}: {exc}")
