@@ -246,7 +246,7 @@ def order(findings: list[Finding], session: Session | None = None,
             f = dataclasses.replace(f, consequence_of=causes[0].id)
         marked.append(f)
 
-    def group(f: Finding) -> tuple:
+    def group(f: Finding) -> tuple[bool, bool, bool]:
         # the run's end first, then root causes before consequences and problems before notes
         return (f.consequence_of is not None, f.severity == "info", not f.ended_run)
 

@@ -33,7 +33,7 @@ STAGES = {
 
 def severity_rank(severity: str | None) -> int:
     """0 info, 1 warning, 2 critical; -1 for anything else (no severity, or an unknown one)."""
-    return SEVERITIES.index(severity) if severity in SEVERITIES else -1  # type: ignore[arg-type]
+    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
 
 
 @dataclass(frozen=True)

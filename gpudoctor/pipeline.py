@@ -225,7 +225,7 @@ def _announce_end(session: Session, escalated: list[str] | None = None, then: st
     say_line(printable(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; {then or 'writing the report'}"))
 
 
-def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | None = None,
+def finish(session: Session, args: argparse.Namespace, plan: OutputPaths, *, trace: Path | None = None,
            stopped_by_us: bool = False, on_report: ReportSink | None = None,
            trials: TrialContext | None = None) -> int:
     """Run the checks on a Session, write every report, print the summary, return the exit code.

@@ -489,7 +489,8 @@ class Session:
 
     # ---- serialisation ------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return clean(dataclasses.asdict(self))
+        data: dict[str, Any] = clean(dataclasses.asdict(self))
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> Session:

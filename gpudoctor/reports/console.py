@@ -50,7 +50,7 @@ def printable(value: Any) -> Any:
 def one_line(value: Any) -> str:
     """`value` as text for a single line (a title, a command line): control characters,
     newlines and tabs included, shown as escapes, so that it cannot start a line of its own."""
-    text = printable(str(value))
+    text: str = printable(str(value))
     return text.replace("\n", "\\n").replace("\t", "\\t")
 
 
