@@ -130,11 +130,11 @@ CUPTI_TEARDOWN_MIN_CUDA = (12, 0)
 
 
 class _cupti_teardown:
-    def __init__(self, torch):
+    def __init__(self, torch: ModuleType) -> None:
         self.torch = torch
         self.set = False
 
-    def __enter__(self):
+    def __enter__(self) -> _cupti_teardown:
         try:
             cuda = tuple(int(x) for x in (self.torch.version.cuda or "0").split(".")[:2])
         except (AttributeError, ValueError):
@@ -144,7 +144,7 @@ class _cupti_teardown:
             os.environ["TEARDOWN_CUPTI"] = "1"
         return self
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, *exc_info: object) -> Literal[False]:
         if self.set and os.environ.get("TEARDOWN_CUPTI") == "1":
             os.environ.pop("TEARDOWN_CUPTI", None)
         self.set = False
