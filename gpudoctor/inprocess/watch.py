@@ -179,7 +179,7 @@ class Watch:
 
     def _conclude(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                   tb: TracebackType | None) -> Report:
-        from gpudoctor.judging import gzip_trace, judge
+        from gpudoctor.judging import JudgeOptions, gzip_trace, judge
 
         agent, recorder = self._agent, self._recorder
         how = agent.record_exit(exc_type, exc, tb)
@@ -193,7 +193,7 @@ class Watch:
         too_few = _too_few_steps(session)
         if too_few:
             session.notes.append(too_few)
-        data, _ = judge(session, self.ignore)
+        data, _ = judge(session, JudgeOptions(ignore=self.ignore))
         report = Report(data, session=session, trace_bytes=gzip_trace(recorder.trace_path()))
         final = f"gpudoctor: watched {duration:.0f} s, {session.steps.count} steps. {report.verdict}"
         if too_few:
