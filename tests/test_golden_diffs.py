@@ -16,8 +16,8 @@ import os
 import pytest
 from test_golden_reports import FIXTURES, GOLDEN
 
-from gpudoctor.judging import judge
 from gpudoctor.diff import compare
+from gpudoctor.judging import judge
 from gpudoctor.reports import json_report, render_diff
 from gpudoctor.session import Session
 

@@ -13,9 +13,9 @@ import pytest
 from markupsafe import escape
 
 from gpudoctor.commands.analyze import session_from_trace
-from gpudoctor.judging import judge
 from gpudoctor.helper import Helper
 from gpudoctor.inprocess.result import Report as NotebookReport
+from gpudoctor.judging import judge
 from gpudoctor.report_model import as_report
 from gpudoctor.reports import html
 from gpudoctor.reports._common import prediction_headline, prediction_steps
