@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS
 from gpudoctor.session import Session
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class Report(Mapping[str, Any]):
 
     # -- renderings ----------------------------------------------------------------
     def render(self, fmt: str) -> str:
-        """The report in one format: html | json | markdown | junit | terminal."""
+        """The report in one format: html | json | markdown | junit | terminal (reports/formats.py)."""
         reports = importlib.import_module("gpudoctor.reports")
         return str(reports.render(self.data, fmt))
 
@@ -97,7 +98,7 @@ class Report(Mapping[str, Any]):
         """The terminal summary as plain text."""
         return self.render("terminal")
 
-    def save(self, out: str | None = None, *, formats: tuple[str, ...] = ("html", "json"),
+    def save(self, out: str | None = None, *, formats: tuple[str, ...] = DEFAULT_FILE_FORMATS,
              name: str = "watch", force: bool = False) -> dict[str, Path]:
         """Write the report set (HTML, JSON, the Session, the trace) like diagnose does;
         kind -> path. `out`: a directory or a file stem (default ./gpudoctor-reports/)."""

@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from gpudoctor.inprocess.result import Report
+from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ _EXIT_CODES = {"exited": 0, "crashed": 1, "interrupted": 130}
 
 
 class Watch:
-    def __init__(self, name: str = "watch", *, out: str | None = None, formats: Iterable[str] = ("html", "json"),
+    def __init__(self, name: str = "watch", *, out: str | None = None, formats: Iterable[str] = DEFAULT_FILE_FORMATS,
                  steps: int | None = None, duration: float | None = None, profile: bool = True,
                  warmup_steps: int = 5, profile_steps: int = 10, stepless_after: float = 10.0,
                  stepless_window: float = 3.0, interval: float = 0.5, data: Iterable[str] = (),

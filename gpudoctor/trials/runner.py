@@ -20,7 +20,7 @@ from pathlib import Path
 from gpudoctor import metrics
 from gpudoctor.judging import JudgeOptions, WritePlan, judge, write
 from gpudoctor.model import Finding, severity_rank
-from gpudoctor.output import OutputPaths, plan_outputs
+from gpudoctor.output import DEFAULT_FORMATS, OutputPaths, plan_outputs
 from gpudoctor.session import Session
 from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor, say
 from gpudoctor.trials.plan import TrialPlan, plan_trials
@@ -108,7 +108,7 @@ def _stem(main_stem: str, name: str, taken: set[str]) -> str:
 def _run_one(plan: TrialPlan, baseline: Session, options: RunOptions, folder: Path, stem: str,
              judging: JudgeOptions, force: bool, workspace: Workspace | None) -> TrialResult:
     try:
-        paths = plan_outputs(str(folder / stem), stem, datetime.datetime.now(), ("html", "json"), force=force,
+        paths = plan_outputs(str(folder / stem), stem, datetime.datetime.now(), DEFAULT_FORMATS, force=force,
                              trace=False)
     except Exception as exc:  # noqa: BLE001  (a trial that cannot write still says why)
         return _result(plan, baseline, None, status="failed", why=f"its report cannot be written: {exc}")
