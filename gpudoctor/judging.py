@@ -68,9 +68,10 @@ class JudgeOptions:
     # False for a check that cannot run here: it is not run, and is `skipped` with not_runnable_reason
     runnable: Runnable | None = None
     not_runnable_reason: str = ""
-    # called once the checks ran, before the report is built from the Session (--try runs its
-    # trials there, so the report carries what each measured)
-    before_report: Callable[[EngineResult], None] | None = None
+    # called once the checks ran, before the report is built from the Session; the report and
+    # the Judgement follow the result it returns (--try runs its trials there: the report carries
+    # what each measured, and a remedy measured without gain is demoted)
+    before_report: Callable[[EngineResult], EngineResult] | None = None
 
 
 class Judgement(NamedTuple):
@@ -94,7 +95,7 @@ def judge(session: Session, options: JudgeOptions | None = None) -> Judgement:
         outcomes = sorted([*result.outcomes, *left_out], key=lambda o: (o.slug == "plugin", o.id))
         result = EngineResult(findings=result.findings, outcomes=outcomes)
     if options.before_report is not None:
-        options.before_report(result)
+        result = options.before_report(result)
     docs = {c.id: c.doc.strip() for c in checks if c.doc and c.doc.strip()}
     report = build_report(session, result, slugs={c.id: c.slug for c in checks}, docs=docs)
     return Judgement(report, result)

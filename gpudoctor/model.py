@@ -87,6 +87,10 @@ class Finding:
     consequence_of: str | None = None
     # the profiled window it comes from, when it comes from one ("profiled window 2 (phase, ...)")
     window: str | None = None
+    # set by the engine when a --try trial measured its remedy under 1.05x (gpudoctor.engine_gains):
+    # what it measured, and with which change; the finding then ranks by it, never critical
+    measured_gain: float | None = None
+    measured_with: str | None = None
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor import exitcodes
-from gpudoctor.engine import EngineResult, exit_status, gate_line
+from gpudoctor.engine import EngineResult, exit_status, gate_line, with_trials
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.judging import JudgeOptions, WritePlan, judge, load_catalog, write
 from gpudoctor.output import OutputPaths, WrittenOutputs, plan_outputs, shown
@@ -226,10 +226,11 @@ def finish(session: Session, options: ReportOptions, plan: OutputPaths, *, trace
             session.profile.trace_file = plan.trace.name  # before judging: every window of the report names it
         except OSError as exc:
             session.notes.append(f"the profiler trace could not be saved: {exc.strerror or exc}")
-    judging = JudgeOptions(ignore=options.ignore, catalog=load_catalog())
+    catalog = load_catalog()  # once: the trials are judged by the same checks
+    judging = JudgeOptions(ignore=options.ignore, catalog=catalog)
     refused = trials is not None and trials.workspace is not None and trials.workspace.refusal()
 
-    def try_remedies(engine: EngineResult) -> None:
+    def try_remedies(engine: EngineResult) -> EngineResult:
         if refused:
             say_line(f"gpudoctor: {refused}")
             session.notes.append(refused)
@@ -239,9 +240,11 @@ def finish(session: Session, options: ReportOptions, plan: OutputPaths, *, trace
             try:
                 session.trials = run_trials(session, engine.findings, trials.request, trials.options, plan, judging,
                                             force=options.force, workspace=trials.workspace)
+                engine = with_trials(engine, session, catalog.checks)  # a remedy measured without gain is demoted
             except Exception as exc:
                 log.debug("--try failed", exc_info=True)
                 session.notes.append(f"--try stopped on an internal error: {type(exc).__name__}: {exc}")
+        return engine
 
     report, engine = judge(session, dataclasses.replace(judging, before_report=try_remedies)
                            if trials is not None else judging)

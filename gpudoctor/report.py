@@ -120,7 +120,7 @@ def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, 
         numbers.append(f"GPU SMs were active {summary['sm_activity_mean']:.0f}% of the time")
     elif summary.get("gpu_util_mean") is not None:
         numbers.append(f"GPU utilization averaged {summary['gpu_util_mean']:.0f}%")
-    caveat = _sample_caveat(summary)
+    caveat = _measured_note(findings) + _sample_caveat(summary)
     primary = [f for f in findings if f.consequence_of is None and severity_rank(f.severity) >= 1]
     failed = [f for f in primary if f.ended_run or f.stage == 0]
     if summary.get("gpu_fully_used") and not failed:
@@ -149,6 +149,18 @@ def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, 
 
 
 INPUT_STALL_IDS = ("GD101", "GD102", "GD103", "GD104")
+
+
+def _measured_note(findings: list[Finding]) -> str:
+    """'; measured, not predicted: GD101's remedy (num_workers=8) gave 0.97x, demoted' for the
+    findings whose --try trial measured no gain (gpudoctor.engine_gains.measured_over_predicted)."""
+    tried = [f for f in findings if f.measured_gain is not None]
+    if not tried:
+        return ""
+    parts = [f"{f.id}'s remedy ({f.measured_with}) gave {f.measured_gain:.2f}x"
+             + (f" against {f.estimated_gain:.2f}x predicted" if f.estimated_gain is not None else "")
+             for f in tried]
+    return "; measured by --try, no gain: " + ", ".join(parts) + " (demoted, no longer critical)"
 
 
 def _lower(title: str) -> str:

@@ -96,6 +96,38 @@ class _quiet_kineto:
             os.environ.pop("KINETO_LOG_LEVEL", None)
         return False
 
+# Kineto leaves CUPTI attached after a window unless TEARDOWN_CUPTI=1 (torch leaves it unset):
+# its callbacks then stay on every CUDA launch for the rest of the run. On an H200 a
+# launch-bound loop (thousands of tiny kernels per step) ran 25% slower outside the windows
+# for it, and within 1% of plain with the variable set. Kineto reads it when a window starts
+# (to re-attach lazily) and when it stops (to detach), so it is set for each window's life,
+# and only when the user did not set it: torch itself sets "0" for CUDA graphs compiled by
+# inductor, whose capture does not survive a detach (CUDA 11 and early 12 crashed there).
+CUPTI_TEARDOWN_MIN_CUDA = (12, 0)
+
+
+class _cupti_teardown:
+    def __init__(self, torch):
+        self.torch = torch
+        self.set = False
+
+    def __enter__(self):
+        try:
+            cuda = tuple(int(x) for x in (self.torch.version.cuda or "0").split(".")[:2])
+        except (AttributeError, ValueError):
+            cuda = (0,)
+        self.set = "TEARDOWN_CUPTI" not in os.environ and cuda >= CUPTI_TEARDOWN_MIN_CUDA
+        if self.set:
+            os.environ["TEARDOWN_CUPTI"] = "1"
+        return self
+
+    def __exit__(self, *exc_info):
+        if self.set and os.environ.get("TEARDOWN_CUPTI") == "1":
+            os.environ.pop("TEARDOWN_CUPTI", None)
+        self.set = False
+        return False
+
+
 class _Window:
     def __init__(self, source, label, n, key, index):
         self.source = source
@@ -153,6 +185,7 @@ class ProfilerWindow:
         self.guards = threading.local()
         self.safepoints = getattr(hooks, "safepoints", None)
         self.forked_inside = False  # a fork happened while a window ran that could not be closed first
+        self.teardown = _cupti_teardown(self.torch)  # TEARDOWN_CUPTI for each window's life
         _watch_forks(self)
 
     # -- step-driven windows (on the stepping thread) -----------------------------
@@ -291,6 +324,7 @@ class ProfilerWindow:
             return
         self.prof = None  # the parent's window: never stopped or exported here
         self.state = self.DONE
+        self.teardown.__exit__(None, None, None)
         untrace_forked_child(self.torch)
 
     # -- opening and closing ------------------------------------------------------
@@ -319,11 +353,13 @@ class ProfilerWindow:
             self.guards.guard = _ThreadEnd(self)
         try:
             prof = profile(activities=activities, record_shapes=False, with_stack=True)
+            self.teardown.__enter__()
             with _quiet_kineto():
                 prof.start()
             self.prof = prof
             self.window.start_wall = time.time()  # the window begins once tracing runs (starting it takes a while)
         except Exception as exc:  # noqa: BLE001 (no window; the profile event says why)
+            self.teardown.__exit__(None, None, None)
             self.state = self.DONE
             self.hooks.agent.emit("profile", error="profiler failed to start: %s: %s" % (type(exc).__name__, exc))
 
@@ -336,6 +372,7 @@ class ProfilerWindow:
             # e.g. interpreter exit on the main thread while steps ran on a daemon thread: stopping
             # Kineto from a foreign thread is not safe; the window is abandoned instead
             self.state = self.DONE
+            self.teardown.__exit__(None, None, None)
             self.hooks.agent.emit("profile", error="the profiler window could not be closed on its own thread")
             return
         if window.source == "time" and self.safepoints is not None:
@@ -348,6 +385,7 @@ class ProfilerWindow:
                 prof.stop()
             except Exception:  # noqa: BLE001 (the discarded window is abandoned)
                 self.state = self.DONE
+            self.teardown.__exit__(None, None, None)
             return
         self.state = self.IDLE if self.taken < self.max_windows else self.DONE
         end_wall = time.time()
@@ -363,6 +401,7 @@ class ProfilerWindow:
             fields["path"] = os.path.basename(path)
         except Exception as exc:  # noqa: BLE001 (the profile event says why)
             fields["error"] = "profiler failed to stop/export: %s: %s" % (type(exc).__name__, exc)
+        self.teardown.__exit__(None, None, None)
         self._record(window, end_wall)
         try:
             matmul = self.torch.backends.cuda.matmul

@@ -30,7 +30,7 @@ Thresholds, and where they come from
     - Pageable copy time >= {{PAGEABLE_SHARE_WARNING}} of the profiled window is a warning (the same "worth a
       finding" line as the data wait, GD102); below that, a note.
     - The gain: the profiled window replayed with those copies pinned and
-      asynchronous (the trace's own pinned rate, else 55.3 vs 13.8 GB/s measured on an
+      asynchronous (the trace's own pinned rate, else the 55.3 GB/s pinned rate measured on an
       H200 host); severity follows it when there is a replay. Without one,
       ``1 / (1 - share)`` of the window: the copies overlapped completely.
 

@@ -12,9 +12,11 @@
 - ``optimizer``: the same for the launches inside each ``optimizer.step()``: what
   a fused or foreach optimizer buys over per-parameter kernels.
 - ``pinned``: host-to-device copies of 64 KiB or more from pageable memory made
-  pinned and asynchronous (at the pinned rate measured in the trace, else the
-  rate in `rates`).
-- ``small_copies``: runs of host-to-device copies under 64 KiB stacked on the host
+  pinned and asynchronous: their bytes at the pinned rate measured in the trace, else
+  the link's pinned rate in `rates` (never a ratio to the pageable copy, whose rate
+  depends on the host), their calls costing the host what a launch costs in this trace.
+- ``small_copies``: runs of host-to-device copies under 64 KiB (the user's loop over
+  the tensors and the kernels consuming them may come between) stacked on the host
   and copied once.
 - ``tf32``: fp32 GEMM kernels at the TF32 rate (`rates.tf32_speedup`).
 
@@ -351,6 +353,7 @@ def _pinned(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     pinned_rate, source = _pinned_rate(timeline)
     changed = 0
     cost = _launch_cost(timeline, plan)
+    rate = pinned_rate or rates.PINNED_BYTES_PER_US
     for i, item in enumerate(timeline.items):
         big = [j for j in item.ops if timeline.ops[j].copy == "HtoD_pageable"
                and timeline.ops[j].nbytes >= SMALL_COPY_BYTES]
@@ -358,7 +361,9 @@ def _pinned(timeline: Timeline, plan: Plan) -> tuple[int, str]:
             continue
         for j in big:
             op = timeline.ops[j]
-            plan.dur[j] = op.nbytes / pinned_rate if pinned_rate else op.dur / rates.PAGEABLE_TO_PINNED
+            # the bytes at the pinned rate, never slower than the pageable copy measured: the pageable
+            # rate varies with the host (staging through its memory), the pinned one is the link's
+            plan.dur[j] = min(op.dur, op.nbytes / rate)
         plan.blocks[i] = False
         plan.cost[i] = min(plan.cost[i], cost) if item.kind == LAUNCH else cost
         changed += 1
@@ -373,20 +378,31 @@ def _pinned_rate(timeline: Timeline) -> tuple[float | None, str]:
             nbytes, us = nbytes + op.nbytes, us + op.dur
     if us > 0 and nbytes > 0:
         return nbytes / us, f"at the pinned rate measured in this trace, {nbytes / us / 1e3:.1f} GB/s"
-    return None, f"{rates.PAGEABLE_TO_PINNED:.1f}x faster: {rates.PAGEABLE_TO_PINNED_SOURCE}"
+    return None, (f"at {rates.PINNED_BYTES_PER_US / 1e3:.1f} GB/s, the pinned rate {rates.PINNED_SOURCE}; "
+                  "the copy calls' host cost replaced by a launch's, as measured in this trace")
 
 
 def _small_copies(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    """A burst of tiny host-to-device copies is launch and API cost: stacked on the host, one copy.
+
+    A run lasts from a thread's first small copy while only Python (the framework's or the
+    user's own loop over the tensors), operator dispatch, syncs and at most one kernel (the
+    one consuming the tensor just copied) come between two copies. The copies after the first ride with it (their
+    bytes at the pinned rate); the dispatch and syncs between two copies go with them (the
+    per-tensor ``.to()``); the kernels stay, and the syncs before them no longer block (the
+    stacked copy was made before them)."""
     pinned_rate, _ = _pinned_rate(timeline)
-    rate = pinned_rate or 55.3e3  # bytes/us; see rates.PAGEABLE_TO_PINNED_SOURCE
+    rate = pinned_rate or rates.PINNED_BYTES_PER_US
     cost = _launch_cost(timeline, plan)
     changed = runs = 0
     head: dict[int, int] = {}  # thread -> the first small copy of its current run
     folded: dict[int, int] = {}  # thread -> copies folded into that one so far
-    between: dict[int, list[int]] = {}  # dispatch items since the last small copy
+    between: dict[int, list[int]] = {}  # dispatch items and syncs since the last small copy
+    consumed: dict[int, bool] = {}  # a kernel came since the last small copy
     for i, item in enumerate(timeline.items):
         thread = item.thread
         if _small_copy(timeline, item):
+            consumed[thread] = False
             if thread not in head:
                 head[thread], folded[thread], between[thread] = i, 0, []
                 continue
@@ -404,9 +420,21 @@ def _small_copies(timeline: Timeline, plan: Plan) -> tuple[int, str]:
                 runs += 1
                 plan.blocks[first] = False
                 plan.cost[first] = min(plan.cost[first], cost)
-        elif thread in head and ((item.kind == CPU and item.tag == DISPATCH) or (item.kind == SYNC and not item.agent)):
+        elif thread not in head:
+            continue
+        elif (item.kind == CPU and item.tag == DISPATCH) or (item.kind == SYNC and not item.agent):
             between[thread].append(i)
-        elif thread in head and not (item.kind == CPU and item.tag == PYTHON):
+        elif (item.kind == LAUNCH and item.ops and all(timeline.ops[j].kind == "k" for j in item.ops)
+              and not consumed.get(thread)):
+            # one kernel between two copies consumes the tensor just copied: it stays, with its
+            # dispatch, and the copy's sync before it no longer blocks. A second one is the step's
+            # own work: the run ends there (the next step's tensors do not exist yet)
+            consumed[thread] = True
+            for k in between[thread]:
+                if timeline.items[k].kind == SYNC:
+                    plan.cost[k], plan.blocks[k] = 0.0, False
+            between[thread] = []
+        elif not (item.kind == CPU and item.tag in (PYTHON, USER)):
             del head[thread]
     return changed, f"{changed:,} small host-to-device copies folded into {runs:,} stacked copies"
 

@@ -97,6 +97,10 @@ class _Planner:
                                    "the crash again; fix it first")
         if f.severity != "info":
             return self._remedy_for(f)
+        if self._in_process_note(f):
+            # batches made in the loop are host work in series with the step: whether moving them to
+            # workers pays is cheaper to measure than to trust a note's prediction
+            return self._workers(f, None, note=True)
         # a note is tried only with a remedy named in --try-only (without auto): a run is not
         # worth a prediction under 1.05x
         named = {} if self.request.auto else self.request.named
@@ -134,7 +138,13 @@ class _Planner:
         else:
             self.opt_in(f, "compile", self._compile_spec())
 
-    def _workers(self, f: Finding, count: int | None) -> None:
+    def _in_process_note(self, f: Finding) -> bool:
+        """A data finding rated a note on a loader that makes its batches in the main process."""
+        loader = metrics.main_loader(self.session)
+        return (self.request.auto and f.id in ("GD101", "GD102") and loader is not None
+                and loader.num_workers == 0 and not loader.iterable)
+
+    def _workers(self, f: Finding, count: int | None, note: bool = False) -> None:
         if not self.request.wants("workers"):
             return None
         loader = metrics.main_loader(self.session)
@@ -147,6 +157,9 @@ class _Planner:
         plan = worker_plan(self.session, loader, found) if found is not None else None
         if count is None and plan is not None:
             count = plan.recommended
+        if count is None and note and plan is not None and not plan.handoff_bound:
+            # the note predicted too little to size the workers: as many as the load needs, within the cores
+            count = min(plan.needed, plan.cap) if plan.needed and plan.cap else plan.cap or plan.needed
         explicit = self.request.named.get("workers")
         if explicit is not None:
             count = int(explicit)

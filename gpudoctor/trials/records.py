@@ -34,7 +34,7 @@ class TrialResult:
     measured_gain: float | None = None  # steady steps/s with the remedy / without it
     steps_per_s: list[float | None] = field(default_factory=list)  # [without, with]
     steady_steps: list[int] = field(default_factory=list)  # [without, with]
-    status: str = "measured"  # measured | not-measured | interrupted | failed
+    status: str = "measured"  # measured | inconclusive | not-measured | interrupted | failed
     why: str | None = None  # when not measured
     applied: list[AppliedOverride] = field(default_factory=list)  # what the workload really saw
     exit_code: int | None = None

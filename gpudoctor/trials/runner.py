@@ -2,7 +2,9 @@
 
 Measured gain = steady steps/s of the trial run / steady steps/s of the run without
 the remedy (the diagnosed run), both from the same machinery (metrics.step_summary:
-warm-up and profiled steps left out). Each trial run gets its own full report, kept
+warm-up and profiled steps left out, and the steps the loader's prefetch queue may have
+fed), over the same phase and enough steps to drain that queue several times; else the
+trial is "inconclusive", with why (gpudoctor.trials.trust). Each trial run gets its own full report, kept
 in ``<stem>.trials/`` beside the main one as ``<stem>.try-<remedy>.{html,json,session.json}``.
 Each trial runs in a fresh scratch working directory (gpudoctor/trials/scratch.py), with
 no stdin, unless --try-in-place asked for the user's working directory.
@@ -28,6 +30,7 @@ from gpudoctor.trials.records import TrialResult, Trials
 from gpudoctor.trials.remedies import TryRequest
 from gpudoctor.trials.report import outcome_line
 from gpudoctor.trials.scratch import SHOWN, Workspace
+from gpudoctor.trials.trust import after_queue, inconclusive, prefetch_queue
 
 log = logging.getLogger(__name__)
 
@@ -167,8 +170,9 @@ def _supervised(plan: TrialPlan, baseline: Session, trial_options: RunOptions, o
 def _result(
     plan: TrialPlan, baseline: Session, trial: Session | None, *, status: str | None = None, why: str | None = None
 ) -> TrialResult:
-    before = metrics.step_summary(baseline)
-    after = metrics.step_summary(trial) if trial is not None else None
+    # each run's steps/s without the steady steps its prefetch queue may have fed (trials.trust)
+    before = metrics.step_summary(after_queue(baseline, prefetch_queue(baseline)))
+    after = metrics.step_summary(after_queue(trial, prefetch_queue(trial))) if trial is not None else None
     result = TrialResult(
         name=plan.name,
         label=plan.label,
@@ -196,6 +200,8 @@ def _result(
         result.why = f"the workload exited with code {trial.exit_code}" + (
             f" ({error.type}: {error.message.splitlines()[0][:160] if error.message else ''})" if error else ""
         )
+    elif result.measured_gain is not None and (doubt := inconclusive(baseline, trial)) is not None:
+        result.status, result.why, result.measured_gain = "inconclusive", doubt, None
     elif result.measured_gain is None:
         result.status = "not-measured"
         result.why = (
