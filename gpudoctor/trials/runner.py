@@ -200,7 +200,7 @@ def _result(
         result.why = f"the workload exited with code {trial.exit_code}" + (
             f" ({error.type}: {error.message.splitlines()[0][:160] if error.message else ''})" if error else ""
         )
-    elif result.measured_gain is not None and (doubt := inconclusive(baseline, trial)) is not None:
+    elif (doubt := inconclusive(baseline, trial)) is not None:
         result.status, result.why, result.measured_gain = "inconclusive", doubt, None
     elif result.measured_gain is None:
         result.status = "not-measured"

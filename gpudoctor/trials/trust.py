@@ -7,7 +7,8 @@ DataLoader's prefetch queue several times. A loader with ``w`` workers holds up 
 ``w x prefetch_factor`` batches ready; a long warm-up (cuDNN autotuning, compilation)
 lets the workers fill that queue, and the first steady steps are then fed from it
 without waiting, whatever the loader's real pace. So those first ``queue`` steady steps
-are left out of the rate, and at least ``DRAIN_TIMES`` queues' worth must remain.
+are left out of the rate, and the steady steps must come to at least ``DRAIN_TIMES``
+queues (the first one drained, two more at the loader's own pace).
 Otherwise the trial is "inconclusive", with the reason, instead of a gain.
 """
 
@@ -46,11 +47,11 @@ def inconclusive(baseline: Session, trial: Session) -> str | None:
     for name, run in (("the run without the remedy", baseline), ("the trial", trial)):
         queue = prefetch_queue(run)
         steady = len(run.steady_steps())
-        if queue and steady - queue < DRAIN_TIMES * queue:
+        if queue and steady < DRAIN_TIMES * queue:
             loader = metrics.main_loader(run)
             assert loader is not None
             return (f"{name} had {steady} steady steps: its first {queue} may come from the prefetch queue "
                     f"its {loader.num_workers} workers filled during the warm-up ({loader.num_workers} x "
                     f"prefetch_factor {loader.prefetch_factor or DEFAULT_PREFETCH}), and {DRAIN_TIMES * queue} "
-                    f"more are needed to drain it {DRAIN_TIMES} times: run longer (--steps, --duration)")
+                    f"are needed to drain it {DRAIN_TIMES} times: run longer (--steps, --duration)")
     return None

@@ -33,7 +33,7 @@ def _autotuned(steady: int) -> list[StepRecord]:
 
 def test_a_long_warm_up_that_filled_the_queue_makes_a_short_trial_inconclusive():
     """The JPEG run: cudnn.benchmark changed nothing, yet 22 steady steps, 8 of them from the queue
-    the autotuning let 4 workers fill, measured 1.74x-like gains. 22 - 8 = 14 < 3 x 8."""
+    the autotuning let 4 workers fill, measured 1.74x-like gains. 22 < 3 x 8."""
     baseline = _loader_run(make_steps(200, 0.100, 0.070))
     trial = _loader_run(_autotuned(22))
     result = _result(PLAN, baseline, trial)
@@ -48,6 +48,15 @@ def test_enough_steps_after_the_queue_measure_the_loaders_own_pace():
     result = _result(PLAN, baseline, trial)
     assert result.status == "measured"
     assert result.measured_gain == pytest.approx(1.0, abs=0.01)  # the queued steps left out
+
+
+@pytest.mark.parametrize(("steady", "status"), [(23, "inconclusive"), (24, "measured")])
+def test_three_queues_of_steady_steps_are_enough(steady, status):
+    """The first queue (8) drained, then two more at the loader's own pace: 24 steady steps."""
+    baseline = _loader_run(make_steps(200, 0.100, 0.070))
+    trial = _loader_run(_autotuned(steady))
+    assert len(trial.steady_steps()) == steady
+    assert _result(PLAN, baseline, trial).status == status
 
 
 def test_a_trial_that_measured_another_phase_is_inconclusive():
