@@ -166,7 +166,9 @@ def _import_file(path: Path) -> Any:
     if not path.is_file():
         raise TargetProblem(f"{path}: no such file", "not_found")
     # Like `python file.py`: the file's directory comes first, so sibling imports work.
-    sys.path.insert(0, str(path.resolve().parent))
+    folder = str(path.resolve().parent)
+    if not sys.path or sys.path[0] != folder:  # once: a reused trial process loads it again per size
+        sys.path.insert(0, folder)
     name = f"_gpudoctor_target_{path.stem}"
     module_spec = importlib.util.spec_from_file_location(name, path)
     if module_spec is None or module_spec.loader is None:
