@@ -8,7 +8,7 @@ The contract (documented in docs/sweep.md):
             return torch.randn(n, 3, 224, 224)       # tensor | tuple | list | dict
         return model, make_batch                     # or a dict, or SweepTarget(...)
 
-`build` is called once per trial (each batch size runs in a fresh process), with
+`build` is called once per trial (once per batch size; the file is loaded again each time), with
 `batch_size=` when its signature names it, or takes `**kwargs` and is no nn.Module
 factory (torchvision's `resnet50(**kwargs) -> ResNet` passes them to the module).
 A plain `nn.Module` class (or a function returning a module) works too, with `--input-shape 3,224,224`.
