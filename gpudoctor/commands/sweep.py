@@ -224,7 +224,10 @@ def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> SweepReport:
         except TargetRejected as exc:
             code = CATEGORY_CODES.get(exc.result.error_code or "", exitcodes.BAD_DATA)
             raise GpudoctorError(str(exc), code) from None
-    say(f"gpudoctor sweep: {outcome.stop_reason}")
+    reused = sum(1 for t in outcome.trials if t.process_reused)
+    ran = sum(1 for t in outcome.trials if t.process_reused is not None)
+    shared = f" ({reused} of {ran} sizes in a reused process)" if reused else ""
+    say(f"gpudoctor sweep: {outcome.stop_reason}{shared}")
     return build_sweep_report(
         target=args.target, spec=base, plan=plan, outcome=outcome, headroom=args.headroom,
         command=command_line(args),

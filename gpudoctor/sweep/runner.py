@@ -172,7 +172,11 @@ class SubprocessRunner:
     def close(self) -> None:
         if self._process is not None:
             process, self._process = self._process, None
-            process.close()
+            try:
+                process.close()
+            except BaseException:  # Ctrl-C while it exits: end it now
+                process.kill()
+                raise
 
     def __enter__(self) -> SubprocessRunner:
         return self
@@ -184,6 +188,10 @@ class SubprocessRunner:
     def decide(self, batch_size: int) -> Decision:
         if self.reuse is None:
             return Decision(False, "a fresh process for every size")
+        if self.base.compile:
+            # dynamo keeps its compiled graphs and turns a dimension seen at two sizes
+            # dynamic: a reused process would measure another program than a fresh one
+            return Decision(False, "--compile: each size is compiled in a fresh process")
         if self._reuse_ended is not None:
             return Decision(False, self._reuse_ended)
         if self._process is None:

@@ -214,3 +214,11 @@ def test_the_peak_of_a_size_in_a_reused_process_is_its_own(tmp_path: Path) -> No
     assert peaks[1] - peaks[0] > 20 * 2**20  # 8192 x 256 floats, in and out, and their gradients
     # not the large size's peak carried over: back within a few MB of the first small size
     assert abs(peaks[2] - peaks[0]) < 8 * 2**20, [p / 2**20 for p in peaks]
+
+
+def test_compiled_targets_always_run_fresh(tmp_path: Path) -> None:
+    spec = TrialSpec(target=f"{TINY}:build", mode="infer", batch_size=1, compile=True)
+    run = SubprocessRunner(spec, tmp_path, timeout_s=1, reuse=AlwaysReuse())
+    run._process = object()  # type: ignore[assignment]  # as if a process were waiting
+    decision = run.decide(2)
+    assert not decision.reuse and "--compile" in decision.reason
