@@ -3,7 +3,8 @@
 Runs the sweep (or reads a finished sweep's JSON) and prints, per trial in run order,
 whether its process was reused and the seconds of each phase (close_previous: ending
 the last process; start: a fresh process up to torch imported; load: device and CUDA
-context; build: the target; warmup; measure; call: the sweep's whole wait), then the
+context; build: the target; warmup; measure; call: the sweep's whole wait for the
+answer; reused_attempt: a first run in a reused process that failed), then the
 totals of the doubling phase (up to the first out-of-memory) and of the bisection, and
 the fixed cost (call minus warmup and measure) that process reuse removes.
 
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-PHASES = ("close_previous", "start", "load", "build", "warmup", "measure", "call")
+PHASES = ("reused_attempt", "close_previous", "start", "load", "build", "warmup", "measure", "call")
 
 
 def run_sweep(sweep_args: list[str], out: Path, fresh: bool) -> tuple[Path, float]:
@@ -50,7 +51,8 @@ def summarize(report: dict[str, Any], wall_s: float | None) -> dict[str, Any]:
     totals = dict.fromkeys((*PHASES, "fixed"), 0.0)
     for trial in ran:
         times = trial.get("phase_s") or {}
-        call = times.get("call", trial.get("duration_s") or 0.0)
+        # a size that failed in a reused process and ran again fresh: both runs count
+        call = times.get("call", trial.get("duration_s") or 0.0) + times.get("reused_attempt", 0.0)
         fixed = call - times.get("warmup", 0.0) - times.get("measure", 0.0)
         phase = "doubling" if first_oom is None or trial["order"] <= first_oom else "bisection"
         phases[phase] += call
@@ -88,7 +90,7 @@ def show(summary: dict[str, Any]) -> None:
         print(f"{row['order']:>3} {row['batch_size']:>6} {row['status']:>10} {reused:>6} {cells} "
               f"{row['fixed_s']:8.2f}{probe}")
     totals = summary["phase_totals_s"]
-    print("sum" + " " * 31 + " ".join(f"{totals[p]:8.2f}" for p in PHASES) + f" {totals['fixed']:8.2f}")
+    print("sum" + " " * 25 + " ".join(f"{totals[p]:8.2f}" for p in PHASES) + f" {totals['fixed']:8.2f}")
     wall = f"{summary['wall_s']:.1f} s wall, " if summary["wall_s"] is not None else ""
     phases = summary["search_phases_s"]
     print(f"\n{wall}{summary['report_duration_s']:.1f} s in the sweep; doubling {phases['doubling']:.1f} s, "
