@@ -15,17 +15,17 @@ import pytest
 from helpers import make_session, make_steps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "replay"))
-from timelines import Gpu, Host, trace  # noqa: E402
+from timelines import Gpu, Host, trace
 
-from gpudoctor import registry  # noqa: E402
-from gpudoctor.collectors.trace import trace_events  # noqa: E402
-from gpudoctor.engine import run_checks  # noqa: E402
-from gpudoctor.replay import SCENARIOS, replay_trace  # noqa: E402
-from gpudoctor.report import verdict  # noqa: E402
-from gpudoctor.session import ProfileSummary  # noqa: E402
-from gpudoctor.trials import remedies  # noqa: E402
-from gpudoctor.trials.plan import plan_trials  # noqa: E402
-from gpudoctor.trials.remedies import KINDS, TryRequest, parse_try  # noqa: E402
+from gpudoctor import registry
+from gpudoctor.collectors.trace import trace_events
+from gpudoctor.engine import run_checks
+from gpudoctor.replay import SCENARIOS, replay_trace
+from gpudoctor.report import verdict
+from gpudoctor.session import ProfileSummary
+from gpudoctor.trials import remedies
+from gpudoctor.trials.plan import plan_trials
+from gpudoctor.trials.remedies import KINDS, TryRequest, parse_try
 
 # the whole recipe: one module, as a plugin package would ship it
 SAMPLE = '''
