@@ -131,6 +131,8 @@ def reconcile(findings: list[Finding], checks: Mapping[str, Check]) -> list[Find
             assert current.remedy is not None and leader.remedy is not None  # both advise on the knob
             instead = current.remedy.without_knobs or Remedy(text=f"On {knob}: {leader.remedy.text}",
                                                              code=leader.remedy.code)
+            if instead.fix is None:  # how the trials apply it stays the finding's own
+                instead = dataclasses.replace(instead, fix=current.remedy.fix)
             note = f" (Its advice on {knob} gave way to {leader.id}'s: one remedy per setting.)"
             replaced[id(f)] = dataclasses.replace(current, remedy=instead, message=current.message + note)
     return [replaced.get(id(f), f) for f in findings]
@@ -307,13 +309,9 @@ def _scenario(f: Finding) -> str | None:
 
 def _declared() -> dict[str, Check]:
     """The installed checks by ID, for what each declares it explains."""
-    try:
-        from gpudoctor.registry import load_checks
+    from gpudoctor.registry import checks_by_id
 
-        checks, _ = load_checks()
-    except Exception:  # noqa: BLE001  (ordering must never fail on a broken plugin)
-        return {}
-    return {c.id: c for c in checks}
+    return checks_by_id()
 
 
 def gate_line(findings: list[Finding], fail_on: str | None, measured: bool = True) -> str:

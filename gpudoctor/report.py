@@ -139,7 +139,7 @@ def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, 
             head = head[:1].upper() + head[1:]
         return head + (": " + "; ".join(numbers) if numbers else "") + caveat + "."
     top = primary[0]
-    if top.id in INPUT_STALL_IDS and summary.get("data_wait_share") is not None:
+    if _waits_for_data(top) and summary.get("data_wait_share") is not None:
         return f"{STAGE_VERDICT[1]}: " + "; ".join(numbers) + caveat + "."
     stage = STAGE_VERDICT.get(top.stage, "Problem")
     if top.stage == 1 and summary.get("data_wait_share") is None:
@@ -148,7 +148,12 @@ def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, 
     return head + ("; " + "; ".join(numbers) if numbers else "") + caveat + "."
 
 
-INPUT_STALL_IDS = ("GD101", "GD102", "GD103", "GD104")
+def _waits_for_data(finding: Finding) -> bool:
+    """Its check declares its findings a form of the loop waiting for data (Check.data_wait)."""
+    from gpudoctor.registry import checks_by_id
+
+    declared = checks_by_id().get(finding.id)
+    return declared is not None and declared.data_wait
 
 
 def _measured_note(findings: list[Finding]) -> str:

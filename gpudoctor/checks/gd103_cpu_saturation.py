@@ -86,7 +86,7 @@ from gpudoctor.analysis.input_pipeline import (
 )
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, Prediction, predict, severity_for
 from gpudoctor.analysis.shared import analyses
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import Threshold
 
 if TYPE_CHECKING:
@@ -109,9 +109,16 @@ WORKLOAD_ROOM_CORES = Threshold(
     "core, not all (a 2-core run measured 1.87x faster with num_workers=1 while the cores read 100% busy)")
 
 
+# the trials' remedies for the findings that are not the Python-bound loop (Check.fix)
+CORES_FULL = Fix(untried="the usable cores are full: each sample must get cheaper in the code (more workers would "
+                         "compete for the same cores)")
+IN_PROCESS_BATCHES = Fix("workers")
+
+
 @check("GD103", "cpu-saturation", stage=1, title="CPU saturation",
        requires=("cpu",), explains=("GD201", "GD202", "GD203"),
-       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS))
+       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS),
+       fix=Fix("compile", scenarios=("data", "launch")), data_wait=True)
 def run(session: Session) -> list[Finding]:
     samples = metrics.cpu_samples_steady(session)
     if not samples:
@@ -242,10 +249,10 @@ def _cores_finding(session: Session, severity: str, system: float, cores: float 
         knob = "fewer"
     waiting = " while the GPU waits" if session.torch_cuda_used else " while the loop waits for data"
     title = f"CPU saturated: usable cores {system:.0f}% busy" + (waiting if severity != "info" else "")
-    remedy = Remedy(text=text, code=code)
+    remedy = Remedy(text=text, code=code, fix=CORES_FULL)
     if knob is not None:  # where the workers' own check sizes them otherwise, only the cheaper samples stand
-        remedy = Remedy(text=text, code=code, knobs={"num_workers": knob},
-                        without_knobs=Remedy(text="The CPU is the limit: " + cheaper, code=code))
+        remedy = Remedy(text=text, code=code, knobs={"num_workers": knob}, fix=CORES_FULL,
+                        without_knobs=Remedy(text="The CPU is the limit: " + cheaper, code=code, fix=CORES_FULL))
     return Finding(severity=severity, title=title,
                    message=message, evidence=evidence, remedy=remedy, prediction=prediction)
 
@@ -280,5 +287,7 @@ def _main_thread_finding(session: Session, severity: str, main_thread: float, sy
                 "issues many kernels, use a bigger batch to amortise per-step overhead, and avoid per-step "
                 ".item()/printing of tensors.")
         code = "model = torch.compile(model)  # fewer, fused kernel launches per step"
+    # batches made in the main thread move to workers; a Python-bound loop takes the check's fix (compile)
+    fix = IN_PROCESS_BATCHES if loader is not None and loader.num_workers == 0 else None
     return Finding(severity=severity, title=title, message=message, evidence=evidence,
-                   remedy=Remedy(text=text, code=code, knobs=knobs), prediction=prediction)
+                   remedy=Remedy(text=text, code=code, knobs=knobs, fix=fix), prediction=prediction)

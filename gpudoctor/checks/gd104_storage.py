@@ -59,7 +59,7 @@ from gpudoctor import metrics
 from gpudoctor.analysis.input_pipeline import STALL_LIMITS, InputStall, data_prediction
 from gpudoctor.analysis.prediction import GAIN_WARNING, SEVERITY_GAINS
 from gpudoctor.analysis.shared import analyses
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
@@ -110,7 +110,9 @@ def slow_reasons(probe: StorageProbe) -> list[str]:
 
 
 @check("GD104", "slow-storage", stage=1, title="Slow or network storage", requires=("storage",),
-       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS))
+       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS),
+       fix=Fix(untried="storage speed belongs to the machine: stage the data on local disk or in RAM (see the "
+               "finding)"), data_wait=True)
 def run(session: Session) -> list[Finding]:
     if not session.storage:
         raise Skip("no storage probe (dataset location unknown)")

@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
@@ -124,7 +124,8 @@ def profile_measured(profile: ProfileSummary | None) -> bool:
 
 @check("GD105", "pageable-memory", stage=1, title="Pageable host memory for H2D copies",
        requires=(), explains=("GD103", "GD201"),
-       thresholds=SEVERITY_GAINS)
+       thresholds=SEVERITY_GAINS,
+       fix=Fix("pin_memory", sizes=True, scenarios=("pinned",)))
 def run(session: Session) -> list[Finding]:
     if session.torch_cuda_used is False:
         raise Skip("the run used no GPU")

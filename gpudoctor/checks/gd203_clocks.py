@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import Threshold
 
 if TYPE_CHECKING:
@@ -124,7 +124,8 @@ def reason_stats(busy: list[GpuSample], names: tuple[str, ...], gpus: dict[int, 
 
 
 @check("GD203", "clocks-held", stage=2, title="Clocks held down (power cap, thermal or HW slowdown)",
-       requires=("gpu",))
+       requires=("gpu",),
+       fix=Fix(untried="clocks and power limits belong to the machine's administrator"))
 def run(session: Session) -> list[Finding]:
     if session.fact("clock_events"):
         raise Skip(session.fact("clock_events") or "clock-event reasons not read")

@@ -77,7 +77,7 @@ from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
@@ -181,4 +181,5 @@ def _run(session: Session) -> list[Finding]:
 # a launch-bound loop is what pegs its main thread
 run = check("GD301", "launch-bound", stage=3, title="Launch-bound (many tiny kernels)",
             requires=("profile",), explains=("GD201", "GD103"),
-            thresholds=SEVERITY_GAINS)(per_window(_run))
+            thresholds=SEVERITY_GAINS,
+            fix=Fix("compile", sizes=True, scenarios=("launch",)))(per_window(_run))

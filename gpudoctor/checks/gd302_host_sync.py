@@ -75,7 +75,7 @@ from typing import TYPE_CHECKING
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_duration
-from gpudoctor.model import Evidence, Finding, Remedy, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
@@ -161,4 +161,6 @@ def _run(session: Session) -> list[Finding]:
 
 run = check("GD302", "host-sync", stage=3, title="Host synchronisations in the loop",
             requires=("profile",), explains=("GD201",),
-            thresholds=SEVERITY_GAINS)(per_window(_run))
+            thresholds=SEVERITY_GAINS,
+            fix=Fix(untried="the synchronising calls are in the code (their call sites are listed in the finding)",
+                    scenarios=("sync",)))(per_window(_run))

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_bytes, format_duration
-from gpudoctor.model import Evidence, Finding, Remedy, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
@@ -176,4 +176,6 @@ def _run(session: Session) -> list[Finding]:
 
 run = check("GD303", "copy-bound", stage=3, title="Memory copies dominate",
             requires=("profile",), explains=("GD103", "GD201"),
-            thresholds=SEVERITY_GAINS)(per_window(_run))
+            thresholds=SEVERITY_GAINS,
+            fix=Fix(untried="the copies are made by the code itself: stack small copies, keep data on the GPU",
+                    scenarios=("pinned", "small_copies")))(per_window(_run))

@@ -54,7 +54,8 @@ def run_trials(session: Session, findings: Sequence[Finding], request: TryReques
     judged (its checks and --ignore), each trial is judged alike. `workspace`: where the diagnosed
     run wrote (each trial runs in a scratch copy); None runs them in the working directory."""
     judging = dataclasses.replace(judging, before_report=None)  # the diagnosed run's hook is not a trial's
-    plans, untried = plan_trials(session, list(findings), request)
+    plans, untried = plan_trials(session, list(findings), request,
+                                 judging.catalog.checks if judging.catalog is not None else None)
     trials = Trials(requested=request.requested, bound=bound_text(options), untried=untried)
     if not plans:
         say("gpudoctor: --try: no remedy for this run's findings can be applied from outside the code")
