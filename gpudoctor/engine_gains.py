@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from gpudoctor.model import Check, Finding, severity_rank
 
 if TYPE_CHECKING:
-    from gpudoctor.trials.records import TrialResult, Trials
+    from gpudoctor.session import TrialResult, Trials
 
 NEAR_TIE = 1.10  # gains within 10% of each other are a tie the stage order breaks
 NO_GAIN = 1.05  # a trial under this measured no gain (run-to-run noise; trials.report.NO_GAIN)

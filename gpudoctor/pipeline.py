@@ -31,10 +31,18 @@ from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor
 from gpudoctor.trials.remedies import TryRequest
 
 if TYPE_CHECKING:
-    from gpudoctor.commands.diagnose import Misplaced
     from gpudoctor.trials.scratch import Listing, Workspace
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Misplaced:
+    """gpudoctor's own options written after the script (`diagnose train.py --duration 10`)."""
+
+    options: list[str]  # as written, with their values
+    suggestion: str  # the command line with them before the script
+
 
 # receives the finished report and the files written (kind -> path), e.g. preflight's policy
 ReportSink = Callable[[dict[str, Any], dict[str, str]], None]
@@ -176,7 +184,7 @@ def failed_before_running(session: Session) -> str | None:
                   and e.pid in mains), None)
     if error is None:
         return None
-    from gpudoctor.reports.console import one_line
+    from gpudoctor.text import one_line
 
     return (f"the script failed before it ran: {error.type}: {one_line((error.message or '').strip())[:300]}; "
             "nothing was measured, so no report was written")
@@ -207,7 +215,7 @@ def _announce_end(session: Session, escalated: list[str] | None = None, then: st
         what = f"exited with code {code}"
     if escalated and code in (137, 143):
         what += f" (it ignored SIGINT: ended by {'SIGKILL' if code == 137 else 'SIGTERM'})"
-    from gpudoctor.reports.console import printable
+    from gpudoctor.text import printable
 
     # the exception's type and text come from the workload: no terminal controls of theirs
     say_line(printable(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; {then or 'writing the report'}"))

@@ -308,8 +308,8 @@ def build_report(
         "docs": docs,
     }
     attach_trials(report, session)  # --try: overrides, trials, untried; findings[i].trial
-    if session.ranks:  # a distributed job (gpudoctor/reports/ranks.py)
-        from gpudoctor.reports.ranks import ranks_section
+    if session.ranks:  # a distributed job (gpudoctor/analysis/ranks.py)
+        from gpudoctor.analysis.ranks import ranks_section
 
         report["ranks"] = ranks_section(session)
     return report

@@ -42,7 +42,7 @@ def test_committed_schema_is_the_generated_one(name: str) -> None:
 def test_schema_names_the_report_version() -> None:
     schema = schemas.load("report-v1.schema.json")
     assert schema["title"] == REPORT_SCHEMA == "gpudoctor.report/1"
-    # the contract keys of DESIGN.md are all published as required
+    # the contract keys of the report (docs/architecture.md) are all published as required
     assert {"schema", "tool", "command", "exit_code", "duration_s", "environment", "summary", "findings",
             "checks"} <= set(schema["required"])
     finding = schema["$defs"]["ReportFinding"]

@@ -152,23 +152,7 @@ def run(session: Session) -> list[Finding]:
     window = found.window if found else _window(session)
     cores = metrics.usable_cores(session)
     tree = workload_cores(samples)
-    evidence: dict[str, Evidence] = {
-        "saturation": Evidence("cores" if cores_saturated else "main-thread", None, window, "what is saturated"),
-        "cpu_busy": Evidence(round(busy, 1), "%", window, "usable cores busy (mean)"),
-    }
-    if cores:
-        evidence["usable_cores"] = Evidence(round(cores, 2), "cores", "whole run", "usable cores (affinity, quota)")
-    if main_thread is not None:
-        evidence["main_thread"] = Evidence(round(main_thread, 1), "% of one core", window, "main Python thread")
-    if tree is not None:
-        evidence["workload_cpu"] = Evidence(round(tree, 2), "cores", window, "whole process tree")
-    workers = metrics.mean([s.workers_percent for s in samples if s.workers_percent is not None])
-    if workers is not None:
-        evidence["workers_cpu"] = Evidence(round(workers / 100.0, 2), "cores", window, "DataLoader workers")
-    if found is not None:
-        evidence["data_wait_share"] = Evidence(round(found.share * 100, 1), "%", found.window, "data wait / step time")
-    if gpu_util is not None:
-        evidence["gpu_util"] = Evidence(round(gpu_util, 1), "%", window, "GPU utilization (mean)")
+    evidence = _evidence(samples, window, cores_saturated, busy, cores, main_thread, tree, found, gpu_util)
 
     impact = _impact_text(found, gpu_util, stalled, gpu_idle)
     if not impact_measured:
@@ -187,6 +171,30 @@ def run(session: Session) -> list[Finding]:
     if cores_saturated:
         return [_cores_finding(session, severity, busy, cores, tree, impact, window, evidence, shown)]
     return [_main_thread_finding(session, severity, main_thread or 0.0, busy, impact, window, evidence, shown)]
+
+
+def _evidence(samples: list, window: str, cores_saturated: bool, busy: float, cores: float | None,
+              main_thread: float | None, tree: float | None, found: InputStall | None,
+              gpu_util: float | None) -> dict[str, Evidence]:
+    """The finding's evidence: what is saturated, and each CPU and GPU number that was measured."""
+    evidence: dict[str, Evidence] = {
+        "saturation": Evidence("cores" if cores_saturated else "main-thread", None, window, "what is saturated"),
+        "cpu_busy": Evidence(round(busy, 1), "%", window, "usable cores busy (mean)"),
+    }
+    if cores:
+        evidence["usable_cores"] = Evidence(round(cores, 2), "cores", "whole run", "usable cores (affinity, quota)")
+    if main_thread is not None:
+        evidence["main_thread"] = Evidence(round(main_thread, 1), "% of one core", window, "main Python thread")
+    if tree is not None:
+        evidence["workload_cpu"] = Evidence(round(tree, 2), "cores", window, "whole process tree")
+    workers = metrics.mean([s.workers_percent for s in samples if s.workers_percent is not None])
+    if workers is not None:
+        evidence["workers_cpu"] = Evidence(round(workers / 100.0, 2), "cores", window, "DataLoader workers")
+    if found is not None:
+        evidence["data_wait_share"] = Evidence(round(found.share * 100, 1), "%", found.window, "data wait / step time")
+    if gpu_util is not None:
+        evidence["gpu_util"] = Evidence(round(gpu_util, 1), "%", window, "GPU utilization (mean)")
+    return evidence
 
 
 def _main_process_makes_batches_on_spare_cores(session: Session, samples: list) -> bool:

@@ -76,7 +76,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
-from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
+from gpudoctor.checks._profile import MAX_GAIN, gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
@@ -96,7 +96,6 @@ TINY_MEDIAN_US = Threshold(
 IDLE_WARNING = Threshold(
     "GPU idle share needed to look at all", 0.20, "share",
     "TensorBoard profiler plugin calls a GPU under 50% busy under-used")
-MAX_GAIN = Threshold("cap on the rule-based gain", 10.0, "x", "gpudoctor: an upper bound")
 
 REMEDY = Remedy(
     text="Fuse the small kernels and take the host out of the loop: torch.compile merges elementwise "

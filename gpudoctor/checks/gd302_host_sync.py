@@ -73,7 +73,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
-from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
+from gpudoctor.checks._profile import MAX_GAIN, gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_duration
 from gpudoctor.model import Evidence, Finding, Fix, Remedy, check
 from gpudoctor.thresholds import CountThreshold, Threshold
@@ -87,7 +87,6 @@ PER_STEP = Threshold(
 IN_WINDOW = CountThreshold(
     "synchronisations in the window when its steps are unknown", 10, "syncs",
     "gpudoctor")
-MAX_GAIN = Threshold("cap on the rule-based gain", 10.0, "x", "gpudoctor: an upper bound")
 MAX_SITES = 3
 
 REMEDY = Remedy(

@@ -19,6 +19,7 @@ from typing import Any
 from gpudoctor.agent import protocol
 from gpudoctor.session import (
     AllocatorSnapshot,
+    AppliedOverride,
     ErrorEvent,
     FetchFunction,
     FetchProfile,
@@ -28,7 +29,6 @@ from gpudoctor.session import (
     StepRecord,
     Steps,
 )
-from gpudoctor.trials.records import AppliedOverride
 
 log = logging.getLogger(__name__)
 

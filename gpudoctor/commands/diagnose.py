@@ -16,7 +16,6 @@ import os
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +32,7 @@ from gpudoctor.fsutil import unreadable_reason
 from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS, choices
 
 if TYPE_CHECKING:
-    from gpudoctor.pipeline import ReportOptions
+    from gpudoctor.pipeline import Misplaced, ReportOptions
     from gpudoctor.supervisor import RunOptions
 
 log = logging.getLogger(__name__)
@@ -230,16 +229,10 @@ def own_options() -> dict[str, bool]:
     return {o: action.nargs != 0 for action in parser._actions for o in action.option_strings if o.startswith("--")}
 
 
-@dataclass(frozen=True)
-class Misplaced:
-    """gpudoctor's own options written after the script (`diagnose train.py --duration 10`)."""
-
-    options: list[str]  # as written, with their values
-    suggestion: str  # the command line with them before the script
-
-
 def misplaced_options(args: argparse.Namespace) -> Misplaced | None:
     """Not after `--`, where the command is spelled out on purpose."""
+    from gpudoctor.pipeline import Misplaced
+
     if args.module is not None:
         head, script_args = ["-m", *args.module[:1]], list(args.module[1:])
     elif args.target and args.target[0] != "--":

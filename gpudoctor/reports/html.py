@@ -21,8 +21,8 @@ import jinja2
 from markupsafe import Markup
 
 from gpudoctor.jsonmodel import is_real
-from gpudoctor.metrics import format_bytes, format_duration
 from gpudoctor.report_model import Report, ReportFinding, Summary
+from gpudoctor.text import format_bytes, format_duration
 
 from . import charts
 from ._common import (

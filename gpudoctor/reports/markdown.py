@@ -12,8 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gpudoctor.metrics import format_run_seconds
 from gpudoctor.report_model import Report
+from gpudoctor.text import format_run_seconds
 
 from ._common import (
     command_line,
