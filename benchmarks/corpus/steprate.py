@@ -25,6 +25,8 @@ import sys
 import threading
 import time
 
+LEARN = 3  # depth-0 calls of one module before it is taken as the outermost one
+
 
 def main() -> None:
     out, script = sys.argv[1], sys.argv[2:]
@@ -55,14 +57,34 @@ def main() -> None:
     def after_step(optimizer, args, kwargs) -> None:  # type: ignore[no-untyped-def]
         stamp("optimizer")
 
+    # the outermost module, learnt by depth: once one module has been called at depth 0 on one
+    # thread LEARN times, each call of that module on that thread is a step, whatever the depth
+    # count says afterwards (a post hook that another hook's forward skipped cannot leave the
+    # count stuck above 0 and the steps uncounted)
+    learnt: dict[tuple[int, int], int] = {}
+    calls = [0, 0]  # module forwards begun and ended (a difference: some post hooks never ran)
+    root: list[tuple[int, int]] = []
+
     def pre(mod, args) -> None:  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        key = (id(mod), threading.get_ident())
+        if root:
+            if key == root[0] and not any(kind == "optimizer" for _, _, kind in stamps[-1:]):
+                stamp("forward")
+            return
         n = getattr(depth, "n", 0)
         depth.n = n + 1
-        if n == 0 and not any(kind == "optimizer" for _, _, kind in stamps[-1:]):
-            stamp("forward")
+        if n == 0:
+            learnt[key] = learnt.get(key, 0) + 1
+            if learnt[key] >= LEARN:
+                root.append(key)
+            if not any(kind == "optimizer" for _, _, kind in stamps[-1:]):
+                stamp("forward")
 
     def post(mod, args, output) -> None:  # type: ignore[no-untyped-def]
-        depth.n = max(0, getattr(depth, "n", 1) - 1)
+        calls[1] += 1
+        if not root:
+            depth.n = max(0, getattr(depth, "n", 1) - 1)
 
     register_optimizer_step_post_hook(after_step)
     handles = []
@@ -77,7 +99,8 @@ def main() -> None:
         rows = [(t, on) for t, on, k in stamps if k == kind]
         with open(out, "w") as fh:
             json.dump({"began": began, "ended": ended, "source": kind, "t": [t for t, _ in rows],
-                       "profiled": [on for _, on in rows]}, fh)
+                       "profiled": [on for _, on in rows],
+                       "forwards": {"begun": calls[0], "ended": calls[1]}}, fh)
 
     atexit.register(write)
     sys.argv = script
