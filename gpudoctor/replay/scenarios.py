@@ -33,8 +33,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from gpudoctor.collectors.window_picture import BINS, span_list
 from gpudoctor.replay import rates
 from gpudoctor.replay.simulate import Plan, Result, run
@@ -93,8 +91,8 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
                                    "GPU operations: too many to replay")
     scale, data_scale, calibration = _calibrate(timeline, steps, unprofiled_step_us, unprofiled_wait_us)
     measured = Plan.measured(timeline, scale, data_scale)
-    base = run(timeline, measured, record=True)
     drawn = _drawn_items(timeline, picture_range(index))
+    base = run(timeline, measured, record=True, starts_of=drawn or ())
     summary = ReplaySummary(
         steps=steps,
         scope=scope,
@@ -116,7 +114,7 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
         changed, detail = edit(timeline, plan)
         if not changed:
             continue
-        result = run(timeline, plan, record=True)
+        result = run(timeline, plan, record=True, starts_of=drawn or ())
         plans[name] = plan
         drawn_spans, drawn_bins, drawn_span = _picture(timeline, result, drawn)
         summary.scenarios.append(ReplayScenario(name=name, label=SCENARIOS[name], span_us=round(result.span_us, 3),
@@ -127,8 +125,7 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
     useful = [s.name for s in summary.scenarios if base.span_us / max(s.span_us, 1e-9) >= MIN_GAIN_FOR_PAIRS]
     for i, first in enumerate(useful):
         for second in useful[i + 1:]:
-            plan = measured.copy()
-            EDITS[first](timeline, plan)
+            plan = plans[first].copy()  # the first edit made on the measured plan: as its scenario's
             EDITS[second](timeline, plan)
             summary.combined[f"{first}+{second}"] = round(run(timeline, plan).span_us, 3)
     summary.seconds = round(time.perf_counter() - began, 3)
@@ -155,15 +152,14 @@ def _picture(timeline: Timeline, result: Result,
              bounds: tuple[int, int] | None) -> tuple[list[float], list[float], float | None]:
     """The GPU's replayed work in the steps a report draws: from the replayed start of the main
     thread's first item in them to that of its first item after (`bounds`, _drawn_items)."""
-    if bounds is None or result.op_spans is None or result.item_starts is None:
+    if bounds is None or result.op_starts is None or result.op_ends is None:
         return [], [], None
     first, after = bounds
     begin = result.item_starts[first]
-    end = result.item_starts[after] if after < len(result.item_starts) else timeline.start + result.span_us
+    end = result.item_starts[after] if after < len(timeline.items) else timeline.start + result.span_us
     if end <= begin:
         return [], [], None
-    spans = np.array(result.op_spans, dtype=np.float64).reshape(-1, 2)
-    return (*span_list(spans[:, 0], spans[:, 1], begin, end, (end - begin) / BINS), round(end - begin, 1))
+    return (*span_list(result.op_starts, result.op_ends, begin, end, (end - begin) / BINS), round(end - begin, 1))
 
 
 def replay_or_error(events: Any, steps: int = 0, unprofiled_step_us: float | None = None,
