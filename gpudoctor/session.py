@@ -21,13 +21,12 @@ and the reason is recorded in `Session.unavailable[fact]`. Fact names:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.session_codec import build, clean
+from gpudoctor.session_codec import build, plain
 from gpudoctor.trials.records import AppliedOverride, Trials
 
 SESSION_SCHEMA = "gpudoctor.session/1"
@@ -489,7 +488,7 @@ class Session:
 
     # ---- serialisation ------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return clean(dataclasses.asdict(self))
+        return plain(self)  # clean(dataclasses.asdict(self)), in one walk
 
     @classmethod
     def from_dict(cls, data: Any) -> Session:

@@ -74,6 +74,7 @@ from gpudoctor.collectors.trace_file import (  # noqa: F401  (public names re-ex
     load_trace,
     trace_events,
 )
+from gpudoctor.collectors.trace_syncs import workload_syncs
 from gpudoctor.collectors.window_picture import Gaps, gap_causes, idle_by_cause, picture, thread_of
 from gpudoctor.replay.window import picture_range
 from gpudoctor.session import KernelStat, ProfileSummary, SyncSite
@@ -83,9 +84,6 @@ log = logging.getLogger(__name__)
 KERNEL_TO_KERNEL_GAP_US = 30.0  # HTA: shorter gaps are the cost of launching back to back
 SHORT_LAUNCH_MAX_US = 50.0  # HTA: longer launch calls are outliers, not short-kernel evidence
 AGENT_FRAME = "gpudoctor/agent/"  # Python frames of gpudoctor's agent inside the workload
-# gpudoctor opening or closing its own window: its syncs are not the workload's (its wrappers
-# around the DataLoader, the fetchers and the safe points are transparent: the work inside is)
-AGENT_WINDOW_FRAME = "gpudoctor/agent/profiler"
 SMALL_COPY_BYTES = 64 * 1024  # Nsight Systems ignores synchronous H2D copies below this size
 SYNC_SLACK_US = 10.0  # host and GPU clocks agree to a few us only
 TOP_N = 10
@@ -148,22 +146,16 @@ class _TraceStats:
     def __init__(self) -> None:
         self.first, self.last = float("inf"), float("-inf")
         self.columns: TraceColumns | None = None
-        self.syncs: list[tuple[Any, float, float, str]] = []  # thread, ts, dur, api
-        self.around: dict[Any, list[tuple[float, float, bool, str]]] = defaultdict(list)  # ts, end, frame?, name
         # the operators that launched GPU work (first launch first) and the GPU us of each
         self.op_gpu: tuple[list[str], np.ndarray] = ([], np.zeros(0))
         self.cpu_self: list[tuple[str, list[float]]] = []
 
     def add(self, index: TraceIndex) -> None:
         self.first, self.last = index.first, index.last
-        self.columns = columns = TraceColumns(index)
-        api = index.api
-        for position in columns.syncs:
-            self.syncs.append(((api.value("pid", position), api.value("tid", position)), float(api.ts[position]),
-                               float(api.dur[position]), columns.api_kind(position).api))
+        self.columns = TraceColumns(index)
 
     def add_context(self, index: TraceIndex) -> None:
-        """Attribute GPU time to operators; keep the frames and operators around syncs."""
+        """Attribute GPU time to operators (their own CPU time when none launched GPU work)."""
         columns = self.columns
         assert columns is not None
         attributed, ext_ids, names = columns.gpu_operators
@@ -171,22 +163,8 @@ class _TraceStats:
         if kept.any():
             gpu_us = grouped_sums(attributed[kept], columns.gpu_end[kept] - columns.gpu_start[kept], len(ext_ids))
             self.op_gpu = (names, gpu_us)
-        sync_times: dict[Any, list[float]] = defaultdict(list)
-        for thread, ts, _, _ in self.syncs:
-            sync_times[thread].append(ts)
         if not self.op_gpu[0]:
             self.cpu_self = columns.own_times
-        for thread, times in sync_times.items():
-            at = np.sort(np.array(times, dtype=np.float64))
-            for events, frame in ((columns.operators, False), (columns.frames, True)):
-                mine = events.on(thread)
-                if not len(mine):
-                    continue
-                starts, ends = events.start[mine], events.end[mine]
-                after = np.searchsorted(at, starts, side="left")
-                inside = (after < len(at)) & (at[np.minimum(after, len(at) - 1)] <= ends)
-                for i in mine[inside].tolist():
-                    self.around[thread].append((float(events.start[i]), float(events.end[i]), frame, events.names[i]))
 
     def summary(self, steps: int) -> ProfileSummary:
         columns = self.columns
@@ -375,36 +353,20 @@ class _TraceStats:
         return [named.get(position) for position in calls]
 
     def _sync_stats(self, out: ProfileSummary, gaps: Gaps) -> np.ndarray:
-        by_thread: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
-        for thread, ts, dur, api in self.syncs:
-            by_thread[thread].append((ts, dur, api))
-        sites: dict[tuple[str, str | None], list[float]] = {}
-        kept: list[tuple[Any, float, float, str]] = []
-        for thread, syncs in by_thread.items():
-            syncs.sort()
-            around = _enclosing(self.around.get(thread, []), [ts for ts, _, _ in syncs])
-            for (ts, dur, api), enclosing in zip(syncs, around):
-                frames = [i[3] for i in enclosing if i[2]]
-                if any(map(_agent_window_frame, frames)):
-                    continue  # gpudoctor's own (closing the profiler window), not the workload's
-                kept.append((thread, ts, dur, api))
-                label = next((i[3] for i in enclosing if not i[2] and i[3].startswith("aten::")), api)
-                stat = sites.setdefault((label, _site(frames)), [0, 0.0])
-                stat[0] += 1
-                stat[1] += dur
-        self.syncs = kept
-        out.sync_count = len(self.syncs)
-        out.sync_total_us = round(float(sum(s[2] for s in self.syncs)), 3)
-        ranked = sorted(sites.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:TOP_N]
+        assert self.columns is not None
+        syncs = workload_syncs(self.columns, _site)
+        out.sync_count = len(syncs.dur)
+        out.sync_total_us = round(float(sum(syncs.dur)), 3)
+        ranked = sorted(syncs.sites.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:TOP_N]
         out.sync_sites = [SyncSite(api=api, count=int(c), total_us=round(t, 3), site=site)
                           for (api, site), (c, t) in ranked]
         # a gap follows a sync when the GPU ran dry during the sync and the host resumed
         # inside the gap: the sync emptied the queue and the host had to refill it
         gap_starts, gap_ends = gaps.starts, gaps.ends
         after_sync = np.zeros(len(gap_starts), dtype=bool)
-        if self.syncs and len(gap_starts):
-            sync_starts = np.array([ts for _, ts, _, _ in self.syncs], dtype=np.float64)
-            sync_ends = sync_starts + np.array([dur for _, _, dur, _ in self.syncs], dtype=np.float64)
+        if syncs.dur and len(gap_starts):
+            sync_starts = syncs.start
+            sync_ends = sync_starts + np.array(syncs.dur, dtype=np.float64)
             order = np.argsort(sync_ends, kind="stable")
             sync_starts, sync_ends = sync_starts[order], sync_ends[order]
             # the syncs that ended around the gap: did one of them start before it?
@@ -413,11 +375,6 @@ class _TraceStats:
             after_sync = range_min(sync_starts, low, high) <= gap_starts + SYNC_SLACK_US
             out.idle_after_sync_us = round(sequential_sum((gap_ends - gap_starts)[after_sync]), 3)
         return after_sync
-
-
-@functools.lru_cache(maxsize=1 << 14)  # the same frames around every sync of a step
-def _agent_window_frame(frame: str) -> bool:
-    return AGENT_WINDOW_FRAME in frame.replace("\\", "/")
 
 
 def _site(frames: list[str] | tuple[str, ...]) -> str | None:

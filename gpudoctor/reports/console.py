@@ -20,6 +20,8 @@ from typing import Any, TextIO
 
 from rich.console import Console
 
+from gpudoctor.jsonmodel import plain_numbers
+
 # wide enough that no line of a summary is ever wrapped; lines are right-stripped after
 UNWRAPPED_WIDTH = 100_000
 # the width of every command's output without a terminal, unless $COLUMNS says otherwise
@@ -43,7 +45,7 @@ def printable(value: Any) -> Any:
     if isinstance(value, dict):
         return {printable(k): printable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [printable(v) for v in value]
+        return list(value) if plain_numbers(value) else [printable(v) for v in value]
     return value
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpudoctor.idle_causes import CAUSE_LABELS, IDLE_CAUSES, SCENARIO_CAUSES
-from gpudoctor.jsonmodel import is_real
+from gpudoctor.jsonmodel import finite_numbers, is_real
 from gpudoctor.metrics import format_duration
 from gpudoctor.report_model import Report, ReportFinding
 
@@ -52,7 +52,9 @@ def _us(value: float) -> str:
 
 
 def _numbers(values: Any) -> list[float]:
-    return [float(v) for v in values] if isinstance(values, list) and all(is_real(v) for v in values) else []
+    if isinstance(values, list) and (finite_numbers(values) or all(is_real(v) for v in values)):
+        return list(map(float, values))
+    return []
 
 
 class _Scale:
@@ -66,9 +68,11 @@ class _Scale:
 def _path(spans: Sequence[float], scale: _Scale, y: float, height: float = ROW) -> str:
     """One path of rectangles for start, length pairs."""
     parts = []
+    factor, top, tall = scale.factor, f"{y:g}", f"{height:g}"
     for i in range(0, len(spans) - 1, 2):
-        x, w = scale.x(spans[i]), max(scale.x(spans[i + 1]), 0.05)  # a span shorter than the width still shows
-        parts.append(f"M{x:g} {y:g}h{w:g}v{height:g}h{-w:g}z")
+        # (scale.x) a span shorter than the width still shows
+        x, w = round(spans[i] * factor, 3), max(round(spans[i + 1] * factor, 3), 0.05)
+        parts.append(f"M{x:g} {top}h{w:g}v{tall}h{-w:g}z")
     return "".join(parts)
 
 
