@@ -28,6 +28,7 @@ import gc
 import gzip
 import logging
 import math
+import mmap
 import operator
 import os
 import re
@@ -381,9 +382,12 @@ class TraceIndex:
                 "tid": tables["tid"].encode([e.tid for e in chosen]),
             }
             args = [e.args for e in chosen]
-            part["has_args"] = np.fromiter(map(operator.is_not, args, repeat(None)), dtype=bool, count=n)
-            present: list[Args] = cast("list[Args]", args) if part["has_args"].all() \
-                else [a if a is not None else _NO_ARGS for a in args]
+            if None in args:
+                part["has_args"] = np.fromiter(map(operator.is_not, args, repeat(None)), dtype=bool, count=n)
+                present = [a if a is not None else _NO_ARGS for a in args]
+            else:
+                part["has_args"] = np.ones(n, dtype=bool)
+                present = cast("list[Args]", args)
             nothing = [None] * n
             part["correlation"] = [a.correlation for a in present] if group in ("gpu", "api") else nothing
             part["external_id"] = [a.external_id for a in present] if group != "frames" else nothing
@@ -431,9 +435,10 @@ _NO_ARGS = Args(device=msgspec.UNSET, stream=msgspec.UNSET)
 
 def _floats(values: list[float | None]) -> np.ndarray:
     """The values as float64, None as NaN."""
-    if None in values:
+    try:
+        return np.fromiter(values, dtype=np.float64, count=len(values))
+    except TypeError:  # a None among them
         return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
-    return np.array(values, dtype=np.float64)
 
 
 def index_events(source: Any) -> TraceIndex:
@@ -560,12 +565,18 @@ def decode_rest(path: str | Path, own_window: bool = False) -> TraceIndex | None
         return None
     max_bytes, max_events = _limits(own_window)
     try:
-        with trace_file.read_errors(path), gc_paused(), open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size > max_bytes:
+        with trace_file.read_errors(path), gc_paused():
+            if os.stat(path).st_size > max_bytes:
                 return None  # read_trace refuses it
-            fh.seek(split.cut + 2)  # past the "},"
             index = TraceIndex()
-            buffer, decoded = _decode_events(_blocks(fh), bytearray(b"["), index, max_events)
+            with _mapped(path) as data:
+                if data is not None:  # from the "," past the first half's last event
+                    lead, decoded = _decode_view(data, split.cut + 1, len(data), index, max_events)
+                    _finish(index, split.head, bytearray(data[lead:]), decoded, max_events)
+                    return index
+            with open(path, "rb") as fh:
+                fh.seek(split.cut + 2)  # past the "},"
+                buffer, decoded = _decode_events(_blocks(fh), bytearray(b"["), index, max_events)
             _finish(index, split.head, buffer, decoded, max_events)
             return index
     except (_Unstreamable, trace_file.TraceError) as exc:
@@ -595,9 +606,17 @@ def _halves(path: Path, split: Split, own_window: bool, rest: Callable[[], Trace
 def _first_half(path: Path, split: Split, max_bytes: int, max_events: int) -> tuple[TraceIndex, int] | None:
     index = TraceIndex()
     try:
+        if os.stat(path).st_size > max_bytes:
+            raise _too_many_bytes(max_bytes)
+        with _mapped(path) as data:
+            if data is not None:  # from the array's "[" to the "," past the first half's last event
+                lead, decoded = _decode_view(data, split.start - 1, split.cut + 1, index, max_events)
+                data[split.cut + 1] = 0x5D  # "]"
+                with memoryview(data) as view, view[lead:split.cut + 2] as chunk:
+                    events = msgspec.json.Decoder(list[Event]).decode(chunk)
+                index.add(events)
+                return index, decoded + len(events)
         with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size > max_bytes:
-                raise _too_many_bytes(max_bytes)
             fh.seek(split.start)
             buffer, decoded = _decode_events(_blocks(fh, split.cut + 1 - split.start), bytearray(b"["), index,
                                              max_events)
@@ -661,6 +680,14 @@ def _streamed(path: Path, compressed: bool, own_window: bool) -> TraceIndex:
         _count_events(path, own_window)
     elif os.stat(path).st_size > max_bytes:
         raise _too_many_bytes(max_bytes)
+    else:
+        with _mapped(path) as data:
+            if data is not None:
+                head, _ = _head(_slices(data))
+                index = TraceIndex()
+                lead, decoded = _decode_view(data, len(head), len(data), index, max_events)
+                _finish(index, head, bytearray(data[lead:]), decoded, max_events)
+                return index
     index = TraceIndex()
     with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
         blocks = _blocks(fh)
@@ -668,6 +695,50 @@ def _streamed(path: Path, compressed: bool, own_window: bool) -> TraceIndex:
         buffer, decoded = _decode_events(blocks, bytearray(b"[") + rest, index, max_events)
     _finish(index, head, buffer, decoded, max_events)
     return index
+
+
+@contextlib.contextmanager
+def _mapped(path: Path) -> Iterator[mmap.mmap | None]:
+    """The file mapped as a private copy (bytes written into it reach neither the file nor
+    another process), or None where it cannot be mapped (then it is read block by block)."""
+    try:
+        with open(path, "rb") as fh:
+            mapping = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError) as exc:  # an empty file, no mmap here
+        log.debug("%s: not mapped (%s)", path, exc)
+        yield None
+        return
+    try:
+        yield mapping
+    finally:
+        mapping.close()
+
+
+def _slices(data: mmap.mmap) -> Iterator[bytes]:
+    for start in range(0, len(data), CHUNK_BYTES):
+        yield data[start:start + CHUNK_BYTES]
+
+
+def _decode_view(data: mmap.mmap, lead: int, stop: int, index: TraceIndex, max_events: int) -> tuple[int, int]:
+    """Decode the whole events of data[lead + 1:stop] into `index`, a chunk at a time, in
+    place: the byte before a chunk's first event (the array's ``[``, or the ``,`` after the
+    last event decoded) is made its ``[``, and _decode_whole_events makes the ``,`` after its
+    last event its ``]`` (a private copy of the file: nothing is copied). (Where the events
+    left begin: the ``[`` before them; how many were decoded.)"""
+    decoder = msgspec.json.Decoder(list[Event])
+    decoded = 0
+    end = lead
+    while end < stop:
+        end = min(max(end, lead) + CHUNK_BYTES, stop)
+        data[lead] = 0x5B  # "["
+        cut, count = _decode_whole_events(data, decoder, index, lead, end)
+        if count:
+            lead = cut  # the "," before the next event
+            decoded += count
+            if decoded > max_events:
+                raise _too_many_events(max_events)
+    data[lead] = 0x5B
+    return lead, decoded
 
 
 def _decode_events(blocks: Iterator[bytes], buffer: bytearray, index: TraceIndex,
@@ -703,26 +774,28 @@ def _finish(index: TraceIndex, head: bytes, buffer: bytearray, decoded: int, max
                   if getattr(meta, k) is not None}
 
 
-def _decode_whole_events(buffer: bytearray, decoder: msgspec.json.Decoder, index: TraceIndex) -> tuple[int, int]:
-    """Decode the events `buffer` holds whole (after its leading ``[``) into `index`; (where
-    the first event not decoded starts, how many were decoded).
+def _decode_whole_events(buffer: bytearray | mmap.mmap, decoder: msgspec.json.Decoder, index: TraceIndex,
+                         start: int = 0, end: int | None = None) -> tuple[int, int]:
+    """Decode the events that buffer[start:end] holds whole (after its leading ``[``) into
+    `index`; (where the first event not decoded starts, and the ``,`` before it; how many were
+    decoded).
 
     A cut is a ``}`` then ``,`` and the ``{`` of the next event (whitespace between): kernel
     names such as ``{lambda(float)#1}, std::array`` hold the first two. When a string
     fools even that, the chunk does not decode and the previous candidate is tried. The
     chunk is decoded in place: its ``,`` is made the array's ``]`` for the decode (no copy)."""
-    end = len(buffer)
+    end = len(buffer) if end is None else end
     for _ in range(MAX_CUT_TRIES):
-        cut = buffer.rfind(b"},", 1, end)
+        cut = buffer.rfind(b"},", start + 1, end)
         if cut < 0:
-            return 1, 0
+            return start + 1, 0
         end = cut
         after = _NEXT_EVENT.match(buffer, cut + 2)
         if after is None:
             continue
         buffer[cut + 1] = 0x5D  # "]"
         view = memoryview(buffer)
-        chunk = view[: cut + 2]
+        chunk = view[start: cut + 2]
         try:
             events = decoder.decode(chunk)
         except msgspec.ValidationError as exc:
@@ -734,7 +807,7 @@ def _decode_whole_events(buffer: bytearray, decoder: msgspec.json.Decoder, index
             view.release()
             buffer[cut + 1] = 0x2C  # ","
         index.add(events)
-        return after.end() - 1, len(events)
+        return (after.end() - 1 if isinstance(buffer, bytearray) else cut + 1), len(events)
     raise _Unstreamable("no place to cut the event array")
 
 
