@@ -28,33 +28,18 @@ from __future__ import annotations
 
 import bisect
 import logging
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 from gpudoctor.collectors.window_picture import BINS, span_list
-from gpudoctor.replay import rates
+from gpudoctor.replay import edits
 from gpudoctor.replay.simulate import Plan, Result, run
-from gpudoctor.replay.timeline import (
-    BLOCKING_COPY,
-    CPU,
-    DATA,
-    DISPATCH,
-    LAUNCH,
-    PYTHON,
-    SYNC,
-    USER,
-    HostItem,
-    Timeline,
-    build,
-)
+from gpudoctor.replay.timeline import CPU, DATA, Timeline, build
 from gpudoctor.session import ReplayScenario, ReplaySummary
 
 log = logging.getLogger(__name__)
 
-SMALL_COPY_BYTES = 64 * 1024  # Nsight Systems' line for small synchronous copies
-GLUE_MAX_US = 100.0  # without Python stacks: shorter Python between launches is glue a compiler removes
 MIN_HOST_SCALE = 0.2  # tracing with stacks slowed the host at most 5x in the H200 fixtures
 MIN_GAIN_FOR_PAIRS = 1.02  # scenarios that change less are not combined with others
 MAX_ITEMS = 2_000_000  # beyond this the replay is skipped (reported), the statistics still come
@@ -223,223 +208,14 @@ def _calibrate(timeline: Timeline, steps: int, step_us: float | None,
                                f"tracing slowed the host{waits}")
 
 
-# ---- the edits: each changes a copy of the measured plan; returns (items/ops changed, detail) ----
-
-def _data(timeline: Timeline, plan: Plan) -> tuple[int, str]:
-    changed = 0
-    for i, item in enumerate(timeline.items):
-        if item.kind == CPU and item.tag == DATA and plan.cost[i] > 0:
-            plan.cost[i] = 0.0
-            changed += 1
-    return changed, "DataLoader waits (time in __next__ on the host) removed"
-
-
-def _sync(timeline: Timeline, plan: Plan) -> tuple[int, str]:
-    """The workload's syncs stop blocking; an operator that only read a value back (``.item()``,
-    ``.cpu()`` of a result) goes altogether: the remedy keeps the value on the GPU."""
-    changed = 0
-    reads: dict[int, list[tuple[float, float]]] = {}
-    for i, item in enumerate(timeline.items):
-        if item.agent:
-            continue
-        if item.kind == SYNC or (item.kind == BLOCKING_COPY and _copies(timeline, item, "DtoH")):
-            if plan.blocks[i]:
-                plan.blocks[i] = False
-                plan.cost[i] = min(item.dur, item.post) if item.waited else item.dur
-                changed += 1
-            if item.read is not None:
-                reads.setdefault(item.thread, []).append(item.read)
-    covered = {thread: _union(spans) for thread, spans in reads.items()}
-    for i, item in enumerate(timeline.items):
-        union = covered.get(item.thread)
-        if union and item.tag in (DISPATCH, PYTHON) and _inside(union, item.ts):
-            plan.cost[i], plan.blocks[i] = 0.0, False
-    return changed, ("synchronisations no longer block the host; operators that only read a value back "
-                     "(.item(), .cpu()) dropped: the values stay on the GPU")
-
-
-def _union(spans: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
-    """The half-open spans [a, b) merged into disjoint ones: (starts, ends), in order."""
-    starts: list[float] = []
-    ends: list[float] = []
-    for a, b in sorted(s for s in spans if s[0] < s[1]):
-        if ends and a <= ends[-1]:
-            ends[-1] = max(ends[-1], b)
-        else:
-            starts.append(a)
-            ends.append(b)
-    return starts, ends
-
-
-def _inside(union: tuple[list[float], list[float]], t: float) -> bool:
-    """Is t in one of the merged spans (a <= t < b)? A bisection, not a walk over every span."""
-    starts, ends = union
-    k = bisect.bisect_right(starts, t) - 1
-    return k >= 0 and t < ends[k]
-
-
-def _launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:
-    """The model's launch chains as graphs (what torch.compile / CUDA graphs of the model buy)."""
-    changed, chains = _collapse(timeline, plan, optimizer=False)
-    glue = ("framework Python removed, the user's own Python kept" if timeline.stacks
-            else f"Python stretches under {GLUE_MAX_US:.0f} us removed")
-    return changed, (f"{chains:,} launch chains outside optimizer.step() issued as one graph each: the host cost "
-                     f"of one launch call, {glue}; {rates.GRAPH_SOURCE}")
-
-
-def _optimizer(timeline: Timeline, plan: Plan) -> tuple[int, str]:
-    """optimizer.step()'s launches as one chain each (a fused or foreach optimizer's few kernels)."""
-    changed, chains = _collapse(timeline, plan, optimizer=True)
-    return changed, (f"{chains:,} optimizer steps' launches issued back to back as one chain each (a fused or "
-                     f"foreach optimizer's few multi-tensor kernels); {rates.GRAPH_SOURCE}")
-
-
-def _collapse(timeline: Timeline, plan: Plan, *, optimizer: bool) -> tuple[int, int]:
-    changed, chains = 0, 0
-    for chain in _chains(timeline, plan, optimizer):
-        launches = [i for i in chain if timeline.items[i].kind == LAUNCH]
-        if len(launches) < 2:
-            continue  # one launch: nothing to capture, a compiled call costs what the launch did
-        head = launches[0]
-        chains += 1
-        for i in chain:
-            item = timeline.items[i]
-            if i != head and plan.cost[i] > 0:
-                plan.cost[i] = 0.0
-                changed += 1
-            for j in item.ops:
-                plan.launch_at[j] = head
-                plan.ready[j] = timeline.launch_latency_us
-                plan.gap[j] = max(0.0, rates.GRAPH_KERNEL_US - plan.dur[j])
-    return changed, chains
-
-
-def _chains(timeline: Timeline, plan: Plan, optimizer: bool = False) -> list[list[int]]:
-    """Per thread, maximal runs of items a captured graph would replace: launches, their
-    dispatch, and the Python between them (framework Python whatever its length when the
-    trace tells it from the user's, else short stretches only); the user's own long Python,
-    data waits and blocking calls end a chain, and so does crossing into or out of
-    optimizer.step() (`optimizer` picks which side is chained)."""
-    chains: list[list[int]] = []
-    current: dict[int, list[int]] = {}
-    for i, item in enumerate(timeline.items):
-        if item.optimizer != optimizer:
-            joins = False
-        elif item.kind == LAUNCH:
-            joins = not _copies(timeline, item, "HtoD_pageable")
-        elif item.kind != CPU:
-            joins = False
-        elif item.tag == DISPATCH:
-            joins = True
-        elif item.tag == PYTHON:
-            joins = timeline.stacks or plan.cost[i] < GLUE_MAX_US
-        else:
-            joins = item.tag == USER and plan.cost[i] < GLUE_MAX_US
-        if joins:
-            current.setdefault(item.thread, []).append(i)
-        elif item.thread in current:
-            chains.append(current.pop(item.thread))
-    chains.extend(current.values())
-    return chains
-
-
-def _pinned(timeline: Timeline, plan: Plan) -> tuple[int, str]:
-    pinned_rate, source = _pinned_rate(timeline)
-    changed = 0
-    cost = _launch_cost(timeline, plan)
-    for i, item in enumerate(timeline.items):
-        big = [j for j in item.ops if timeline.ops[j].copy == "HtoD_pageable"
-               and timeline.ops[j].nbytes >= SMALL_COPY_BYTES]
-        if not big:
-            continue
-        for j in big:
-            op = timeline.ops[j]
-            plan.dur[j] = op.nbytes / pinned_rate if pinned_rate else op.dur / rates.PAGEABLE_TO_PINNED
-        plan.blocks[i] = False
-        plan.cost[i] = min(plan.cost[i], cost) if item.kind == LAUNCH else cost
-        changed += 1
-    return changed, f"pageable host-to-device copies of 64 KiB or more pinned and asynchronous ({source})"
-
-
-def _pinned_rate(timeline: Timeline) -> tuple[float | None, str]:
-    """Bytes per us of this trace's own pinned host-to-device copies, when it has some."""
-    nbytes = us = 0.0
-    for op in timeline.ops:
-        if op.copy == "HtoD_pinned" and op.nbytes >= SMALL_COPY_BYTES:
-            nbytes, us = nbytes + op.nbytes, us + op.dur
-    if us > 0 and nbytes > 0:
-        return nbytes / us, f"at the pinned rate measured in this trace, {nbytes / us / 1e3:.1f} GB/s"
-    return None, f"{rates.PAGEABLE_TO_PINNED:.1f}x faster: {rates.PAGEABLE_TO_PINNED_SOURCE}"
-
-
-def _small_copies(timeline: Timeline, plan: Plan) -> tuple[int, str]:
-    pinned_rate, _ = _pinned_rate(timeline)
-    rate = pinned_rate or 55.3e3  # bytes/us; see rates.PAGEABLE_TO_PINNED_SOURCE
-    cost = _launch_cost(timeline, plan)
-    changed = runs = 0
-    head: dict[int, int] = {}  # thread -> the first small copy of its current run
-    folded: dict[int, int] = {}  # thread -> copies folded into that one so far
-    between: dict[int, list[int]] = {}  # dispatch items since the last small copy
-    for i, item in enumerate(timeline.items):
-        thread = item.thread
-        if _small_copy(timeline, item):
-            if thread not in head:
-                head[thread], folded[thread], between[thread] = i, 0, []
-                continue
-            first = head[thread]
-            for j in item.ops:  # carried by the run's first copy
-                plan.dur[timeline.items[first].ops[0]] += timeline.ops[j].nbytes / rate
-                plan.dur[j], plan.gap[j], plan.launch_at[j] = 0.0, 0.0, first
-            plan.cost[i], plan.blocks[i] = 0.0, False
-            for k in between[thread]:  # the per-tensor .to() dispatch and its stream sync go with the copy
-                plan.cost[k], plan.blocks[k] = 0.0, False
-            between[thread] = []
-            changed += 1
-            folded[thread] += 1
-            if folded[thread] == 1:
-                runs += 1
-                plan.blocks[first] = False
-                plan.cost[first] = min(plan.cost[first], cost)
-        elif thread in head and ((item.kind == CPU and item.tag == DISPATCH) or (item.kind == SYNC and not item.agent)):
-            between[thread].append(i)
-        elif thread in head and not (item.kind == CPU and item.tag == PYTHON):
-            del head[thread]
-    return changed, f"{changed:,} small host-to-device copies folded into {runs:,} stacked copies"
-
-
-def _small_copy(timeline: Timeline, item: HostItem) -> bool:
-    return item.kind in (LAUNCH, BLOCKING_COPY) and bool(item.ops) and all(
-        timeline.ops[j].kind == "c" and (timeline.ops[j].copy or "").startswith("HtoD")
-        and timeline.ops[j].nbytes < SMALL_COPY_BYTES for j in item.ops)
-
-
-def _tf32(timeline: Timeline, plan: Plan) -> tuple[int, str]:
-    changed = 0
-    for j, op in enumerate(timeline.ops):
-        if op.gemm == "fp32":
-            plan.dur[j] = op.dur / rates.tf32_speedup(op.dur)
-            changed += 1
-    return changed, f"fp32 GEMM kernels at the TF32 rate ({rates.TF32_SOURCE})"
-
-
-def _copies(timeline: Timeline, item: HostItem, prefix: str) -> bool:
-    return any((timeline.ops[j].copy or "").startswith(prefix) for j in item.ops)
-
-
-def _launch_cost(timeline: Timeline, plan: Plan) -> float:
-    costs = [plan.cost[i] for i, item in enumerate(timeline.items) if item.kind == LAUNCH and item.ops
-             and all(timeline.ops[j].kind == "k" for j in item.ops)]
-    return statistics.median(costs) if costs else 5.0
-
-
 EDITS: dict[str, Callable[[Timeline, Plan], tuple[int, str]]] = {
-    "data": _data,
-    "sync": _sync,
-    "launch": _launch,
-    "optimizer": _optimizer,
-    "pinned": _pinned,
-    "small_copies": _small_copies,
-    "tf32": _tf32,
+    "data": edits.data,
+    "sync": edits.sync,
+    "launch": edits.launch,
+    "optimizer": edits.optimizer,
+    "pinned": edits.pinned,
+    "small_copies": edits.small_copies,
+    "tf32": edits.tf32,
 }
 
 

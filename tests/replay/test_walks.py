@@ -1,6 +1,6 @@
 """The replay's whole-array shortcuts give the numbers of the walks they replaced, to the last bit:
-the covered length of each gap, the calls' order, and a replay that visits only the items where
-something happens."""
+the covered length of each gap, the calls' order, a replay that visits only the items where
+something happens, and the edits' chains, stacked copies and dropped read-backs."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from gpudoctor.collectors.trace_decode import read_trace
-from gpudoctor.replay import threads
+from gpudoctor.replay import edits, rates, threads
 from gpudoctor.replay.scenarios import EDITS
 from gpudoctor.replay.simulate import Plan, run
-from gpudoctor.replay.timeline import CPU, SYNC, Timeline, build
+from gpudoctor.replay.timeline import BLOCKING_COPY, CPU, DISPATCH, LAUNCH, PYTHON, SYNC, USER, Timeline, build
 
 WINDOWS = Path(__file__).resolve().parents[1] / "fixtures" / "h200" / "windows"
 
@@ -136,3 +136,116 @@ def test_the_replay_visits_only_where_something_happens_and_adds_as_a_walk(windo
         assert result.span_us == span, name
         assert result.item_starts == {i: starts[i] for i in asked}, name
         assert result.op_ends is not None and result.op_ends.tolist() == ends, name
+
+
+# ---- the edits, as walks over every item (what replay.edits replaced) ----
+
+def _copies(timeline: Timeline, item, prefix: str) -> bool:
+    return any((timeline.ops[j].copy or "").startswith(prefix) for j in item.ops)
+
+
+def _walk_collapse(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[int, int]:
+    chains, current = [], {}
+    for i, item in enumerate(timeline.items):
+        if item.optimizer != optimizer:
+            joins = False
+        elif item.kind == LAUNCH:
+            joins = not _copies(timeline, item, "HtoD_pageable")
+        elif item.kind != CPU:
+            joins = False
+        elif item.tag == DISPATCH:
+            joins = True
+        elif item.tag == PYTHON:
+            joins = timeline.stacks or plan.cost[i] < edits.GLUE_MAX_US
+        else:
+            joins = item.tag == USER and plan.cost[i] < edits.GLUE_MAX_US
+        if joins:
+            current.setdefault(item.thread, []).append(i)
+        elif item.thread in current:
+            chains.append(current.pop(item.thread))
+    chains.extend(current.values())
+    changed = count = 0
+    for chain in chains:
+        launches = [i for i in chain if timeline.items[i].kind == LAUNCH]
+        if len(launches) < 2:
+            continue
+        count += 1
+        for i in chain:
+            if i != launches[0] and plan.cost[i] > 0:
+                plan.cost[i] = 0.0
+                changed += 1
+            for j in timeline.items[i].ops:
+                plan.launch_at[j], plan.ready[j] = launches[0], timeline.launch_latency_us
+                plan.gap[j] = max(0.0, rates.GRAPH_KERNEL_US - plan.dur[j])
+    return changed, count
+
+
+def _walk_small_copies(timeline: Timeline, plan: Plan) -> int:
+    rate = edits._pinned_rate(timeline)[0] or 55.3e3
+    cost = edits._launch_cost(timeline, plan)
+    changed, head, folded, between = 0, {}, {}, {}
+    for i, item in enumerate(timeline.items):
+        thread = item.thread
+        small = item.kind in (LAUNCH, BLOCKING_COPY) and bool(item.ops) and all(
+            timeline.ops[j].kind == "c" and (timeline.ops[j].copy or "").startswith("HtoD")
+            and timeline.ops[j].nbytes < edits.SMALL_COPY_BYTES for j in item.ops)
+        if small:
+            if thread not in head:
+                head[thread], folded[thread], between[thread] = i, 0, []
+                continue
+            first = head[thread]
+            for j in item.ops:
+                plan.dur[timeline.items[first].ops[0]] += timeline.ops[j].nbytes / rate
+                plan.dur[j], plan.gap[j], plan.launch_at[j] = 0.0, 0.0, first
+            plan.cost[i], plan.blocks[i] = 0.0, False
+            for k in between[thread]:
+                plan.cost[k], plan.blocks[k] = 0.0, False
+            between[thread] = []
+            changed += 1
+            folded[thread] += 1
+            if folded[thread] == 1:
+                plan.blocks[first] = False
+                plan.cost[first] = min(plan.cost[first], cost)
+        elif thread in head and ((item.kind == CPU and item.tag == DISPATCH) or (item.kind == SYNC and not item.agent)):
+            between[thread].append(i)
+        elif thread in head and not (item.kind == CPU and item.tag == PYTHON):
+            del head[thread]
+    return changed
+
+
+def _walk_sync(timeline: Timeline, plan: Plan) -> int:
+    changed, reads = 0, {}
+    for i, item in enumerate(timeline.items):
+        if item.agent:
+            continue
+        if item.kind == SYNC or (item.kind == BLOCKING_COPY and _copies(timeline, item, "DtoH")):
+            if plan.blocks[i]:
+                plan.blocks[i] = False
+                plan.cost[i] = min(item.dur, item.post) if item.waited else item.dur
+                changed += 1
+            if item.read is not None:
+                reads.setdefault(item.thread, []).append(item.read)
+    for i, item in enumerate(timeline.items):
+        spans = reads.get(item.thread, [])
+        if item.tag in (DISPATCH, PYTHON) and any(a <= item.ts < b for a, b in spans):
+            plan.cost[i], plan.blocks[i] = 0.0, False
+    return changed
+
+
+WALKS = {"launch": lambda t, p: _walk_collapse(t, p, False)[0], "optimizer": lambda t, p: _walk_collapse(t, p, True)[0],
+         "small_copies": _walk_small_copies, "sync": _walk_sync}
+
+
+@pytest.mark.parametrize("window", ["item_sync", "pageable_copies", "tiny_kernels", "loader_overlap"])
+def test_the_edits_change_the_plan_as_a_walk_over_every_item_did(window: str) -> None:
+    timeline = build(read_trace(WINDOWS / f"{window}.trace.json.gz"))
+    assert timeline is not None
+    for before in ([], ["pinned"], ["small_copies"], ["launch"]):  # alone, and after another edit (the pairs)
+        for name, walk in WALKS.items():
+            ours, theirs = Plan.measured(timeline, 0.5), Plan.measured(timeline, 0.5)
+            for other in before:
+                EDITS[other](timeline, ours)
+                EDITS[other](timeline, theirs)
+            changed, _ = EDITS[name](timeline, ours)
+            assert changed == walk(timeline, theirs), (window, before, name)
+            assert ours == theirs, (window, before, name)
