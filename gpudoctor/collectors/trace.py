@@ -255,16 +255,20 @@ class _TraceStats:
     def _transfers(self, out: ProfileSummary) -> None:
         columns = self.columns
         assert columns is not None
-        memcpy: dict[str, dict[str, float]] = {}
+        copies = np.flatnonzero(columns.gpu_kind == GPU_COPY)
         copied = columns.index.gpu.bytes
-        for i in np.flatnonzero(columns.gpu_kind == GPU_COPY).tolist():
-            nbytes = _number(copied[i]) or 0.0
-            entry = memcpy.setdefault(copy_kind(columns.gpu_names[i]),
-                                      {"count": 0, "bytes": 0, "us": 0.0, "small_count": 0})
-            entry["count"] += 1
-            entry["bytes"] += int(nbytes)
-            entry["us"] += float(columns.gpu_dur[i])
-            entry["small_count"] += nbytes < SMALL_COPY_BYTES
+        values = [copied[i] for i in copies.tolist()]
+        memcpy = _copy_totals(columns, copies, values) if _plain_sizes(values) else None
+        if memcpy is None:  # sizes of every kind (or none): one copy after the other
+            memcpy = {}
+            for i, value in zip(copies.tolist(), values):
+                nbytes = _number(value) or 0.0
+                entry = memcpy.setdefault(copy_kind(columns.gpu_names[i]),
+                                          {"count": 0, "bytes": 0, "us": 0.0, "small_count": 0})
+                entry["count"] += 1
+                entry["bytes"] += int(nbytes)
+                entry["us"] += float(columns.gpu_dur[i])
+                entry["small_count"] += nbytes < SMALL_COPY_BYTES
         out.memcpy = {k: {f: round(v, 3) for f, v in e.items()} for k, e in sorted(memcpy.items())}
         memsets = columns.gpu_dur[columns.gpu_kind == GPU_SET]
         out.memset_count, out.memset_us = len(memsets), round(sequential_sum(memsets), 3)
@@ -380,6 +384,41 @@ class _TraceStats:
 def _site(frames: list[str] | tuple[str, ...]) -> str | None:
     """'func (file:line) -> callee' for the innermost user frame of a stack (outermost first)."""
     return _site_of(tuple(frames))
+
+
+def _plain_sizes(values: list[Any]) -> bool:
+    """Copy sizes that are all plain ints or floats, finite and small enough that a float holds
+    them whole (a real trace's): added as arrays; any other, one by one."""
+    if not set(map(type, values)) <= {int, float, type(None)}:
+        return False
+    try:
+        sizes = _sizes(values)
+    except OverflowError:
+        return False
+    return bool(np.isfinite(sizes).all() and (np.abs(sizes) < 2.0 ** 52).all() and np.abs(sizes).sum() < 2.0 ** 62)
+
+
+def _sizes(values: list[Any]) -> np.ndarray:
+    """The sizes as floats (_number: None, no size, counts as 0)."""
+    if None in values:
+        values = [0.0 if v is None else v for v in values]
+    return np.array(values, dtype=np.float64)
+
+
+def _copy_totals(columns: TraceColumns, copies: np.ndarray, values: list[Any]) -> dict[str, dict[str, float]]:
+    """Per copy kind: count, bytes (each copy's size as a whole number), us (added in file order)
+    and the copies under SMALL_COPY_BYTES."""
+    name_codes, names = coded(columns.index.gpu, "name", copies)
+    kind_codes, kinds = codes([copy_kind(name) for name in names])
+    kind_of = kind_codes[name_codes] if len(name_codes) else name_codes
+    sizes = _sizes(values)
+    counts = np.bincount(kind_of, minlength=len(kinds)).tolist()
+    us = grouped_sums(kind_of, columns.gpu_dur[copies], len(kinds)).tolist()
+    small = np.bincount(kind_of, weights=sizes < SMALL_COPY_BYTES, minlength=len(kinds)).astype(np.int64).tolist()
+    whole = sizes.astype(np.int64)  # int() of each size: toward zero
+    totals = [int(whole[kind_of == k].sum()) for k in range(len(kinds))]
+    return {kind: {"count": counts[k], "bytes": totals[k], "us": us[k], "small_count": small[k]}
+            for k, kind in enumerate(kinds)}
 
 
 @functools.lru_cache(maxsize=1 << 14)  # the same stacks recur every step
