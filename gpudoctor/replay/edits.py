@@ -52,22 +52,23 @@ class Facts:
 
     @classmethod
     def of(cls, timeline: Timeline) -> Facts:
-        items, ops = timeline.items, timeline.ops
-        kinds = np.array([item.kind for item in items], dtype=np.int64)
-        thread = np.array([item.thread for item in items], dtype=np.int64)
+        host, ops = timeline.host, timeline.ops
+        count = len(host)
+        kinds = np.array(host.kind, dtype=np.int64)
+        thread = np.array(host.thread, dtype=np.int64)
         tag_codes = {DATA: 0, DISPATCH: 1, PYTHON: 2, USER: 3}
-        tags = np.array([tag_codes.get(item.tag, 4) for item in items], dtype=np.int64)
-        agent = np.array([item.agent for item in items], dtype=bool)
-        op_items = np.repeat(np.arange(len(items)), [len(item.ops) for item in items])
-        op_ids = np.array([j for item in items for j in item.ops], dtype=np.int64)
+        tags = np.array([tag_codes.get(tag, 4) for tag in host.tag], dtype=np.int64)
+        agent = np.array(host.agent, dtype=bool)
+        op_items = np.repeat(np.arange(count), [len(queued) for queued in host.ops])
+        op_ids = np.array([j for queued in host.ops for j in queued], dtype=np.int64)
         per_op = _OpFacts(ops)
-        has_ops = np.bincount(op_items, minlength=len(items)) > 0
+        has_ops = np.bincount(op_items, minlength=count) > 0
 
         def every(flags: np.ndarray) -> np.ndarray:  # items with operations, all of them flagged
-            return has_ops & (np.bincount(op_items, weights=~flags[op_ids], minlength=len(items)) == 0)
+            return has_ops & (np.bincount(op_items, weights=~flags[op_ids], minlength=count) == 0)
 
         def some(flags: np.ndarray) -> np.ndarray:
-            return np.bincount(op_items, weights=flags[op_ids], minlength=len(items)) > 0
+            return np.bincount(op_items, weights=flags[op_ids], minlength=count) > 0
 
         cpu = kinds == CPU
         read_back = ~agent & ((kinds == SYNC) | ((kinds == BLOCKING_COPY) & some(per_op.device_to_host)))
@@ -89,7 +90,7 @@ class Facts:
             syncs=np.flatnonzero(read_back).tolist(),
             reads=_reads(timeline, np.flatnonzero(read_back), thread, tags),
             chain=chain.astype(np.int8),
-            optimizer=np.array([item.optimizer for item in items], dtype=bool),
+            optimizer=np.array(host.optimizer, dtype=bool),
             threads=[np.flatnonzero(thread == t) for t in dict.fromkeys(thread.tolist())],
             kinds=kinds, op_items=op_items, op_ids=op_ids,
             pageable=[(i, found, bool(kinds[i] == LAUNCH)) for i, found in pageable.items()],
@@ -124,14 +125,15 @@ def facts(timeline: Timeline) -> Facts:
 def _reads(timeline: Timeline, syncs: np.ndarray, thread: np.ndarray, tags: np.ndarray) -> list[int]:
     """The Python and dispatch items inside an operator that only read a value back (a sync's
     `read`: ``.item()``, ``.cpu()`` of a result), per thread."""
+    host = timeline.host
     spans: dict[int, list[tuple[float, float]]] = {}
     for i in syncs.tolist():
-        item = timeline.items[i]
-        if item.read is not None:
-            spans.setdefault(item.thread, []).append(item.read)
+        read = host.read[i]
+        if read is not None:
+            spans.setdefault(host.thread[i], []).append(read)
     if not spans:
         return []
-    starts = np.array([item.ts for item in timeline.items], dtype=np.float64)
+    starts = np.array(host.ts, dtype=np.float64)
     inside = np.zeros(len(starts), dtype=bool)
     for number, found in spans.items():
         union_starts, union_ends = (np.array(side, dtype=np.float64) for side in _union(found))
@@ -193,11 +195,11 @@ def sync(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     ``.cpu()`` of a result) goes altogether: the remedy keeps the value on the GPU."""
     changed = 0
     known = facts(timeline)
+    host = timeline.host
     for i in known.syncs:
         if plan.blocks[i]:
-            item = timeline.items[i]
             plan.blocks[i] = False
-            plan.cost[i] = min(item.dur, item.post) if item.waited else item.dur
+            plan.cost[i] = min(host.dur[i], host.post[i]) if host.waited[i] else host.dur[i]
             changed += 1
     for i in known.reads:
         plan.cost[i], plan.blocks[i] = 0.0, False
@@ -272,8 +274,8 @@ def _collapse(timeline: Timeline, plan: Plan, *, optimizer: bool) -> tuple[int, 
         plan.cost[i] = 0.0
     # every operation of the chain's items issued by its head; the last chain to name one decides
     chain_rows = np.flatnonzero(kept)
-    heads_of_item = np.full(len(timeline.items), -1, dtype=np.int64)
-    position = np.full(len(timeline.items), -1, dtype=np.int64)
+    heads_of_item = np.full(len(timeline.host), -1, dtype=np.int64)
+    position = np.full(len(timeline.host), -1, dtype=np.int64)
     heads_of_item[members[chain_rows]] = head[chain_rows]
     position[members[chain_rows]] = chain_rows
     pairs = np.flatnonzero(heads_of_item[known.op_items] >= 0)
@@ -309,7 +311,7 @@ def small_copies(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     known = facts(timeline)
     rate = known.pinned_rate or 55.3e3  # bytes/us; see rates.PAGEABLE_TO_PINNED_SOURCE
     cost = _launch_cost(timeline, plan)
-    items, ops = timeline.items, timeline.ops
+    queued, ops = timeline.host.ops, timeline.ops
     changed = runs = 0
     head: dict[int, int] = {}  # thread -> the first small copy of its current run
     folded: dict[int, int] = {}  # thread -> copies folded into that one so far
@@ -320,8 +322,8 @@ def small_copies(timeline: Timeline, plan: Plan) -> tuple[int, str]:
                 head[thread], folded[thread], between[thread] = i, 0, []
                 continue
             first = head[thread]
-            for j in items[i].ops:  # carried by the run's first copy
-                plan.dur[items[first].ops[0]] += ops[j].nbytes / rate
+            for j in queued[i]:  # carried by the run's first copy
+                plan.dur[queued[first][0]] += ops[j].nbytes / rate
                 plan.dur[j], plan.gap[j], plan.launch_at[j] = 0.0, 0.0, first
             plan.cost[i], plan.blocks[i] = 0.0, False
             for k in between[thread]:  # the per-tensor .to() dispatch and its stream sync go with the copy

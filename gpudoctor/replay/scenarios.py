@@ -70,9 +70,9 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
     timeline = build(index)
     if timeline is None:
         return None
-    if len(timeline.items) + len(timeline.ops) > MAX_ITEMS:
+    if len(timeline.host) + len(timeline.ops) > MAX_ITEMS:
         return ReplaySummary(steps=steps, scope=scope, measured_span_us=round(timeline.measured_span_us, 3),
-                             error=f"the window holds {len(timeline.items) + len(timeline.ops):,} host items and "
+                             error=f"the window holds {len(timeline.host) + len(timeline.ops):,} host items and "
                                    "GPU operations: too many to replay")
     scale, data_scale, calibration = _calibrate(timeline, steps, unprofiled_step_us, unprofiled_wait_us)
     measured = Plan.measured(timeline, scale, data_scale)
@@ -119,13 +119,13 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
 
 def _drawn_items(timeline: Timeline, drawn: tuple[float, float, list[float]]) -> tuple[int, int] | None:
     """The main thread's first item in the steps a report draws (replay.window.picture_range) and
-    its first item after them (len(items): none), by position in timeline.items."""
+    its first item after them (len(items): none), by position in timeline.host."""
     t0, t1, _ = drawn
-    times = [item.ts for item in timeline.items]  # in measured order
+    times, threads = timeline.host.ts, timeline.host.thread  # in measured order
 
     def first_main(at: float) -> int:
         i = bisect.bisect_left(times, at)
-        while i < len(times) and timeline.items[i].thread != timeline.main_thread:
+        while i < len(times) and threads[i] != timeline.main_thread:
             i += 1
         return i
 
@@ -141,7 +141,7 @@ def _picture(timeline: Timeline, result: Result,
         return [], [], None
     first, after = bounds
     begin = result.item_starts[first]
-    end = result.item_starts[after] if after < len(timeline.items) else timeline.start + result.span_us
+    end = result.item_starts[after] if after < len(timeline.host) else timeline.start + result.span_us
     if end <= begin:
         return [], [], None
     return (*span_list(result.op_starts, result.op_ends, begin, end, (end - begin) / BINS), round(end - begin, 1))
@@ -168,8 +168,9 @@ def _calibrate(timeline: Timeline, steps: int, step_us: float | None,
     """
     if not steps or not step_us or step_us <= 0:
         return 1.0, 1.0, "not calibrated (no steady step time outside the window): host costs as traced"
-    data_items = [i for i, item in enumerate(timeline.items) if item.kind == CPU and item.tag == DATA]
-    window_wait = sum(timeline.items[i].dur for i in data_items)
+    host = timeline.host
+    data_items = [i for i, (kind, tag) in enumerate(zip(host.kind, host.tag)) if kind == CPU and tag == DATA]
+    window_wait = sum(host.dur[i] for i in data_items)
     data_scale = 1.0
     if data_items and wait_us is not None and window_wait > 0:
         data_scale = max(0.0, wait_us * steps / window_wait)

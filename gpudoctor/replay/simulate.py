@@ -45,17 +45,18 @@ class Plan:
     def measured(cls, timeline: Timeline, host_scale: float = 1.0, data_scale: float = 1.0) -> Plan:
         """The measured costs; host work (CPU outside data waits, launch calls) times `host_scale`,
         data waits times `data_scale` (both 1 unless calibrated to the unprofiled steps)."""
+        host = timeline.host
         cost = []
-        for item in timeline.items:
-            own = item.post if item.kind != CPU and item.kind != LAUNCH and item.waited else item.dur
-            if item.kind == CPU and item.tag == DATA:
+        for kind, tag, dur, post, waited in zip(host.kind, host.tag, host.dur, host.post, host.waited):
+            own = post if kind != CPU and kind != LAUNCH and waited else dur
+            if kind == CPU and tag == DATA:
                 own *= data_scale
-            elif item.kind in (CPU, LAUNCH):
+            elif kind in (CPU, LAUNCH):
                 own *= host_scale
             cost.append(own)
         return cls(
             cost=cost,
-            blocks=[item.kind == SYNC or item.waited for item in timeline.items],
+            blocks=[kind == SYNC or waited for kind, waited in zip(host.kind, host.waited)],
             ready=[op.ready_offset for op in timeline.ops],
             gap=[op.gap for op in timeline.ops],
             dur=[op.dur for op in timeline.ops],
@@ -98,14 +99,12 @@ class Layout:
 
     @classmethod
     def of(cls, timeline: Timeline) -> Layout:
-        items, ops = timeline.items, timeline.ops
-        thread = [item.thread for item in items]
+        host, ops = timeline.host, timeline.ops
         firsts: dict[int, int] = {}
-        for index, number in enumerate(thread):
+        for index, number in enumerate(host.thread):
             firsts.setdefault(number, index)
-        return cls(thread=thread, kind=[item.kind for item in items], ts=[item.ts for item in items],
-                   scope=[item.scope for item in items], post=[item.post for item in items],
-                   firsts=sorted(firsts.values()), host_waits=[i for i, item in enumerate(items) if item.kind != CPU],
+        return cls(thread=host.thread, kind=host.kind, ts=host.ts, scope=host.scope, post=host.post,
+                   firsts=sorted(firsts.values()), host_waits=[i for i, kind in enumerate(host.kind) if kind != CPU],
                    stream=[op.stream for op in ops], dep=[op.dep for op in ops], start=[op.start for op in ops],
                    kernels=np.array([op.kind == "k" for op in ops], dtype=bool), one_thread=len(firsts) <= 1)
 
@@ -120,82 +119,100 @@ def layout(timeline: Timeline) -> Layout:
 
 def run(timeline: Timeline, plan: Plan, record: bool = False, starts_of: Iterable[int] = ()) -> Result:
     """Replay `plan`; with `record`, each operation's replayed span; the replayed start of the
-    items `starts_of` (positions in timeline.items)."""
+    items `starts_of` (positions in timeline.host)."""
     shape = layout(timeline)
     count = len(shape.thread)
     cost, blocking, launch_at = plan.cost, plan.blocks, plan.launch_at
-    queued: dict[int, list[int]] = {}  # the operations each item queues (chains may move them to an earlier item)
-    prequeued: list[tuple[float, int]] = []  # queued before the window: placed at their measured start
-    for j, at in enumerate(launch_at):
-        if at >= 0:
-            queued.setdefault(at, []).append(j)
-        else:
-            prequeued.append((shape.start[j], j))
-    prequeued.sort()
-    # a prequeued operation is placed before the first item that does not start before it
-    placed_before: dict[int, list[int]] = {}
-    for start, j in prequeued:
-        placed_before.setdefault(bisect.bisect_left(shape.ts, start), []).append(j)
+    queued, placed_before = _queues(timeline, shape, launch_at)
     kinds = shape.kind
     asked = set(starts_of)
     visits = sorted({*queued, *placed_before, *shape.firsts, *asked,
                      *(i for i in shape.host_waits if blocking[i])})
     visits = [i for i in visits if i < count]
-
     clock: dict[int, float] = {}
-    tail: dict[object, float] = {}
-    starts: list[float] = [0.0] * len(launch_at)
-    ends: list[float | None] = [None] * len(launch_at)
-    ready, gap, dur = plan.ready, plan.gap, plan.dur
-    streams, deps = shape.stream, shape.dep
-    minus_inf = float("-inf")
-
-    def place(j: int, ready_at: float) -> float:
-        stream = streams[j]
-        start = max(ready_at, tail.get(stream, minus_inf) + gap[j])
-        dep = deps[j]
-        if dep >= 0:
-            dep_end = ends[dep]
-            if dep_end is not None:
-                start = max(start, dep_end)
-        end = start + dur[j]
-        starts[j], ends[j], tail[stream] = start, end, end
-        return end
-
-    threads, posts = shape.thread, shape.post
+    gpu = _Streams(shape, plan)
+    tail, place = gpu.tail, gpu.place
+    ready = plan.ready
+    threads, posts, scopes, item_ts = shape.thread, shape.post, shape.scope, shape.ts
+    one_thread = shape.one_thread
     item_starts: dict[int, float] = {}
+    nothing: tuple[int, ...] = ()
     done_to = 0  # the items before this one have moved their clocks
     for index in visits:
-        _advance(clock, threads, cost, done_to, index, shape.one_thread)
+        if done_to < index:  # the items between: each moves its thread's clock by its cost
+            if one_thread:
+                thread = threads[done_to]
+                now = clock[thread]
+                for own in cost[done_to:index]:
+                    now += own
+                clock[thread] = now
+            else:
+                for i in range(done_to, index):
+                    clock[threads[i]] += cost[i]
         done_to = index + 1
-        for j in placed_before.get(index, ()):
+        for j in placed_before.get(index, nothing):
             place(j, shape.start[j])
         thread = threads[index]
-        now = clock.get(thread, shape.ts[index])
+        now = clock.get(thread, item_ts[index])
         if index in asked:
             item_starts[index] = now
         done = now
-        for j in queued.get(index, ()):
-            done = max(done, place(j, now + ready[j]))
+        for j in queued.get(index, nothing):
+            end = place(j, now + ready[j])
+            if end > done:
+                done = end
         kind = kinds[index]
         if kind == CPU or not blocking[index]:
             now += cost[index]
         elif kind == SYNC:
-            scope = shape.scope[index]
+            scope = scopes[index]
             target = max(tail.values(), default=now) if scope is None else tail.get(scope, now)
             now = max(now + cost[index], target + posts[index])
         else:  # a copy that waits for itself
             now = max(now + cost[index], done + posts[index])
         clock[thread] = now
-    _advance(clock, threads, cost, done_to, count, shape.one_thread)
-    for j in placed_before.get(count, ()):
+    for i in range(done_to, count):
+        clock[threads[i]] += cost[i]
+    for j in placed_before.get(count, nothing):
         place(j, shape.start[j])
-    main_end = clock.get(timeline.main_thread, timeline.start)
+    return _result(timeline, clock.get(timeline.main_thread, timeline.start), gpu.starts, gpu.ends, plan.dur,
+                   record, item_starts)
+
+
+class _Streams:
+    """The GPU side of a replay: each stream's tail, each operation's start and end."""
+
+    def __init__(self, shape: Layout, plan: Plan) -> None:
+        self.tail: dict[object, float] = {}
+        self.starts: list[float] = [0.0] * len(plan.dur)
+        self.ends: list[float | None] = [None] * len(plan.dur)
+        self.gap, self.dur, self.streams, self.deps = plan.gap, plan.dur, shape.stream, shape.dep
+
+    def place(self, j: int, ready_at: float) -> float:
+        """Operation j starts once ready, its stream free (+ the gap) and its dependency done."""
+        stream = self.streams[j]
+        start = max(ready_at, self.tail.get(stream, _MINUS_INF) + self.gap[j])
+        dep = self.deps[j]
+        if dep >= 0:
+            dep_end = self.ends[dep]
+            if dep_end is not None:
+                start = max(start, dep_end)
+        end = start + self.dur[j]
+        self.starts[j], self.ends[j], self.tail[stream] = start, end, end
+        return end
+
+
+_MINUS_INF = float("-inf")
+
+
+def _result(timeline: Timeline, main_end: float, starts: list[float], ends: list[float | None], dur: list[float],
+            record: bool, item_starts: dict[int, float]) -> Result:
     placed = [j for j, end in enumerate(ends) if end is not None]
     op_starts = np.array([starts[j] for j in placed], dtype=np.float64)
     op_ends = np.array([ends[j] for j in placed], dtype=np.float64)
     last_op = float(op_ends.max()) if len(op_ends) else timeline.start
-    kernels = shape.kernels[placed] if len(placed) != len(ends) else shape.kernels
+    kernels = layout(timeline).kernels
+    kernels = kernels[placed] if len(placed) != len(ends) else kernels
     durations = np.array([dur[j] for j in placed], dtype=np.float64)
     return Result(span_us=max(main_end, last_op) - timeline.start, gpu_busy_us=_union_length(op_starts, op_ends),
                   kernel_busy_us=_union_length(op_starts[kernels], op_ends[kernels]),
@@ -203,20 +220,27 @@ def run(timeline: Timeline, plan: Plan, record: bool = False, starts_of: Iterabl
                   item_starts=item_starts)
 
 
-def _advance(clock: dict[int, float], threads: list[int], cost: list[float], begin: int, end: int,
-             one_thread: bool) -> None:
-    """Move the clocks by the costs of the items begin..end-1, which neither queue nor block."""
-    if begin >= end:
-        return
-    if one_thread:
-        thread = threads[begin]
-        now = clock[thread]
-        for own in cost[begin:end]:
-            now += own
-        clock[thread] = now
-        return
-    for i in range(begin, end):
-        clock[threads[i]] += cost[i]
+def _queues(timeline: Timeline, shape: Layout,
+            launch_at: list[int]) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """(the operations each item queues: chains may move them to an earlier item; the operations
+    queued before the window, by the item they are placed before: the first that does not start
+    before them), the same for every plan that moves no operation (kept for the timeline)."""
+    known = timeline.cache.get("queues")
+    if isinstance(known, tuple) and known[0] == launch_at:
+        return known[1], known[2]
+    queued: dict[int, list[int]] = {}
+    prequeued: list[tuple[float, int]] = []  # placed at their measured start
+    for j, at in enumerate(launch_at):
+        if at >= 0:
+            queued.setdefault(at, []).append(j)
+        else:
+            prequeued.append((shape.start[j], j))
+    prequeued.sort()
+    placed_before: dict[int, list[int]] = {}
+    for start, j in prequeued:
+        placed_before.setdefault(bisect.bisect_left(shape.ts, start), []).append(j)
+    timeline.cache["queues"] = (list(launch_at), queued, placed_before)
+    return queued, placed_before
 
 
 def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:

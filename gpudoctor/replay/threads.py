@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -29,7 +28,7 @@ from gpudoctor.collectors.kineto_names import (
     frame_kind,
 )
 from gpudoctor.collectors.trace_decode import ANNOTATION, API, FRAME, OP, EventColumns, TraceIndex
-from gpudoctor.replay.items import CPU, DATA, DISPATCH, LAUNCH, PYTHON, SYNC, USER, GpuOp, HostItem
+from gpudoctor.replay.items import CPU, DATA, DISPATCH, LAUNCH, PYTHON, SYNC, USER, GpuOp, HostColumns
 
 AGENT_WINDOW_FRAME = "gpudoctor/agent/profiler"  # gpudoctor closing its own window
 OPTIMIZER_ANNOTATION = "Optimizer.step#"  # torch.optim wraps step() in record_function("Optimizer.step#Adam.step")
@@ -264,7 +263,7 @@ def _user_spans(frames: Frames) -> Spans:
 
 
 def thread_items(number: int, thread: HostThread, corr_ops: dict[Any, list[int]],
-                 ops: list[GpuOp]) -> tuple[list[HostItem], int]:
+                 ops: list[GpuOp]) -> tuple[HostColumns, int]:
     """The thread's items in measured order; how many launch calls it made."""
     calls = _Calls(thread, corr_ops, ops)
     gaps = _gaps(thread, calls)
@@ -284,11 +283,13 @@ def thread_items(number: int, thread: HostThread, corr_ops: dict[Any, list[int]]
     tags = [_TAGS[code] for code in tag_of]
     queued = [[] if k < 0 else calls.queued[k] for k in call_of]
     apis = [("", False, None) if k < 0 else calls.facts[k] for k in call_of]
-    optimizer = _inside(thread.optimizer, starts).tolist() if len(thread.optimizer[0]) else repeat(False)
-    items = list(map(HostItem, kinds, repeat(number), starts.tolist(), lengths.tolist(), tags, queued,
-                     repeat(None), repeat(False), repeat(0.0), [fact[1] for fact in apis],
-                     [fact[0] for fact in apis], [fact[2] for fact in apis], optimizer))
-    return items, calls.launches
+    count = len(kinds)
+    optimizer = _inside(thread.optimizer, starts).tolist() if len(thread.optimizer[0]) else [False] * count
+    host = HostColumns(kind=kinds, thread=[number] * count, ts=starts.tolist(), dur=lengths.tolist(), tag=tags,
+                       ops=queued, scope=[None] * count, waited=[False] * count, post=[0.0] * count,
+                       agent=[fact[1] for fact in apis], api=[fact[0] for fact in apis],
+                       read=[fact[2] for fact in apis], optimizer=optimizer)
+    return host, calls.launches
 
 
 _TAGS = (DATA, DISPATCH, USER, PYTHON, PYTHON, DISPATCH, DATA)  # gap pieces 0-3, calls 4 + _Calls.tags

@@ -44,11 +44,14 @@ from gpudoctor.replay.items import (  # noqa: F401  (the model's names, imported
     DISPATCH,
     LAUNCH,
     PYTHON,
+    SLACK_US,
     SYNC,
     USER,
     GpuOp,
+    HostColumns,
     HostItem,
 )
+from gpudoctor.replay.merge import fold_helpers
 from gpudoctor.replay.threads import (  # noqa: F401
     AGENT_WINDOW_FRAME,
     OPTIMIZER_ANNOTATION,
@@ -57,16 +60,14 @@ from gpudoctor.replay.threads import (  # noqa: F401
     thread_items,
 )
 
-SLACK_US = 3.0  # host and GPU clocks agree to a few microseconds
 QUEUED_GAP_MAX_US = 30.0  # HTA: a shorter gap after the previous operation is the GPU's own front end
 DEVICE_WIDE = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize",
                          "cudaFree", "cudaFreeHost"})
-HELPER_IDLE_US = 50.0  # a helper thread's time outside any operator longer than this is idle, not work
 
 
 @dataclass
 class Timeline:
-    items: list[HostItem]  # every simulated thread, in measured order
+    host: HostColumns  # every simulated thread's items, in measured order
     ops: list[GpuOp]  # in measured start order
     main_thread: int  # the thread whose end closes the window (most launches)
     start: float  # the window's first host item or GPU operation, us
@@ -81,6 +82,14 @@ class Timeline:
     def measured_span_us(self) -> float:
         return self.end - self.start
 
+    @property
+    def items(self) -> list[HostItem]:
+        """The host items as objects (made once, on demand: the replay reads the columns)."""
+        made = self.cache.get("items")
+        if not isinstance(made, list):
+            made = self.cache["items"] = self.host.items()
+        return made
+
 
 def build(source: Any) -> Timeline | None:
     """The model of one trace's events (a TraceIndex, or what trace_decode.index_events
@@ -92,26 +101,25 @@ def build(source: Any) -> Timeline | None:
     active = [thread for thread in host_threads(trace_index) if thread.active]
     if not active:
         return None
-    per_thread: list[list[HostItem]] = []
+    per_thread: list[HostColumns] = []
     launches: list[int] = []
     for number, thread in enumerate(active):
         thread_own, launched = thread_items(number, thread, corr_ops, ops)
         per_thread.append(thread_own)
         launches.append(launched)
     main = _main_thread(active, launches)
-    for number, launched in enumerate(launches):
-        if number != main and launched:
-            per_thread[number] = _merge_helper(per_thread[main], per_thread[number], main)
-    items = _in_measured_order(per_thread)
-    for index, item in enumerate(items):
-        for queued in item.ops:
-            ops[queued].launch = index
-    _link_blocking(items, ops)
-    latency, gap = _gpu_order(items, ops)
-    main_items = [it for it in items if it.thread == main] or items
-    start = min([main_items[0].ts] + [op.start for op in ops[:1]])
-    end = max([main_items[-1].ts + main_items[-1].dur] + [op.start + op.dur for op in ops])
-    return Timeline(items=items, ops=ops, main_thread=main, start=start, end=end,
+    fold_helpers(per_thread, launches, main)
+    host = _in_measured_order(per_thread)
+    for index, queued in enumerate(host.ops):
+        for j in queued:
+            ops[j].launch = index
+    _link_blocking(host, ops)
+    latency, gap = _gpu_order(host, ops)
+    mine = [i for i, thread in enumerate(host.thread) if thread == main]
+    first, last = (mine[0], mine[-1]) if mine else (0, len(host) - 1)
+    start = min([host.ts[first]] + [op.start for op in ops[:1]])
+    end = max([host.ts[last] + host.dur[last]] + [op.start + op.dur for op in ops])
+    return Timeline(host=host, ops=ops, main_thread=main, start=start, end=end,
                     launch_latency_us=latency, queued_gap_us=gap, threads=len(active),
                     stacks=any(thread.stacks for thread in active))
 
@@ -161,99 +169,51 @@ def _main_thread(active: list[HostThread], launches: list[int]) -> int:
     return max(range(len(active)), key=lambda n: (active[n].stacks, active[n].annotations, launches[n], -n))
 
 
-def _in_measured_order(per_thread: list[list[HostItem]]) -> list[HostItem]:
+def _in_measured_order(per_thread: list[HostColumns]) -> HostColumns:
     """Every thread's items by (start, thread), the threads' own orders kept on ties."""
-    items = [item for thread_own in per_thread for item in thread_own]
-    if len(per_thread) == 1:
-        starts = np.array([item.ts for item in items], dtype=np.float64)
-        if not len(starts) or bool((starts[1:] >= starts[:-1]).all()):
-            return items
-    order = np.lexsort((np.array([item.thread for item in items], dtype=np.int64),
-                        np.array([item.ts for item in items], dtype=np.float64)))
-    return [items[i] for i in order.tolist()]
+    host = per_thread[0]
+    for other in per_thread[1:]:
+        host.extend(other)
+    starts = np.array(host.ts, dtype=np.float64)
+    if len(per_thread) == 1 and (not len(starts) or bool((starts[1:] >= starts[:-1]).all())):
+        return host
+    order = np.lexsort((np.array(host.thread, dtype=np.int64), starts))
+    return host.take(order.tolist())
 
 
-def _merge_helper(main_items: list[HostItem], helper: list[HostItem], main: int) -> list[HostItem]:
-    """Fold a helper thread's bursts into the main thread where the main thread waited for them.
-
-    PyTorch runs CUDA backward passes on an autograd worker thread while the thread that
-    called ``backward()`` blocks. That is one thread of control: the worker's burst of
-    operators and launches stands in for the caller's wait, and the worker's long idle
-    stretches between bursts are not work. A burst during which the main thread itself
-    launched or blocked on the GPU is real concurrency and stays on its own thread.
-    Returns what is left of the helper (its concurrent bursts); `main_items` is edited.
-    """
-    bursts: list[list[HostItem]] = [[]]
-    for item in helper:
-        idle = item.kind == CPU and item.tag == PYTHON and not item.api and item.dur >= HELPER_IDLE_US
-        if idle:
-            if bursts[-1]:
-                bursts.append([])
-        else:
-            bursts[-1].append(item)
-    kept: list[HostItem] = []
-    main_items.sort(key=lambda it: it.ts)
-    starts = [it.ts for it in main_items]  # one thread's items follow each other: no two overlap
-    cuts: dict[int, list[tuple[float, float]]] = defaultdict(list)  # main item -> burst spans inside it
-    added: list[HostItem] = []
-    for burst in (b for b in bursts if b):
-        start, end = burst[0].ts, burst[-1].ts + burst[-1].dur
-        lo = max(0, bisect.bisect_right(starts, start) - 1)
-        hi = bisect.bisect_left(starts, end)
-        overlapping = [k for k in range(lo, hi) if main_items[k].ts + main_items[k].dur > start]
-        # the main thread's own work within the burst (beyond the clocks' few us of disagreement)
-        busy = [k for k in overlapping if (main_items[k].kind != CPU or main_items[k].tag == DISPATCH)
-                and min(end, main_items[k].ts + main_items[k].dur) - max(start, main_items[k].ts) > SLACK_US]
-        if busy:
-            kept.extend(burst)  # the main thread was busy meanwhile: truly concurrent
-            continue
-        for k in overlapping:  # the main thread waited: cut its wait out
-            cuts[k].append((start, end))
-        for it in burst:
-            it.thread = main
-            added.append(it)
-    for k, spans in cuts.items():
-        it, at = main_items[k], main_items[k].ts
-        for start, end in [*sorted(spans), (it.ts + it.dur, it.ts + it.dur)]:
-            if start > at:
-                added.append(HostItem(CPU, main, at, start - at, tag=it.tag))
-            at = max(at, end)
-    if cuts or added:
-        main_items[:] = sorted([it for k, it in enumerate(main_items) if k not in cuts] + added,
-                               key=lambda it: it.ts)
-    return kept
-
-
-def _link_blocking(items: list[HostItem], ops: list[GpuOp]) -> None:
+def _link_blocking(host: HostColumns, ops: list[GpuOp]) -> None:
     """Mark copy calls that waited for their own copy, and what each sync waited for."""
     ends = sorted((op.start + op.dur, i) for i, op in enumerate(ops))
     end_times = [e for e, _ in ends]
     last_stream: dict[int, Any] = {}
-    for item in items:
-        te = item.ts + item.dur
-        if item.kind == LAUNCH:
+    kinds, ts, dur = host.kind, host.ts, host.dur
+    for index in [i for i, kind in enumerate(kinds) if kind in (LAUNCH, SYNC)]:
+        te = ts[index] + dur[index]
+        if kinds[index] == LAUNCH:
+            queued, api = host.ops[index], host.api[index]
             # a copy from or to pageable memory, or a synchronous copy call, returns only once the
             # copy is done (CUDA's rules); a memset or pinned copy that merely finished during its
             # own launch call on an idle GPU did not block anything
-            copies = [ops[i] for i in item.ops if ops[i].kind == "c" and (
-                (ops[i].copy or "").endswith("_pageable") or item.api in SYNC_APIS)]
+            copies = [ops[i] for i in queued if ops[i].kind == "c" and (
+                (ops[i].copy or "").endswith("_pageable") or api in SYNC_APIS)]
             done = max((op.start + op.dur for op in copies), default=None)
             if done is not None and done <= te + SLACK_US:
-                item.kind, item.waited, item.post = BLOCKING_COPY, True, max(0.0, te - done)
-            if item.ops:
-                last_stream[item.thread] = ops[item.ops[-1]].stream
-        elif item.kind == SYNC:
+                kinds[index], host.waited[index], host.post[index] = BLOCKING_COPY, True, max(0.0, te - done)
+            if queued:
+                last_stream[host.thread[index]] = ops[queued[-1]].stream
+        else:
             # the last GPU operation to end while the call was blocked is what it waited for
+            device_wide = host.api[index] in DEVICE_WIDE
             j = bisect.bisect_right(end_times, te + SLACK_US) - 1
-            if j >= 0 and end_times[j] > item.ts:
+            if j >= 0 and end_times[j] > ts[index]:
                 done, op = ends[j]
-                item.waited, item.post = True, max(0.0, te - done)
-                item.scope = None if item.api in DEVICE_WIDE else ops[op].stream
+                host.waited[index], host.post[index] = True, max(0.0, te - done)
+                host.scope[index] = None if device_wide else ops[op].stream
             else:
-                item.scope = None if item.api in DEVICE_WIDE else last_stream.get(item.thread)
+                host.scope[index] = None if device_wide else last_stream.get(host.thread[index])
 
 
-def _gpu_order(items: list[HostItem], ops: list[GpuOp]) -> tuple[float, float]:
+def _gpu_order(host: HostColumns, ops: list[GpuOp]) -> tuple[float, float]:
     """Each operation's launch latency, gap and cross-stream dependency; the medians."""
     by_stream: dict[Any, list[int]] = defaultdict(list)
     for i, op in enumerate(ops):
@@ -262,11 +222,12 @@ def _gpu_order(items: list[HostItem], ops: list[GpuOp]) -> tuple[float, float]:
     end_times = [e for e, _ in ends]
     latencies, gaps = [], []
     pending: list[int] = []
+    item_ts = host.ts
     for indexes in by_stream.values():
         prev_end = None
         for i in indexes:
             op = ops[i]
-            launch = items[op.launch].ts if op.launch >= 0 else None
+            launch = item_ts[op.launch] if op.launch >= 0 else None
             held = prev_end is not None and (launch is None or launch < prev_end) \
                 and op.start - prev_end <= QUEUED_GAP_MAX_US
             if held and prev_end is not None:
