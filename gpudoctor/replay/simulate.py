@@ -45,18 +45,15 @@ class Plan:
     def measured(cls, timeline: Timeline, host_scale: float = 1.0, data_scale: float = 1.0) -> Plan:
         """The measured costs; host work (CPU outside data waits, launch calls) times `host_scale`,
         data waits times `data_scale` (both 1 unless calibrated to the unprofiled steps)."""
-        host = timeline.host
-        cost = []
-        for kind, tag, dur, post, waited in zip(host.kind, host.tag, host.dur, host.post, host.waited):
-            own = post if kind != CPU and kind != LAUNCH and waited else dur
-            if kind == CPU and tag == DATA:
-                own *= data_scale
-            elif kind in (CPU, LAUNCH):
-                own *= host_scale
-            cost.append(own)
+        known = arrays(timeline)
+        kind, waited = known.kind, known.waited
+        # a call that waited for the GPU costs the time from the GPU's end to its return
+        own = np.where((kind != CPU) & (kind != LAUNCH) & waited, known.post, known.dur)
+        own = np.where(known.data, own * data_scale, own)
+        own = np.where(~known.data & ((kind == CPU) | (kind == LAUNCH)), own * host_scale, own)
         return cls(
-            cost=cost,
-            blocks=[kind == SYNC or waited for kind, waited in zip(host.kind, host.waited)],
+            cost=own.tolist(),
+            blocks=((kind == SYNC) | waited).tolist(),
             ready=[op.ready_offset for op in timeline.ops],
             gap=[op.gap for op in timeline.ops],
             dur=[op.dur for op in timeline.ops],
@@ -107,6 +104,30 @@ class Layout:
                    firsts=sorted(firsts.values()), host_waits=[i for i, kind in enumerate(host.kind) if kind != CPU],
                    stream=[op.stream for op in ops], dep=[op.dep for op in ops], start=[op.start for op in ops],
                    kernels=np.array([op.kind == "k" for op in ops], dtype=bool), one_thread=len(firsts) <= 1)
+
+
+@dataclass(frozen=True)
+class HostArrays:
+    """A timeline's host columns the plans are computed from, as arrays."""
+
+    kind: np.ndarray
+    waited: np.ndarray
+    dur: np.ndarray
+    post: np.ndarray
+    data: np.ndarray  # DataLoader waits
+
+
+def arrays(timeline: Timeline) -> HostArrays:
+    """The timeline's HostArrays, taken once."""
+    found = timeline.cache.get("arrays")
+    if not isinstance(found, HostArrays):
+        host = timeline.host
+        kind = np.array(host.kind, dtype=np.int64)
+        found = timeline.cache["arrays"] = HostArrays(
+            kind=kind, waited=np.array(host.waited, dtype=bool), dur=np.array(host.dur, dtype=np.float64),
+            post=np.array(host.post, dtype=np.float64),
+            data=(kind == CPU) & np.array([tag == DATA for tag in host.tag], dtype=bool))
+    return found
 
 
 def layout(timeline: Timeline) -> Layout:

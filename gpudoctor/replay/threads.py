@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -302,10 +303,14 @@ class _Calls:
     def __init__(self, thread: HostThread, corr_ops: dict[Any, list[int]], ops: list[GpuOp]) -> None:
         self.ts, self.dur = ts, dur = thread.call_ts, thread.call_dur
         linked = [corr_ops.get(corr, []) if corr is not None else [] for corr in thread.call_correlation]
-        queued = np.array([bool(ops_of) for ops_of in linked], dtype=bool)
-        kernels = np.array([any(ops[j].kind == "k" for j in ops_of) for ops_of in linked], dtype=bool)
-        reads = np.array([any((ops[j].copy or "").startswith("DtoH") for j in ops_of) for ops_of in linked],
-                         dtype=bool)
+        sizes = np.fromiter(map(len, linked), dtype=np.int64, count=len(linked))
+        queued = sizes > 0
+        # per call: does it queue a kernel, a device-to-host copy? (its operations, flattened)
+        call_of = np.repeat(np.arange(len(linked)), sizes)
+        queued_ops = np.fromiter(chain.from_iterable(linked), dtype=np.int64, count=int(sizes.sum()))
+        kernel_op, read_op = _op_flags(ops)
+        kernels = np.bincount(call_of, weights=kernel_op[queued_ops], minlength=len(linked)) > 0
+        reads = np.bincount(call_of, weights=read_op[queued_ops], minlength=len(linked)) > 0
         operators = thread.operators
         # outermost operator spans that launched GPU work: their CPU time is dispatch overhead
         launched = _any_within(ts[queued], *operators)
@@ -342,6 +347,12 @@ class _Calls:
             self.queued.append(list(linked[k]))
         for k in np.flatnonzero(inner).tolist():
             self.queued[int(np.searchsorted(kept, k)) - 1].extend(linked[k])
+
+
+def _op_flags(ops: list[GpuOp]) -> tuple[np.ndarray, np.ndarray]:
+    """Per GPU operation: a kernel? a device-to-host copy?"""
+    return (np.array([op.kind == "k" for op in ops], dtype=bool),
+            np.array([(op.copy or "").startswith("DtoH") for op in ops], dtype=bool))
 
 
 @dataclass

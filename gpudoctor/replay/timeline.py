@@ -183,34 +183,64 @@ def _in_measured_order(per_thread: list[HostColumns]) -> HostColumns:
 
 def _link_blocking(host: HostColumns, ops: list[GpuOp]) -> None:
     """Mark copy calls that waited for their own copy, and what each sync waited for."""
-    ends = sorted((op.start + op.dur, i) for i, op in enumerate(ops))
-    end_times = [e for e, _ in ends]
-    last_stream: dict[int, Any] = {}
-    kinds, ts, dur = host.kind, host.ts, host.dur
-    for index in [i for i, kind in enumerate(kinds) if kind in (LAUNCH, SYNC)]:
-        te = ts[index] + dur[index]
-        if kinds[index] == LAUNCH:
-            queued, api = host.ops[index], host.api[index]
-            # a copy from or to pageable memory, or a synchronous copy call, returns only once the
-            # copy is done (CUDA's rules); a memset or pinned copy that merely finished during its
-            # own launch call on an idle GPU did not block anything
-            copies = [ops[i] for i in queued if ops[i].kind == "c" and (
-                (ops[i].copy or "").endswith("_pageable") or api in SYNC_APIS)]
-            done = max((op.start + op.dur for op in copies), default=None)
-            if done is not None and done <= te + SLACK_US:
-                kinds[index], host.waited[index], host.post[index] = BLOCKING_COPY, True, max(0.0, te - done)
-            if queued:
-                last_stream[host.thread[index]] = ops[queued[-1]].stream
-        else:
-            # the last GPU operation to end while the call was blocked is what it waited for
-            device_wide = host.api[index] in DEVICE_WIDE
-            j = bisect.bisect_right(end_times, te + SLACK_US) - 1
-            if j >= 0 and end_times[j] > ts[index]:
-                done, op = ends[j]
-                host.waited[index], host.post[index] = True, max(0.0, te - done)
-                host.scope[index] = None if device_wide else ops[op].stream
-            else:
-                host.scope[index] = None if device_wide else last_stream.get(host.thread[index])
+    kinds = np.array(host.kind, dtype=np.int64)
+    te = np.array(host.ts, dtype=np.float64) + np.array(host.dur, dtype=np.float64)
+    op_end = np.array([op.start + op.dur for op in ops], dtype=np.float64)
+    launches = np.flatnonzero(kinds == LAUNCH)
+    _blocking_copies(host, ops, launches, te, op_end)
+    syncs = np.flatnonzero(kinds == SYNC)
+    if not len(syncs):
+        return
+    # the last GPU operation to end while the call was blocked is what it waited for
+    by_end = np.lexsort((np.arange(len(ops)), op_end))
+    end_times = op_end[by_end]
+    j = np.searchsorted(end_times, te[syncs] + SLACK_US, side="right") - 1
+    waited = (j >= 0) & (end_times[np.maximum(j, 0)] > np.array(host.ts, dtype=np.float64)[syncs]) \
+        if len(ops) else np.zeros(len(syncs), dtype=bool)
+    last_launch = _last_launch_before(host, launches, syncs)
+    for index, did_wait, row, launch in zip(syncs.tolist(), waited.tolist(), j.tolist(), last_launch):
+        device_wide = host.api[index] in DEVICE_WIDE
+        if did_wait:
+            op = int(by_end[row])
+            host.waited[index], host.post[index] = True, max(0.0, float(te[index] - op_end[op]))
+            host.scope[index] = None if device_wide else ops[op].stream
+        else:  # the stream this thread queued work on last
+            host.scope[index] = None if device_wide or launch < 0 else ops[host.ops[launch][-1]].stream
+
+
+def _blocking_copies(host: HostColumns, ops: list[GpuOp], launches: np.ndarray, te: np.ndarray,
+                     op_end: np.ndarray) -> None:
+    """A copy from or to pageable memory, or a synchronous copy call, returns only once the copy
+    is done (CUDA's rules): its launch call became a blocking copy. A memset or pinned copy that
+    merely finished during its own launch call on an idle GPU did not block anything."""
+    sizes = [len(host.ops[i]) for i in launches.tolist()]
+    item_of = np.repeat(launches, sizes)
+    op_of = np.array([j for i in launches.tolist() for j in host.ops[i]], dtype=np.int64)
+    if not len(op_of):
+        return
+    copy_op = np.array([op.kind == "c" for op in ops], dtype=bool)
+    pageable = np.array([(op.copy or "").endswith("_pageable") for op in ops], dtype=bool)
+    synchronous = np.array([host.api[i] in SYNC_APIS for i in item_of.tolist()], dtype=bool)
+    waits = copy_op[op_of] & (pageable[op_of] | synchronous)
+    done = np.full(len(host), -np.inf)
+    np.maximum.at(done, item_of[waits], op_end[op_of[waits]])
+    for index in np.flatnonzero(np.isfinite(done) & (done <= te + SLACK_US)).tolist():
+        host.kind[index], host.waited[index] = BLOCKING_COPY, True
+        host.post[index] = max(0.0, float(te[index] - done[index]))
+
+
+def _last_launch_before(host: HostColumns, launches: np.ndarray, syncs: np.ndarray) -> list[int]:
+    """For each sync, the last launch call with operations on its thread before it (-1: none)."""
+    thread = np.array(host.thread, dtype=np.int64)
+    queued = launches[np.array([bool(host.ops[i]) for i in launches.tolist()], dtype=bool)] \
+        if len(launches) else launches
+    found = np.full(len(syncs), -1, dtype=np.int64)
+    for number in np.unique(thread[syncs]).tolist():
+        mine = queued[thread[queued] == number]
+        asked = np.flatnonzero(thread[syncs] == number)
+        before = np.searchsorted(mine, syncs[asked], side="left") - 1
+        found[asked] = np.where(before >= 0, mine[np.maximum(before, 0)], -1) if len(mine) else -1
+    return found.tolist()
 
 
 def _gpu_order(host: HostColumns, ops: list[GpuOp]) -> tuple[float, float]:
