@@ -334,11 +334,7 @@ def _long_trace(path: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor.commands.report import judge, split_ids
-    from gpudoctor.helper import Helper
-    from gpudoctor.model import severity_rank
-    from gpudoctor.output import plan_outputs, write_outputs
-    from gpudoctor.reports import render, terminal
+    from gpudoctor.helper import Helper  # the rest once the helper is forked: it imports what it needs
 
     path = Path(args.trace)
     formats = list(dict.fromkeys(args.formats or []))
@@ -354,6 +350,11 @@ def run(args: argparse.Namespace) -> int:
     # a long trace: a helper process replays it and renders the HTML (imported while the trace is decoded)
     helper = Helper.start(("html",) if html else (), args.fail_on, trace=path) if _long_trace(path) \
         else Helper((), args.fail_on)
+    from gpudoctor.commands.report import judge, split_ids
+    from gpudoctor.model import severity_rank
+    from gpudoctor.output import plan_outputs, write_outputs
+    from gpudoctor.reports import render, terminal
+
     with helper:
         session = session_from_trace(path, steps=args.steps, helper=helper,
                                      meanwhile=lambda: _prepare(file_formats, done=helper.formats))
