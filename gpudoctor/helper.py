@@ -49,6 +49,8 @@ class Helper:
         imports the decoder: both then import it at once, and each asks whether the trace
         splits (the same answer)."""
         helper = cls(formats, fail_on)
+        if trace is not None:
+            _decoder_installed()
         if spare_core():
             try:
                 ours, theirs = pipe(duplex=True)
@@ -193,6 +195,16 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
                     conn.send(("error", f"{type(exc).__name__}: {exc}"))
         except (BrokenPipeError, EOFError):
             return
+
+
+def _decoder_installed() -> None:
+    """ModuleNotFoundError, before any fork, when a package the trace decoder needs is missing
+    (one line from the command, not a traceback from each process): found, not imported."""
+    import importlib.util
+
+    for name in ("numpy", "msgspec"):
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
 def _splits(trace: Path) -> bool:
