@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 CPU, LAUNCH, SYNC, BLOCKING_COPY = 0, 1, 2, 3
@@ -73,14 +74,14 @@ class HostColumns:
 
     @classmethod
     def of(cls, items: list[HostItem]) -> HostColumns:
-        return cls(*([getattr(item, name) for item in items] for name in HOST_FIELDS))
+        return cls(*(list(map(attrgetter(name), items)) for name in HOST_FIELDS))
 
     def items(self) -> list[HostItem]:
         return list(map(HostItem, *(getattr(self, name) for name in HOST_FIELDS)))
 
     def take(self, order: list[int]) -> HostColumns:
         """The items at `order`, in that order."""
-        return HostColumns(*([column[i] for i in order] for column in (getattr(self, n) for n in HOST_FIELDS)))
+        return HostColumns(*(list(map(getattr(self, name).__getitem__, order)) for name in HOST_FIELDS))
 
     def extend(self, other: HostColumns) -> None:
         for name in HOST_FIELDS:
