@@ -728,6 +728,7 @@ def _decode_view(data: mmap.mmap, lead: int, stop: int, index: TraceIndex, max_e
     decoder = msgspec.json.Decoder(list[Event])
     decoded = 0
     end = lead
+    released = lead - lead % mmap.PAGESIZE
     while end < stop:
         end = min(max(end, lead) + CHUNK_BYTES, stop)
         data[lead] = 0x5B  # "["
@@ -737,8 +738,19 @@ def _decode_view(data: mmap.mmap, lead: int, stop: int, index: TraceIndex, max_e
             decoded += count
             if decoded > max_events:
                 raise _too_many_events(max_events)
+            released = _release(data, released, lead)
     data[lead] = 0x5B
     return lead, decoded
+
+
+def _release(data: mmap.mmap, start: int, lead: int) -> int:
+    """Give back the pages decoded, from `start` to the page that holds `lead` (its ``[`` is
+    written there: that page stays), so that the file's pages do not stay in memory as the
+    decode goes through it. Where the next release starts."""
+    until = lead - lead % mmap.PAGESIZE
+    if until > start and hasattr(mmap, "MADV_DONTNEED"):
+        data.madvise(mmap.MADV_DONTNEED, start, until - start)
+    return max(start, until)
 
 
 def _decode_events(blocks: Iterator[bytes], buffer: bytearray, index: TraceIndex,
