@@ -231,17 +231,7 @@ def _value(hint: Any, value: Any, prefix: str, key: str) -> Any:
             raise DecodeError(_say(prefix, key, f"is not {_describe(hint)}"))
         return value
     if origin is list:
-        if not isinstance(value, list):
-            raise DecodeError(_say(prefix, key, "is not a list"))
-        if len(value) > MAX_ITEMS:
-            raise DecodeError(_say(prefix, key, f"has {len(value):,} entries (at most {MAX_ITEMS:,})"))
-        (item,) = typing.get_args(hint)
-        if (item is float and finite_numbers(value)) or (item is int and set(map(type, value)) <= {int}):
-            return list(value)  # measurements: what the loop below would return, in one pass
-        label = _label(item) if isinstance(item, type) and dataclasses.is_dataclass(item) else None
-        if label:
-            return [_value(item, v, f"{label} {n + 1}: ", "") for n, v in enumerate(value)]
-        return [_value(item, v, prefix, f"{key}[{n}]") for n, v in enumerate(value)]
+        return _list_value(hint, value, prefix, key)
     if origin in (dict, Mapping):
         if not isinstance(value, Mapping):
             raise DecodeError(_say(prefix, key, "is not an object"))
@@ -260,6 +250,20 @@ def _value(hint: Any, value: Any, prefix: str, key: str) -> Any:
     if not ok:
         raise DecodeError(_say(prefix, key, f"is not {_describe(hint)}"))
     return value
+
+
+def _list_value(hint: Any, value: Any, prefix: str, key: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise DecodeError(_say(prefix, key, "is not a list"))
+    if len(value) > MAX_ITEMS:
+        raise DecodeError(_say(prefix, key, f"has {len(value):,} entries (at most {MAX_ITEMS:,})"))
+    (item,) = typing.get_args(hint)
+    if (item is float and finite_numbers(value)) or (item is int and set(map(type, value)) <= {int}):
+        return list(value)  # measurements: what the loop below would return, in one pass
+    label = _label(item) if isinstance(item, type) and dataclasses.is_dataclass(item) else None
+    if label:
+        return [_value(item, v, f"{label} {n + 1}: ", "") for n, v in enumerate(value)]
+    return [_value(item, v, prefix, f"{key}[{n}]") for n, v in enumerate(value)]
 
 
 def encode(obj: Any) -> Any:
