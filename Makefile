@@ -42,8 +42,11 @@ test-integration: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/gpudoctor demo
 
+# ruff (with the complexity limit, C901), then the layer contract: tests/test_layers.py reads
+# every import with ast and fails an upward one (docs/architecture.md, "Layer rules")
 lint: $(VENV)/.lint-installed
 	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_layers.py
 
 typecheck: $(VENV)/.lint-installed
 	$(VENV)/bin/mypy gpudoctor

@@ -147,7 +147,7 @@ def _internal_error(exc: BaseException, args_list: list[str]) -> int:
 
 def _printable(text: str) -> str:
     """An error line may quote a file's content or name: no terminal controls from it."""
-    from gpudoctor.reports.console import printable
+    from gpudoctor.text import printable
 
     return str(printable(text))
 

@@ -2,7 +2,9 @@
 
 Ordering: what ended the run first, then root causes before their consequences,
 problems before notes, then the predicted gain (the step time now over the step
-time without the cause, gpudoctor.analysis.prediction), then playbook stage.
+time without the cause, gpudoctor.analysis.prediction; a trial's measured gain
+where --try measured none), the playbook stage breaking near-ties (within 10%,
+gpudoctor.engine_gains): the verdict names the cause with the largest gain.
 
 A finding is a consequence of another when removing that other cause removes
 it. Where the profiled window was replayed, the replay decides: a cause whose
@@ -11,8 +13,13 @@ with the larger gain of the two is the root); the idle GPU (a check that declare
 ``measures_idle``, GD201) is explained by a cause whose removal takes away at least
 half of the window's idle time.
 Where no replay can tell (memory, batch size, clocks, runs without a window),
-each check declares what its findings explain (``Check.explains``). A
+each check declares what its findings explain (``Check.explains``), unless the
+finding predicts clearly more than its declared cause does (beyond a near-tie):
+removing a cause that buys 1.2x cannot remove one that predicts 1.8x. A
 consequence is kept, marked, never shouted as a second root cause.
+
+One number per remedy: findings whose remedies make the same change (GD101 and GD102
+both add workers) show the best-founded prediction of it, the others' as cross-checks.
 
 One remedy per setting: findings that advise opposite ways on one knob (``Remedy.knobs``:
 "set num_workers=4" against "do not add workers") are reconciled before rendering. The
@@ -43,6 +50,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.shared import Analyses, shared_for
+from gpudoctor.engine_gains import by_gain, clearly_larger, gain_of, measured_over_predicted, one_number_per_remedy
 from gpudoctor.model import Check, CheckOutcome, Finding, Remedy, Skip, severity_rank
 from gpudoctor.plugins import PluginOutputError, load_error_outcomes, validated_findings
 from gpudoctor.session import Session
@@ -88,8 +96,20 @@ def _run_checks(session: Session, checks: list[Check], ignore: Iterable[str],
         outcomes.append(outcome)
         findings.extend(produced)
     outcomes.extend(load_error_outcomes(load_errors))
-    findings = reconcile(_cap_severity(session, findings, shared), {c.id: c for c in checks})
-    return EngineResult(findings=order(findings, session, {c.id: c for c in checks}), outcomes=outcomes)
+    by_id = {c.id: c for c in checks}
+    findings = one_number_per_remedy(reconcile(_cap_severity(session, findings, shared), by_id), by_id)
+    findings = measured_over_predicted(findings, session.trials)
+    return EngineResult(findings=order(findings, session, by_id), outcomes=outcomes)
+
+
+def with_trials(result: EngineResult, session: Session, checks: Iterable[Check] | None = None) -> EngineResult:
+    """The result once `session.trials` measured the remedies (--try ran after the judging):
+    a finding whose remedy measured no gain is demoted, and the order follows."""
+    if session.trials is None:
+        return result
+    by_id = {c.id: c for c in checks} if checks is not None else None
+    findings = measured_over_predicted(result.findings, session.trials)
+    return EngineResult(findings=order(findings, session, by_id), outcomes=result.outcomes)
 
 
 def reconcile(findings: list[Finding], checks: Mapping[str, Check]) -> list[Finding]:
@@ -111,6 +131,8 @@ def reconcile(findings: list[Finding], checks: Mapping[str, Check]) -> list[Find
             assert current.remedy is not None and leader.remedy is not None  # both advise on the knob
             instead = current.remedy.without_knobs or Remedy(text=f"On {knob}: {leader.remedy.text}",
                                                              code=leader.remedy.code)
+            if instead.fix is None:  # how the trials apply it stays the finding's own
+                instead = dataclasses.replace(instead, fix=current.remedy.fix)
             note = f" (Its advice on {knob} gave way to {leader.id}'s: one remedy per setting.)"
             replaced[id(f)] = dataclasses.replace(current, remedy=instead, message=current.message + note)
     return [replaced.get(id(f), f) for f in findings]
@@ -206,7 +228,7 @@ def _cap_severity(session: Session, findings: list[Finding], shared: Analyses) -
 
 
 def _gain(f: Finding) -> float:
-    return f.estimated_gain if f.estimated_gain is not None else 1.0
+    return gain_of(f)
 
 
 def order(findings: list[Finding], session: Session | None = None,
@@ -226,18 +248,12 @@ def order(findings: list[Finding], session: Session | None = None,
             f = dataclasses.replace(f, consequence_of=causes[0].id)
         marked.append(f)
 
-    def key(f: Finding) -> tuple:
-        return (
-            f.consequence_of is not None,
-            f.severity == "info",
-            not f.ended_run,  # a crash or the OOM that ended the run comes first
-            -severity_rank(f.severity),
-            -_gain(f),
-            f.stage,
-            f.id,
-        )
+    def group(f: Finding) -> tuple[bool, bool, bool]:
+        # the run's end first, then root causes before consequences and problems before notes
+        return (f.consequence_of is not None, f.severity == "info", not f.ended_run)
 
-    return sorted(marked, key=key)
+    # within a group the largest gain leads (the trial's where one measured it); the stage breaks near-ties
+    return [f for key in sorted({group(f) for f in marked}) for f in by_gain(g for g in marked if group(g) == key)]
 
 
 class _Relation:
@@ -254,7 +270,7 @@ class _Relation:
         if told is not None:
             return told
         declared = self.checks.get(root.id)
-        if declared is None or finding.id not in declared.explains:
+        if declared is None or finding.id not in declared.explains or clearly_larger(finding, root):
             return False
         condition = declared.explains_only_if.get(finding.id)
         return condition is None or bool(condition(finding))
@@ -293,13 +309,9 @@ def _scenario(f: Finding) -> str | None:
 
 def _declared() -> dict[str, Check]:
     """The installed checks by ID, for what each declares it explains."""
-    try:
-        from gpudoctor.registry import load_checks
+    from gpudoctor.registry import checks_by_id
 
-        checks, _ = load_checks()
-    except Exception:  # noqa: BLE001  (ordering must never fail on a broken plugin)
-        return {}
-    return {c.id: c for c in checks}
+    return checks_by_id()
 
 
 def gate_line(findings: list[Finding], fail_on: str | None, measured: bool = True) -> str:

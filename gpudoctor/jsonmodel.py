@@ -341,7 +341,7 @@ def _type_schema(hint: Any, defs: dict[str, Any]) -> dict[str, Any]:
         name = hint.__name__
         if name not in defs:
             defs[name] = {}  # a placeholder first: a model may refer to itself
-            defs[name] = _object_schema(hint, defs)  # type: ignore[arg-type]
+            defs[name] = _object_schema(hint, defs)
         body = {"$ref": f"#/$defs/{name}"}
     else:
         body = {"type": {str: "string", int: "integer", float: "number", bool: "boolean"}[hint]}

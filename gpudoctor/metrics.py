@@ -10,6 +10,11 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+# the formatting lives in gpudoctor.text (the renderers use it too); named here for the checks
+from gpudoctor.text import format_bytes as format_bytes
+from gpudoctor.text import format_duration as format_duration
+from gpudoctor.text import format_run_seconds as format_run_seconds
+
 if TYPE_CHECKING:
     from gpudoctor.session import CpuSample, GpuSample, LoaderInfo, Session
 
@@ -253,29 +258,3 @@ def gpu_metric_mean(samples: list[GpuSample], attr: str) -> float | None:
 def usable_cores(session: Session) -> float | None:
     cpu = session.environment.cpu
     return cpu.usable_cores or cpu.affinity_cores or cpu.logical_cores
-
-
-def format_duration(seconds: float) -> str:
-    if -0.5e-6 < seconds < 0:
-        seconds = 0.0  # a difference of equal times: "0 us", never "-0 us"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds:.2f} s"
-
-
-def format_run_seconds(seconds: float) -> str:
-    """A run's or window's length as reports head it: "41.2 s"; under 0.1 s in ms or us
-    ("33.2 ms"), never "0.0 s"."""
-    return format_duration(seconds) if seconds < 0.1 else f"{seconds:.1f} s"
-
-
-def format_bytes(n: float | None) -> str:
-    if n is None:
-        return "n/a"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"

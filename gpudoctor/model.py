@@ -33,7 +33,31 @@ STAGES = {
 
 def severity_rank(severity: str | None) -> int:
     """0 info, 1 warning, 2 critical; -1 for anything else (no severity, or an unknown one)."""
-    return SEVERITIES.index(severity) if severity in SEVERITIES else -1  # type: ignore[arg-type]
+    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
+
+
+@dataclass(frozen=True)
+class Fix:
+    """How a check's remedy is tried and predicted, declared once on the check (``@check(fix=...)``):
+    what `diagnose --try` (gpudoctor.trials.plan) and the report read instead of the check's ID.
+
+        Fix("workers", sizes=True, scenarios=("data",))   # applied from outside: a trial re-runs with it
+        Fix(untried="the copies are made by the code itself: ...", scenarios=("pinned",))
+
+    A finding whose advice differs from its check's carries its own on ``Remedy.fix``.
+    """
+
+    # the remedy kind (gpudoctor.trials.remedies.KINDS) whose override applies it from outside the
+    # code; None: no such override exists, and `untried` says why
+    kind: str | None = None
+    untried: str | None = None
+    # its prediction is exactly the remedy's own (GD101's "with num_workers=8"): a trial shared by
+    # several findings is checked against this one's prediction
+    sizes: bool = False
+    # the replay scenarios (gpudoctor.replay.scenarios.SCENARIOS) that predict its gain
+    scenarios: tuple[str, ...] = ()
+    # tried even when the run crashed (a memory remedy: the crash may be what it fixes)
+    after_crash: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,6 +69,9 @@ class Remedy:
     knobs: Mapping[str, str] = field(default_factory=dict, compare=False)
     # what to advise instead when another finding's advice on one of `knobs` prevails
     without_knobs: Remedy | None = field(default=None, compare=False)
+    # how this finding's advice is tried, where it differs from its check's `Check.fix` (GD103:
+    # a loader producing batches in the main thread takes workers; full cores take none)
+    fix: Fix | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -87,6 +114,10 @@ class Finding:
     consequence_of: str | None = None
     # the profiled window it comes from, when it comes from one ("profiled window 2 (phase, ...)")
     window: str | None = None
+    # set by the engine when a --try trial measured its remedy under 1.05x (gpudoctor.engine_gains):
+    # what it measured, and with which change; the finding then ranks by it, never critical
+    measured_gain: float | None = None
+    measured_with: str | None = None
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -131,12 +162,19 @@ class Check:
     # the settings (Remedy.knobs) it sizes from the run's measurements: where findings disagree about
     # one, this check's advice prevails (GD101 owns num_workers)
     owns: tuple[str, ...] = ()
+    # how its remedy is tried (`diagnose --try`) and predicted (the replay); None: no remedy
+    # gpudoctor can apply from outside the code is known for it
+    fix: Fix | None = None
+    # its findings are the loop waiting for data in one form (workers, stall, CPU, storage): when
+    # one leads, the verdict gives the measured data wait rather than its title (gpudoctor.report)
+    data_wait: bool = False
 
 
 def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str] = (),
           explains: Sequence[str] = (), explains_only_if: Mapping[str, Callable[[Finding], bool]] | None = None,
           thresholds: Sequence[AnyThreshold] = (), measures_idle: bool = False, decides: str | None = None,
-          decides_on_gpu_runs: bool = False, owns: Sequence[str] = ()) -> Callable[[RunFn], RunFn]:
+          decides_on_gpu_runs: bool = False, owns: Sequence[str] = (), fix: Fix | None = None,
+          data_wait: bool = False) -> Callable[[RunFn], RunFn]:
     """Declare a check once, on its function; the module docstring is its page, where
     ``{{NAME}}`` stands for the value of threshold NAME (gpudoctor.thresholds.fill_page).
 
@@ -154,7 +192,7 @@ def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str]
                          doc=page, explains=tuple(explains),
                          explains_only_if=dict(explains_only_if or {}), thresholds=tuple(thresholds),
                          measures_idle=measures_idle, decides=decides, decides_on_gpu_runs=decides_on_gpu_runs,
-                         owns=tuple(owns))
+                         owns=tuple(owns), fix=fix, data_wait=data_wait)
         run.check = declared  # type: ignore[attr-defined]
         return run
 

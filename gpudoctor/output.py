@@ -24,22 +24,19 @@ from typing import Any
 from gpudoctor import exitcodes
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.fsutil import write_atomic
+from gpudoctor.reports import formats as report_formats
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DIR = "gpudoctor-reports"
-DEFAULT_FORMATS = ("html", "json")
-SUFFIXES = {
-    "html": ".html",
-    "json": ".json",
-    "markdown": ".md",
-    "junit": ".junit.xml",
-    "session": ".session.json",
-    "trace": ".trace.json.gz",
-}
-# longest first, so "x.session.json" is recognised before "x.json"
-_KNOWN_SUFFIXES = sorted(set(SUFFIXES.values()) | {".xml", ".htm"}, key=len, reverse=True)
+DEFAULT_FORMATS = report_formats.DEFAULT_FILE_FORMATS
 MAX_SUFFIX_TRIES = 1000
+
+
+def _known_suffixes() -> list[str]:
+    """Every report set's suffix (the format registry's), longest first, so "x.session.json"
+    is recognised before "x.json"."""
+    return sorted(set(report_formats.suffixes()) | {".xml", ".htm"}, key=len, reverse=True)
 
 
 @dataclass(frozen=True)
@@ -63,7 +60,7 @@ class OutputPaths:
         return kinds
 
     def path(self, kind: str) -> Path:
-        return self.directory / f"{self.stem}{SUFFIXES[kind]}"
+        return self.directory / f"{self.stem}{report_formats.suffix(kind)}"
 
     def all(self) -> dict[str, Path]:
         """kind -> path for every planned file (the `--json` copy under "json_copy")."""
@@ -92,6 +89,15 @@ class OutputPaths:
     @property
     def trace(self) -> Path | None:
         return self.path("trace") if self.with_trace else None
+
+
+def shown(path: Path | str) -> str:
+    """A path for the terminal: relative to the working directory when inside it."""
+    try:
+        relative = os.path.relpath(path)
+    except (OSError, ValueError):  # the working directory is gone, or another drive
+        return str(path)
+    return str(path) if relative.startswith(os.pardir) else relative
 
 
 def safe_stem(name: str) -> str:
@@ -124,7 +130,7 @@ def plan_outputs(
     written, GpudoctorError(OUTPUT_EXISTS) when a target exists and not force.
     """
     fmts = tuple(dict.fromkeys(formats))
-    unknown = [f for f in fmts if f not in SUFFIXES or f in ("session", "trace")]
+    unknown = [f for f in fmts if f not in report_formats.FORMATS or not report_formats.FORMATS[f].is_file]
     if unknown:
         raise GpudoctorError(f"unknown output format {unknown[0]!r}", exitcodes.USAGE)
     default_name = f"{safe_stem(stem)}-{now:%Y%m%d-%H%M%S}"
@@ -135,7 +141,7 @@ def plan_outputs(
     else:
         target = Path(out)
         name = target.name
-        for suffix in _KNOWN_SUFFIXES:
+        for suffix in _known_suffixes():
             if name.lower().endswith(suffix) and len(name) > len(suffix):
                 name = name[: -len(suffix)]
                 break
@@ -285,7 +291,7 @@ def write_outputs(
             files["trace"] = kept_trace
         if final.json_copy is not None:
             data = blobs.get("json") or _encode(renderer(written_report, "json"))
-            files["json_copy"] = _write_copy(final.json_copy, data, final.force)
+            files["json_copy"] = write_json_copy(final.json_copy, data, final.force)
         return WrittenOutputs(paths=final, report=written_report, files=files)
     raise GpudoctorError(f"no free report name in {paths.directory}", exitcodes.OUTPUT_EXISTS)
 
@@ -316,7 +322,7 @@ def _names(paths: OutputPaths, kept_trace: Path | None) -> dict[str, str]:
     return names
 
 
-def _write_copy(path: Path, data: bytes, force: bool) -> Path:
+def write_json_copy(path: Path, data: bytes, force: bool) -> Path:
     """The `--json PATH` copy: the user's own name, or `name-N.json` if it got taken."""
     stem, suffix = (path.name[: -len(".json")], ".json") if path.name.endswith(".json") else (path.name, "")
     for n in range(MAX_SUFFIX_TRIES):

@@ -6,7 +6,7 @@ starts, so a long run never ends with nowhere to write its diagnosis.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import datetime
 import gzip
 import logging
@@ -19,26 +19,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor import exitcodes
-from gpudoctor.engine import exit_status, gate_line, run_checks
+from gpudoctor.engine import EngineResult, exit_status, gate_line, with_trials
 from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.judging import JudgeOptions, WritePlan, judge, load_catalog, write
+from gpudoctor.output import OutputPaths, WrittenOutputs, plan_outputs, shown
 from gpudoctor.process_tree import none_instrumented
-from gpudoctor.registry import load_checks
-from gpudoctor.report import build_report
+from gpudoctor.reports.formats import with_defaults
 from gpudoctor.session import Session
 from gpudoctor.status import say as say_line
 from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor
-from gpudoctor.trials.remedies import TryRequest, parse_try
+from gpudoctor.trials.remedies import TryRequest
 
 if TYPE_CHECKING:
-    from gpudoctor.commands.diagnose import Misplaced
-    from gpudoctor.output import OutputPaths, WrittenOutputs
     from gpudoctor.trials.scratch import Listing, Workspace
 
 log = logging.getLogger(__name__)
 
 
-def split_ids(values: list[str]) -> list[str]:
-    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+@dataclass(frozen=True)
+class Misplaced:
+    """gpudoctor's own options written after the script (`diagnose train.py --duration 10`)."""
+
+    options: list[str]  # as written, with their values
+    suggestion: str  # the command line with them before the script
 
 
 # receives the finished report and the files written (kind -> path), e.g. preflight's policy
@@ -47,28 +50,49 @@ ReportSink = Callable[[dict[str, Any], dict[str, str]], None]
 USAGE_ERROR_EXIT = 2
 
 
-def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str, *,
-                        on_report: ReportSink | None = None, misplaced: Misplaced | None = None) -> int:
+@dataclass(frozen=True)
+class ReportOptions:
+    """How diagnose judges and writes its report (the command builds it from its flags)."""
+
+    out: str | None = None  # --out: a directory or a file stem (None: ./gpudoctor-reports/<stem>-<time>)
+    json_path: str | None = None  # --json: one more copy of the JSON report
+    formats: tuple[str, ...] = ()  # --format: files beside the HTML and JSON (always written)
+    ignore: tuple[str, ...] = ()  # --ignore: check IDs or slugs, one each
+    fail_on: str | None = None  # --fail-on
+    force: bool = False  # --force: overwrite existing report files
+    quiet: bool = False  # --quiet: no summary on stderr (the files are still written)
+
+
+@dataclass(frozen=True)
+class DiagnoseRequest:
+    """One `diagnose`: what to run and measure, and what to write about it."""
+
+    run: RunOptions  # the command and how it is measured (the report directory is added as scratch)
+    stem: str  # the report files' name, e.g. "train"
+    report: ReportOptions = ReportOptions()
+    trials: TryRequest | None = None  # --try / --try-only: re-run once per remedy (None: no trials)
+    try_in_place: bool = False  # --try-in-place: the trials run in the working directory itself
+
+
+def diagnose_and_report(request: DiagnoseRequest, *, on_report: ReportSink | None = None,
+                        misplaced: Misplaced | None = None) -> int:
     """`on_report` receives the finished report (preflight's policy); `misplaced`: gpudoctor's own
     options found after the script (they went to it)."""
-    from gpudoctor.output import plan_outputs
-
-    request = parse_try(getattr(args, "try_all", False), getattr(args, "try_only", None))
-    if request is not None and args.duration is None and args.steps is None:
-        args.duration = DEFAULT_TRY_DURATION_S
+    trial_request, run = request.trials, request.run
+    if trial_request is not None and run.duration_s is None and run.max_steps is None:
+        run = dataclasses.replace(run, duration_s=DEFAULT_TRY_DURATION_S)
         say_line(f"gpudoctor: --try runs the workload once more per remedy, each under the same bound; none was "
                  f"given, so every run stops after --duration {DEFAULT_TRY_DURATION_S:g} (set --steps or --duration)")
-    formats = ["html", "json", *[f for f in args.formats if f not in ("html", "json")]]
-    plan = absolute(plan_outputs(args.out, stem, datetime.datetime.now(), formats, force=args.force,
-                                 json_path=args.json_path))
-    options = run_options(args, command, plan)
+    report = request.report
+    plan = absolute(plan_outputs(report.out, request.stem, datetime.datetime.now(), with_defaults(report.formats),
+                                 force=report.force, json_path=report.json_path))
+    options = dataclasses.replace(run, scratch_dirs=[str(plan.directory)])
     before: Listing | None = None
-    in_place = bool(getattr(args, "try_in_place", False))
-    if request is not None:
+    if trial_request is not None:
         from gpudoctor.trials import scratch
 
         options.record_writes = True
-        before = None if in_place else scratch.before_run(os.getcwd(), [str(plan.directory)])
+        before = None if request.try_in_place else scratch.before_run(os.getcwd(), [str(plan.directory)])
     try:
         supervisor = Supervisor(options)
     except LaunchError as exc:
@@ -91,17 +115,18 @@ def diagnose_and_report(args: argparse.Namespace, command: list[str], stem: str,
         elif supervisor.uninstrumented:
             say_line(f"gpudoctor: {len(supervisor.uninstrumented)} Python process(es) of the command ran without the "
                  "agent (PYTHONPATH or the environment replaced); the report says which")
-        _announce_end(session, supervisor.escalated, then="trying the remedies" if request is not None else None)
+        _announce_end(session, supervisor.escalated,
+                      then="trying the remedies" if trial_request is not None else None)
         trials = None
-        if request is not None:
+        if trial_request is not None:
             from gpudoctor.trials import scratch
 
             space = None if before is None else scratch.workspace(supervisor.cwd, before, supervisor.reader.writes,
                                                                   [str(plan.directory)])
-            trials = TrialContext(request, options, space)
+            trials = TrialContext(trial_request, options, space)
         return finish(
             session,
-            args,
+            report,
             plan,
             trace=result.trace_path,
             stopped_by_us=session.stop_reason in ("duration", "steps"),
@@ -133,35 +158,6 @@ def absolute(plan: OutputPaths) -> OutputPaths:
                                json_copy=plan.json_copy.absolute() if plan.json_copy is not None else None)
 
 
-def shown(path: Path | str) -> str:
-    """A path for the terminal: relative to the working directory when inside it."""
-    try:
-        relative = os.path.relpath(path)
-    except (OSError, ValueError):  # the working directory is gone, or another drive
-        return str(path)
-    return str(path) if relative.startswith(os.pardir) else relative
-
-
-def run_options(args: argparse.Namespace, command: list[str], plan: OutputPaths) -> RunOptions:
-    return RunOptions(
-        command=command,
-        duration_s=args.duration,
-        max_steps=args.steps,
-        grace_s=args.grace,
-        cpu_interval_s=args.interval,
-        gpu_interval_s=args.interval,
-        profile=not args.no_profile,
-        profile_warmup_steps=args.warmup_steps,
-        profile_steps=args.profile_steps,
-        profile_no_step_after_s=args.stepless_after,
-        profile_time_window_s=args.stepless_window,
-        profile_warmup_s=1.0 if args.warmup_steps else 0.0,
-        profile_max_windows=getattr(args, "profile_windows", 4),
-        profile_later_s=getattr(args, "profile_later", 60.0),
-        fetch_profile=not getattr(args, "no_loader_profile", False),
-        data_paths=list(args.data),
-        scratch_dirs=[str(plan.directory)],
-    )
 def _misplaced_options(session: Session, misplaced: Misplaced) -> None:
     """The script rejected its arguments (exit 2 before any step) and they hold gpudoctor's
     own options: a usage error of gpudoctor's (exit 64, one line, no report written). Any
@@ -188,7 +184,7 @@ def failed_before_running(session: Session) -> str | None:
                   and e.pid in mains), None)
     if error is None:
         return None
-    from gpudoctor.reports.console import one_line
+    from gpudoctor.text import one_line
 
     return (f"the script failed before it ran: {error.type}: {one_line((error.message or '').strip())[:300]}; "
             "nothing was measured, so no report was written")
@@ -219,55 +215,63 @@ def _announce_end(session: Session, escalated: list[str] | None = None, then: st
         what = f"exited with code {code}"
     if escalated and code in (137, 143):
         what += f" (it ignored SIGINT: ended by {'SIGKILL' if code == 137 else 'SIGTERM'})"
-    from gpudoctor.reports.console import printable
+    from gpudoctor.text import printable
 
     # the exception's type and text come from the workload: no terminal controls of theirs
     say_line(printable(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; {then or 'writing the report'}"))
 
 
-def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | None = None,
+def finish(session: Session, options: ReportOptions, plan: OutputPaths, *, trace: Path | None = None,
            stopped_by_us: bool = False, on_report: ReportSink | None = None,
            trials: TrialContext | None = None) -> int:
     """Run the checks on a Session, write every report, print the summary, return the exit code.
     With `trials` (--try), re-run the workload once per applicable remedy first (the report
     then carries what each measured)."""
-    from gpudoctor.reports import terminal
-
     trace_bytes = None
     if trace is not None and plan.trace is not None and session.profile is not None:
         try:
             trace_bytes = gzip.compress(trace.read_bytes(), compresslevel=6)
-            session.profile.trace_file = plan.trace.name
+            session.profile.trace_file = plan.trace.name  # before judging: every window of the report names it
         except OSError as exc:
             session.notes.append(f"the profiler trace could not be saved: {exc.strerror or exc}")
-    checks, plugin_errors = load_checks()
-    engine = run_checks(session, checks, ignore=split_ids(args.ignore), load_errors=plugin_errors)
+    catalog = load_catalog()  # once: the trials are judged by the same checks
+    judging = JudgeOptions(ignore=options.ignore, catalog=catalog)
     refused = trials is not None and trials.workspace is not None and trials.workspace.refusal()
-    if refused:
-        say_line(f"gpudoctor: {refused}")
-        session.notes.append(refused)
-    elif trials is not None:
-        from gpudoctor.trials.runner import run_trials
 
-        try:
-            session.trials = run_trials(session, engine.findings, trials.request, trials.options, plan, checks,
-                                        split_ids(args.ignore), force=args.force, workspace=trials.workspace)
-        except Exception as exc:
-            log.debug("--try failed", exc_info=True)
-            session.notes.append(f"--try stopped on an internal error: {type(exc).__name__}: {exc}")
-    report = build_report(session, engine, files=plan.relative_names())
-    written, failure = _save(plan, report, session.to_dict(), trace_bytes, args.fail_on)
+    def try_remedies(engine: EngineResult) -> EngineResult:
+        if refused:
+            say_line(f"gpudoctor: {refused}")
+            session.notes.append(refused)
+        elif trials is not None:
+            from gpudoctor.trials.runner import run_trials
+
+            try:
+                session.trials = run_trials(session, engine.findings, trials.request, trials.options, plan, judging,
+                                            force=options.force, workspace=trials.workspace)
+                engine = with_trials(engine, session, catalog.checks)  # a remedy measured without gain is demoted
+            except Exception as exc:
+                log.debug("--try failed", exc_info=True)
+                session.notes.append(f"--try stopped on an internal error: {type(exc).__name__}: {exc}")
+        return engine
+
+    report, engine = judge(session, dataclasses.replace(judging, before_report=try_remedies)
+                           if trials is not None else judging)
+    written: WrittenOutputs | None = None
+    failure: GpudoctorError | None = None
+    try:
+        written = write(report, WritePlan(plan, session=session, trace=trace_bytes, fail_on=options.fail_on,
+                                          elsewhere=True))
+    except GpudoctorError as exc:
+        if exc.code != exitcodes.CANNOT_WRITE:
+            raise
+        failure = exc  # nowhere took the files: the summary still shows the diagnosis, then the error
     if on_report is not None:
         on_report(written.report if written else report,
                   {k: str(v) for k, v in written.files.items()} if written else {})
-    if not args.quiet:
-        try:
-            terminal.show_summary(written.report if written else report, sys.stderr,
-                                  written={k: shown(v) for k, v in written.files.items()} if written else {})
-        except (OSError, ValueError):
-            pass  # stderr closed or full: the files hold the diagnosis
-    if written is None:
-        assert failure is not None
+    if not options.quiet:
+        show_summary(written.report if written else report, {k: shown(v) for k, v in written.files.items()}
+                     if written else {})
+    if failure is not None:
         raise failure
     workload = session.exit_code
     if stopped_by_us and (workload in (130, 143, 137, -2, -15) or session.interrupted_by_gpudoctor
@@ -277,52 +281,17 @@ def finish(session: Session, args: argparse.Namespace, plan, *, trace: Path | No
         # exit with 1, not 130; torchrun turns it into its SignalException and exits 1
         workload = 0
     measured = report["summary"].get("measured", True)
-    code = exit_status(workload, engine.findings, args.fail_on, measured=measured)
+    code = exit_status(workload, engine.findings, options.fail_on, measured=measured)
     if code == exitcodes.FAIL_ON:
-        say_line(gate_line(engine.findings, args.fail_on, measured))  # even with --quiet: why the gate failed
+        say_line(gate_line(engine.findings, options.fail_on, measured))  # even with --quiet: why the gate failed
     return exitcodes.TRY_REFUSED if refused and code == 0 else code
 
 
-def _save(plan: OutputPaths, report: dict, session_dict: dict, trace_bytes: bytes | None,
-          fail_on: str | None) -> tuple[WrittenOutputs | None, GpudoctorError | None]:
-    """Write the report set where planned; if that directory stopped taking files during
-    the run (full, removed, read-only), write it to ./gpudoctor-reports or the temporary
-    directory instead and say so: the diagnosis of a long run is never lost for a path."""
-    import dataclasses
-    import tempfile
+def show_summary(report: dict[str, Any], written: dict[str, str]) -> None:
+    """The terminal summary on stderr; a closed or full stderr costs nothing (the files hold the diagnosis)."""
+    from gpudoctor.reports import terminal
 
-    from gpudoctor import exitcodes
-    from gpudoctor.output import DEFAULT_DIR, write_outputs
-
-    main = dataclasses.replace(plan, json_copy=None)
-    places = [main.directory]
     try:
-        here: Path | None = Path(os.getcwd())
-    except OSError:
-        here = None  # the working directory was removed during the run: the temporary directory's
-    candidates = [*([here / DEFAULT_DIR] if here is not None else []), Path(tempfile.gettempdir()) / DEFAULT_DIR]
-    for candidate in candidates:
-        if all(candidate != (p if p.is_absolute() or here is None else here / p) for p in places):
-            places.append(candidate)
-    first: GpudoctorError | None = None
-    for directory in places:
-        try:
-            written = write_outputs(dataclasses.replace(main, directory=directory), report, session_dict,
-                                    trace_bytes=trace_bytes, fail_on=fail_on)
-        except GpudoctorError as exc:
-            if exc.code != exitcodes.CANNOT_WRITE:
-                raise
-            first = first or exc
-            continue
-        if first is not None:
-            say_line(f"gpudoctor: warning: {first}; the reports were written to {shown(directory)} instead")
-        if plan.json_copy is not None and "json" in written.files:
-            from gpudoctor.output import _write_copy
-
-            try:
-                written.files["json_copy"] = _write_copy(plan.json_copy, written.files["json"].read_bytes(), plan.force)
-            except (GpudoctorError, OSError) as exc:
-                say_line(f"gpudoctor: warning: the --json copy was not written: {exc}")
-        return written, None
-    return None, first
-
+        terminal.show_summary(report, sys.stderr, written=written)
+    except (OSError, ValueError):
+        pass

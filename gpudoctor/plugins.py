@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from numbers import Real
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.model import STAGES, Check, CheckOutcome, Evidence, Finding, Remedy
+from gpudoctor.model import STAGES, Check, CheckOutcome, Evidence, Finding, Fix, Remedy
 from gpudoctor.thresholds import THRESHOLD_TYPES
 
 if TYPE_CHECKING:
@@ -66,6 +66,8 @@ def check_problem(check: object) -> str | None:
         return f"check {check.id}: thresholds must be a tuple of gpudoctor.thresholds.Threshold"
     if not isinstance(check.measures_idle, bool):
         return f"check {check.id}: measures_idle must be True or False"
+    if check.fix is not None and not isinstance(check.fix, Fix):
+        return f"check {check.id}: fix must be a gpudoctor.model.Fix, not {_kind(check.fix)}"
     return None
 
 

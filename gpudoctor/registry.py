@@ -157,6 +157,16 @@ def _origin(ep: EntryPoint) -> str:
     return f"{name} {version}: " if name else ""
 
 
+def checks_by_id() -> dict[str, Check]:
+    """The installed checks by ID, for their declarations (what each explains, how its remedy
+    is tried); empty when they cannot be loaded: a declaration is never worth a crash."""
+    try:
+        checks, _ = load_checks()
+    except Exception:  # noqa: BLE001  (a broken plugin must not break what reads declarations)
+        return {}
+    return {c.id: c for c in checks}
+
+
 def find_check(key: str) -> Check | None:
     """Look a check up by ID (GD102) or slug (input-stall), case-insensitively."""
     checks, _ = load_checks()

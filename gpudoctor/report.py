@@ -120,7 +120,7 @@ def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, 
         numbers.append(f"GPU SMs were active {summary['sm_activity_mean']:.0f}% of the time")
     elif summary.get("gpu_util_mean") is not None:
         numbers.append(f"GPU utilization averaged {summary['gpu_util_mean']:.0f}%")
-    caveat = _sample_caveat(summary)
+    caveat = _measured_note(findings) + _sample_caveat(summary)
     primary = [f for f in findings if f.consequence_of is None and severity_rank(f.severity) >= 1]
     failed = [f for f in primary if f.ended_run or f.stage == 0]
     if summary.get("gpu_fully_used") and not failed:
@@ -139,7 +139,7 @@ def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, 
             head = head[:1].upper() + head[1:]
         return head + (": " + "; ".join(numbers) if numbers else "") + caveat + "."
     top = primary[0]
-    if top.id in INPUT_STALL_IDS and summary.get("data_wait_share") is not None:
+    if _waits_for_data(top) and summary.get("data_wait_share") is not None:
         return f"{STAGE_VERDICT[1]}: " + "; ".join(numbers) + caveat + "."
     stage = STAGE_VERDICT.get(top.stage, "Problem")
     if top.stage == 1 and summary.get("data_wait_share") is None:
@@ -148,7 +148,24 @@ def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, 
     return head + ("; " + "; ".join(numbers) if numbers else "") + caveat + "."
 
 
-INPUT_STALL_IDS = ("GD101", "GD102", "GD103", "GD104")
+def _waits_for_data(finding: Finding) -> bool:
+    """Its check declares its findings a form of the loop waiting for data (Check.data_wait)."""
+    from gpudoctor.registry import checks_by_id
+
+    declared = checks_by_id().get(finding.id)
+    return declared is not None and declared.data_wait
+
+
+def _measured_note(findings: list[Finding]) -> str:
+    """'; measured, not predicted: GD101's remedy (num_workers=8) gave 0.97x, demoted' for the
+    findings whose --try trial measured no gain (gpudoctor.engine_gains.measured_over_predicted)."""
+    tried = [f for f in findings if f.measured_gain is not None]
+    if not tried:
+        return ""
+    parts = [f"{f.id}'s remedy ({f.measured_with}) gave {f.measured_gain:.2f}x"
+             + (f" against {f.estimated_gain:.2f}x predicted" if f.estimated_gain is not None else "")
+             for f in tried]
+    return "; measured by --try, no gain: " + ", ".join(parts) + " (demoted, no longer critical)"
 
 
 def _lower(title: str) -> str:
@@ -291,8 +308,8 @@ def build_report(
         "docs": docs,
     }
     attach_trials(report, session)  # --try: overrides, trials, untried; findings[i].trial
-    if session.ranks:  # a distributed job (gpudoctor/reports/ranks.py)
-        from gpudoctor.reports.ranks import ranks_section
+    if session.ranks:  # a distributed job (gpudoctor/analysis/ranks.py)
+        from gpudoctor.analysis.ranks import ranks_section
 
         report["ranks"] = ranks_section(session)
     return report

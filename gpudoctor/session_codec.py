@@ -39,16 +39,7 @@ def build(tp: Any, data: Any) -> Any:
     if tp is Any:
         return data
     if origin is None and isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        if not isinstance(data, dict):
-            raise TypeError(f"{tp.__name__}: expected an object, got {type(data).__name__}")
-        hints = _HINTS.get(tp)
-        if hints is None:
-            hints = _HINTS[tp] = get_type_hints(tp)
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in data:
-                kwargs[f.name] = build(hints[f.name], data[f.name])
-        return tp(**kwargs)  # unknown keys from newer writers are ignored
+        return _dataclass(tp, data)
     args = get_args(tp)
     if origin is list:
         if not isinstance(data, list):
@@ -59,17 +50,40 @@ def build(tp: Any, data: Any) -> Any:
             raise TypeError(f"expected an object, got {type(data).__name__}")
         return {str(k): build(args[1], v) for k, v in data.items()}
     if origin is not None:  # a union such as `int | None`
-        if data is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return build(arg, data)
-            except (TypeError, ValueError) as exc:
-                errors.append(str(exc))
-        raise TypeError("; ".join(errors) or "no matching type")
+        return _union(args, data)
+    return _scalar(tp, data)
+
+
+def _dataclass(tp: type, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise TypeError(f"{tp.__name__}: expected an object, got {type(data).__name__}")
+    hints = _HINTS.get(tp)
+    if hints is None:
+        hints = _HINTS[tp] = get_type_hints(tp)
+    kwargs = {}
+    for f in dataclasses.fields(tp):
+        if f.name in data:
+            kwargs[f.name] = build(hints[f.name], data[f.name])
+    return tp(**kwargs)  # unknown keys from newer writers are ignored
+
+
+def _union(args: tuple[Any, ...], data: Any) -> Any:
+    """The first member of the union that `data` builds as (None first, when it is one)."""
+    if data is None and type(None) in args:
+        return None
+    errors = []
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return build(arg, data)
+        except (TypeError, ValueError) as exc:
+            errors.append(str(exc))
+    raise TypeError("; ".join(errors) or "no matching type")
+
+
+def _scalar(tp: Any, data: Any) -> Any:
+    """A float, int, bool or str, checked (a bool is never a number; 3.0 is the integer 3)."""
     if tp is float:
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             raise TypeError(f"expected a number, got {type(data).__name__}")

@@ -14,6 +14,7 @@ import io
 import os
 import shutil
 import sys
+from typing import TextIO
 
 from rich.console import Console
 from rich.text import Text
@@ -22,7 +23,8 @@ HEARTBEAT_S = 30.0
 
 
 class StatusLine:
-    def __init__(self, enabled: bool | None = None, stream=None, heartbeat_s: float | None = None) -> None:
+    def __init__(self, enabled: bool | None = None, stream: TextIO | None = None,
+                 heartbeat_s: float | None = None) -> None:
         self.stream = stream or sys.stderr
         if enabled is None:
             enabled = _is_terminal(self.stream) and os.environ.get("TERM", "") not in ("", "dumb")
@@ -93,7 +95,7 @@ class StatusLine:
         self._write(f"\x1b7\x1b[r\x1b[{self.rows};1H\x1b[2K\x1b8")
 
 
-def _is_terminal(stream) -> bool:
+def _is_terminal(stream: TextIO) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):

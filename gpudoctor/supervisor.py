@@ -29,10 +29,10 @@ from gpudoctor.collectors.events import EventReader
 from gpudoctor.collectors.storage import probe_in_background
 from gpudoctor.gpu import GpuMonitor
 from gpudoctor.process_tree import TreeWatch, leftover_note, process_group_members
-from gpudoctor.reports.console import printable
 from gpudoctor.session import Session, StorageProbe
 from gpudoctor.signals import InterruptWatch, foreground_tty
 from gpudoctor.status import HEARTBEAT_S, StatusLine, say
+from gpudoctor.text import printable
 from gpudoctor.workdir import LaunchError, make_workdir
 
 log = logging.getLogger(__name__)

@@ -144,6 +144,16 @@ class SweepTrial:
     fit_probe: bool | None = json_field(None, omit_none=True,
                                         doc="true: a size past the knee run only to learn whether it fits (few timed "
                                             "iterations): its memory counts, not its timing; absent otherwise")
+    process_reused: bool | None = json_field(None, omit_none=True,
+                                             doc="true: ran in the process of an earlier size (far from the memory "
+                                                 "edge; its peak statistics reset between sizes); false: in a fresh "
+                                                 "process; absent in reports that did not say")
+    reuse_fallback: str | None = json_field(None, omit_none=True,
+                                            doc="the failure of a first run in a reused process; this answer is "
+                                                "the fresh process's")
+    phase_s: dict[str, float] | None = json_field(None, omit_none=True,
+                                                  doc="seconds by phase: start, load, build, warmup, measure, call "
+                                                      "(the sweep's whole wait), close_previous")
     extra: Mapping[str, Any] = extra_field()
 
 

@@ -73,7 +73,8 @@ def test_the_built_in_checks_never_advise_both_ways_on_the_workers():
 
     session = make_session(
         steps=make_steps(50, 0.100, 0.070),
-        loaders=[make_loader(num_workers=0, batches=50, fetch_s_per_batch=0.3)],
+        # the loop waits 70 ms per step, making each batch itself: 70 ms a batch
+        loaders=[make_loader(num_workers=0, batches=50, fetch_s_per_batch=0.07)],
         cpu_samples=make_cpu_samples(20, system_percent=98.0, main_thread_percent=99.0, tree_percent=190.0),
         usable_cores=2,
     )

@@ -16,8 +16,8 @@ import os
 import pytest
 from test_golden_reports import FIXTURES, GOLDEN
 
-from gpudoctor.commands.report import judge
 from gpudoctor.diff import compare
+from gpudoctor.judging import judge
 from gpudoctor.reports import json_report, render_diff
 from gpudoctor.session import Session
 
@@ -37,7 +37,7 @@ def golden_name(before: str, after: str, with_sessions: bool) -> str:
 
 def diff_text(before: str, after: str, with_sessions: bool) -> str:
     sessions = [Session.load(FIXTURES / f"{name}.session.json") for name in (before, after)]
-    reports = [json.loads(json_report.render(judge(s, []))) for s in sessions]  # as saved
+    reports = [json.loads(json_report.render(judge(s).report)) for s in sessions]  # as saved
     steps = [[r.duration_s for r in s.steady_steps()] if with_sessions else None for s in sessions]
     result = compare(reports[0], reports[1], before_name=f"{before}.json", after_name=f"{after}.json",
                      forced=True, before_steps=steps[0], after_steps=steps[1])

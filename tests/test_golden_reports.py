@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gpudoctor.commands.report import judge
+from gpudoctor.judging import judge
 from gpudoctor.reports import json_report
 from gpudoctor.session import Session
 
@@ -45,7 +45,7 @@ def normalised(report: dict[str, Any]) -> dict[str, Any]:
 def golden_text(path: Path) -> str:
     """The compact JSON report as `--format json` writes it, then normalised (the same
     json.dumps arguments as json_report.render(indent=None), so nothing else moves)."""
-    written = json.loads(json_report.render(judge(Session.load(path), []), indent=None))
+    written = json.loads(json_report.render(judge(Session.load(path)).report, indent=None))
     text = json.dumps(normalised(written), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return json_report.escape_controls(text) + "\n"
 

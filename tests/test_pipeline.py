@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import subprocess
 import sys
@@ -25,8 +24,8 @@ def starved_session():
 def test_a_quiet_failed_gate_says_which_findings_failed_it(tmp_path, capsys) -> None:
     """Issue 27, item 21: `--quiet --fail-on critical` exited 3 with no line saying why."""
     plan = plan_outputs(str(tmp_path) + "/", "run", datetime.datetime(2026, 1, 2, 3, 4, 5))
-    args = argparse.Namespace(ignore=[], fail_on="critical", quiet=True, force=False)
-    assert pipeline.finish(starved_session(), args, plan) == exitcodes.FAIL_ON
+    options = pipeline.ReportOptions(fail_on="critical", quiet=True)
+    assert pipeline.finish(starved_session(), options, plan) == exitcodes.FAIL_ON
     lines = capsys.readouterr().err.splitlines()
     gate = [line for line in lines if "--fail-on" in line]
     assert len(gate) == 1, lines

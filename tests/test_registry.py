@@ -117,7 +117,8 @@ def test_each_shared_analysis_runs_once_per_session(monkeypatch):
     checks, _ = registry.load_checks()
     session = Session.load(FIXTURES / "starved_loader.session.json")
     result = run_checks(session, checks)
-    assert [f.id for f in result.findings][:1] == ["GD102"]
+    # GD101 and GD102 predict the same change (more workers) within 10%: the owner of the knob leads
+    assert [f.id for f in result.findings][:2] == ["GD101", "GD102"]
     # GD101, GD102, GD103 (twice) and GD104 read the stall; GD201 and GD202 the activity
     assert calls == {"input_stall": 1, "gpu_activity": 1, "fully_used": 1, "oom_facts": 1}
     # outside an engine run a check gets fresh analyses: a Session changed between calls is not read stale

@@ -16,7 +16,7 @@ import pytest
 from test_golden_reports import GOLDEN, SESSIONS, golden_name
 
 from gpudoctor import schemas
-from gpudoctor.commands.report import judge
+from gpudoctor.judging import judge
 from gpudoctor.report import REPORT_SCHEMA
 from gpudoctor.report_model import Report
 from gpudoctor.reports import json_report
@@ -42,7 +42,7 @@ def test_committed_schema_is_the_generated_one(name: str) -> None:
 def test_schema_names_the_report_version() -> None:
     schema = schemas.load("report-v1.schema.json")
     assert schema["title"] == REPORT_SCHEMA == "gpudoctor.report/1"
-    # the contract keys of DESIGN.md are all published as required
+    # the contract keys of the report (docs/architecture.md) are all published as required
     assert {"schema", "tool", "command", "exit_code", "duration_s", "environment", "summary", "findings",
             "checks"} <= set(schema["required"])
     finding = schema["$defs"]["ReportFinding"]
@@ -54,7 +54,7 @@ def test_schema_names_the_report_version() -> None:
 
 @pytest.mark.parametrize("path", SESSIONS, ids=[p.stem for p in SESSIONS])
 def test_every_fixture_report_fits_the_schema(path: Path, validator: Any) -> None:
-    report = json.loads(json_report.render(judge(Session.load(path), [])))
+    report = json.loads(json_report.render(judge(Session.load(path)).report))
     validator.validate(report)
     assert report["findings"] or report["checks"]
 

@@ -16,6 +16,20 @@ that marked a step lately names the run's steps and drives the profiler windows
 This package uses the standard library only, with relative imports: the supervisor
 loads it by file path into the workload (as ``_gpudoctor_agent``), so the rest of
 gpudoctor and its dependencies never land on the workload's sys.path.
+
+Typing (mypy checks the agent like the rest of the package, and the events it writes
+against agent/protocol.py), without changing what runs:
+- nothing is imported for types at run time: ``TYPE_CHECKING = False`` (typing itself is
+  never imported at start-up), and the names it guards appear only in annotations that
+  are never evaluated;
+- the modules loaded at start-up in every process (this one, events.py, importhook.py,
+  writes.py, _site/sitecustomize.py) have no ``from __future__ import annotations``: it
+  imports the __future__ module, which a plain interpreter has not loaded. Their
+  annotations name builtins, or are strings. The modules loaded once torch is imported
+  (torch imports __future__ itself) use it;
+- a function the agent hands to torch or to sys (a wrapper patched over torch's own, a
+  hook, an except hook) is typed with a type comment: its ``__annotations__`` stay empty
+  as before, so code that inspects torch's functions sees what it saw without gpudoctor.
 """
 
 import atexit
@@ -26,6 +40,15 @@ import time
 import types
 
 from .events import EventWriter
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Literal, overload
+
+    from typing_extensions import Unpack
+
+    from . import protocol
+    from .torch_hooks import TorchHooks
 
 # Start-up cost matters here: every Python process of the command (launchers, shell
 # helpers, non-torch children) loads this. So json, traceback and the redaction
@@ -53,21 +76,75 @@ DEFAULT_CONFIG = {
 
 
 class Agent:
-    def __init__(self, directory, config):
+    def __init__(self, directory: str, config: "dict[str, Any]") -> None:
         self.directory = directory
         self.config = config
         self.writer = EventWriter(directory)
         self.started = time.time()
-        self.torch_hooks = None
-        self._error_counts = {}
+        self.torch_hooks: TorchHooks | None = None
+        self._error_counts: dict[str, int] = {}
 
-    def emit(self, kind, **fields):
+    if TYPE_CHECKING:
+        # one overload per event kind: what each carries is agent/protocol.py's
+        @overload
+        def emit(self, kind: Literal["hello"], **fields: Unpack[protocol.Hello]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["process"], **fields: Unpack[protocol.Process]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["torch"], **fields: Unpack[protocol.Torch]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["dist"], **fields: Unpack[protocol.Dist]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["interrupt"], **fields: Unpack[protocol.Interrupt]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["exception", "oom"], **fields: Unpack[protocol.Uncaught]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["bye"], **fields: Unpack[protocol.Bye]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["agent_error"], **fields: Unpack[protocol.AgentError]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["step"], **fields: Unpack[protocol.Step]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["steps_agg"], **fields: Unpack[protocol.StepsAgg]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["forward_root"], **fields: Unpack[protocol.ForwardRoot]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["loader"], **fields: Unpack[protocol.Loader]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["loader_workers"], **fields: Unpack[protocol.LoaderWorkers]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["loader_stats"], **fields: Unpack[protocol.LoaderStats]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["fetch"], **fields: Unpack[protocol.Fetch]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["fetch_profile_request"],
+                 **fields: Unpack[protocol.FetchProfileRequest]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["fetch_profile"], **fields: Unpack[protocol.FetchProfile]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["cuda"], **fields: Unpack[protocol.Cuda]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["alloc"], **fields: Unpack[protocol.AllocatorSnapshot]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["oom_observed"], **fields: Unpack[protocol.OomObserved]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["profile"], **fields: Unpack[protocol.Profile]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["override"], **fields: Unpack[protocol.Override]) -> None: ...
+        @overload
+        def emit(self, kind: Literal["write"], **fields: Unpack[protocol.Write]) -> None: ...
+
+    def emit(self, kind: str, **fields: object) -> None:
         try:
             self.writer.emit(kind, **fields)
         except Exception:  # noqa: BLE001 (an event that cannot be written is dropped, never raised)
             pass
 
-    def error(self, where, exc):
+    def hello(self, **fields: "Unpack[protocol.Hello]") -> None:
+        """The start-up "hello", written at once, without starting the flusher thread."""
+        self.writer.emit_now("hello", **fields)
+
+    def error(self, where: str, exc: BaseException) -> None:
         """Record an agent failure (rate-limited); never raise."""
         count = self._error_counts.get(where, 0)
         self._error_counts[where] = count + 1
@@ -75,7 +152,7 @@ class Agent:
             self.emit("agent_error", where=where, error=("%s: %s" % (type(exc).__name__, exc))[:500])
 
 
-def start():
+def start() -> "Agent | None":
     """Called from sitecustomize. Safe to call more than once."""
     global _AGENT
     if _AGENT is not None and _AGENT.writer._pid == os.getpid():
@@ -83,7 +160,7 @@ def start():
     directory = os.environ.get("GPUDOCTOR_SESSION_DIR")
     if not directory or not os.path.isdir(directory):
         return None
-    config = dict(DEFAULT_CONFIG)
+    config: dict[str, Any] = dict(DEFAULT_CONFIG)
     raw_config = os.environ.get("GPUDOCTOR_AGENT_CONFIG")
     if raw_config:
         import json
@@ -96,8 +173,7 @@ def start():
     _AGENT = agent
     # argv (redacted) follows in "process" once torch is imported: processes that never
     # import torch are not worth the redaction's cost, and the supervisor knows the command
-    agent.writer.emit_now(
-        "hello",
+    agent.hello(
         pid=os.getpid(),
         ppid=os.getppid(),
         python=sys.version.split()[0],
@@ -126,7 +202,7 @@ def start():
     return agent
 
 
-def describe_process(agent):
+def describe_process(agent: Agent) -> None:
     """Emitted when torch is imported: the redacted command line of this process."""
     from .redact import env_secrets, redact_argv
 
@@ -134,14 +210,15 @@ def describe_process(agent):
     agent.emit("process", argv=redact_argv(argv, env_secrets(os.environ)))
 
 
-def step():
+def step() -> None:
     """Explicit step boundary (gpudoctor.step() forwards here)."""
     agent = _AGENT
     if agent is not None and agent.torch_hooks is not None:
         agent.torch_hooks.steps.boundary("explicit")
 
 
-def _format_exception(exc_type, exc, tb):
+def _format_exception(exc_type: "type[BaseException]", exc: "BaseException | None",
+                      tb: "types.TracebackType | None") -> "str | None":
     from .redact import env_secrets, redact_text
 
     text, interrupted = None, []
@@ -168,7 +245,7 @@ _CALL_THROUGH = frozenset(
 )
 
 
-def _strip_call_through(exc):
+def _strip_call_through(exc: "BaseException | None") -> None:
     """Drop the agent's call-through frames from exc's traceback and from the causes and
     contexts it chains: the workload's error prints as it would have without gpudoctor."""
     seen = set()
@@ -188,10 +265,10 @@ def _strip_call_through(exc):
         exc = exc.__cause__ or exc.__context__
 
 
-def _install_exception_hooks(agent):
+def _install_exception_hooks(agent: Agent) -> None:
     previous = sys.excepthook
 
-    def excepthook(exc_type, exc, tb):
+    def excepthook(exc_type, exc, tb):  # type: (type[BaseException], BaseException, types.TracebackType | None) -> None
         quiet = False
         try:
             if not issubclass(exc_type, (KeyboardInterrupt, SystemExit)) and not _is_stop_signal(exc_type):
@@ -214,7 +291,7 @@ def _install_exception_hooks(agent):
 
     previous_thread_hook = threading.excepthook
 
-    def thread_hook(args):
+    def thread_hook(args):  # type: (threading.ExceptHookArgs) -> None
         try:
             if args.exc_type is not SystemExit and getattr(args.thread, "name", "") != "gpudoctor-agent":
                 _record_exception(agent, args.exc_type, args.exc_value, args.exc_traceback,
@@ -231,13 +308,13 @@ def _install_exception_hooks(agent):
 STOP_MARKER = "stop-requested"
 
 
-def _is_stop_signal(exc_type):
+def _is_stop_signal(exc_type: type) -> bool:
     """torchrun's launcher turns SIGINT/SIGTERM into its SignalException: an interrupt, not a crash."""
     return getattr(exc_type, "__name__", "") == "SignalException" and str(
         getattr(exc_type, "__module__", "")).startswith("torch.distributed.elastic")
 
 
-def _stopped_by_gpudoctor(agent, exc_type):
+def _stopped_by_gpudoctor(agent: Agent, exc_type: "type[BaseException]") -> bool:
     """A KeyboardInterrupt that gpudoctor caused (--steps/--duration): the stop was asked
     for, so Python's traceback of it would only look like a crash. Its exit status (killed by
     SIGINT) and whatever the workload printed while handling it stay as they are."""
@@ -248,13 +325,14 @@ def _stopped_by_gpudoctor(agent, exc_type):
         return False
 
 
-def _record_exception(agent, exc_type, exc, tb, thread):
+def _record_exception(agent: Agent, exc_type: "type[BaseException]", exc: "BaseException | None",
+                      tb: "types.TracebackType | None", thread: "str | None") -> None:
     from .redact import env_secrets, redact_text
 
     name = getattr(exc_type, "__name__", str(exc_type))
-    kind = "oom" if name == "OutOfMemoryError" else "exception"
+    kind: Literal["oom", "exception"] = "oom" if name == "OutOfMemoryError" else "exception"
     module = getattr(exc_type, "__module__", "")
-    fields = {
+    fields: protocol.Uncaught = {
         "type": module + "." + name if module not in ("builtins", "") else name,
         "message": redact_text(str(exc), env_secrets(os.environ))[:2000],
         "traceback": _format_exception(exc_type, exc, tb),
@@ -265,7 +343,7 @@ def _record_exception(agent, exc_type, exc, tb, thread):
     agent.emit(kind, **fields)
 
 
-def _at_exit(agent):
+def _at_exit(agent: Agent) -> None:
     try:
         if agent.torch_hooks is not None:
             agent.torch_hooks.finish()

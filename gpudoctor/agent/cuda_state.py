@@ -4,11 +4,18 @@ Functions of the TorchHooks object (torch_hooks.py); they run on the agent's thr
 (periodic) or where an event happens (an OOM, a profiler window's end).
 """
 
+from __future__ import annotations
+
 import os
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .protocol import AllocatorSnapshot, CudaDevice
+    from .torch_hooks import TorchHooks
 
-def report_cuda(hooks):
+
+def report_cuda(hooks: TorchHooks) -> None:
     if not hooks.cuda_initialized():
         return
     pending = getattr(hooks, "_pending_oom_observer", None)
@@ -19,7 +26,7 @@ def report_cuda(hooks):
         except Exception as exc:  # noqa: BLE001 (the observer's failure is an agent_error)
             hooks.agent.error("oom_observer", exc)
     cuda = hooks.torch.cuda
-    used = []
+    used: list[CudaDevice] = []
     for index in range(cuda.device_count()):
         try:
             if cuda.memory_reserved(index) > 0:
@@ -40,7 +47,7 @@ def report_cuda(hooks):
             hooks.agent.emit("alloc", **snap)
 
 
-def allocator_snapshot(hooks, label):
+def allocator_snapshot(hooks: TorchHooks, label: str) -> AllocatorSnapshot | None:
     """A compact copy of torch.cuda.memory_stats() for the current device."""
     if not hooks.cuda_initialized():
         return None
@@ -51,10 +58,10 @@ def allocator_snapshot(hooks, label):
     except Exception:  # noqa: BLE001 (no allocator stats: no snapshot)
         return None
 
-    def g(key):
+    def g(key: str) -> int:
         return int(stats.get(key, 0) or 0)
 
-    snap = {
+    snap: AllocatorSnapshot = {
         "label": label,
         "device": device,
         "allocated_bytes": g("allocated_bytes.all.current"),
@@ -77,7 +84,7 @@ def allocator_snapshot(hooks, label):
     return snap
 
 
-def _uuid(props):
+def _uuid(props: object) -> str | None:
     raw = getattr(props, "uuid", None)
     if raw is None:
         return None

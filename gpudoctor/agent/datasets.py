@@ -1,12 +1,14 @@
 """Where a dataset reads from, when it says so (for the storage probe)."""
 
+from __future__ import annotations
+
 import os
 
 _ROOT_ATTRS = ("root", "root_dir", "data_dir", "data_root", "dataset_dir", "path", "data_path",
                "img_dir", "image_dir", "images_dir", "directory", "folder")
 
 
-def dataset_root(dataset, depth=0):
+def dataset_root(dataset: object, depth: int = 0) -> str | None:
     """Where a dataset reads from, when it says so in a plain attribute (never a property)."""
     if dataset is None or depth > 3:
         return None

@@ -9,13 +9,20 @@ import os
 import threading
 import time
 
+# Loaded at start-up in every process: no `from __future__ import annotations` (it imports
+# the __future__ module, which a plain interpreter has not loaded) and no typing at run time.
+# The annotations here name builtins only; the others are strings (agent/__init__.py says more).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 FLUSH_INTERVAL_S = 0.2
 MAX_BUFFERED = 5000  # events kept in memory if the disk stops accepting them
 MAX_UNWRITTEN_BYTES = 4 << 20  # encoded events waiting for a full disk to take them
 MAX_RETRY_S = 5.0  # a failing disk is retried at most this often (encoding costs the workload CPU)
 
 
-def encode(event):
+def encode(event: dict[str, object]) -> str:
     """One event as a JSON line. Flat events (the start-up "hello") are encoded by hand
     with the C string escaper, so a process that never imports json does not pay for it."""
     parts = []
@@ -38,23 +45,23 @@ def encode(event):
     return "{" + ",".join(parts) + "}"
 
 
-def _quote(text):
+def _quote(text: str) -> str:
     from _json import encode_basestring_ascii
 
     return encode_basestring_ascii(text)
 
 
 class EventWriter:
-    def __init__(self, directory):
+    def __init__(self, directory: str) -> None:
         self.directory = directory
         self._lock = threading.Lock()
-        self._buffer = []
-        self._pid = None
-        self._fd = None
-        self._identity = None  # (st_dev, st_ino) of the file self._fd was opened on
-        self._thread = None
+        self._buffer: list[dict[str, object]] = []
+        self._pid: int | None = None
+        self._fd: int | None = None
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file self._fd was opened on
+        self._thread: threading.Thread | None = None
         self._stopped = False
-        self._periodic = []  # callables run by the flusher thread (sampling, aggregation)
+        self._periodic: list[Callable[[], object]] = []  # run by the flusher thread (sampling, aggregation)
         self.dropped = 0
         self.write_errors = 0
         self._unwritten = b""  # encoded, not yet on disk (a write failed part-way)
@@ -62,7 +69,9 @@ class EventWriter:
         self._retry_at = 0.0
 
     # -- public --------------------------------------------------------------
-    def emit(self, kind, **fields):
+    # The wire layer: any kind, any fields. The typed entry is Agent.emit (one overload per
+    # kind, agent/protocol.py); this writer adds "k" and "ts" after the fields.
+    def emit(self, kind: str, **fields: object) -> None:
         fields["k"] = kind
         fields.setdefault("ts", time.time())
         self._ensure_process()
@@ -73,7 +82,7 @@ class EventWriter:
             self._buffer.append(fields)
         self._ensure_thread()
 
-    def emit_now(self, kind, **fields):
+    def emit_now(self, kind: str, **fields: object) -> None:
         """Write one event at once, without starting the flusher thread (start-up path)."""
         self._ensure_process()
         fields["k"] = kind
@@ -82,15 +91,15 @@ class EventWriter:
             self._buffer.append(fields)
         self.flush()
 
-    def ensure_running(self):
+    def ensure_running(self) -> None:
         """Start the flusher thread in this process if it is not running (e.g. in a fork)."""
         self._ensure_process()
         self._ensure_thread()
 
-    def add_periodic(self, fn):
+    def add_periodic(self, fn: "Callable[[], object]") -> None:
         self._periodic.append(fn)
 
-    def flush(self, force=False):
+    def flush(self, force: bool = False) -> None:
         self._ensure_process()
         with self._lock:
             if not self._buffer and not self._unwritten:
@@ -120,7 +129,7 @@ class EventWriter:
                 self._backoff = min(MAX_RETRY_S, max(FLUSH_INTERVAL_S, self._backoff * 2))
                 self._retry_at = time.monotonic() + self._backoff
 
-    def close(self):
+    def close(self) -> None:
         self._stopped = True
         try:
             self.flush(force=True)
@@ -128,13 +137,13 @@ class EventWriter:
             pass
 
     # -- internals -----------------------------------------------------------
-    def _write(self):
+    def _write(self) -> None:
         fd = self._own_fd()
         while self._unwritten:
             written = os.write(fd, self._unwritten)
             self._unwritten = self._unwritten[written:]
 
-    def _own_fd(self):
+    def _own_fd(self) -> int:
         """Our event file's descriptor, proven ours just before the write.
 
         The workload owns the descriptor table: it may close every descriptor
@@ -157,7 +166,7 @@ class EventWriter:
         self._fd, self._identity = fd, (st.st_dev, st.st_ino)
         return fd
 
-    def _ensure_process(self):
+    def _ensure_process(self) -> None:
         pid = os.getpid()
         if pid != self._pid:
             # new process (first use, or a fork): the parent's buffer and file are not ours
@@ -169,7 +178,7 @@ class EventWriter:
             self._unwritten = b""
             self._backoff = self._retry_at = 0.0
 
-    def _ensure_thread(self):
+    def _ensure_thread(self) -> None:
         if self._thread is not None or self._stopped:
             return
         thread = threading.Thread(target=self._run, name="gpudoctor-agent", daemon=True)
@@ -179,7 +188,7 @@ class EventWriter:
         except RuntimeError:  # interpreter shutting down
             self._thread = None
 
-    def _run(self):
+    def _run(self) -> None:
         pid = os.getpid()
         while not self._stopped and os.getpid() == pid:
             time.sleep(FLUSH_INTERVAL_S)

@@ -17,10 +17,21 @@ another profiler runs in the process (the workload's, or a torch.profiler window
 both use the same interpreter hook).
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import time
 import types
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import cProfile
+    from _lsprof import profiler_entry
+    from collections.abc import Iterable
+
+    from .protocol import FunctionRow
+    from .torch_hooks import TorchHooks
 
 WARMUP_BATCHES = 5  # the first batches include starting the workers
 WAIT_SHARE = 0.05  # the TensorBoard profiler plugin's "input-bound" line
@@ -32,7 +43,7 @@ AGENT_FILES = ("_gpudoctor_agent", "gpudoctor/agent/", "cProfile.py")
 class FetchProfiler:
     IDLE, RUNNING, DONE = "idle", "running", "done"
 
-    def __init__(self, hooks):
+    def __init__(self, hooks: TorchHooks) -> None:
         self.hooks = hooks
         config = hooks.agent.config
         self.batches_wanted = int(config.get("fetch_profile_batches", 8))
@@ -42,14 +53,14 @@ class FetchProfiler:
         self.state = self.IDLE
         self.pid = os.getpid()
         self.next_check = 0.0
-        self.prof = None
+        self.prof: cProfile.Profile | None = None
         self.batches = 0
         self.wall = 0.0
         self.requested = False
-        self.seen = {}  # loader id -> (batches, wait total, monotonic time) at the last look
+        self.seen: dict[str | None, tuple[float, float, float]] = {}  # loader id -> (batches, wait, time) last looked
 
     # -- the main process decides (agent's thread) --------------------------------
-    def poll(self):
+    def poll(self) -> None:
         if self.requested:
             return
         hooks = self.hooks
@@ -64,12 +75,13 @@ class FetchProfiler:
             if now - previous[2] < 1.0:
                 continue
             self.seen[loader_id] = (batches, wait, now)
-            if previous[0] >= WARMUP_BATCHES and batches > previous[0] and \
+            # a None id (an iterator the agent could not adopt) names no loader to profile
+            if previous[0] >= WARMUP_BATCHES and batches > previous[0] and loader_id is not None and \
                     (wait - previous[1]) / (now - previous[2]) >= WAIT_SHARE:
                 self._request(loader_id)
                 return
 
-    def _request(self, loader_id):
+    def _request(self, loader_id: str) -> None:
         self.requested = True
         try:
             fd = os.open(self.request_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -80,7 +92,7 @@ class FetchProfiler:
             pass
 
     # -- a fetching process profiles (its fetching thread) --------------------------
-    def begin(self):
+    def begin(self) -> bool:
         """Before a fetch: True when this fetch is to be profiled (cProfile enabled)."""
         try:
             if self.state == self.DONE:
@@ -99,7 +111,7 @@ class FetchProfiler:
             self.hooks.agent.error("fetch_profile", exc)
             return False
 
-    def _claim(self):
+    def _claim(self) -> bool:
         now = time.monotonic()
         if now < self.next_check:
             return False
@@ -117,7 +129,7 @@ class FetchProfiler:
         self.state = self.RUNNING
         return True
 
-    def end(self, wall):
+    def end(self, wall: float) -> None:
         """After a profiled fetch (it may have raised)."""
         try:
             assert self.prof is not None  # begin() returned True: a profile runs
@@ -132,7 +144,7 @@ class FetchProfiler:
             self.state = self.DONE
             self.hooks.agent.error("fetch_profile", exc)
 
-    def _emit(self, prof):
+    def _emit(self, prof: cProfile.Profile) -> None:
         functions = top_functions(prof.getstats(), os.getcwd())
         info = None
         try:
@@ -145,10 +157,10 @@ class FetchProfiler:
         agent.writer.flush()
 
 
-def top_functions(stats, cwd, top=TOP):
+def top_functions(stats: Iterable[profiler_entry], cwd: str, top: int = TOP) -> list[FunctionRow]:
     """[[name, file, line, own_s, cumulative_s, calls, caller], ...] by own time, from cProfile's getstats()."""
     callers: dict[types.CodeType, tuple[types.CodeType, float]] = {}  # code -> (caller code, its time from there)
-    rows = []
+    rows: list[tuple[float, float, int, types.CodeType]] = []
     for entry in stats:
         code = entry.code
         if isinstance(code, str):
@@ -164,7 +176,7 @@ def top_functions(stats, cwd, top=TOP):
         if not any(marker in code.co_filename.replace("\\", "/") for marker in AGENT_FILES):
             rows.append((own, entry.totaltime, entry.callcount, code))
     rows.sort(key=lambda r: -r[0])
-    out = []
+    out: list[FunctionRow] = []
     for own, total, calls, code in rows[:top]:
         caller = callers.get(code)
         caller_text = None
@@ -176,11 +188,11 @@ def top_functions(stats, cwd, top=TOP):
     return out
 
 
-def _name(code):
+def _name(code: types.CodeType) -> str:
     return getattr(code, "co_qualname", None) or code.co_name
 
 
-def short_path(path, cwd):
+def short_path(path: str, cwd: str) -> str:
     """A path as a reader knows it: inside the package for installed code, relative to the cwd."""
     norm = path.replace("\\", "/")
     for marker in ("site-packages/", "dist-packages/"):

@@ -2,15 +2,26 @@
 
 import sys
 
+# Loaded at start-up: annotations name builtins or are strings (agent/__init__.py says why).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.abc import Loader
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
+    from . import Agent
+
 
 class _TorchFinder:
     """A meta path finder that wraps torch's loader to run our patches after import."""
 
-    def __init__(self, agent):
+    def __init__(self, agent: "Agent") -> None:
         self.agent = agent
         self.done = False
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname: str, path: "Sequence[str] | None" = None,
+                  target: "ModuleType | None" = None) -> "ModuleSpec | None":
         if fullname != "torch" or self.done:
             return None
         self.done = True
@@ -26,7 +37,7 @@ class _TorchFinder:
             self.agent.error("find_spec", exc)
         return None
 
-    def remove(self):
+    def remove(self) -> None:
         try:
             sys.meta_path.remove(self)
         except ValueError:
@@ -34,14 +45,14 @@ class _TorchFinder:
 
 
 class _PatchingLoader:
-    def __init__(self, loader, agent):
+    def __init__(self, loader: "Loader", agent: "Agent") -> None:
         self._loader = loader
         self._agent = agent
 
-    def create_module(self, spec):
+    def create_module(self, spec: "ModuleSpec") -> "ModuleType | None":
         return self._loader.create_module(spec)
 
-    def exec_module(self, module):
+    def exec_module(self, module: "ModuleType") -> None:
         self._loader.exec_module(module)  # the workload's import, unchanged
         try:
             from . import describe_process
@@ -55,11 +66,11 @@ class _PatchingLoader:
             self._agent.error("torch_hooks", exc)
         _apply_overrides(self._agent, module)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> object:
         return getattr(self._loader, name)
 
 
-def install_import_hook(agent):
+def install_import_hook(agent: "Agent") -> None:
     if "torch" in sys.modules:  # already imported (not possible from sitecustomize, but be safe)
         from .torch_hooks import TorchHooks
 
@@ -71,7 +82,7 @@ def install_import_hook(agent):
     sys.meta_path.insert(0, _TorchFinder(agent))
 
 
-def _apply_overrides(agent, torch):
+def _apply_overrides(agent: "Agent", torch: "ModuleType") -> None:
     """`diagnose --try` runs only: the remedies named in the agent config (overrides.py)."""
     if not agent.config.get("overrides"):
         return  # a plain run: nothing is changed, nothing more is imported

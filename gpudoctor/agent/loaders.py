@@ -9,15 +9,24 @@ described from the settings it copied, and its batches count from there. Workers
 started earlier run without the hooks: their per-batch cost is not measured.
 """
 
+from __future__ import annotations
+
 import os
 import types
 import weakref
 
 from .datasets import dataset_root
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .protocol import LoaderDescription
+    from .torch_hooks import TorchHooks
+
 
 class LoaderRegistry:
-    def __init__(self, hooks):
+    def __init__(self, hooks: TorchHooks) -> None:
         self.hooks = hooks
         self.ids: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()  # loader -> id
         # datasets of adopted iterators: a later iterator over the same dataset reuses the id
@@ -25,7 +34,7 @@ class LoaderRegistry:
         self.token = object()  # marks the iterators registered here (not an earlier watch's)
         self.next = 0
 
-    def register(self, it, loader):
+    def register(self, it: Any, loader: object) -> None:
         """An iterator torch just created over `loader`."""
         loader_id = self.ids.get(loader)
         if loader_id is None:
@@ -35,7 +44,7 @@ class LoaderRegistry:
             self.ids[loader] = loader_id
         self._mark(it, loader_id)
 
-    def adopt(self, it):
+    def adopt(self, it: Any) -> None:
         """An iterator created before the hooks, at its next batch."""
         dataset = getattr(it, "_dataset", None)
         loader_id = self._adopted_id(dataset)
@@ -54,26 +63,26 @@ class LoaderRegistry:
                 pass
         self._mark(it, loader_id)
 
-    def send_workers(self, it, loader_id):
+    def send_workers(self, it: Any, loader_id: str) -> None:
         """Worker pids, sent at the first batch (the subclass starts workers after our hook)."""
         it._gpudoctor_workers_sent = True
         pids = [w.pid for w in getattr(it, "_workers", None) or () if getattr(w, "pid", None)]
         if pids:
             self.hooks.agent.emit("loader_workers", id=loader_id, pids=pids)
 
-    def _adopted_id(self, dataset):
+    def _adopted_id(self, dataset: object) -> str | None:
         try:
             return self.adopted.get(dataset) if dataset is not None else None
         except TypeError:  # not weakly referenceable: never adopted
             return None
 
-    def _new(self, loader):
+    def _new(self, loader: object) -> str:
         loader_id = "%d:%d" % (os.getpid(), self.next)
         self.next += 1
         self.hooks.agent.emit("loader", id=loader_id, **describe(loader))
         return loader_id
 
-    def _mark(self, it, loader_id):
+    def _mark(self, it: Any, loader_id: str) -> None:
         it._gpudoctor_id = loader_id
         it._gpudoctor_owner = self.token
         it._gpudoctor_workers_sent = False
@@ -81,10 +90,10 @@ class LoaderRegistry:
         epochs[loader_id] = epochs.get(loader_id, 0) + 1
 
 
-def describe(loader):
+def describe(loader: object) -> LoaderDescription:
     """What the "loader" event says of a DataLoader (or of the settings an iterator copied)."""
     dataset = getattr(loader, "dataset", None)
-    info = {
+    info: LoaderDescription = {
         "num_workers": getattr(loader, "num_workers", None),
         "batch_size": getattr(loader, "batch_size", None),
         "pin_memory": getattr(loader, "pin_memory", None),

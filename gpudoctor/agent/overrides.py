@@ -20,27 +20,39 @@ the whole dataset unless it shards itself) is recorded as not applied, with why.
 Like the rest of the agent: standard library only, and nothing raises into the workload.
 """
 
+from __future__ import annotations
+
 import threading
 from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from torch.nn import Module
+
+    from . import Agent
+    from .protocol import OverrideValue
 
 MAX_EVENTS = 40  # one loader built per epoch must not flood the event file
 
 
 class Overrides:
-    def __init__(self, agent, torch, spec):
+    def __init__(self, agent: Agent, torch: ModuleType, spec: dict[str, Any]) -> None:
         self.agent = agent
         self.torch = torch
         self.spec = spec
         self.events = 0
-        self.held = set()
+        self.held: set[str] = set()
 
-    def record(self, name, value, was=None, where=None, applied=True, note=None):
+    def record(self, name: str, value: OverrideValue, was: OverrideValue = None, where: str | None = None,
+               applied: bool = True, note: str | None = None) -> None:
         if self.events >= MAX_EVENTS:
             return
         self.events += 1
         self.agent.emit("override", name=name, value=value, was=was, where=where, applied=applied, note=note)
 
-    def install(self):
+    def install(self) -> None:
         spec = self.spec
         for key, fn in (("env", self._env), ("loader", self._loader), ("tf32", self._tf32),
                         ("cudnn_benchmark", self._cudnn_benchmark), ("compile", self._compile)):
@@ -52,7 +64,7 @@ class Overrides:
                     self.record(key, None, applied=False, note="%s: %s" % (type(exc).__name__, exc))
 
     # -- environment (set by the supervisor, verified here) ----------------------
-    def _env(self, wanted):
+    def _env(self, wanted: dict[str, str]) -> None:
         import os
 
         for name, value in wanted.items():
@@ -61,7 +73,7 @@ class Overrides:
                         note=None if seen == value else "expected %s=%s" % (name, value))
 
     # -- DataLoader arguments -----------------------------------------------------
-    def _loader(self, wanted):
+    def _loader(self, wanted: dict[str, Any]) -> None:
         import inspect
 
         from torch.utils.data import DataLoader, IterableDataset
@@ -70,7 +82,7 @@ class Overrides:
         original = DataLoader.__init__
         signature = inspect.signature(original)
 
-        def __init__(self_loader, *args, **kwargs):
+        def __init__(self_loader, *args, **kwargs):  # type: (Any, *Any, **Any) -> None
             try:
                 bound = signature.bind(self_loader, *args, **kwargs)
             except TypeError:
@@ -87,7 +99,7 @@ class Overrides:
         __init__.__doc__ = original.__doc__
         DataLoader.__init__ = __init__  # type: ignore[method-assign,assignment]  # the override's patch of torch
 
-    def _loader_arguments(self, arguments, wanted, iterable_type):
+    def _loader_arguments(self, arguments: dict[str, Any], wanted: dict[str, Any], iterable_type: type) -> None:
         dataset = arguments.get("dataset")
         kind = type(dataset).__module__ + "." + type(dataset).__qualname__
         target = wanted.get("dataset_class")
@@ -124,7 +136,7 @@ class Overrides:
                 self.record("pin_memory", wanted["pin_memory"], was, where)
 
     # -- TF32 -------------------------------------------------------------------------
-    def _tf32(self, _wanted):
+    def _tf32(self, _wanted: object) -> None:
         torch = self.torch
         was = torch.get_float32_matmul_precision()
         # one API only: mixing the legacy flag and fp32_precision makes torch raise on read
@@ -134,7 +146,7 @@ class Overrides:
         overrides = self
         set_precision = torch.set_float32_matmul_precision
 
-        def set_float32_matmul_precision(precision):
+        def set_float32_matmul_precision(precision):  # type: (str) -> Any
             if precision == "highest":
                 overrides._held("tf32", "the workload set float32_matmul_precision('highest'); kept 'high'")
                 precision = "high"
@@ -142,11 +154,11 @@ class Overrides:
 
         set_float32_matmul_precision.__wrapped__ = set_precision  # type: ignore[attr-defined]  # functools' marker
         set_float32_matmul_precision.__doc__ = set_precision.__doc__
-        torch.set_float32_matmul_precision = set_float32_matmul_precision
+        torch.set_float32_matmul_precision = set_float32_matmul_precision  # type: ignore[attr-defined]  # patching torch
         cublas = type(torch.backends.cuda.matmul)
         setter = cublas.__setattr__
 
-        def __setattr__(self_module, name, value):
+        def __setattr__(self_module, name, value):  # type: (Any, str, object) -> None
             if name == "allow_tf32" and value is False:
                 overrides._held("tf32", "the workload set allow_tf32 = False; kept True")
                 value = True
@@ -157,13 +169,13 @@ class Overrides:
 
         cublas.__setattr__ = __setattr__  # type: ignore[assignment]  # the override's patch of torch's class
 
-    def _held(self, name, note):
+    def _held(self, name: str, note: str) -> None:
         if name not in self.held:
             self.held.add(name)
             self.record(name, True, where="held", note=note)
 
     # -- cudnn.benchmark ----------------------------------------------------------------
-    def _cudnn_benchmark(self, _wanted):
+    def _cudnn_benchmark(self, _wanted: object) -> None:
         torch = self.torch
         cudnn = torch.backends.cudnn
         was = bool(cudnn.benchmark)
@@ -176,7 +188,7 @@ class Overrides:
         overrides = self
         original_setter = prop.setter
 
-        def setter(value):
+        def setter(value):  # type: (object) -> Any
             if not value:
                 overrides._held("cudnn_benchmark", "the workload set cudnn.benchmark = False; kept True")
                 value = True
@@ -185,7 +197,7 @@ class Overrides:
         prop.setter = setter
 
     # -- torch.compile of the outermost module ------------------------------------------
-    def _compile(self, wanted):
+    def _compile(self, wanted: object) -> None:
         """Compile the first module with parameters called on the main thread.
 
         The first such module to run is the outermost one: its submodules are called
@@ -200,7 +212,7 @@ class Overrides:
                    if isinstance(wanted, dict) else {})
         state: dict[str, Any] = {"handle": None}  # the forward pre-hook's handle, until it fires
 
-        def pre_hook(module, args):
+        def pre_hook(module, args):  # type: (Module, tuple[Any, ...]) -> None
             try:
                 if threading.current_thread() is not threading.main_thread():
                     return
@@ -217,7 +229,7 @@ class Overrides:
 
         state["handle"] = nn_module.register_module_forward_pre_hook(pre_hook)
 
-    def _compile_module(self, module, options):
+    def _compile_module(self, module: Module, options: dict[str, Any]) -> None:
         """nn.Module.compile() where the forward is the workload's own code; torch's own
         containers (Sequential, say) get their forward compiled instead, since dynamo does
         not trace a compiled ``_call_impl`` whose forward is torch's (it would silently run eagerly)."""
@@ -243,7 +255,7 @@ class Overrides:
 
         atexit.register(self._compile_outcome)  # runs before the agent's own exit handler (LIFO)
 
-    def _compile_outcome(self):
+    def _compile_outcome(self) -> None:
         """What dynamo did, at exit: a compile that fell back to eager must not read as applied."""
         try:
             from torch._dynamo.utils import counters
@@ -261,7 +273,7 @@ class Overrides:
             self.agent.error("override_compile_outcome", exc)
 
 
-def apply(agent, torch):
+def apply(agent: Agent, torch: ModuleType) -> Overrides | None:
     """Install the overrides named in the agent config, if any (never raises)."""
     spec = agent.config.get("overrides")
     if not spec or not isinstance(spec, dict):

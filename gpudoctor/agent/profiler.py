@@ -50,6 +50,8 @@ discarded, to be taken again later); a fork on another thread cannot close it, a
 the child then switches the inherited tracing off before it runs anything else.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import threading
@@ -58,22 +60,43 @@ import weakref
 
 from .stats import StepTracker
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any, Literal
+
+    from .protocol import Profile, StepSource
+    from .torch_hooks import TorchHooks
+
+    WindowSource = StepSource | Literal["time"]
+    # (source, the DataLoader last iterated on the thread, grad mode, CUDA in use), or ("time",)
+    PhaseKey = tuple[Any, ...]
+
 MAIN_THREAD = threading.main_thread().ident
 _RANK = {source: i for i, source in enumerate(StepTracker.SOURCES)}
-_WINDOWS: "weakref.WeakSet[ProfilerWindow]" = weakref.WeakSet()  # the process's windows, seen at each fork
+_WINDOWS: weakref.WeakSet[ProfilerWindow] = weakref.WeakSet()  # the process's windows, seen at each fork
 _FORK_HANDLERS: list[bool] = []  # registered once per process
 
 
-def _watch_forks(window):
+def _watch_forks(window: ProfilerWindow) -> None:
     """One pair of fork handlers per process (an in-process watch makes a window per call)."""
     if not _FORK_HANDLERS:
         _FORK_HANDLERS.append(True)
         try:
-            os.register_at_fork(before=lambda: [w._before_fork() for w in list(_WINDOWS)],
-                                after_in_child=lambda: [w._after_fork_in_child() for w in list(_WINDOWS)])
+            os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
         except (AttributeError, ValueError):  # no fork on this platform
             pass
     _WINDOWS.add(window)
+
+
+def _before_fork() -> None:
+    for window in list(_WINDOWS):
+        window._before_fork()
+
+
+def _after_fork_in_child() -> None:
+    for window in list(_WINDOWS):
+        window._after_fork_in_child()
 
 
 
@@ -85,19 +108,51 @@ KINETO_QUIET_LEVEL = "6"
 
 
 class _quiet_kineto:
-    def __enter__(self):
+    def __enter__(self) -> _quiet_kineto:
         self.set = "KINETO_LOG_LEVEL" not in os.environ
         if self.set:
             os.environ["KINETO_LOG_LEVEL"] = KINETO_QUIET_LEVEL
         return self
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, *exc_info: object) -> Literal[False]:
         if self.set:
             os.environ.pop("KINETO_LOG_LEVEL", None)
         return False
 
+# Kineto leaves CUPTI attached after a window unless TEARDOWN_CUPTI=1 (torch leaves it unset):
+# its callbacks then stay on every CUDA launch for the rest of the run. On an H200 a
+# launch-bound loop (thousands of tiny kernels per step) ran 25% slower outside the windows
+# for it, and within 1% of plain with the variable set. Kineto reads it when a window starts
+# (to re-attach lazily) and when it stops (to detach), so it is set for each window's life,
+# and only when the user did not set it: torch itself sets "0" for CUDA graphs compiled by
+# inductor, whose capture does not survive a detach (CUDA 11 and early 12 crashed there).
+CUPTI_TEARDOWN_MIN_CUDA = (12, 0)
+
+
+class _cupti_teardown:
+    def __init__(self, torch: ModuleType) -> None:
+        self.torch = torch
+        self.set = False
+
+    def __enter__(self) -> _cupti_teardown:
+        try:
+            cuda = tuple(int(x) for x in (self.torch.version.cuda or "0").split(".")[:2])
+        except (AttributeError, ValueError):
+            cuda = (0,)
+        self.set = "TEARDOWN_CUPTI" not in os.environ and cuda >= CUPTI_TEARDOWN_MIN_CUDA
+        if self.set:
+            os.environ["TEARDOWN_CUPTI"] = "1"
+        return self
+
+    def __exit__(self, *exc_info: object) -> Literal[False]:
+        if self.set and os.environ.get("TEARDOWN_CUPTI") == "1":
+            os.environ.pop("TEARDOWN_CUPTI", None)
+        self.set = False
+        return False
+
+
 class _Window:
-    def __init__(self, source, label, n, key, index):
+    def __init__(self, source: WindowSource, label: str, n: int, key: PhaseKey, index: int) -> None:
         self.source = source
         self.label = label
         self.start_n = n
@@ -110,10 +165,10 @@ class _Window:
 class _ThreadEnd:
     """Kept in a thread-local: dropped, on that thread, when the thread ends."""
 
-    def __init__(self, owner):
+    def __init__(self, owner: ProfilerWindow) -> None:
         self.owner = owner
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.owner.stop("thread-end")
         except Exception:  # noqa: BLE001 (a finalizer never raises)
@@ -123,7 +178,7 @@ class _ThreadEnd:
 class ProfilerWindow:
     IDLE, RUNNING, DONE = "idle", "running", "done"
 
-    def __init__(self, hooks):
+    def __init__(self, hooks: TorchHooks) -> None:
         self.hooks = hooks
         self.torch = hooks.torch
         config = hooks.agent.config
@@ -139,24 +194,26 @@ class ProfilerWindow:
         self.max_windows = int(config.get("profile_max_windows", 4))
         self.later_after = float(config.get("profile_later_s", 60.0))
         self.state = self.IDLE
-        self.prof = None
+        self.prof: Any = None  # the torch.profiler.profile of the running window
         self.window: _Window | None = None  # the latest window, set by start()
         self.taken = 0  # windows opened (a discarded one is given back)
-        self.phase = None  # (key, the source's step count and the time when the phase began)
-        self.profiled = {}  # phase key -> its loader's epoch when profiled
-        self.first_end = None
+        # (key, the source's step count and the time when the phase began)
+        self.phase: tuple[PhaseKey, int, float] | None = None
+        self.profiled: dict[PhaseKey, int] = {}  # phase key -> its loader's epoch when profiled
+        self.first_end: float | None = None
         self.later_taken = False
-        self.epoch = None  # (the phase loader's epoch, the step count when it was first seen)
-        self.cuda_seen = None  # when the agent's thread first saw CUDA initialized
-        self.pending = None  # label of the time window the safe points are armed for
+        self.epoch: tuple[int, int] | None = None  # (the phase loader's epoch, the step count when first seen)
+        self.cuda_seen: float | None = None  # when the agent's thread first saw CUDA initialized
+        self.pending: str | None = None  # label of the time window the safe points are armed for
         self.calls = 0
         self.guards = threading.local()
         self.safepoints = getattr(hooks, "safepoints", None)
         self.forked_inside = False  # a fork happened while a window ran that could not be closed first
+        self.teardown = _cupti_teardown(self.torch)  # TEARDOWN_CUPTI for each window's life
         _watch_forks(self)
 
     # -- step-driven windows (on the stepping thread) -----------------------------
-    def on_step(self, source, n):
+    def on_step(self, source: StepSource, n: int) -> None:
         if self.state == self.DONE:
             return
         window = self.window
@@ -195,7 +252,7 @@ class ProfilerWindow:
                 self.disarm()  # a time window was due, but steps came first
             self.start(source, n, label, key)
 
-    def _phase_key(self, source):
+    def _phase_key(self, source: StepSource) -> PhaseKey:
         torch = self.torch
         try:
             grad = bool(torch.is_grad_enabled())
@@ -203,7 +260,7 @@ class ProfilerWindow:
             grad = None
         return (source, getattr(self.hooks.tls, "last_loader", None), grad, self.hooks.cuda_initialized())
 
-    def _due(self, key, settled=True):
+    def _due(self, key: PhaseKey, settled: bool = True) -> str | None:
         """The label of the window this phase is due, or None (`settled`: past the epoch's warm-up)."""
         if self.taken >= self.max_windows:
             return None
@@ -220,7 +277,7 @@ class ProfilerWindow:
         return "later"
 
     # -- windows without steps (armed by the agent's thread) ---------------------
-    def poll(self):
+    def poll(self) -> None:
         """On the agent's thread: arm the safe points once a stepless run is due a window."""
         if self.state != self.IDLE or self.pending is not None or self.safepoints is None:
             return
@@ -246,7 +303,7 @@ class ProfilerWindow:
         self.pending = label
         self.safepoints.arm(self._safe_point)
 
-    def _safe_point(self):
+    def _safe_point(self) -> None:
         """On the main thread, at a hooked call: open or close the time-bounded window."""
         assert self.safepoints is not None  # only the safe points call this
         if self.state == self.IDLE and self.pending is not None:
@@ -266,14 +323,14 @@ class ProfilerWindow:
             self.pending = None
             self.safepoints.disarm()
 
-    def disarm(self):
+    def disarm(self) -> None:
         """torch.compile was called: nothing of ours may stay hooked."""
         self.pending = None
         if self.safepoints is not None:
             self.safepoints.disarm()
 
     # -- forks (see the module docstring) --------------------------------------------
-    def _before_fork(self):
+    def _before_fork(self) -> None:
         self.forked_inside = False
         window = self.window
         if self.state != self.RUNNING or self.prof is None or window is None:
@@ -286,15 +343,16 @@ class ProfilerWindow:
                 self.hooks.agent.error("profiler_fork", exc)
         self.forked_inside = self.state == self.RUNNING
 
-    def _after_fork_in_child(self):
+    def _after_fork_in_child(self) -> None:
         if not self.forked_inside:
             return
         self.prof = None  # the parent's window: never stopped or exported here
         self.state = self.DONE
+        self.teardown.__exit__(None, None, None)
         untrace_forked_child(self.torch)
 
     # -- opening and closing ------------------------------------------------------
-    def start(self, source, n, label, key):
+    def start(self, source: WindowSource, n: int, label: str, key: PhaseKey) -> None:
         if getattr(self.hooks, "finished", False):
             self.state = self.DONE  # hooks already finished (an in-process watch that ended): never reopen
             return
@@ -319,15 +377,17 @@ class ProfilerWindow:
             self.guards.guard = _ThreadEnd(self)
         try:
             prof = profile(activities=activities, record_shapes=False, with_stack=True)
+            self.teardown.__enter__()
             with _quiet_kineto():
                 prof.start()
             self.prof = prof
             self.window.start_wall = time.time()  # the window begins once tracing runs (starting it takes a while)
         except Exception as exc:  # noqa: BLE001 (no window; the profile event says why)
+            self.teardown.__exit__(None, None, None)
             self.state = self.DONE
             self.hooks.agent.emit("profile", error="profiler failed to start: %s: %s" % (type(exc).__name__, exc))
 
-    def stop(self, why, keep=True):
+    def stop(self, why: str, keep: bool = True) -> None:
         if self.state != self.RUNNING or self.prof is None:
             return
         window = self.window
@@ -336,6 +396,7 @@ class ProfilerWindow:
             # e.g. interpreter exit on the main thread while steps ran on a daemon thread: stopping
             # Kineto from a foreign thread is not safe; the window is abandoned instead
             self.state = self.DONE
+            self.teardown.__exit__(None, None, None)
             self.hooks.agent.emit("profile", error="the profiler window could not be closed on its own thread")
             return
         if window.source == "time" and self.safepoints is not None:
@@ -348,10 +409,11 @@ class ProfilerWindow:
                 prof.stop()
             except Exception:  # noqa: BLE001 (the discarded window is abandoned)
                 self.state = self.DONE
+            self.teardown.__exit__(None, None, None)
             return
         self.state = self.IDLE if self.taken < self.max_windows else self.DONE
         end_wall = time.time()
-        fields = {"source": window.source, "steps": 0, "t_start": window.start_wall, "t_end": end_wall,
+        fields: Profile = {"source": window.source, "steps": 0, "t_start": window.start_wall, "t_end": end_wall,
                   "why": why, "label": window.label, "index": window.index}
         if window.source != "time":
             fields["steps"] = self.hooks.steps.count[window.source] - window.start_n
@@ -363,6 +425,7 @@ class ProfilerWindow:
             fields["path"] = os.path.basename(path)
         except Exception as exc:  # noqa: BLE001 (the profile event says why)
             fields["error"] = "profiler failed to stop/export: %s: %s" % (type(exc).__name__, exc)
+        self.teardown.__exit__(None, None, None)
         self._record(window, end_wall)
         try:
             matmul = self.torch.backends.cuda.matmul
@@ -375,7 +438,7 @@ class ProfilerWindow:
             self.hooks.agent.emit("alloc", **snap)
         self.hooks.agent.emit("profile", **fields)
 
-    def _record(self, window, end_wall):
+    def _record(self, window: _Window, end_wall: float) -> None:
         loader = window.key[1] if len(window.key) > 1 else None
         self.profiled[window.key] = self.hooks.loader_epochs.get(loader, 0) if loader is not None else 0
         if window.label == "later":
@@ -384,7 +447,7 @@ class ProfilerWindow:
             self.first_end = end_wall
 
 
-def untrace_forked_child(torch):
+def untrace_forked_child(torch: ModuleType) -> None:
     """Switch off, in a child forked inside a window, the tracing it inherited."""
     try:
         sys.setprofile(None)
@@ -397,7 +460,7 @@ def untrace_forked_child(torch):
         pass
 
 
-def profiler_inherited(torch):
+def profiler_inherited(torch: ModuleType) -> bool:
     """True in a process whose torch.profiler state is on though no window of its own runs."""
     try:
         return bool(torch.autograd._profiler_enabled())

@@ -6,8 +6,15 @@ Secrets are recognised by name (``--api-key X``, ``TOKEN=...``) and by value
 pattern (well-known token formats, credentials inside URLs).
 """
 
+from __future__ import annotations
+
 import os
 import re
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import overload
 
 MASK = "***"
 
@@ -55,20 +62,20 @@ SHORT_SECRET_FLAGS = ("-p", "-P")
 MIN_ENV_SECRET_LEN = 6
 
 
-def is_secret_name(name):
+def is_secret_name(name: str) -> bool:
     return name not in _NOT_SECRET_NAMES and bool(_SECRET_NAME.search(name or ""))
 
 
-def is_secret_flag(flag):
+def is_secret_flag(flag: str) -> bool:
     """`--token`, `--key`, `-p`: a flag whose value is a secret."""
     name = flag.lstrip("-")
     return flag in SHORT_SECRET_FLAGS or name.lower() in _SECRET_FLAG_NAMES or is_secret_name(name)
 
 
-def env_secrets(environ):
+def env_secrets(environ: Mapping[str, str]) -> list[str]:
     """Values of the environment variables whose names say they are secrets (HF_TOKEN,
     DB_PASSWORD): they may turn up anywhere, e.g. in an exception's message."""
-    values = set()
+    values: set[str] = set()
     try:
         for key, value in environ.items():
             if isinstance(value, str) and len(value) >= MIN_ENV_SECRET_LEN and is_secret_name(key):
@@ -78,7 +85,14 @@ def env_secrets(environ):
     return sorted(values, key=len, reverse=True)
 
 
-def redact_text(text, secrets=()):
+if TYPE_CHECKING:
+    @overload
+    def redact_text(text: str, secrets: Iterable[str] = ()) -> str: ...
+    @overload
+    def redact_text(text: None, secrets: Iterable[str] = ()) -> None: ...
+
+
+def redact_text(text: str | None, secrets: Iterable[str] = ()) -> str | None:
     """Mask secrets found by value pattern, in URLs and in key=value pairs, and the known
     secret values given (see env_secrets)."""
     if not isinstance(text, str) or not text:
@@ -94,13 +108,13 @@ def redact_text(text, secrets=()):
     return text
 
 
-def _mask_flag_value(match):
+def _mask_flag_value(match: re.Match[str]) -> str:
     if not is_secret_flag(match.group("flag")):
         return match.group(0)
     return match.group("flag") + match.group("sep") + MASK
 
 
-def redact_argv(argv, secrets=()):
+def redact_argv(argv: Iterable[object], secrets: Iterable[str] = ()) -> list[str]:
     """Mask `--token X`, `--token=X`, `TOKEN=X`, `-p X`, secret-looking values and the known
     secret values given (see env_secrets) in a command line."""
     args = [str(arg) for arg in argv]
@@ -124,9 +138,9 @@ def redact_argv(argv, secrets=()):
     return out
 
 
-def redact_env(env):
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """A copy of an environment mapping with secret values masked."""
-    clean = {}
+    clean: dict[str, str] = {}
     for key, value in env.items():
         clean[key] = MASK if is_secret_name(key) else redact_text(value)
     return clean

@@ -13,7 +13,19 @@ Never armed under torch.compile (the agent's compile wrapper disarms before the
 compiled code first runs).
 """
 
+from __future__ import annotations
+
 import threading
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+    from typing import Any  # noqa: F401 (named in the type comments only)
+
+    from torch.utils.hooks import RemovableHandle
+
+    from . import Agent
 
 MAIN_THREAD = threading.main_thread().ident
 TENSOR_METHODS = ("to", "cuda", "copy_", "item", "cpu")
@@ -21,20 +33,20 @@ _MISSING = object()
 
 
 class SafePoints:
-    def __init__(self, torch, agent):
+    def __init__(self, torch: ModuleType, agent: Agent) -> None:
         self.torch = torch
         self.agent = agent
-        self.callback = None
-        self.saved = []  # (owner, name, value before, or _MISSING)
-        self.forward_handle = None
+        self.callback: Callable[[], None] | None = None
+        self.saved: list[tuple[object, str, object]] = []  # (owner, name, value before, or _MISSING)
+        self.forward_handle: RemovableHandle | None = None
         self.busy = False  # the callback runs: calls it makes are not safe points again
         self.lock = threading.Lock()
 
     @property
-    def armed(self):
+    def armed(self) -> bool:
         return self.callback is not None
 
-    def arm(self, callback):
+    def arm(self, callback: Callable[[], None]) -> None:
         """Wrap the calls (from any thread); `callback()` then runs at the main thread's next one."""
         with self.lock:
             if self.callback is not None:
@@ -51,7 +63,7 @@ class SafePoints:
             except Exception as exc:  # noqa: BLE001 (no forward safepoint, and reported)
                 self.agent.error("safepoint_forward", exc)
 
-    def disarm(self):
+    def disarm(self) -> None:
         with self.lock:
             self.callback = None
             saved, self.saved = self.saved, []
@@ -70,14 +82,14 @@ class SafePoints:
             except Exception:  # noqa: BLE001 (the hook may already be gone)
                 pass
 
-    def _wrap(self, owner, name):
+    def _wrap(self, owner: object, name: str) -> None:
         before = owner.__dict__.get(name, _MISSING)
         original = getattr(owner, name, None)
         if original is None:
             return
         hit = self._hit
 
-        def wrapper(*args, **kwargs):
+        def wrapper(*args, **kwargs):  # type: (*Any, **Any) -> Any
             hit()
             return original(*args, **kwargs)
 
@@ -90,11 +102,11 @@ class SafePoints:
         setattr(owner, name, wrapper)
         self.saved.append((owner, name, before))
 
-    def _on_forward(self, module, args):
+    def _on_forward(self, module, args):  # type: (Any, tuple[Any, ...]) -> None
         self._hit()
         return None
 
-    def _hit(self):
+    def _hit(self) -> None:
         callback = self.callback
         if callback is None or self.busy or threading.get_ident() != MAIN_THREAD:
             return

@@ -1,12 +1,21 @@
 """Per-process counters of the agent: step boundaries and what producing batches cost."""
 
+from __future__ import annotations
+
 import threading
 import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .protocol import StepSource
+    from .torch_hooks import TorchHooks
 
 _perf = time.perf_counter
 
 
-def runqueue_s():
+def runqueue_s() -> float | None:
     """Seconds this thread has waited for a CPU (Linux schedstat), None elsewhere.
 
     Wall time = CPU time + time waiting for a CPU + time blocked (I/O, sleep, locks).
@@ -35,33 +44,33 @@ class StepTracker:
     forward is all an inference loop without a loader shows.
     """
 
-    SOURCES = ("explicit", "optimizer", "backward", "loader", "forward")
+    SOURCES: tuple[StepSource, ...] = ("explicit", "optimizer", "backward", "loader", "forward")
     STALE_MIN_S = 2.0  # a source is no longer active after max(this, STALE_STEPS x its last step)
     STALE_STEPS = 5.0
 
-    def __init__(self, hooks):
+    def __init__(self, hooks: TorchHooks) -> None:
         self.hooks = hooks
         self.lock = threading.Lock()
-        self.last = dict.fromkeys(self.SOURCES)
-        self.last_duration = dict.fromkeys(self.SOURCES, 0.0)
-        self.pending_wait = dict.fromkeys(self.SOURCES, 0.0)
-        self.pending_backward = dict.fromkeys(self.SOURCES, 0.0)  # seconds inside outermost backward()
-        self.count = dict.fromkeys(self.SOURCES, 0)
-        self.agg = {s: [0, 0.0, 0.0] for s in self.SOURCES}  # n, duration, wait
-        self.max_events = hooks.agent.config.get("step_events_max", 2000)
-        self.last_any = None  # perf_counter of the latest boundary of any source
+        self.last: dict[StepSource, float | None] = dict.fromkeys(self.SOURCES)
+        self.last_duration: dict[StepSource, float] = dict.fromkeys(self.SOURCES, 0.0)
+        self.pending_wait: dict[StepSource, float] = dict.fromkeys(self.SOURCES, 0.0)
+        self.pending_backward: dict[StepSource, float] = dict.fromkeys(self.SOURCES, 0.0)  # in outermost backward()
+        self.count: dict[StepSource, int] = dict.fromkeys(self.SOURCES, 0)
+        self.agg: dict[StepSource, list[Any]] = {s: [0, 0.0, 0.0] for s in self.SOURCES}  # [n: int, duration, wait]
+        self.max_events: int = hooks.agent.config.get("step_events_max", 2000)
+        self.last_any: float | None = None  # perf_counter of the latest boundary of any source
 
-    def add_wait(self, seconds):
+    def add_wait(self, seconds: float) -> None:
         with self.lock:
             for s in self.SOURCES:
                 self.pending_wait[s] += seconds
 
-    def add_backward(self, seconds):
+    def add_backward(self, seconds: float) -> None:
         with self.lock:
             for s in self.SOURCES:
                 self.pending_backward[s] += seconds
 
-    def active(self, now=None):
+    def active(self, now: float | None = None) -> StepSource | None:
         """The highest-precedence source that marked a step lately, else None."""
         now = _perf() if now is None else now
         for source in self.SOURCES:
@@ -70,13 +79,13 @@ class StepTracker:
                 return source
         return None
 
-    def idle_s(self, now=None):
+    def idle_s(self, now: float | None = None) -> float | None:
         """Seconds since the latest boundary of any source (None: never one)."""
         if self.last_any is None:
             return None
         return (_perf() if now is None else now) - self.last_any
 
-    def boundary(self, source):
+    def boundary(self, source: StepSource) -> None:
         now = _perf()
         with self.lock:
             last = self.last[source]
@@ -105,7 +114,7 @@ class StepTracker:
                     a[2] += wait
         self.hooks.on_step(source, n)
 
-    def flush_aggregates(self):
+    def flush_aggregates(self) -> None:
         for source in self.SOURCES:
             with self.lock:
                 n, dur, wait = self.agg[source]
@@ -118,12 +127,12 @@ class StepTracker:
 class FetchStats:
     """What producing batches cost, in this process (a worker, or the main process)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.by_key = {}  # key -> [batches, wall, cpu]
+        self.by_key: dict[str, list[float]] = {}  # key -> [batches, wall, cpu, run queue, batches with one]
         self.dirty = False
 
-    def add(self, key, wall, cpu, runqueue):
+    def add(self, key: str, wall: float, cpu: float, runqueue: float | None) -> None:
         with self.lock:
             entry = self.by_key.setdefault(key, [0, 0.0, 0.0, 0.0, 0])
             entry[0] += 1
@@ -134,7 +143,7 @@ class FetchStats:
                 entry[4] += 1
             self.dirty = True
 
-    def snapshot(self):
+    def snapshot(self) -> dict[str, list[float | None]] | None:
         with self.lock:
             if not self.dirty:
                 return None

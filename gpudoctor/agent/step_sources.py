@@ -22,14 +22,28 @@ compile wrapper removes them before the compiled code first runs, and each hook 
 nothing while dynamo traces.
 """
 
+from __future__ import annotations
+
 import threading
 import time
 import weakref
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+    from typing import Any
+
+    from torch.nn import Module
+    from torch.utils.hooks import RemovableHandle
+
+    from .protocol import StepSource
+    from .torch_hooks import TorchHooks
+
 LEARN_CALLS = 4
 
 
-def _is_compiling(torch):
+def _is_compiling(torch: ModuleType) -> Callable[[], bool]:
     compiler = getattr(torch, "compiler", None)
     check = getattr(compiler, "is_compiling", None)
     if check is None:
@@ -38,20 +52,20 @@ def _is_compiling(torch):
 
 
 class BackwardSteps:
-    def __init__(self, hooks):
+    def __init__(self, hooks: TorchHooks) -> None:
         self.hooks = hooks
         self.active = 0
         self.lock = threading.Lock()
-        self.original = None
+        self.original: Callable[..., Any] | None = None
 
-    def install(self):
+    def install(self) -> None:
         torch = self.hooks.torch
         autograd = torch.autograd
         original = autograd.backward
         compiling = _is_compiling(torch)
         this = self
 
-        def backward(*args, **kwargs):
+        def backward(*args, **kwargs):  # type: (*Any, **Any) -> Any
             if compiling():
                 return original(*args, **kwargs)
             with this.lock:
@@ -84,26 +98,26 @@ class BackwardSteps:
 
 
 class ForwardSteps:
-    def __init__(self, hooks):
+    def __init__(self, hooks: TorchHooks) -> None:
         self.hooks = hooks
         self.torch = hooks.torch
         self.compiling = _is_compiling(hooks.torch)
         self.tls = threading.local()
-        self.pre_handle = None
-        self.post_handle = None
+        self.pre_handle: RemovableHandle | None = None
+        self.post_handle: RemovableHandle | None = None
         self.generation = 0
-        self.root_id = None
-        self.root_thread = None
-        self.root_ref = None
-        self.root_name = None
-        self.candidates = {}  # (id(module), thread) -> [depth-0 calls, first seen order]
+        self.root_id: int | None = None
+        self.root_thread: int | None = None
+        self.root_ref: weakref.ref[Module] | None = None
+        self.root_name: str | None = None
+        self.candidates: dict[tuple[int, int], list[int]] = {}  # (id(module), thread) -> [depth-0 calls, order]
         self.lock = threading.RLock()  # the root's weakref callback may run inside a locked section
 
     @property
-    def installed(self):
+    def installed(self) -> bool:
         return self.pre_handle is not None
 
-    def install(self):
+    def install(self) -> None:
         """Start learning the root module (any thread: registering is one dict insert)."""
         with self.lock:
             if self.pre_handle is not None or self.hooks.compile_used:
@@ -119,7 +133,7 @@ class ForwardSteps:
             except TypeError:  # torch without always_call: a forward that raises leaves depth behind
                 self.post_handle = module.register_module_forward_hook(self._post)
 
-    def remove(self):
+    def remove(self) -> None:
         with self.lock:
             pre, post = self.pre_handle, self.post_handle
             self.pre_handle = self.post_handle = None
@@ -131,13 +145,13 @@ class ForwardSteps:
                 except Exception:  # noqa: BLE001 (the hook may already be gone)
                     pass
 
-    def _depth(self):
+    def _depth(self) -> list[int]:
         state = getattr(self.tls, "state", None)
         if state is None or state[0] != self.generation:
             state = self.tls.state = [self.generation, 0]
         return state
 
-    def _pre(self, module, args):
+    def _pre(self, module, args):  # type: (Module, tuple[Any, ...]) -> None
         try:
             root = self.root_id
             if root is not None:  # the hot path: one id comparison per module call
@@ -154,7 +168,7 @@ class ForwardSteps:
             self.hooks.agent.error("forward_step", exc)
         return None
 
-    def _post(self, module, args, output):
+    def _post(self, module, args, output):  # type: (Module, tuple[Any, ...], Any) -> None
         if self.compiling():
             return None
         try:
@@ -165,7 +179,7 @@ class ForwardSteps:
             pass
         return None
 
-    def _learn(self, module):
+    def _learn(self, module: Module) -> None:
         if self.torch.utils.data.get_worker_info() is not None:
             self.remove()  # a DataLoader worker's transforms are not the workload's steps
             return
@@ -188,7 +202,7 @@ class ForwardSteps:
         self.hooks.agent.emit("forward_root", module=self.root_name, thread=threading.current_thread().name)
         self.hooks.steps.boundary("forward")  # this call starts a step too
 
-    def _root_gone(self, ref):
+    def _root_gone(self, ref: weakref.ref[Module]) -> None:
         if ref is self.root_ref:
             self.remove()  # learned again by the agent's thread once the run goes quiet
 
@@ -196,12 +210,12 @@ class ForwardSteps:
 class StepSources:
     """backward and forward sources together, and when the forward hooks may exist."""
 
-    def __init__(self, hooks):
+    def __init__(self, hooks: TorchHooks) -> None:
         self.hooks = hooks
         self.backward = BackwardSteps(hooks)
         self.forward = ForwardSteps(hooks)
 
-    def install(self):
+    def install(self) -> None:
         self.backward.install()
         if not self.hooks.compile_used:
             self.forward.install()
@@ -212,19 +226,19 @@ class StepSources:
         except (AttributeError, ValueError):
             pass
 
-    def on_step(self, source):
+    def on_step(self, source: StepSource) -> None:
         if source != "forward" and self.forward.installed:
             self.forward.remove()  # a better source is active: module calls go back to torch's fast path
 
-    def poll(self):
+    def poll(self) -> None:
         """On the agent's thread: learn the forward root again once every source went quiet."""
         if not self.forward.installed and not self.hooks.compile_used and self.hooks.steps.active() is None:
             self.forward.install()
 
-    def remove(self):
+    def remove(self) -> None:
         self.forward.remove()
 
-    def forked(self):
+    def forked(self) -> None:
         """In a forked child (a DataLoader worker): the parent's steps are not its own."""
         try:
             # a lock another thread of the parent held at the fork stays held in the child

@@ -4,6 +4,8 @@ Every wrapper calls the original first-class and records around it; a failure
 in our own code is recorded and swallowed, never raised into the workload.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import threading
@@ -13,35 +15,58 @@ from .cuda_state import allocator_snapshot, report_cuda
 from .loaders import LoaderRegistry
 from .stats import FetchStats, StepTracker, runqueue_s
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+    from typing import Any, TypedDict
+
+    from . import Agent
+    from .fetch_profile import FetchProfiler
+    from .profiler import ProfilerWindow
+    from .protocol import AllocatorSnapshot, StepSource
+    from .safepoints import SafePoints
+    from .step_sources import StepSources
+
+    # torch's OOM observer: (device, bytes asked for, bytes allocated on the device, bytes free)
+    OomObserver = Callable[[int, int, int, int], None]
+
+    class _WorkerHello(TypedDict, total=False):
+        """What a worker's "hello" may add to what every worker's says."""
+
+        profiler_inherited: bool
+
 _perf = time.perf_counter
 _cpu = time.thread_time
 
 
 class TorchHooks:
-    def __init__(self, agent, torch):
+    def __init__(self, agent: Agent, torch: ModuleType) -> None:
         self.agent = agent
         self.torch = torch
         self.steps = StepTracker(self)
         self.fetch = FetchStats()
         self.tls = threading.local()
         self.loaders = LoaderRegistry(self)  # the DataLoaders seen, and their ids
-        self.loader_stats = {}  # loader_id -> [batches, wait_total, wait_max]
+        self.loader_stats: dict[str | None, list[float]] = {}  # loader_id -> [batches, wait_total, wait_max]
         self.loader_lock = threading.Lock()
         self.loader_dirty = False
-        self.cuda_reported = None
+        self.cuda_reported: tuple[str | None, ...] | None = None  # the uuids of the devices last sent
         self.last_alloc_t = 0.0
-        self.profiler = None
+        self.profiler: ProfilerWindow | None = None
         self.finished = False
-        self.worker_pid = None
+        self.worker_pid: int | None = None
         self.compile_used = False  # torch.compile was called (the profiler window keeps out of its way)
-        self.loader_epochs = {}  # loader id -> iterators created (epochs)
-        self.sources = None  # backward and forward step sources (step_sources.py)
-        self.safepoints = None  # calls that open a window in a stepless run (safepoints.py)
-        self.fetch_profiler = None  # where a loader worker spends its time (fetch_profile.py)
+        self.loader_epochs: dict[str, int] = {}  # loader id -> iterators created (epochs)
+        self.sources: StepSources | None = None  # backward and forward step sources (step_sources.py)
+        self.safepoints: SafePoints | None = None  # calls that open a window in a stepless run (safepoints.py)
+        self.fetch_profiler: FetchProfiler | None = None  # where a loader worker spends its time (fetch_profile.py)
         self.dist_reported = False  # the torch.distributed rank was sent ("dist")
+        # torch's attach function and our observer, until CUDA is up (declared, set by _attach_oom_observer)
+        self._pending_oom_observer: tuple[Callable[[OomObserver], None], OomObserver] | None
 
     # -- installation ----------------------------------------------------------
-    def install(self):
+    def install(self) -> None:
         agent = self.agent
         for name, fn in (("dataloader", self._patch_dataloader), ("fetchers", self._patch_fetchers),
                          ("optimizer", self._patch_optimizer), ("oom_observer", self._attach_oom_observer),
@@ -69,7 +94,7 @@ class TorchHooks:
         agent.emit("torch", version=getattr(self.torch, "__version__", None),
                    cuda=getattr(getattr(self.torch, "version", None), "cuda", None))
 
-    def _install_sources(self):
+    def _install_sources(self) -> None:
         from .fetch_profile import FetchProfiler
         from .safepoints import SafePoints
         from .step_sources import StepSources
@@ -80,7 +105,7 @@ class TorchHooks:
         if self.agent.config.get("fetch_profile", True):
             self.fetch_profiler = FetchProfiler(self)
 
-    def _patch_dataloader(self):
+    def _patch_dataloader(self) -> None:
         from torch.utils.data import dataloader as dl
 
         hooks = self
@@ -88,14 +113,14 @@ class TorchHooks:
         orig_init = base.__init__
         orig_next = base.__next__
 
-        def __init__(self_iter, loader, *args, **kwargs):
+        def __init__(self_iter, loader, *args, **kwargs):  # type: (Any, Any, *Any, **Any) -> None
             orig_init(self_iter, loader, *args, **kwargs)
             try:
                 hooks._on_iter(self_iter, loader)
             except Exception as exc:  # noqa: BLE001 (the workload's iterator, unobserved)
                 hooks.agent.error("loader_init", exc)
 
-        def __next__(self_iter):
+        def __next__(self_iter):  # type: (Any) -> Any
             if getattr(self_iter, "_gpudoctor_owner", None) is not hooks.loaders.token:
                 try:
                     hooks._adopt(self_iter)
@@ -116,7 +141,8 @@ class TorchHooks:
             waited = _perf() - t0
             hooks.tls.loader = previous
             try:
-                if getattr(self_iter, "_gpudoctor_workers_sent", True) is False:
+                # False only on an iterator marked with its id (loaders.LoaderRegistry._mark)
+                if getattr(self_iter, "_gpudoctor_workers_sent", True) is False and loader_id is not None:
                     hooks._send_workers(self_iter, loader_id)
                 hooks._on_batch(loader_id, waited)
             except Exception as exc:  # noqa: BLE001 (the batch is returned as it is)
@@ -129,17 +155,17 @@ class TorchHooks:
             fn.__qualname__ = orig.__qualname__
             fn.__doc__ = orig.__doc__
         base.__init__ = __init__  # type: ignore[method-assign,assignment]  # patching torch's iterator class
-        base.__next__ = __next__  # type: ignore[method-assign]
+        base.__next__ = __next__  # type: ignore[method-assign,assignment]
 
-    def _patch_fetchers(self):
+    def _patch_fetchers(self) -> None:
         from torch.utils.data._utils import fetch as fetch_mod
 
         hooks = self
         for cls in (fetch_mod._MapDatasetFetcher, fetch_mod._IterableDatasetFetcher):
             orig = cls.fetch
 
-            def make(orig):
-                def fetch(self_fetcher, possibly_batched_index):
+            def make(orig: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+                def fetch(self_fetcher, possibly_batched_index):  # type: (Any, Any) -> Any
                     profiler = hooks.fetch_profiler
                     profiling = profiler is not None and profiler.begin()
                     r0 = runqueue_s()
@@ -153,7 +179,7 @@ class TorchHooks:
                     try:
                         wall, cpu = _perf() - w0, _cpu() - c0
                         r1 = runqueue_s() if r0 is not None else None
-                        hooks._on_fetch(wall, cpu, r1 - r0 if r1 is not None else None)
+                        hooks._on_fetch(wall, cpu, r1 - r0 if r1 is not None and r0 is not None else None)
                     except Exception as exc:  # noqa: BLE001 (the fetched batch is returned as it is)
                         hooks.agent.error("fetch", exc)
                     return result
@@ -165,7 +191,7 @@ class TorchHooks:
 
             cls.fetch = make(orig)  # type: ignore[method-assign]  # patching torch's fetcher classes
 
-    def _watch_compile(self):
+    def _watch_compile(self) -> None:
         """Note that torch.compile was called (Module.compile calls it too); it behaves as before."""
         import functools
 
@@ -174,14 +200,14 @@ class TorchHooks:
         hooks = self
 
         @functools.wraps(original)
-        def compile(*args, **kwargs):
+        def compile(*args, **kwargs):  # type: (*Any, **Any) -> Any
             hooks.compile_used = True
             hooks._unhook()  # before dynamo first traces: nothing of ours may be in what it sees
             return original(*args, **kwargs)
 
-        torch.compile = compile
+        torch.compile = compile  # type: ignore[attr-defined]  # patching the torch module
 
-    def _unhook(self):
+    def _unhook(self) -> None:
         try:
             if self.sources is not None:
                 self.sources.remove()
@@ -192,12 +218,12 @@ class TorchHooks:
         except Exception as exc:  # noqa: BLE001 (unhooking is best effort; reported)
             self.agent.error("unhook", exc)
 
-    def _patch_optimizer(self):
+    def _patch_optimizer(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         hooks = self
 
-        def post_step(optimizer, args, kwargs):
+        def post_step(optimizer, args, kwargs):  # type: (Any, Any, Any) -> None
             try:
                 hooks.steps.boundary("optimizer")
             except Exception as exc:  # noqa: BLE001 (the optimizer step is unaffected)
@@ -205,14 +231,14 @@ class TorchHooks:
 
         register_optimizer_step_post_hook(post_step)
 
-    def _attach_oom_observer(self):
+    def _attach_oom_observer(self) -> None:
         C = self.torch._C
         attach = getattr(C, "_cuda_attach_out_of_memory_observer", None)
         if attach is None:
             return
         hooks = self
 
-        def observer(device, alloc, device_allocated, device_free):
+        def observer(device, alloc, device_allocated, device_free):  # type: (int, int, int, int) -> None
             try:
                 hooks.agent.emit("oom_observed", device=device, request_bytes=alloc,
                                  device_allocated=device_allocated, device_free=device_free,
@@ -225,16 +251,16 @@ class TorchHooks:
         self._pending_oom_observer = (attach, observer)
 
     # -- events ----------------------------------------------------------------
-    def _on_iter(self, it, loader):
+    def _on_iter(self, it: Any, loader: Any) -> None:
         self.loaders.register(it, loader)
 
-    def _adopt(self, it):
+    def _adopt(self, it: Any) -> None:
         self.loaders.adopt(it)
 
-    def _send_workers(self, it, loader_id):
+    def _send_workers(self, it: Any, loader_id: str) -> None:
         self.loaders.send_workers(it, loader_id)
 
-    def _on_batch(self, loader_id, waited):
+    def _on_batch(self, loader_id: str | None, waited: float) -> None:
         with self.loader_lock:
             stats = self.loader_stats.setdefault(loader_id, [0, 0.0, 0.0])
             stats[0] += 1
@@ -245,7 +271,7 @@ class TorchHooks:
         self.steps.add_wait(waited)
         self.steps.boundary("loader")
 
-    def _on_fetch(self, wall, cpu, runqueue):
+    def _on_fetch(self, wall: float, cpu: float, runqueue: float | None) -> None:
         key = getattr(self.tls, "loader", None)
         if key is None:
             info = self.torch.utils.data.get_worker_info()
@@ -254,7 +280,7 @@ class TorchHooks:
                 self._enter_worker()
         self.fetch.add(key, wall, cpu, runqueue)
 
-    def _enter_worker(self):
+    def _enter_worker(self) -> None:
         """First batch in a DataLoader worker: make sure its numbers reach the disk.
 
         Workers end through os._exit (no atexit), so flush from multiprocessing's
@@ -271,7 +297,7 @@ class TorchHooks:
         self._unhook()  # a spawned worker installed its own: its transforms are not steps
         from .profiler import profiler_inherited
 
-        extra = {"profiler_inherited": True} if profiler_inherited(self.torch) else {}
+        extra: _WorkerHello = {"profiler_inherited": True} if profiler_inherited(self.torch) else {}
         self.agent.emit("hello", pid=os.getpid(), ppid=os.getppid(), role="worker", argv=[], **extra)
         self.agent.writer.ensure_running()
         try:
@@ -281,13 +307,13 @@ class TorchHooks:
         except Exception as exc:  # noqa: BLE001 (no flush at worker exit; reported)
             self.agent.error("worker_finalize", exc)
 
-    def _worker_exit(self):
+    def _worker_exit(self) -> None:
         fetch = self.fetch.snapshot()
         if fetch:
             self.agent.emit("fetch", stats=fetch)
         self.agent.writer.flush(force=True)
 
-    def on_step(self, source, n):
+    def on_step(self, source: StepSource, n: int) -> None:
         # a short job may destroy its process group before the next flush; groups are joined
         # before the loop, so the first steps (and then every 100th) are enough to look
         if not self.dist_reported and (n <= 5 or n % 100 == 0):
@@ -304,7 +330,7 @@ class TorchHooks:
                 self.profiler = None
 
     # -- periodic (flusher thread) ----------------------------------------------
-    def periodic(self):
+    def periodic(self) -> None:
         self.steps.flush_aggregates()
         fetch = self.fetch.snapshot()
         if fetch:
@@ -334,23 +360,23 @@ class TorchHooks:
             except Exception as exc:  # noqa: BLE001 (polled again next interval; reported)
                 self.agent.error("profiler_poll", exc)
 
-    def _in_worker(self):
+    def _in_worker(self) -> bool:
         try:
             return self.torch.utils.data.get_worker_info() is not None
         except Exception:  # noqa: BLE001 (unknown: not a worker)
             return False
 
-    def cuda_initialized(self):
+    def cuda_initialized(self) -> bool:
         try:
             # is_initialized() is a flag: it never starts CUDA on the workload's behalf
             return bool(self.torch.cuda.is_initialized())
         except Exception:  # noqa: BLE001 (unknown: CUDA not started)
             return False
 
-    def _report_cuda(self):
+    def _report_cuda(self) -> None:
         report_cuda(self)
 
-    def _report_dist(self):
+    def _report_dist(self) -> None:
         """The rank of this process once it joined a process group (init_process_group).
         Read, never imported: a launcher (torchrun) or a one-GPU script never pays for it,
         and torchrun's launcher never joins a group, so it never claims a rank."""
@@ -367,11 +393,11 @@ class TorchHooks:
             self.dist_reported = True
             self.agent.error("dist", exc)
 
-    def allocator_snapshot(self, label):
+    def allocator_snapshot(self, label: str) -> AllocatorSnapshot | None:
         """A compact copy of torch.cuda.memory_stats() for the current device."""
         return allocator_snapshot(self, label)
 
-    def finish(self):
+    def finish(self) -> None:
         if self.finished:
             return
         self.finished = True

@@ -18,15 +18,30 @@ which file, and the file stays as the diagnosed run left it.
 import os
 import sys
 
+# Loaded at start-up (of --try runs): annotations name builtins or are strings (agent/__init__.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypedDict
+
+    from . import Agent
+
+    # what an audit event gives as a path (an open() of a descriptor gives the int)
+    _Path = str | bytes | os.PathLike[str] | os.PathLike[bytes] | int
+
+    class _State(TypedDict):
+        seen: set[str]  # the absolute paths recorded
+        busy: bool  # the hook runs: what it opens itself is not the workload's
+        full: bool  # MAX_PATHS recorded: no more
+
 MAX_PATHS = 500
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _PATH_EVENTS = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.truncate": 1, "shutil.rmtree": 1,
                 "os.rename": 2, "os.link": 2, "os.symlink": 2}
 
 
-def install(agent, protect=None):
+def install(agent: "Agent", protect: "str | None" = None) -> None:
     """Start recording (and, in a trial, protecting `protect`); never raises otherwise."""
-    state = {"seen": set(), "busy": False, "full": False}
+    state: _State = {"seen": set(), "busy": False, "full": False}
     # the agent's own files (its event file, profiler traces): never recorded, and never a reason
     # to emit from inside the event writer, which opens its file holding its lock
     own = tuple({os.path.join(agent.directory, ""), os.path.join(os.path.realpath(agent.directory), "")})
@@ -34,7 +49,7 @@ def install(agent, protect=None):
     # a place that holds the protected directory (its temporary directory is /tmp) allows nothing of it
     allowed = tuple(p for p in _allowed() if not protected.startswith(p)) if protected is not None else ()
 
-    def hook(event, args):
+    def hook(event, args):  # type: (str, tuple[Any, ...]) -> None
         if event != "open" and event not in _PATH_EVENTS:
             return
         if state["busy"]:
@@ -63,7 +78,7 @@ def install(agent, protect=None):
         agent.error("record_writes", exc)
 
 
-def _written(event, args):
+def _written(event: str, args: "tuple[Any, ...]") -> "list[_Path]":
     if event == "open":
         path, mode, flags = (*tuple(args), None, None, None)[:3]
         writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
@@ -72,7 +87,7 @@ def _written(event, args):
     return list(args[: _PATH_EVENTS[event]])
 
 
-def _allowed():
+def _allowed() -> "tuple[str, ...]":
     """Where a trial may write even inside the protected directory: its own scratch directory
     (where it starts), the temporary directory, the caches shared by design (~/.cache)."""
     import tempfile
@@ -85,7 +100,7 @@ def _allowed():
     return tuple(os.path.realpath(p).rstrip(os.sep) + os.sep for p in places if p)
 
 
-def _blocked(path, protected, allowed):
+def _blocked(path: "_Path", protected: str, allowed: "tuple[str, ...]") -> "str | None":
     """The path when writing it would change a file of the protected directory, else None."""
     if isinstance(path, int):
         return None
@@ -96,7 +111,7 @@ def _blocked(path, protected, allowed):
     return real if (real + os.sep).startswith(protected) else None
 
 
-def _record(agent, state, path):
+def _record(agent: "Agent", state: "_State", path: "_Path") -> None:
     if isinstance(path, bytes):
         path = os.fsdecode(path)
     elif hasattr(path, "__fspath__"):

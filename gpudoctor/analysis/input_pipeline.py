@@ -186,9 +186,20 @@ def input_stall(session: Session) -> InputStall | None:
 
 
 def data_prediction(session: Session, found: InputStall) -> Prediction | None:
-    """The step without any data wait: replayed, bounded by the GPU, or 1 / (1 - share)."""
-    return predict(session, "data", host_side=True, rule_gain=found.gain,
-                   rule_detail=f"1 / (1 - {found.share:.0%} data wait): the wait removed, nothing else changed")
+    """The step without any data wait: replayed, bounded by the GPU, or 1 / (1 - share); for
+    batches the loop makes itself, never less than the series model of that host work
+    (gpudoctor.analysis.worker_gain)."""
+    from gpudoctor.analysis.worker_gain import in_process_prediction
+
+    predicted = predict(session, "data", host_side=True, rule_gain=found.gain,
+                        rule_detail=f"1 / (1 - {found.share:.0%} data wait): the wait removed, nothing else changed")
+    loader = found.loader
+    serial = in_process_prediction(session, found, loader, batches_per_step(session, loader)) if loader else None
+    if serial is not None and (predicted is None or serial.gain > predicted.gain * 1.05):
+        if predicted is not None:
+            serial = replace(serial, detail=f"{serial.detail} (the {predicted.method} said {predicted.gain:.2f}x)")
+        return serial
+    return predicted
 
 
 # ---- CPU load -------------------------------------------------------------------------------
@@ -337,7 +348,7 @@ def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> Work
                f"receiving one from a worker (about {metrics.format_duration(handoff)}"
                + ("" if measured else f": {HANDOFF_SOURCE}") + ")")
         return replace(plan, cap_binds=False, why_not=why, handoff_bound=True)
-    prediction = _workers_prediction(session, found, fetch, compute, recommended, handoff, loader.num_workers)
+    prediction = _workers_prediction(session, found, loader, fetch, compute, recommended, handoff)
     if prediction is not None and prediction.gain < GAIN_WARNING:
         why = (f"{recommended} worker{'s' if recommended != 1 else ''} would make a step only "
                f"{prediction.gain:.2f}x faster: the loop would still wait for them, or pay the hand-off")
@@ -345,35 +356,19 @@ def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> Work
     return replace(plan, recommended=recommended, prediction=prediction)
 
 
-def _workers_prediction(session: Session, found: InputStall, fetch: float | None, compute: float | None,
-                        workers: int, handoff: float, current: int) -> Prediction | None:
-    """The step with `workers` workers, against the same model of the current setting.
+def _workers_prediction(session: Session, found: InputStall, loader: LoaderInfo, fetch: float | None,
+                        compute: float | None, workers: int, handoff: float) -> Prediction | None:
+    """The step with `workers` workers (gpudoctor.analysis.worker_gain.workers_prediction): the step
+    without any wait, plus the hand-off and what the workers the cores carry leave to wait."""
+    from gpudoctor.analysis.worker_gain import workers_prediction
 
-    Per batch the loop computes (C) and then either produces the batch itself (F, no
-    workers) or receives it (H) and waits for what the workers could not produce
-    meanwhile: C + H + max(0, F / w - (C + H)). Never faster than with no wait at all.
-    """
     instant = data_prediction(session, found)
     if fetch is None or compute is None or instant is None:
         return instant
-
-    def per_batch(w: int) -> float:
-        if w == 0:
-            return compute + fetch
-        return compute + handoff + max(0.0, fetch / w - (compute + handoff))
-
-    now, after = per_batch(current), per_batch(workers)
-    gain = max(1.0, min(instant.gain, now / after)) if after > 0 else instant.gain
-    wait = max(0.0, after - compute - handoff)
-    detail = (f"per batch: loop {metrics.format_duration(compute)} + hand-off {metrics.format_duration(handoff)} + "
-              f"wait {metrics.format_duration(wait)} (F = {metrics.format_duration(fetch)} "
-              f"over {workers} workers), against {metrics.format_duration(now)} with {current}")
-    if after > 0 and gain < now / after:
-        detail += f"; capped by the prediction without any wait ({instant.method}: {instant.detail})"
-    step = instant.step_time_s
-    return Prediction(gain=gain, method=instant.method if gain == instant.gain else "rule",
-                      label=f"with num_workers={workers}", detail=detail, scenario=instant.scenario,
-                      step_time_s=step, predicted_step_time_s=step / gain if step else None)
+    cores = metrics.usable_cores(session)
+    per_rank = cores / ranks_with_loaders(session) if cores else None
+    return workers_prediction(session, found, loader, instant, fetch, compute, workers, handoff,
+                              batches_per_step(session, loader), per_rank)
 
 
 def loader_line(loader: LoaderInfo, workers: int, *, gpu: bool, deeper_prefetch: bool) -> str:

@@ -120,10 +120,10 @@ def predict(session: Session, scenario: str, *, host_side: bool, rule_gain: floa
     """The prediction for one cause; None when nothing can estimate it."""
     # the replay's scenarios are read here, not at import: `gpudoctor checks` and `explain` import
     # every check (and so this module) and never predict anything
-    from gpudoctor.replay.scenarios import SCENARIOS
     from gpudoctor.replay.scenarios import gain as replay_gain
+    from gpudoctor.replay.scenarios import label as scenario_label
 
-    label = label or SCENARIOS.get(scenario, scenario)
+    label = label or scenario_label(scenario)
     replay = replay_of(session)
     gain = replay_gain(replay, scenario) if replay is not None else None
     if gain is not None and replay is not None:

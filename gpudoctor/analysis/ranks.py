@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.thresholds import Threshold
 
@@ -250,3 +250,52 @@ def ranks_per_node(session: Session) -> int | None:
         hosts = [r.host for r in session.ranks]
         return max(hosts.count(h) for h in hosts)
     return None
+
+
+# the report's `ranks` section (gpudoctor.report): built here, from the Session; the
+# renderers (gpudoctor/reports/ranks.py) read it from the Report
+RANK_TIMELINE_MAX_POINTS = 400
+
+
+def ranks_section(session: Session) -> dict[str, Any] | None:
+    """The JSON `ranks` section: per-rank numbers, the primary and the worst rank, and the
+    worst rank's step timeline. None for a one-process run."""
+    if not session.ranks:
+        return None
+    worst = worst_rank(session)
+    rows = []
+    for numbers, info in zip(all_ranks(session), sorted(session.ranks, key=lambda r: r.rank)):
+        rows.append({
+            "rank": numbers.rank, "host": numbers.host, "pid": info.pid, "local_rank": info.local_rank,
+            "backend": info.backend, "steps": numbers.steps,
+            "step_time_s": _round(numbers.step_s), "own_time_s": _round(numbers.own_s),
+            "backward_s": _round(numbers.backward_s),
+            "data_wait_share": _round(numbers.data_wait_share, 4),
+            "gpu_busy_percent": _round(numbers.gpu_busy_percent, 2),
+            "comm_share": _round(numbers.comm_share, 4), "comm_overlap": _round(numbers.comm_overlap, 4),
+            "loader_workers": info.loader_workers, "error": info.error,
+        })
+    timeline: dict[str, list[Any]] = {"t": [], "duration_s": [], "data_wait_s": [], "backward_s": []}
+    worst_info = next((r for r in session.ranks if r.rank == worst), None)
+    if worst_info is not None:
+        records = worst_info.steps.records
+        stride = max(1, len(records) // RANK_TIMELINE_MAX_POINTS + (len(records) % RANK_TIMELINE_MAX_POINTS > 0))
+        for r in records[::stride]:
+            timeline["t"].append(round(r.t, 3))
+            timeline["duration_s"].append(r.duration_s)
+            timeline["data_wait_s"].append(r.data_wait_s)
+            timeline["backward_s"].append(r.backward_s)
+    return {
+        "world_size": max((r.world_size or 0 for r in session.ranks), default=0) or len(session.ranks),
+        "recorded": len(session.ranks),
+        "job_id": session.job_id,
+        "primary_rank": session.primary_rank,
+        "worst_rank": worst,
+        "hosts": sorted({r.host for r in session.ranks if r.host}),
+        "rows": rows,
+        "worst_timeline": timeline,
+    }
+
+
+def _round(value: float | None, digits: int = 6) -> float | None:
+    return None if value is None else round(value, digits)

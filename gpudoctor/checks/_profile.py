@@ -17,11 +17,15 @@ from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.windows import describe_window, window_name, window_seconds  # noqa: F401
 from gpudoctor.model import Finding, Skip
+from gpudoctor.thresholds import Threshold
 
 if TYPE_CHECKING:
     from gpudoctor.session import ProfileSummary, Session
 
 CheckFn = Callable[["Session"], Sequence[Finding]]
+
+# the cap on a rule-based gain (GD301-GD303: span / unhidden time), defined once for the three
+MAX_GAIN = Threshold("cap on the rule-based gain", 10.0, "x", "gpudoctor: an upper bound")
 
 
 def gpu_profile(session: Session) -> ProfileSummary:

@@ -42,7 +42,7 @@ import signal
 import statistics
 from typing import TYPE_CHECKING
 
-from gpudoctor.model import Evidence, Finding, Remedy, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
@@ -85,7 +85,8 @@ def _first_line(text: str | None) -> str:
     return lines[0].strip()[:300] if lines else ""
 
 
-@check("GD001", "run-failed", stage=0, title="The workload crashed, was killed, hung or exited non-zero")
+@check("GD001", "run-failed", stage=0, title="The workload crashed, was killed, hung or exited non-zero",
+       fix=Fix(untried="the run failed: fix what stopped it first, then try remedies"))
 def run(session: Session) -> list[Finding]:
     code = session.exit_code
     crashes = sorted((e for e in session.errors if e.kind == "exception"),

@@ -102,7 +102,7 @@ from gpudoctor.analysis.input_pipeline import (
 )
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, severity_for
 from gpudoctor.analysis.shared import analyses
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 
 if TYPE_CHECKING:
     from gpudoctor.session import LoaderInfo, Session
@@ -139,7 +139,8 @@ def _cores_text(cores: float, ranks: int) -> str:
 
 @check("GD101", "loader-workers", stage=1, title="DataLoader workers vs usable cores",
        requires=("loader",), explains=("GD201", "GD202"),
-       thresholds=(*STALL_LIMITS, *WORKER_LIMITS, *SEVERITY_GAINS), owns=("num_workers",))
+       thresholds=(*STALL_LIMITS, *WORKER_LIMITS, *SEVERITY_GAINS), owns=("num_workers",),
+       fix=Fix("workers", sizes=True, scenarios=("data",)), data_wait=True)
 def run(session: Session) -> list[Finding]:
     if not session.loaders:
         raise Skip("no DataLoader seen")

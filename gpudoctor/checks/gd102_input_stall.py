@@ -100,7 +100,7 @@ from gpudoctor.analysis.input_pipeline import (
 )
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, Prediction, severity_for
 from gpudoctor.analysis.shared import analyses
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import Threshold
 
 if TYPE_CHECKING:
@@ -215,7 +215,8 @@ def _main_thread_saturated(finding: Finding) -> bool:
 @check("GD102", "input-stall", stage=1, title="Input pipeline stall",
        requires=("loader",), explains=("GD201", "GD202", "GD203", "GD103"),
        explains_only_if={"GD103": _main_thread_saturated},
-       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS), decides="data wait")
+       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS), decides="data wait",
+       fix=Fix("workers", scenarios=("data",)), data_wait=True)
 def run(session: Session) -> list[Finding]:
     if not session.loaders:
         raise Skip("no DataLoader seen")

@@ -86,7 +86,7 @@ from gpudoctor.analysis.input_pipeline import (
 )
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, Prediction, predict, severity_for
 from gpudoctor.analysis.shared import analyses
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import Threshold
 
 if TYPE_CHECKING:
@@ -109,9 +109,16 @@ WORKLOAD_ROOM_CORES = Threshold(
     "core, not all (a 2-core run measured 1.87x faster with num_workers=1 while the cores read 100% busy)")
 
 
+# the trials' remedies for the findings that are not the Python-bound loop (Check.fix)
+CORES_FULL = Fix(untried="the usable cores are full: each sample must get cheaper in the code (more workers would "
+                         "compete for the same cores)")
+IN_PROCESS_BATCHES = Fix("workers")
+
+
 @check("GD103", "cpu-saturation", stage=1, title="CPU saturation",
        requires=("cpu",), explains=("GD201", "GD202", "GD203"),
-       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS))
+       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS),
+       fix=Fix("compile", scenarios=("data", "launch")), data_wait=True)
 def run(session: Session) -> list[Finding]:
     samples = metrics.cpu_samples_steady(session)
     if not samples:
@@ -145,23 +152,7 @@ def run(session: Session) -> list[Finding]:
     window = found.window if found else _window(session)
     cores = metrics.usable_cores(session)
     tree = workload_cores(samples)
-    evidence: dict[str, Evidence] = {
-        "saturation": Evidence("cores" if cores_saturated else "main-thread", None, window, "what is saturated"),
-        "cpu_busy": Evidence(round(busy, 1), "%", window, "usable cores busy (mean)"),
-    }
-    if cores:
-        evidence["usable_cores"] = Evidence(round(cores, 2), "cores", "whole run", "usable cores (affinity, quota)")
-    if main_thread is not None:
-        evidence["main_thread"] = Evidence(round(main_thread, 1), "% of one core", window, "main Python thread")
-    if tree is not None:
-        evidence["workload_cpu"] = Evidence(round(tree, 2), "cores", window, "whole process tree")
-    workers = metrics.mean([s.workers_percent for s in samples if s.workers_percent is not None])
-    if workers is not None:
-        evidence["workers_cpu"] = Evidence(round(workers / 100.0, 2), "cores", window, "DataLoader workers")
-    if found is not None:
-        evidence["data_wait_share"] = Evidence(round(found.share * 100, 1), "%", found.window, "data wait / step time")
-    if gpu_util is not None:
-        evidence["gpu_util"] = Evidence(round(gpu_util, 1), "%", window, "GPU utilization (mean)")
+    evidence = _evidence(samples, window, cores_saturated, busy, cores, main_thread, tree, found, gpu_util)
 
     impact = _impact_text(found, gpu_util, stalled, gpu_idle)
     if not impact_measured:
@@ -180,6 +171,30 @@ def run(session: Session) -> list[Finding]:
     if cores_saturated:
         return [_cores_finding(session, severity, busy, cores, tree, impact, window, evidence, shown)]
     return [_main_thread_finding(session, severity, main_thread or 0.0, busy, impact, window, evidence, shown)]
+
+
+def _evidence(samples: list, window: str, cores_saturated: bool, busy: float, cores: float | None,
+              main_thread: float | None, tree: float | None, found: InputStall | None,
+              gpu_util: float | None) -> dict[str, Evidence]:
+    """The finding's evidence: what is saturated, and each CPU and GPU number that was measured."""
+    evidence: dict[str, Evidence] = {
+        "saturation": Evidence("cores" if cores_saturated else "main-thread", None, window, "what is saturated"),
+        "cpu_busy": Evidence(round(busy, 1), "%", window, "usable cores busy (mean)"),
+    }
+    if cores:
+        evidence["usable_cores"] = Evidence(round(cores, 2), "cores", "whole run", "usable cores (affinity, quota)")
+    if main_thread is not None:
+        evidence["main_thread"] = Evidence(round(main_thread, 1), "% of one core", window, "main Python thread")
+    if tree is not None:
+        evidence["workload_cpu"] = Evidence(round(tree, 2), "cores", window, "whole process tree")
+    workers = metrics.mean([s.workers_percent for s in samples if s.workers_percent is not None])
+    if workers is not None:
+        evidence["workers_cpu"] = Evidence(round(workers / 100.0, 2), "cores", window, "DataLoader workers")
+    if found is not None:
+        evidence["data_wait_share"] = Evidence(round(found.share * 100, 1), "%", found.window, "data wait / step time")
+    if gpu_util is not None:
+        evidence["gpu_util"] = Evidence(round(gpu_util, 1), "%", window, "GPU utilization (mean)")
+    return evidence
 
 
 def _main_process_makes_batches_on_spare_cores(session: Session, samples: list) -> bool:
@@ -242,10 +257,10 @@ def _cores_finding(session: Session, severity: str, system: float, cores: float 
         knob = "fewer"
     waiting = " while the GPU waits" if session.torch_cuda_used else " while the loop waits for data"
     title = f"CPU saturated: usable cores {system:.0f}% busy" + (waiting if severity != "info" else "")
-    remedy = Remedy(text=text, code=code)
+    remedy = Remedy(text=text, code=code, fix=CORES_FULL)
     if knob is not None:  # where the workers' own check sizes them otherwise, only the cheaper samples stand
-        remedy = Remedy(text=text, code=code, knobs={"num_workers": knob},
-                        without_knobs=Remedy(text="The CPU is the limit: " + cheaper, code=code))
+        remedy = Remedy(text=text, code=code, knobs={"num_workers": knob}, fix=CORES_FULL,
+                        without_knobs=Remedy(text="The CPU is the limit: " + cheaper, code=code, fix=CORES_FULL))
     return Finding(severity=severity, title=title,
                    message=message, evidence=evidence, remedy=remedy, prediction=prediction)
 
@@ -280,5 +295,7 @@ def _main_thread_finding(session: Session, severity: str, main_thread: float, sy
                 "issues many kernels, use a bigger batch to amortise per-step overhead, and avoid per-step "
                 ".item()/printing of tensors.")
         code = "model = torch.compile(model)  # fewer, fused kernel launches per step"
+    # batches made in the main thread move to workers; a Python-bound loop takes the check's fix (compile)
+    fix = IN_PROCESS_BATCHES if loader is not None and loader.num_workers == 0 else None
     return Finding(severity=severity, title=title, message=message, evidence=evidence,
-                   remedy=Remedy(text=text, code=code, knobs=knobs), prediction=prediction)
+                   remedy=Remedy(text=text, code=code, knobs=knobs, fix=fix), prediction=prediction)

@@ -59,10 +59,11 @@ from gpudoctor import metrics
 from gpudoctor.analysis.input_pipeline import STALL_LIMITS, InputStall, data_prediction
 from gpudoctor.analysis.prediction import GAIN_WARNING, SEVERITY_GAINS
 from gpudoctor.analysis.shared import analyses
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
+    from gpudoctor.analysis.prediction import Prediction
     from gpudoctor.session import Session, StorageProbe
 
 SLOW_LATENCY_MS = Threshold(
@@ -110,7 +111,9 @@ def slow_reasons(probe: StorageProbe) -> list[str]:
 
 
 @check("GD104", "slow-storage", stage=1, title="Slow or network storage", requires=("storage",),
-       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS))
+       thresholds=(*STALL_LIMITS, *SEVERITY_GAINS),
+       fix=Fix(untried="storage speed belongs to the machine: stage the data on local disk or in RAM (see the "
+               "finding)"), data_wait=True)
 def run(session: Session) -> list[Finding]:
     if not session.storage:
         raise Skip("no storage probe (dataset location unknown)")
@@ -141,6 +144,33 @@ def _finding(session: Session, probe: StorageProbe, network: bool, reasons: list
                and prediction is not None and prediction.gain >= GAIN_WARNING)
     where = probe.mount_point or probe.path
     fs = probe.fs_type or "unknown filesystem"
+    evidence = _evidence(session, probe, network, found)
+
+    kind = "a network filesystem" if network else "a filesystem"
+    message = f"The dataset at {probe.path} sits on {kind} ({fs} mounted at {where})"
+    message += (": " + "; ".join(reasons) + ". ") if reasons else ". "
+    message += _wait_text(found, prediction, waiting)
+    if network and not reasons:
+        message += " Network filesystems serve large sequential reads well but many small random ones poorly."
+    title = (f"Dataset on a network filesystem ({fs})" if network
+             else "Slow storage under the dataset: " + ", ".join(r.split(" (")[0] for r in reasons))
+    code = (f"# once, before training: stage the data locally (or in /dev/shm if it fits in RAM)\n"
+            f"shutil.copytree({probe.path!r}, {LOCAL_COPY!r}, dirs_exist_ok=True)\n"
+            f"dataset = MyDataset({LOCAL_COPY!r})  # or pack the files into WebDataset/LMDB shards")
+    return Finding(
+        severity="warning" if waiting else "info",
+        title=title,
+        message=message,
+        evidence=evidence,
+        remedy=Remedy(text="Stage the dataset on local NVMe or in RAM before training, or pack small files into "
+                      "large shards read sequentially (WebDataset, LMDB, Parquet); keep more reads in flight "
+                      "with more workers and a larger prefetch_factor.", code=code),
+        prediction=prediction if waiting else None,
+    )
+
+
+def _evidence(session: Session, probe: StorageProbe, network: bool, found: InputStall | None) -> dict[str, Evidence]:
+    """Where the dataset sits, what the read probe measured, and the loader's wait."""
     evidence: dict[str, Evidence] = {
         "path": Evidence(probe.path, None, None, "dataset location"),
         "network": Evidence(network, None, None, "network or remote filesystem"),
@@ -172,38 +202,21 @@ def _finding(session: Session, probe: StorageProbe, network: bool, reasons: list
     if found is not None:
         evidence["data_wait_share"] = Evidence(round(found.share * 100, 1), "%", found.window, "data wait / step time")
         evidence["stall_kind"] = Evidence(found.stall.kind, None, "whole run", "why batches are late (GD102)")
+    return evidence
 
-    kind = "a network filesystem" if network else "a filesystem"
-    message = f"The dataset at {probe.path} sits on {kind} ({fs} mounted at {where})"
-    message += (": " + "; ".join(reasons) + ". ") if reasons else ". "
+
+def _wait_text(found: InputStall | None, prediction: Prediction | None, waiting: bool) -> str:
+    """The sentence on the loader's wait: whether storage costs the GPU time."""
     if waiting and found is not None and prediction is not None:
-        message += (f"The loop waited for data {found.share:.0%} of each step and the loader mostly waits "
-                    f"({found.stall.reason}): storage is the likely bottleneck. Without the wait: "
-                    f"{prediction.sentence()}.")
-    elif found is not None and found.significant and found.stall.kind == "waiting":
-        message += (f"The loop waited for data {found.share:.0%} of each step, but queued GPU work hid the wait "
-                    "(see GD102), so storage costs no GPU time for now.")
-    elif found is not None and found.significant:
-        message += (f"The loop waited for data {found.share:.0%} of each step, but the stall is {found.stall.kind}, "
-                    "so storage is not its main cause.")
-    elif found is not None:
-        message += "The loader hides it for now (data wait below 5% of the step)."
-    else:
-        message += "Whether the loader waits on it was not measured."
-    if network and not reasons:
-        message += " Network filesystems serve large sequential reads well but many small random ones poorly."
-    title = (f"Dataset on a network filesystem ({fs})" if network
-             else "Slow storage under the dataset: " + ", ".join(r.split(" (")[0] for r in reasons))
-    code = (f"# once, before training: stage the data locally (or in /dev/shm if it fits in RAM)\n"
-            f"shutil.copytree({probe.path!r}, {LOCAL_COPY!r}, dirs_exist_ok=True)\n"
-            f"dataset = MyDataset({LOCAL_COPY!r})  # or pack the files into WebDataset/LMDB shards")
-    return Finding(
-        severity="warning" if waiting else "info",
-        title=title,
-        message=message,
-        evidence=evidence,
-        remedy=Remedy(text="Stage the dataset on local NVMe or in RAM before training, or pack small files into "
-                      "large shards read sequentially (WebDataset, LMDB, Parquet); keep more reads in flight "
-                      "with more workers and a larger prefetch_factor.", code=code),
-        prediction=prediction if waiting else None,
-    )
+        return (f"The loop waited for data {found.share:.0%} of each step and the loader mostly waits "
+                f"({found.stall.reason}): storage is the likely bottleneck. Without the wait: "
+                f"{prediction.sentence()}.")
+    if found is not None and found.significant and found.stall.kind == "waiting":
+        return (f"The loop waited for data {found.share:.0%} of each step, but queued GPU work hid the wait "
+                "(see GD102), so storage costs no GPU time for now.")
+    if found is not None and found.significant:
+        return (f"The loop waited for data {found.share:.0%} of each step, but the stall is {found.stall.kind}, "
+                "so storage is not its main cause.")
+    if found is not None:
+        return "The loader hides it for now (data wait below 5% of the step)."
+    return "Whether the loader waits on it was not measured."

@@ -30,7 +30,7 @@ Thresholds, and where they come from
     - Pageable copy time >= {{PAGEABLE_SHARE_WARNING}} of the profiled window is a warning (the same "worth a
       finding" line as the data wait, GD102); below that, a note.
     - The gain: the profiled window replayed with those copies pinned and
-      asynchronous (the trace's own pinned rate, else 55.3 vs 13.8 GB/s measured on an
+      asynchronous (the trace's own pinned rate, else the 55.3 GB/s pinned rate measured on an
       H200 host); severity follows it when there is a replay. Without one,
       ``1 / (1 - share)`` of the window: the copies overlapped completely.
 
@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
@@ -124,7 +124,8 @@ def profile_measured(profile: ProfileSummary | None) -> bool:
 
 @check("GD105", "pageable-memory", stage=1, title="Pageable host memory for H2D copies",
        requires=(), explains=("GD103", "GD201"),
-       thresholds=SEVERITY_GAINS)
+       thresholds=SEVERITY_GAINS,
+       fix=Fix("pin_memory", sizes=True, scenarios=("pinned",)))
 def run(session: Session) -> list[Finding]:
     if session.torch_cuda_used is False:
         raise Skip("the run used no GPU")

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING
 from gpudoctor.analysis.gpu_state import GpuActivity, in_words
 from gpudoctor.analysis.prediction import bound_prediction
 from gpudoctor.analysis.shared import analyses
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
@@ -90,7 +90,8 @@ MIN_SAMPLES = CountThreshold("GPU samples needed", 3, "samples", "gpudoctor: few
 
 
 @check("GD201", "gpu-idle", stage=2, title="GPU idle or SMs barely used", requires=("gpu",),
-       measures_idle=True, decides="GPU activity", decides_on_gpu_runs=True)
+       measures_idle=True, decides="GPU activity", decides_on_gpu_runs=True,
+       fix=Fix(untried="an idle GPU has no switch of its own: the findings that explain it name the change"))
 def run(session: Session) -> list[Finding]:
     if session.torch_cuda_used is False:
         raise Skip("the workload put no work on a CUDA device")

@@ -63,7 +63,7 @@ from gpudoctor import metrics
 from gpudoctor.analysis.gpu_state import GpuActivity, in_words
 from gpudoctor.analysis.memory import gpu_memory_total
 from gpudoctor.analysis.shared import analyses
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import Threshold
 
 if TYPE_CHECKING:
@@ -126,7 +126,9 @@ def script_target(command: list[str]) -> str:
 
 
 @check("GD202", "batch-headroom", stage=2, title="Batch far below what memory allows",
-       requires=("allocator",), explains=("GD301", "GD201"))
+       requires=("allocator",), explains=("GD301", "GD201"),
+       fix=Fix(untried="the batch size belongs to the code (memory, learning rate, convergence): measure the curve "
+               "with `gpudoctor sweep`"))
 def run(session: Session) -> list[Finding]:
     if analyses(session).oom_seen:
         raise Skip("the run hit out-of-memory (see GD402): there is no headroom to recommend")

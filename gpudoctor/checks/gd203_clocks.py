@@ -35,7 +35,7 @@ Thresholds, and where they come from
     - estimated gain for slowdowns: ``1 / (1 - s + s * clock / max_clock)`` with ``s``
       the share of busy samples slowed and ``clock`` their mean SM clock: the speed-up
       if those samples ran at the maximum clock, an upper bound (compute-bound code).
-    - power-cap "fully used": SM activity >= {{FULLY_USED_SM}} or power >= {{FULLY_USED_POWER}} of the limit in the
+    - power-cap "fully used": SM activity >= {{SM_ACTIVITY_FULL}} or power >= {{POWER_SHARE_FULL}} of the limit in the
       capped samples (playbook: 80-90% of the limit under load is a fully used chip).
     - power far below the limit: mean power < {{LOW_POWER_SHARE}} of the limit in samples with
       utilization >= {{LOW_POWER_UTIL}}, without GPM.
@@ -55,7 +55,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.analysis.gpu_state import POWER_SHARE_FULL, SM_ACTIVITY_FULL
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import Threshold
 
 if TYPE_CHECKING:
@@ -69,12 +70,6 @@ REASON_SHARE = Threshold(
     "gpudoctor: one 0.5 s sample is a transient, a tenth of the busy time is not")
 SLOWDOWNS = ("HwSlowdown", "HwThermalSlowdown", "SwThermalSlowdown", "HwPowerBrakeSlowdown")
 POWER_CAP = "SwPowerCap"
-FULLY_USED_SM = Threshold(
-    "SM activity under the power cap: the chip is fully used", 80.0, "%",
-    "DCGM: 80% SM activity is effective use")
-FULLY_USED_POWER = Threshold(
-    "power under the cap: the chip is fully used", 0.90, "share",
-    "playbook: 80-90% of the rated limit under load is a fully used chip")
 LOW_POWER_SHARE = Threshold(
     "mean power below this share of the limit while busy: small kernels", 0.50, "share",
     "gpudoctor; idle H200 measured at about 121 W of 700 W")
@@ -124,7 +119,8 @@ def reason_stats(busy: list[GpuSample], names: tuple[str, ...], gpus: dict[int, 
 
 
 @check("GD203", "clocks-held", stage=2, title="Clocks held down (power cap, thermal or HW slowdown)",
-       requires=("gpu",))
+       requires=("gpu",),
+       fix=Fix(untried="clocks and power limits belong to the machine's administrator"))
 def run(session: Session) -> list[Finding]:
     if session.fact("clock_events"):
         raise Skip(session.fact("clock_events") or "clock-event reasons not read")
@@ -204,8 +200,8 @@ def _power_cap(stats: ReasonStats, window: str) -> Finding:
         power_share = stats.power_w / stats.power_limit_w
         power = f", drawing {stats.power_w:.0f} W of its {stats.power_limit_w:.0f} W limit ({power_share:.0%})"
     activity = f", SM activity {stats.sm_activity:.0f}%" if stats.sm_activity is not None else ""
-    fully_used = (stats.sm_activity is not None and stats.sm_activity >= FULLY_USED_SM) or (
-        power_share is not None and power_share >= FULLY_USED_POWER)
+    fully_used = (stats.sm_activity is not None and stats.sm_activity >= SM_ACTIVITY_FULL) or (
+        power_share is not None and power_share >= POWER_SHARE_FULL)
     verdict = ("The chip runs at its power budget: it is fully used. This is not a fault."
                if fully_used else
                "The chip reaches its power budget; nothing is wrong with the GPU.")

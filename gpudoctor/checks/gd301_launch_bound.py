@@ -76,8 +76,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
-from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.checks._profile import MAX_GAIN, gpu_profile, per_window, window_name, window_seconds
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
@@ -96,7 +96,6 @@ TINY_MEDIAN_US = Threshold(
 IDLE_WARNING = Threshold(
     "GPU idle share needed to look at all", 0.20, "share",
     "TensorBoard profiler plugin calls a GPU under 50% busy under-used")
-MAX_GAIN = Threshold("cap on the rule-based gain", 10.0, "x", "gpudoctor: an upper bound")
 
 REMEDY = Remedy(
     text="Fuse the small kernels and take the host out of the loop: torch.compile merges elementwise "
@@ -181,4 +180,5 @@ def _run(session: Session) -> list[Finding]:
 # a launch-bound loop is what pegs its main thread
 run = check("GD301", "launch-bound", stage=3, title="Launch-bound (many tiny kernels)",
             requires=("profile",), explains=("GD201", "GD103"),
-            thresholds=SEVERITY_GAINS)(per_window(_run))
+            thresholds=SEVERITY_GAINS,
+            fix=Fix("compile", sizes=True, scenarios=("launch",)))(per_window(_run))

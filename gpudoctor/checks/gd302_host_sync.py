@@ -73,9 +73,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
-from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
+from gpudoctor.checks._profile import MAX_GAIN, gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_duration
-from gpudoctor.model import Evidence, Finding, Remedy, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
@@ -87,7 +87,6 @@ PER_STEP = Threshold(
 IN_WINDOW = CountThreshold(
     "synchronisations in the window when its steps are unknown", 10, "syncs",
     "gpudoctor")
-MAX_GAIN = Threshold("cap on the rule-based gain", 10.0, "x", "gpudoctor: an upper bound")
 MAX_SITES = 3
 
 REMEDY = Remedy(
@@ -161,4 +160,6 @@ def _run(session: Session) -> list[Finding]:
 
 run = check("GD302", "host-sync", stage=3, title="Host synchronisations in the loop",
             requires=("profile",), explains=("GD201",),
-            thresholds=SEVERITY_GAINS)(per_window(_run))
+            thresholds=SEVERITY_GAINS,
+            fix=Fix(untried="the synchronising calls are in the code (their call sites are listed in the finding)",
+                    scenarios=("sync",)))(per_window(_run))

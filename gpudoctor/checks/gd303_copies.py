@@ -61,9 +61,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
-from gpudoctor.checks._profile import gpu_profile, per_window, window_name, window_seconds
+from gpudoctor.checks._profile import MAX_GAIN, gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_bytes, format_duration
-from gpudoctor.model import Evidence, Finding, Remedy, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
@@ -84,7 +84,6 @@ SMALL_IN_WINDOW = CountThreshold(
 SMALL_SHARE_WARNING = Threshold(
     "small copies' share of the window for a warning", 0.10, "share",
     "gpudoctor")
-MAX_GAIN = Threshold("cap on the rule-based gain", 10.0, "x", "gpudoctor: an upper bound")
 
 REMEDY = Remedy(
     text="Pin host memory and copy asynchronously (pin_memory=True, non_blocking=True); gather small "
@@ -176,4 +175,6 @@ def _run(session: Session) -> list[Finding]:
 
 run = check("GD303", "copy-bound", stage=3, title="Memory copies dominate",
             requires=("profile",), explains=("GD103", "GD201"),
-            thresholds=SEVERITY_GAINS)(per_window(_run))
+            thresholds=SEVERITY_GAINS,
+            fix=Fix(untried="the copies are made by the code itself: stack small copies, keep data on the GPU",
+                    scenarios=("pinned", "small_copies")))(per_window(_run))

@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import gpu_profile, per_window, window_name
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import Threshold
 
 if TYPE_CHECKING:
@@ -142,4 +142,5 @@ def _run(session: Session) -> list[Finding]:
 
 run = check("GD304", "fp32-matmul", stage=3, title="Full-fp32 matmuls (no tensor cores)",
             requires=("profile",),
-            thresholds=SEVERITY_GAINS)(per_window(_run))
+            thresholds=SEVERITY_GAINS,
+            fix=Fix("tf32", sizes=True, scenarios=("tf32",)))(per_window(_run))

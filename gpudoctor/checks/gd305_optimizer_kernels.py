@@ -52,7 +52,7 @@ from gpudoctor.analysis.prediction import (
     replay_of,
     severity_for,
 )
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 
 if TYPE_CHECKING:
     from gpudoctor.session import Session
@@ -67,7 +67,8 @@ REMEDY = Remedy(
 
 @check("GD305", "optimizer-kernels", stage=3, title="Per-parameter optimizer kernels",
        requires=("profile",), explains=("GD201",),
-       thresholds=SEVERITY_GAINS)
+       thresholds=SEVERITY_GAINS,
+       fix=Fix(scenarios=("optimizer",)))
 def run(session: Session) -> list[Finding]:
     replay = replay_of(session)
     if replay is None:

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
 from gpudoctor.analysis.memory import expandable_remedy, fragmentation, gpu_memory_total
-from gpudoctor.model import Evidence, Finding, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Skip, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
@@ -77,7 +77,8 @@ MIN_CACHED_GAP = CountThreshold(
     "gpudoctor's starting point")
 
 @check("GD401", "allocator-fragmentation", stage=4, title="Allocator fragmentation or allocation retries",
-       requires=("allocator",))
+       requires=("allocator",),
+       fix=Fix("expandable_segments", sizes=True, after_crash=True))
 def run(session: Session) -> list[Finding]:
     snapshots = [s for s in session.allocator if s.label != "oom"]
     if not snapshots:

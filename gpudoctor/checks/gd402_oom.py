@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING
 from gpudoctor import metrics
 from gpudoctor.analysis.memory import ENV_FIX, OomFacts, expandable_remedy
 from gpudoctor.analysis.shared import analyses
-from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import Threshold
 
 if TYPE_CHECKING:
@@ -83,7 +83,8 @@ def cause(facts: OomFacts) -> str:
 
 
 @check("GD402", "out-of-memory", stage=4, title="Out of GPU memory",
-       requires=(), explains=("GD401", "GD202"))
+       requires=(), explains=("GD401", "GD202"),
+       fix=Fix("expandable_segments", after_crash=True))
 def run(session: Session) -> list[Finding]:
     facts = analyses(session).oom
     if facts is None:

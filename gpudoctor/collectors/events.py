@@ -11,13 +11,15 @@ import json
 import logging
 import os
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.agent import protocol
 from gpudoctor.session import (
     AllocatorSnapshot,
+    AppliedOverride,
     ErrorEvent,
     FetchFunction,
     FetchProfile,
@@ -27,7 +29,6 @@ from gpudoctor.session import (
     StepRecord,
     Steps,
 )
-from gpudoctor.trials.records import AppliedOverride
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class _ProcessState:
     info: ProcessInfo
     steps: dict[str, _StepSource] = field(default_factory=dict)
     loader_stats: dict[str, list[float]] = field(default_factory=dict)
-    fetch: dict[str, list[float]] = field(default_factory=dict)
+    fetch: dict[str, list[Any]] = field(default_factory=dict)  # as sent: [batches, wall s, CPU s, run queue s | None]
     fetch_profile: FetchProfile | None = None  # where this process spent its time making batches
     fetch_profile_loader: str | None = None  # the loader it fetched for (main process: its id)
     forward_root: str | None = None  # the module whose outermost forward marks steps
@@ -91,7 +92,7 @@ class EventReader:
         self.errors: list[ErrorEvent] = []
         self.allocator: list[AllocatorSnapshot] = []
         self.profiles: list[dict[str, Any]] = []
-        self.cuda_devices: dict[int, list[dict[str, Any]]] = {}
+        self.cuda_devices: dict[int, list[protocol.CudaDevice]] = {}
         self.torch_versions: dict[int, tuple[str | None, str | None]] = {}
         self.agent_errors: list[str] = []
         self.interrupted = False
@@ -158,7 +159,7 @@ class EventReader:
             handler(self, pid, proc, t, e)
 
     # -- one handler per event kind (the agent's events: gpudoctor/agent/) ------
-    def _on_hello(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_hello(self, pid: int, proc: _ProcessState, t: float, e: protocol.Hello) -> None:
         proc.info.ppid = e.get("ppid")
         proc.info.argv = [str(a) for a in e.get("argv") or []]
         proc.info.cuda_visible_devices = e.get("cuda_visible_devices")
@@ -169,18 +170,18 @@ class EventReader:
         proc.env_world_size, proc.env_local_world_size = _int(e.get("world_size")), _int(e.get("local_world_size"))
         proc.job_id = str(e["job_id"]) if e.get("job_id") else None
 
-    def _on_dist(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_dist(self, pid: int, proc: _ProcessState, t: float, e: protocol.Dist) -> None:
         proc.dist_rank, proc.dist_world_size = _int(e.get("rank")), _int(e.get("world_size"))
         proc.backend = str(e.get("backend")) if e.get("backend") else None
 
-    def _on_process(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_process(self, pid: int, proc: _ProcessState, t: float, e: protocol.Process) -> None:
         proc.info.argv = [str(a) for a in e.get("argv") or []]
 
-    def _on_torch(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_torch(self, pid: int, proc: _ProcessState, t: float, e: protocol.Torch) -> None:
         proc.info.torch = e.get("version")
         self.torch_versions[pid] = (e.get("version"), e.get("cuda"))
 
-    def _on_step(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_step(self, pid: int, proc: _ProcessState, t: float, e: protocol.Step) -> None:
         src = proc.steps.setdefault(str(e["src"]), _StepSource())
         src.count += 1
         src.last_t = max(t, src.last_t if src.last_t is not None else t)
@@ -192,7 +193,7 @@ class EventReader:
             src.aggregated_duration_s += float(e["dur"])
             src.aggregated_wait_s += float(e["wait"])
 
-    def _on_steps_agg(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_steps_agg(self, pid: int, proc: _ProcessState, t: float, e: protocol.StepsAgg) -> None:
         src = proc.steps.setdefault(str(e["src"]), _StepSource())
         src.count += int(e["n"])
         src.last_t = max(t, src.last_t if src.last_t is not None else t)
@@ -200,7 +201,7 @@ class EventReader:
         src.aggregated_duration_s += float(e["dur"])
         src.aggregated_wait_s += float(e["wait"])
 
-    def _on_loader(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_loader(self, pid: int, proc: _ProcessState, t: float, e: protocol.Loader) -> None:
         loader_id = str(e["id"])
         self.loaders[loader_id] = LoaderInfo(
             loader_id=loader_id,
@@ -216,18 +217,18 @@ class EventReader:
             iterable=bool(e.get("iterable")),
         )
 
-    def _on_loader_workers(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_loader_workers(self, pid: int, proc: _ProcessState, t: float, e: protocol.LoaderWorkers) -> None:
         for worker in e.get("pids") or []:
             self.worker_to_loader[int(worker)] = str(e["id"])
             self._process(int(worker)).info.role = "worker"
 
-    def _on_loader_stats(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_loader_stats(self, pid: int, proc: _ProcessState, t: float, e: protocol.LoaderStats) -> None:
         proc.loader_stats = {str(k): list(v) for k, v in (e.get("stats") or {}).items()}
 
-    def _on_fetch(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_fetch(self, pid: int, proc: _ProcessState, t: float, e: protocol.Fetch) -> None:
         proc.fetch = {str(k): list(v) for k, v in (e.get("stats") or {}).items()}
 
-    def _on_fetch_profile(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_fetch_profile(self, pid: int, proc: _ProcessState, t: float, e: protocol.FetchProfile) -> None:
         proc.fetch_profile = FetchProfile(
             pid=pid, batches=int(e.get("batches") or 0), wall_s=float(e.get("wall_s") or 0.0),
             worker=e.get("worker") if isinstance(e.get("worker"), int) else None,
@@ -237,20 +238,28 @@ class EventReader:
                        for f in e.get("functions") or [] if isinstance(f, list) and len(f) >= 7])
         proc.fetch_profile_loader = str(e["loader"]) if e.get("loader") is not None else None
 
-    def _on_forward_root(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_forward_root(self, pid: int, proc: _ProcessState, t: float, e: protocol.ForwardRoot) -> None:
         proc.forward_root = str(e.get("module") or "") or None
 
-    def _on_exception(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
-        """An uncaught exception or a CUDA out-of-memory error ("exception" or "oom")."""
+    def _on_exception(self, pid: int, proc: _ProcessState, t: float, e: protocol.Uncaught) -> None:
+        """An uncaught exception."""
+        self._uncaught("exception", pid, t, e)
+
+    def _on_oom(self, pid: int, proc: _ProcessState, t: float, e: protocol.Uncaught) -> None:
+        """An uncaught CUDA out-of-memory error."""
+        self._uncaught("oom", pid, t, e)
+
+    def _uncaught(self, kind: str, pid: int, t: float, e: protocol.Uncaught) -> None:
         if len(self.errors) >= ERRORS_MAX:
             self.errors_dropped += 1
             return
-        self.errors.append(ErrorEvent(pid=pid, kind=str(e["k"]), type=e.get("type"),
+        self.errors.append(ErrorEvent(pid=pid, kind=kind, type=e.get("type"),
                                       message=str(e.get("message") or ""), traceback=e.get("traceback"), t=t))
-        if isinstance(e.get("allocator"), dict):
-            self._alloc(dict(e["allocator"], label="oom"), t)
+        allocator = e.get("allocator")
+        if isinstance(allocator, dict):
+            self._alloc({**allocator, "label": "oom"}, t)
 
-    def _on_oom_observed(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_oom_observed(self, pid: int, proc: _ProcessState, t: float, e: protocol.OomObserved) -> None:
         """An allocation failure the allocator saw (the workload may have caught the error)."""
         if len(self.errors) >= ERRORS_MAX:
             return
@@ -259,10 +268,11 @@ class EventReader:
                        message=f"allocation of {e.get('request_bytes')} bytes failed "
                                f"(device free {e.get('device_free')} bytes)", t=t)
         )
-        if isinstance(e.get("allocator"), dict):
-            self._alloc(dict(e["allocator"], label="oom"), t)
+        allocator = e.get("allocator")
+        if isinstance(allocator, dict):
+            self._alloc({**allocator, "label": "oom"}, t)
 
-    def _on_write(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_write(self, pid: int, proc: _ProcessState, t: float, e: protocol.Write) -> None:
         """diagnose --try: a path the workload wrote (agent/writes.py); None: more than it records."""
         path = e.get("path")
         if len(self.writes) < MAX_WRITES:
@@ -270,39 +280,40 @@ class EventReader:
                                            relative=bool(e.get("relative")),
                                            cwd=e.get("cwd") if isinstance(e.get("cwd"), str) else None))
 
-    def _on_interrupt(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_interrupt(self, pid: int, proc: _ProcessState, t: float, e: protocol.Interrupt) -> None:
         self.interrupted = True
         if e.get("by_gpudoctor"):
             self.interrupted_by_gpudoctor.add(pid)
 
-    def _on_alloc(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_alloc(self, pid: int, proc: _ProcessState, t: float, e: protocol.AllocatorSnapshot) -> None:
         self._alloc(e, t)
 
-    def _on_cuda(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_cuda(self, pid: int, proc: _ProcessState, t: float, e: protocol.Cuda) -> None:
         self.cuda_devices[pid] = list(e.get("devices") or [])
         proc.info.device_uuids = [str(d.get("uuid")) for d in self.cuda_devices[pid] if d.get("uuid")]
 
-    def _on_profile(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
-        self.profiles.append(dict(e, pid=pid))
+    def _on_profile(self, pid: int, proc: _ProcessState, t: float, e: protocol.Profile) -> None:
+        self.profiles.append({**e, "pid": pid})
 
-    def _on_override(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_override(self, pid: int, proc: _ProcessState, t: float, e: protocol.Override) -> None:
         self._override(pid, e)
 
-    def _on_bye(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_bye(self, pid: int, proc: _ProcessState, t: float, e: protocol.Bye) -> None:
         self.byes.add(pid)
 
-    def _on_agent_error(self, pid: int, proc: _ProcessState, t: float, e: dict[str, Any]) -> None:
+    def _on_agent_error(self, pid: int, proc: _ProcessState, t: float, e: protocol.AgentError) -> None:
         if len(self.agent_errors) < 50:
             self.agent_errors.append(f"pid {pid}: {e.get('where')}: {e.get('error')}")
 
-    def _override(self, pid: int, e: dict[str, Any]) -> None:
+    def _override(self, pid: int, e: protocol.Override) -> None:
         """A remedy applied by the agent in a `--try` run (gpudoctor/agent/overrides.py)."""
         if len(self.overrides) < OVERRIDES_MAX:
             self.overrides.append(AppliedOverride(
                 name=str(e.get("name")), value=e.get("value"), was=e.get("was"), where=e.get("where"),
                 applied=bool(e.get("applied", True)), note=e.get("note"), pid=pid))
 
-    def _alloc(self, e: dict[str, Any], t: float) -> None:
+    def _alloc(self, e: Mapping[str, Any], t: float) -> None:
+        """An allocator snapshot ("alloc", or inside "oom"/"oom_observed") into the Session's."""
         fields = {k: e[k] for k in AllocatorSnapshot.__dataclass_fields__ if k in e and k != "t"}
         fields.setdefault("label", "periodic")
         snap = AllocatorSnapshot(t=t, **fields)
@@ -513,9 +524,14 @@ class EventReader:
 # precedence of the step sources (gpudoctor/agent/stats.py says why this order)
 _SOURCE_RANK = {"explicit": 5, "optimizer": 4, "backward": 3, "loader": 2, "forward": 1}
 
-_Handler = Callable[[EventReader, int, _ProcessState, float, dict[str, Any]], None]
+# The last argument is the event as JSON gave it (Any here): each handler declares the kind's
+# TypedDict (gpudoctor/agent/protocol.py), which is what the agent's Agent.emit overloads check
+# on the other side. A file of another process (another gpudoctor version) may still hold
+# anything: handlers convert what they read, and _read counts what they cannot.
+_Handler = Callable[[EventReader, int, _ProcessState, float, Any], None]
 
-# event kind -> its handler; kinds not listed (from a newer agent) are read and ignored
+# event kind -> its handler; kinds not listed (from a newer agent, or "fetch_profile_request",
+# which only the agents read) are read and ignored
 _HANDLERS: dict[str, _Handler] = {
     "hello": EventReader._on_hello,
     "dist": EventReader._on_dist,
@@ -530,7 +546,7 @@ _HANDLERS: dict[str, _Handler] = {
     "fetch_profile": EventReader._on_fetch_profile,
     "forward_root": EventReader._on_forward_root,
     "exception": EventReader._on_exception,
-    "oom": EventReader._on_exception,
+    "oom": EventReader._on_oom,
     "oom_observed": EventReader._on_oom_observed,
     "interrupt": EventReader._on_interrupt,
     "alloc": EventReader._on_alloc,

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 from gpudoctor import __version__, exitcodes
 from gpudoctor.commands.argtypes import non_negative_int
 from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS, choices
+from gpudoctor.reports.formats import file_formats as file_formats_of
 from gpudoctor.session import (
     Environment,
     GpuInfo,
@@ -51,7 +53,6 @@ Summarized = tuple[ProfileSummary, dict[str, Any], list[int], "TraceLoaderSteps 
 
 log = logging.getLogger(__name__)
 
-FORMAT_CHOICES = ("html", "json", "markdown", "junit", "terminal")
 DEFLATE_MAX_RATIO = 1032  # deflate inflates a byte to at most this many
 LONG_TRACE_BYTES = 32 << 20  # decoding takes over a tenth of a second: the HTML renderer starts beside
 RANK_TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")  # torch.profiler.tensorboard_trace_handler's names
@@ -82,8 +83,8 @@ def register(sub: Any) -> None:
     p.add_argument("--json", dest="json_path", metavar="PATH",
                    help="also write the JSON report here; '-' prints it on stdout and writes no other file "
                    "unless --out is given")
-    p.add_argument("--format", dest="formats", action="append", choices=FORMAT_CHOICES, metavar="FMT",
-                   help="html|json|markdown|junit|terminal (repeatable); without --out a single format goes to stdout")
+    p.add_argument("--format", dest="formats", action="append", choices=choices(), metavar="FMT",
+                   help=f"{'|'.join(choices())} (repeatable); without --out a single format goes to stdout")
     p.add_argument("--ignore", action="append", default=[], metavar="ID",
                    help="silence a check (GD301 or its slug); repeat or comma-separate")
     p.add_argument("--fail-on", choices=("warning", "critical"),
@@ -339,41 +340,39 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.trace)
     formats = list(dict.fromkeys(args.formats or []))
     to_stdout = args.json_path == "-"
-    if to_stdout and not args.out and any(f not in ("json", "terminal") for f in formats):
-        # stdout already carries the JSON: another format would be silently dropped
-        other = next(f for f in formats if f not in ("json", "terminal"))
+    if to_stdout and not args.out and any(f != "json" for f in file_formats_of(formats)):
+        # stdout already carries the JSON: another file format would be silently dropped
+        other = next(f for f in file_formats_of(formats) if f != "json")
         raise GpudoctorError(f"--json - prints the JSON report on stdout; --format {other} needs --out",
                              exitcodes.USAGE)
     to_files = bool(args.out) or not (to_stdout or (len(formats) == 1 and not args.json_path))
-    file_formats = [f for f in formats if f != "terminal"] or ["html", "json"]
+    file_formats = file_formats_of(formats) or list(DEFAULT_FILE_FORMATS)
     html = "html" in file_formats if to_files else formats == ["html"]
     # a long trace: a helper process replays it and renders the HTML (imported while the trace is decoded)
     helper = Helper.start(("html",) if html else (), args.fail_on, trace=path) if _long_trace(path) \
         else Helper((), args.fail_on)
-    from gpudoctor.commands.report import judge, split_ids
+    from gpudoctor.commands.argtypes import split_ids
+    from gpudoctor.judging import JudgeOptions, WritePlan, judge, write
     from gpudoctor.model import severity_rank
-    from gpudoctor.output import plan_outputs, write_outputs
-    from gpudoctor.reports import render, terminal
+    from gpudoctor.output import plan_outputs
+    from gpudoctor.reports import render, show, terminal
 
     with helper:
         session = session_from_trace(path, steps=args.steps, helper=helper,
                                      meanwhile=lambda: _prepare(file_formats, done=helper.formats))
-        report = judge(session, split_ids(args.ignore))
+        report = judge(session, JudgeOptions(ignore=tuple(split_ids(args.ignore)))).report
         if to_stdout:
             text = render(report, "json")
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
         if not to_files:
             if not to_stdout:  # one format asked for, no --out: it is the output (pipe it, redirect it)
-                if formats[0] == "terminal":
-                    terminal.show_summary(report, sys.stdout)
-                else:
-                    sys.stdout.write(helper.render(report, formats[0]))
+                show(report, formats[0], sys.stdout, text=helper.render)
             elif not args.quiet:
                 terminal.show_summary(report, sys.stderr)
         else:
             paths = plan_outputs(args.out, trace_stem(path), datetime.now(), file_formats, force=args.force,
                                  json_path=None if to_stdout else args.json_path, trace=False)
-            written = write_outputs(paths, report, session.to_dict(), fail_on=args.fail_on, render=helper.render)
+            written = write(report, WritePlan(paths, session=session, fail_on=args.fail_on, render=helper.render))
             report = written.report
             if not args.quiet:  # the human summary: stderr, so stdout stays clean for scripts
                 terminal.show_summary(report, sys.stderr, written={k: str(p) for k, p in written.files.items()})

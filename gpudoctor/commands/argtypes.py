@@ -50,3 +50,8 @@ def float_between(low: float, high: float, unit: str = "") -> Callable[[str], fl
         return value
 
     return parse
+
+
+def split_ids(values: list[str]) -> list[str]:
+    """--ignore values, repeated or comma-separated, one name each ("GD101, gd102" -> both)."""
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]

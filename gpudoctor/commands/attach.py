@@ -15,11 +15,11 @@ import argparse
 import datetime
 import logging
 import signal
-import sys
 from typing import Any
 
 from gpudoctor import exitcodes
-from gpudoctor.commands.argtypes import positive_float
+from gpudoctor.commands.argtypes import positive_float, split_ids
+from gpudoctor.reports.formats import choices, with_defaults
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         dest="formats",
         action="append",
         default=[],
-        choices=["html", "json", "markdown", "junit"],
+        choices=choices(files_only=True),
         help="extra report formats beside the HTML/JSON",
     )
     p.add_argument("--ignore", action="append", default=[], metavar="ID", help="silence a check (ID or slug)")
@@ -64,16 +64,15 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
         runnable_without_agent,
     )
     from gpudoctor.engine import exit_status, gate_line
-    from gpudoctor.judging import judge
+    from gpudoctor.exitcodes import GpudoctorError
+    from gpudoctor.judging import JudgeOptions, WritePlan, judge, write
     from gpudoctor.output import plan_outputs, safe_stem
-    from gpudoctor.pipeline import _save, split_ids
-    from gpudoctor.reports import terminal
+    from gpudoctor.pipeline import show_summary
     from gpudoctor.status import say
 
     process = open_target(args.pid)
-    formats = ["html", "json", *[f for f in args.formats if f not in ("html", "json")]]
-    plan = plan_outputs(args.out, safe_stem(f"attach-{_name(process)}"), datetime.datetime.now(), formats,
-                        force=args.force, json_path=args.json_path, trace=False)
+    plan = plan_outputs(args.out, safe_stem(f"attach-{_name(process)}"), datetime.datetime.now(),
+                        with_defaults(args.formats), force=args.force, json_path=args.json_path, trace=False)
     attacher = Attacher(process, AttachOptions(duration_s=args.duration, interval_s=args.interval,
                                                          data_paths=tuple(args.data), nvml=nvml))
     previous = signal.signal(signal.SIGINT, lambda signum, frame: attacher.interrupt())
@@ -83,20 +82,18 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
         session = attacher.run()
     finally:
         signal.signal(signal.SIGINT, previous)
-    report, result = judge(session, split_ids(args.ignore), runnable=runnable_without_agent,
-                           not_runnable_reason=NO_AGENT)
+    report, result = judge(session, JudgeOptions(ignore=tuple(split_ids(args.ignore)), runnable=runnable_without_agent,
+                                                 not_runnable_reason=NO_AGENT))
     if report["summary"].get("measured") is False:
         report["summary"]["verdict"] = attach_verdict(session)
-    written, failure = _save(plan, report, session.to_dict(), None, args.fail_on)
+    try:
+        written = write(report, WritePlan(plan, session=session, fail_on=args.fail_on, elsewhere=True))
+    except GpudoctorError as exc:
+        if exc.code == exitcodes.CANNOT_WRITE and not args.quiet:
+            show_summary(report, {})  # nowhere took the files: the diagnosis is still shown, then the error
+        raise
     if not args.quiet:
-        try:
-            terminal.show_summary(written.report if written else report, sys.stderr,
-                                  written={k: str(v) for k, v in written.files.items()} if written else {})
-        except (OSError, ValueError):
-            pass
-    if written is None:
-        assert failure is not None
-        raise failure
+        show_summary(written.report, {k: str(v) for k, v in written.files.items()})
     measured = report["summary"].get("measured", True)
     code = exit_status(0, result.findings, args.fail_on, measured=measured)
     if code == exitcodes.FAIL_ON:

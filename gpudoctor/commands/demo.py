@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpudoctor.commands.diagnose import add_output_options
+from gpudoctor.commands.diagnose import add_output_options, report_options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,14 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor.pipeline import diagnose_and_report
+    from gpudoctor.pipeline import DiagnoseRequest, diagnose_and_report
+    from gpudoctor.supervisor import RunOptions
 
     command = [sys.executable, "-m", "gpudoctor.demo.workload", "--workers", str(args.workers),
                "--steps", str(args.steps)]
-    for name, value in (("duration", None), ("steps", None), ("grace", 10.0), ("interval", 0.5),
-                        ("no_profile", False), ("profile_steps", 10), ("warmup_steps", 5), ("data", []),
-                        ("stepless_after", 3.0), ("stepless_window", 2.0),
-                        ("profile_windows", 4), ("profile_later", 60.0), ("no_loader_profile", False)):
-        setattr(args, name, value)
     print(f"gpudoctor demo: {' '.join(command[1:])}", file=sys.stderr)
-    return diagnose_and_report(args, command, "demo" if args.workers == 0 else f"demo-workers{args.workers}")
+    # the demo bounds itself (--steps goes to the workload): diagnose's measuring defaults, no bound of ours
+    request = DiagnoseRequest(run=RunOptions(command=command), report=report_options(args),
+                              stem="demo" if args.workers == 0 else f"demo-workers{args.workers}")
+    return diagnose_and_report(request)

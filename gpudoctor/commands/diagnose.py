@@ -16,8 +16,8 @@ import os
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpudoctor import exitcodes
 from gpudoctor.commands.argtypes import (
@@ -25,9 +25,15 @@ from gpudoctor.commands.argtypes import (
     non_negative_int,
     positive_float,
     positive_int,
+    split_ids,
 )
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.fsutil import unreadable_reason
+from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS, choices
+
+if TYPE_CHECKING:
+    from gpudoctor.pipeline import Misplaced, ReportOptions
+    from gpudoctor.supervisor import RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +110,9 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
                    help="report directory or file stem (default gpudoctor-reports/<script>-<time>)")
     g.add_argument("--json", dest="json_path", metavar="PATH", help="also write the JSON report here")
     g.add_argument("--format", dest="formats", action="append", default=[],
-                   choices=["html", "json", "markdown", "junit"],
-                   help="extra report formats to write beside the HTML/JSON (markdown, junit)")
+                   choices=choices(files_only=True),
+                   help="extra report formats to write beside the HTML/JSON "
+                        f"({', '.join(f for f in choices(files_only=True) if f not in DEFAULT_FILE_FORMATS)})")
     g.add_argument("--ignore", action="append", default=[], metavar="ID",
                    help="silence a check (GD301 or its slug); repeat or comma-separate")
     g.add_argument("--fail-on", choices=["warning", "critical"],
@@ -222,16 +229,10 @@ def own_options() -> dict[str, bool]:
     return {o: action.nargs != 0 for action in parser._actions for o in action.option_strings if o.startswith("--")}
 
 
-@dataclass(frozen=True)
-class Misplaced:
-    """gpudoctor's own options written after the script (`diagnose train.py --duration 10`)."""
-
-    options: list[str]  # as written, with their values
-    suggestion: str  # the command line with them before the script
-
-
 def misplaced_options(args: argparse.Namespace) -> Misplaced | None:
     """Not after `--`, where the command is spelled out on purpose."""
+    from gpudoctor.pipeline import Misplaced
+
     if args.module is not None:
         head, script_args = ["-m", *args.module[:1]], list(args.module[1:])
     elif args.target and args.target[0] != "--":
@@ -257,8 +258,45 @@ def misplaced_options(args: argparse.Namespace) -> Misplaced | None:
     return Misplaced(moved, shlex.join(["gpudoctor", "diagnose", *moved, *head, *kept]))
 
 
+def run_options(args: argparse.Namespace, command: list[str]) -> RunOptions:
+    """What add_run_options' flags ask for (diagnose, preflight)."""
+    from gpudoctor.supervisor import RunOptions
+
+    return RunOptions(
+        command=command,
+        duration_s=args.duration,
+        max_steps=args.steps,
+        grace_s=args.grace,
+        cpu_interval_s=args.interval,
+        gpu_interval_s=args.interval,
+        profile=not args.no_profile,
+        profile_warmup_steps=args.warmup_steps,
+        profile_steps=args.profile_steps,
+        profile_no_step_after_s=args.stepless_after,
+        profile_time_window_s=args.stepless_window,
+        profile_warmup_s=1.0 if args.warmup_steps else 0.0,
+        profile_max_windows=args.profile_windows,
+        profile_later_s=args.profile_later,
+        fetch_profile=not args.no_loader_profile,
+        data_paths=list(args.data),
+    )
+
+
+def report_options(args: argparse.Namespace) -> ReportOptions:
+    """What add_output_options' flags ask for (diagnose, demo)."""
+    from gpudoctor.pipeline import ReportOptions
+
+    return ReportOptions(out=args.out, json_path=args.json_path, formats=tuple(args.formats),
+                         ignore=tuple(split_ids(args.ignore)), fail_on=args.fail_on, force=args.force,
+                         quiet=args.quiet)
+
+
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor.pipeline import diagnose_and_report
+    from gpudoctor.pipeline import DiagnoseRequest, diagnose_and_report
+    from gpudoctor.trials.remedies import parse_try
 
     command, stem = resolve_command(args)
-    return diagnose_and_report(args, command, stem, misplaced=misplaced_options(args))
+    misplaced = misplaced_options(args)
+    request = DiagnoseRequest(run=run_options(args, command), stem=stem, report=report_options(args),
+                              trials=parse_try(args.try_all, args.try_only), try_in_place=args.try_in_place)
+    return diagnose_and_report(request, misplaced=misplaced)

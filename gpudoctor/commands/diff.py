@@ -18,9 +18,8 @@ from typing import Any
 
 from gpudoctor import exitcodes
 from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS, choices, file_formats
 from gpudoctor.session import Session
-
-FORMAT_CHOICES = ("terminal", "json", "html", "markdown")
 
 
 def register(subparsers: Any) -> None:
@@ -38,9 +37,9 @@ def register(subparsers: Any) -> None:
         "--format",
         dest="formats",
         action="append",
-        choices=FORMAT_CHOICES,
+        choices=choices(diff=True),
         metavar="FMT",
-        help="terminal|json|html|markdown (repeatable); without --out a single format goes to stdout",
+        help=f"{'|'.join(choices(diff=True))} (repeatable); without --out a single format goes to stdout",
     )
     p.add_argument(
         "--force", action="store_true", help="compare runs from different GPUs or workloads; overwrite existing files"
@@ -54,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from gpudoctor.commands.report import load_report, render_saved
     from gpudoctor.diff import comparability, diff
     from gpudoctor.output import plan_outputs, write_outputs
-    from gpudoctor.reports import diff_text, render_diff
+    from gpudoctor.reports import diff_text, render_diff, show_diff
     from gpudoctor.reports.console import printable, show
 
     before_path, after_path = Path(args.before), Path(args.after)
@@ -76,20 +75,17 @@ def run(args: argparse.Namespace) -> int:
                    forced=bool(reasons), before_steps=_steady_durations(before_session),
                    after_steps=_steady_durations(after_session))
     formats: list[str] = list(dict.fromkeys(args.formats or []))
-    file_formats = [f for f in formats if f != "terminal"] if formats else ["html", "json"]
+    to_files = file_formats(formats) if formats else list(DEFAULT_FILE_FORMATS)
     if saved:  # a saved report stands in for a session: prove the comparison renders first
-        for fmt in dict.fromkeys([*(formats or ["terminal"]), *file_formats, "terminal"]):
+        for fmt in dict.fromkeys([*(formats or ["terminal"]), *to_files, "terminal"]):
             guard(render_diff, result, fmt)
-    if not args.out or not file_formats:
+    if not args.out or not to_files:
         # no --out: the comparison is the output (terminal by default, like `git diff`)
         for fmt in formats or ["terminal"]:
-            if fmt == "terminal":
-                diff_text.show_diff(result, sys.stdout)
-            else:
-                sys.stdout.write(render_diff(result, fmt))
+            show_diff(result, fmt, sys.stdout)
         return exitcodes.OK
     stem = f"diff-{_stem(before_path)}-vs-{_stem(after_path)}"
-    paths = plan_outputs(args.out, stem, datetime.now(), file_formats, force=args.force, session=False, trace=False)
+    paths = plan_outputs(args.out, stem, datetime.now(), to_files, force=args.force, session=False, trace=False)
     written = write_outputs(paths, result.to_dict(), None, render=render_diff)
     files = printable({kind: str(path) for kind, path in written.files.items()})
 

@@ -16,9 +16,8 @@ from typing import Any
 
 from gpudoctor import exitcodes
 from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS, choices
 from gpudoctor.session import Session, SessionError
-
-FORMAT_CHOICES = ("html", "json", "markdown", "junit")
 
 
 def register(subparsers: Any) -> None:
@@ -26,8 +25,8 @@ def register(subparsers: Any) -> None:
                               description=(__doc__ or "").split("\n\n", 1)[0])
     p.add_argument("inputs", nargs="+", metavar="SESSION_JSON", help="one .session.json per node")
     p.add_argument("--out", metavar="PATH", help="a directory, or a file stem (default: ./gpudoctor-reports/)")
-    p.add_argument("--format", dest="formats", action="append", choices=FORMAT_CHOICES, metavar="FMT",
-                   help="html|json|markdown|junit (repeatable; default html and json)")
+    p.add_argument("--format", dest="formats", action="append", choices=choices(files_only=True), metavar="FMT",
+                   help=f"{'|'.join(choices(files_only=True))} (repeatable; default html and json)")
     p.add_argument("--ignore", action="append", default=[], metavar="ID", help="skip a check by ID or slug")
     p.add_argument("--fail-on", choices=("warning", "critical"),
                    help=f"exit {exitcodes.FAIL_ON} when a finding reaches this severity")
@@ -37,9 +36,11 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor.commands.report import exit_code, judge, split_ids
+    from gpudoctor.commands.argtypes import split_ids
+    from gpudoctor.commands.report import exit_code
+    from gpudoctor.judging import JudgeOptions, WritePlan, judge, write
     from gpudoctor.merge import MergeError, merge_sessions
-    from gpudoctor.output import plan_outputs, write_outputs
+    from gpudoctor.output import plan_outputs
     from gpudoctor.reports import terminal
 
     sessions = []
@@ -55,10 +56,10 @@ def run(args: argparse.Namespace) -> int:
         merged = merge_sessions(sessions)
     except MergeError as exc:
         raise GpudoctorError(f"merge refused: {exc}", exitcodes.DIFFERENT_RUNS) from None
-    report = judge(merged, split_ids(args.ignore))
-    formats = list(dict.fromkeys(args.formats or ["html", "json"]))
+    report = judge(merged, JudgeOptions(ignore=tuple(split_ids(args.ignore)))).report
+    formats = list(dict.fromkeys(args.formats or DEFAULT_FILE_FORMATS))
     paths = plan_outputs(args.out, "merged", datetime.now(), formats, force=args.force, trace=False)
-    written = write_outputs(paths, report, merged.to_dict(), fail_on=args.fail_on)
+    written = write(report, WritePlan(paths, session=merged, fail_on=args.fail_on))
     if not args.quiet:
         terminal.show_summary(written.report, sys.stderr, written={k: str(p) for k, p in written.files.items()})
     return exit_code(report, args.fail_on)

@@ -73,7 +73,7 @@ def _output(path: str | None, force: bool) -> Path | None:
 
 def _split(values: list[str]) -> tuple[list[str], list[str]]:
     """--ignore values: (preflight items, diagnose checks). Unknown names are a usage error."""
-    from gpudoctor.pipeline import split_ids
+    from gpudoctor.commands.argtypes import split_ids
     from gpudoctor.preflight.items import find
     from gpudoctor.registry import find_check
 
@@ -153,21 +153,22 @@ def _context(args: argparse.Namespace, policy: Any) -> Any:
 
 
 def _run_job(args: argparse.Namespace, resolved: tuple[list[str], str], ignore_checks: list[str], ctx: Any) -> Any:
-    from gpudoctor.pipeline import diagnose_and_report
+    from gpudoctor.commands.diagnose import run_options
+    from gpudoctor.pipeline import DiagnoseRequest, ReportOptions, diagnose_and_report
     from gpudoctor.preflight.job import JobRun
     from gpudoctor.preflight.link_watch import LinkWatcher
     from gpudoctor.supervisor import say
 
     command, stem = resolved
     say(f"gpudoctor preflight: running the job under diagnose for at most {args.steps} steps or {args.duration:g} s")
-    inner = argparse.Namespace(**vars(args))
-    inner.formats, inner.json_path, inner.fail_on, inner.quiet, inner.ignore = [], None, None, True, ignore_checks
+    # the job's own reports: HTML and JSON where --out says, no summary (the checklist is the output)
+    request = DiagnoseRequest(run=run_options(args, command), stem=stem,
+                              report=ReportOptions(out=args.out, ignore=tuple(ignore_checks), force=args.force,
+                                                   quiet=True))
     got: dict[str, Any] = {}
     watcher = LinkWatcher([g.index for g in ctx.visible]).start()
     try:
-        code = diagnose_and_report(
-            inner, command, stem, on_report=lambda report, files: got.update(report=report, files=files)
-        )
+        code = diagnose_and_report(request, on_report=lambda report, files: got.update(report=report, files=files))
     finally:
         ctx.links_under_load = watcher.stop()
     if "report" not in got:

@@ -18,17 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor import exitcodes
+from gpudoctor.commands.argtypes import split_ids
 from gpudoctor.diff import workload_identity
 from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.fsutil import unreadable_reason
 from gpudoctor.jsonmodel import DecodeError
 from gpudoctor.report_model import CheckRecord, Report, ReportFinding, as_report
+from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS, choices
+from gpudoctor.reports.formats import file_formats as file_formats_of
 from gpudoctor.session import Session, SessionError
 
 log = logging.getLogger(__name__)
-
-FORMAT_CHOICES = ("html", "json", "markdown", "junit", "terminal")
-
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -41,8 +41,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", metavar="PATH",
                    help="a directory, or a file stem / .html path (default: ./gpudoctor-reports/)")
     p.add_argument(
-        "--format", dest="formats", action="append", choices=FORMAT_CHOICES, metavar="FMT",
-        help="html|json|markdown|junit|terminal (repeatable); without --out a single format goes to stdout",
+        "--format", dest="formats", action="append", choices=choices(), metavar="FMT",
+        help=f"{'|'.join(choices())} (repeatable); without --out a single format goes to stdout",
     )
     p.add_argument("--ignore", action="append", default=[], metavar="ID",
                    help="skip a check by ID or slug (repeatable, or comma-separated)")
@@ -51,10 +51,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--force", action="store_true", help="overwrite existing report files")
     p.add_argument("--quiet", action="store_true", help="no summary on stderr (the files are still written)")
     p.set_defaults(func=run)
-
-
-def split_ids(values: list[str]) -> list[str]:
-    return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
 def _read_json(path: Path) -> Any:
@@ -112,28 +108,14 @@ def _load_session(path: Path) -> Session:
         raise GpudoctorError(str(exc), code) from None
 
 
-def judge(session: Session, ignore: list[str]) -> dict[str, Any]:
-    """Run every installed check on the Session and build the report dict."""
-    from gpudoctor.engine import run_checks
-    from gpudoctor.registry import load_checks
-    from gpudoctor.report import build_report
-
-    checks, errors = load_checks()
-    for err in errors:
-        print(f"gpudoctor: warning: check plugin {err.name} not loaded: {err.reason}", file=sys.stderr)
-    # --ignore takes IDs or slugs; hand the engine IDs (it upper-cases what it is given)
-    by_slug = {c.slug.lower(): c.id for c in checks}
-    result = run_checks(session, checks, ignore=[by_slug.get(i.lower(), i) for i in ignore], load_errors=errors)
-    docs = {c.id: c.doc.strip() for c in checks if c.doc and c.doc.strip()}
-    return build_report(session, result, slugs={c.id: c.slug for c in checks}, docs=docs)
-
-
 def load_report(path: Path, ignore: list[str] | None = None) -> tuple[dict[str, Any], Session | None]:
     """The report for `path`: re-judged from its Session when there is one, else as saved
     (with --ignore applied to the saved findings)."""
+    from gpudoctor.judging import JudgeOptions, judge
+
     session, saved = load_session_or_report(path)
     if session is not None:
-        return judge(session, ignore or []), session
+        return judge(session, JudgeOptions(ignore=tuple(ignore or ()))).report, session
     assert saved is not None
     report = check_saved_report(saved, path)
     print(f"gpudoctor: warning: {path}: its session file is not beside it; "
@@ -192,27 +174,24 @@ def default_stem(report: dict[str, Any], path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor.output import plan_outputs, write_outputs
-    from gpudoctor.reports import render, terminal
+    from gpudoctor.judging import WritePlan, write
+    from gpudoctor.output import plan_outputs
+    from gpudoctor.reports import render, show, terminal
 
     path = Path(args.input)
     formats: list[str] = list(dict.fromkeys(args.formats or []))
-    file_formats = [f for f in formats if f != "terminal"] if formats else ["html", "json"]
+    file_formats = file_formats_of(formats) if formats else list(DEFAULT_FILE_FORMATS)
     report, session = load_report(path, split_ids(args.ignore))
     if session is None:  # a saved report as it is: prove it renders before writing anything
         for fmt in dict.fromkeys([*(formats or file_formats), "terminal"]):
             render_saved(path, render, report, fmt, fail_on=args.fail_on)
     if (not args.out and len(formats) == 1) or not file_formats:
         # one format asked for, no --out: it is the output (pipe it, redirect it)
-        fmt = formats[0]
-        if fmt == "terminal":
-            terminal.show_summary(report, sys.stdout)
-        else:
-            sys.stdout.write(render(report, fmt, fail_on=args.fail_on))
+        show(report, formats[0], sys.stdout, fail_on=args.fail_on)
         return exit_code(report, args.fail_on)
     paths = plan_outputs(args.out, default_stem(report, path), datetime.now(), file_formats, force=args.force,
                          trace=False)
-    written = write_outputs(paths, report, session.to_dict() if session else None, fail_on=args.fail_on)
+    written = write(report, WritePlan(paths, session=session, fail_on=args.fail_on))
     # the summary is for the human: stderr, so stdout stays clean for scripts
     if not args.quiet:
         terminal.show_summary(written.report, sys.stderr, written={k: str(p) for k, p in written.files.items()})

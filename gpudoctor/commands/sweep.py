@@ -7,7 +7,8 @@ the memory edge (playbook steps 2 and 4).
 
 TARGET is FILE.py:FUNCTION where FUNCTION(batch_size=None) returns (model, make_batch),
 a dict, or gpudoctor.sweep.SweepTarget; or FILE.py:ModuleClass with --input-shape.
-Each batch size runs in a fresh process. Details: docs/sweep.md.
+Sizes far from the memory edge share one process; near it, and after any failure, each
+size runs in a fresh process. Details: docs/sweep.md.
 """
 
 from __future__ import annotations
@@ -108,6 +109,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--trial-timeout-s", type=positive_float, default=600.0, metavar="S",
                    help="end a size's process after this long (default 600)")
     g.add_argument("--no-gpu-sampling", action="store_true", help="do not read NVML (utilization, SM activity, power)")
+    g.add_argument("--fresh-process-per-size", action="store_true",
+                   help="run every size in a new process (default: one process for the sizes far from the memory "
+                        "edge, a new one for each size near it)")
     g = p.add_argument_group("reports")
     g.add_argument("--out", metavar="PATH",
                    help="report directory or file stem (default gpudoctor-reports/sweep-<target>-<mode>-<time>)")
@@ -200,23 +204,30 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> SweepReport:
     from gpudoctor.sweep.report import build_sweep_report
+    from gpudoctor.sweep.reuse import ReusePolicy
     from gpudoctor.sweep.runner import SubprocessRunner
     from gpudoctor.sweep.search import TargetRejected, run_search
 
     started = time.perf_counter()
     say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
+    fresh = getattr(args, "fresh_process_per_size", False)
+    processes = "one process per size" if fresh else "one process per size near the memory edge, one shared far from it"
     with tempfile.TemporaryDirectory(prefix="gpudoctor-sweep-") as workdir, _sigterm_as_interrupt():
-        say(f"gpudoctor sweep: {args.target} --mode {args.mode} ({plan.mode}; one process per size)")
-        runner = SubprocessRunner(base, Path(workdir), args.trial_timeout_s)
-        probes = Path(workdir) / "probes"  # its own trial files: each runner numbers its trials from 1
-        probes.mkdir()
-        prober = SubprocessRunner(probe_spec(base), probes, args.trial_timeout_s)
+        say(f"gpudoctor sweep: {args.target} --mode {args.mode} ({plan.mode}; {processes})")
+        runner = SubprocessRunner(
+            base, Path(workdir), args.trial_timeout_s, probe_base=probe_spec(base),
+            reuse=None if fresh else ReusePolicy.for_headroom(args.headroom),
+        )
         try:
-            outcome = run_search(plan, runner, progress=lambda r: say(progress_line(r)), probe_runner=prober)
+            with runner:  # one trial process at a time: the probes run through it too
+                outcome = run_search(plan, runner, progress=lambda r: say(progress_line(r)), probe_runner=runner.probe)
         except TargetRejected as exc:
             code = CATEGORY_CODES.get(exc.result.error_code or "", exitcodes.BAD_DATA)
             raise GpudoctorError(str(exc), code) from None
-    say(f"gpudoctor sweep: {outcome.stop_reason}")
+    reused = sum(1 for t in outcome.trials if t.process_reused)
+    ran = sum(1 for t in outcome.trials if t.process_reused is not None)
+    shared = f" ({reused} of {ran} sizes in a reused process)" if reused else ""
+    say(f"gpudoctor sweep: {outcome.stop_reason}{shared}")
     return build_sweep_report(
         target=args.target, spec=base, plan=plan, outcome=outcome, headroom=args.headroom,
         command=command_line(args),
@@ -246,7 +257,8 @@ _OPTIONS = (
     ("--min-time-s", "min_time_s", None), ("--max-time-s", "max_time_s", 10.0), ("--min-iters", "min_iters", 20),
     ("--warmup-s", "warmup_s", 0.2),
 )
-_FLAGS = (("--compile", "compile"), ("--no-bisect", "no_bisect"), ("--no-gpu-sampling", "no_gpu_sampling"))
+_FLAGS = (("--compile", "compile"), ("--no-bisect", "no_bisect"), ("--no-gpu-sampling", "no_gpu_sampling"),
+          ("--fresh-process-per-size", "fresh_process_per_size"))
 
 
 def command_line(args: argparse.Namespace) -> list[str]:

@@ -11,11 +11,18 @@ from __future__ import annotations
 
 import html
 import importlib
+import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS
 from gpudoctor.session import Session
+
+if TYPE_CHECKING:
+    from gpudoctor.output import OutputPaths
+
+log = logging.getLogger(__name__)
 
 IFRAME_HEIGHT_PX = 720
 
@@ -77,7 +84,7 @@ class Report(Mapping[str, Any]):
 
     # -- renderings ----------------------------------------------------------------
     def render(self, fmt: str) -> str:
-        """The report in one format: html | json | markdown | junit | terminal."""
+        """The report in one format: html | json | markdown | junit | terminal (reports/formats.py)."""
         reports = importlib.import_module("gpudoctor.reports")
         return str(reports.render(self.data, fmt))
 
@@ -91,17 +98,18 @@ class Report(Mapping[str, Any]):
         """The terminal summary as plain text."""
         return self.render("terminal")
 
-    def save(self, out: str | None = None, *, formats: tuple[str, ...] = ("html", "json"),
+    def save(self, out: str | None = None, *, formats: tuple[str, ...] = DEFAULT_FILE_FORMATS,
              name: str = "watch", force: bool = False) -> dict[str, Path]:
         """Write the report set (HTML, JSON, the Session, the trace) like diagnose does;
         kind -> path. `out`: a directory or a file stem (default ./gpudoctor-reports/)."""
-        from gpudoctor.judging import write_report_set
+        from gpudoctor.judging import WritePlan, write
 
         if self.session is None:
             raise ValueError("this report has no Session to save beside it")
-        written, files = write_report_set(self.data, self.session, out, name, formats=formats,
-                                          trace_bytes=self.trace_bytes, force=force)
-        self.data = written
+        written = write(self.data, WritePlan(_plan(out, name, formats, force), session=self.session,
+                                             trace=self.trace_bytes, elsewhere=True))
+        files = dict(written.files)
+        self.data = written.report
         self.files.update(files)
         return files
 
@@ -124,3 +132,28 @@ class Report(Mapping[str, Any]):
             return self.text()
         except Exception:  # noqa: BLE001 (str() must not raise)
             return repr(self)
+
+
+def _plan(out: str | None, name: str, formats: tuple[str, ...], force: bool) -> OutputPaths:
+    """Where save() writes: `out` is a directory or a file stem (None: ./gpudoctor-reports/<name>-<time>);
+    one that cannot be written falls back to ./gpudoctor-reports (logged). A name that is taken moves
+    the set to `-N` rather than failing, unless `force` overwrites it."""
+    import dataclasses
+    import datetime
+
+    from gpudoctor import exitcodes
+    from gpudoctor.exitcodes import GpudoctorError
+    from gpudoctor.output import DEFAULT_DIR, plan_outputs
+    from gpudoctor.reports.formats import with_defaults
+
+    fmts = with_defaults(formats)
+    # force=True only skips plan_outputs' "already exists" refusal: the write itself never
+    # overwrites unless asked, and moves to a free -N name instead
+    try:
+        plan = plan_outputs(out, name, datetime.datetime.now(), fmts, force=True)
+    except GpudoctorError as exc:
+        if exc.code != exitcodes.CANNOT_WRITE or out is None:
+            raise
+        log.warning("gpudoctor: %s; writing the report to %s instead", exc, DEFAULT_DIR)
+        plan = plan_outputs(None, name, datetime.datetime.now(), fmts, force=True)
+    return dataclasses.replace(plan, force=force)

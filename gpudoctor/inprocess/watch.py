@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from gpudoctor.inprocess.result import Report
+from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ _EXIT_CODES = {"exited": 0, "crashed": 1, "interrupted": 130}
 
 
 class Watch:
-    def __init__(self, name: str = "watch", *, out: str | None = None, formats: Iterable[str] = ("html", "json"),
+    def __init__(self, name: str = "watch", *, out: str | None = None, formats: Iterable[str] = DEFAULT_FILE_FORMATS,
                  steps: int | None = None, duration: float | None = None, profile: bool = True,
                  warmup_steps: int = 5, profile_steps: int = 10, stepless_after: float = 10.0,
                  stepless_window: float = 3.0, interval: float = 0.5, data: Iterable[str] = (),
@@ -179,7 +180,7 @@ class Watch:
 
     def _conclude(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                   tb: TracebackType | None) -> Report:
-        from gpudoctor.judging import gzip_trace, judge
+        from gpudoctor.judging import JudgeOptions, gzip_trace, judge
 
         agent, recorder = self._agent, self._recorder
         how = agent.record_exit(exc_type, exc, tb)
@@ -193,7 +194,7 @@ class Watch:
         too_few = _too_few_steps(session)
         if too_few:
             session.notes.append(too_few)
-        data, _ = judge(session, self.ignore)
+        data, _ = judge(session, JudgeOptions(ignore=self.ignore))
         report = Report(data, session=session, trace_bytes=gzip_trace(recorder.trace_path()))
         final = f"gpudoctor: watched {duration:.0f} s, {session.steps.count} steps. {report.verdict}"
         if too_few:

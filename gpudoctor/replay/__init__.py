@@ -15,6 +15,6 @@ cause's predicted gain. The method follows Daydream (Zhu et al., USENIX ATC
 2020); the model and code are gpudoctor's own.
 """
 
-from gpudoctor.replay.scenarios import SCENARIOS, replay_or_error, replay_trace
+from gpudoctor.replay.scenarios import SCENARIOS, Scenario, register, replay_or_error, replay_trace
 
-__all__ = ["SCENARIOS", "replay_or_error", "replay_trace"]
+__all__ = ["SCENARIOS", "Scenario", "register", "replay_or_error", "replay_trace"]

@@ -11,17 +11,23 @@ the same events, the same result.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gpudoctor.collectors.trace_decode import TraceIndex
 from gpudoctor.replay.scenarios import replay_or_error
 from gpudoctor.replay.window import latest_stretch
 from gpudoctor.session import ReplaySummary
 
-if TYPE_CHECKING:
-    from gpudoctor.helper import Helper
-
 PARALLEL_MIN_EVENTS = 150_000  # smaller traces replay in half a second or less: not worth the transfer
+
+
+class Helper(Protocol):
+    """What the replay asks of a helper process (gpudoctor.helper.Helper, one layer up)."""
+
+    @property
+    def active(self) -> bool: ...
+
+    def replay(self, part: TraceIndex, steps: int) -> Callable[[], ReplaySummary | None]: ...
 
 
 def start(index: TraceIndex, steps: int, helper: Helper | None = None) -> Callable[[], ReplaySummary | None]:

@@ -27,7 +27,7 @@ GLUE_MAX_US = 100.0  # without Python stacks: shorter Python between launches is
 # how an item takes part in a chain of launches: never, always, or when its own cost is short
 NEVER, ALWAYS, IF_SHORT = 0, 1, 2
 # how an item takes part in a run of small copies
-SMALL, BETWEEN, NEUTRAL, ENDS = 0, 1, 2, 3
+SMALL, BETWEEN, NEUTRAL, ENDS, KERNEL = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Facts:
     op_ids: np.ndarray  # the operation of each pair
     pageable: list[tuple[int, list[int], bool]]  # items with big pageable copies: (item, copies, a launch?)
     kernel_launches: list[int]  # launch calls of kernels only
-    copy_runs: list[tuple[int, int, int]]  # (item, thread, SMALL | BETWEEN | ENDS), NEUTRAL left out
+    copy_runs: list[tuple[int, int, int]]  # (item, thread, SMALL | BETWEEN | KERNEL | ENDS), NEUTRAL left out
     pinned_rate: float | None
     pinned_source: str
     fp32: list[int]  # fp32 GEMM kernels
@@ -76,9 +76,10 @@ class Facts:
                          np.where(~cpu, NEVER, np.select(
                              [tags == 1, tags == 2, tags == 3], [ALWAYS, ALWAYS if timeline.stacks else IF_SHORT,
                                                                   IF_SHORT], NEVER)))
-        role = np.where(np.isin(kinds, (LAUNCH, BLOCKING_COPY)) & every(per_op.small_to_device), SMALL,
-                        np.where((cpu & (tags == 1)) | ((kinds == SYNC) & ~agent), BETWEEN,
-                                 np.where(cpu & (tags == 2), NEUTRAL, ENDS)))
+        kernel_launch = (kinds == LAUNCH) & every(per_op.kernel)
+        role = np.select([np.isin(kinds, (LAUNCH, BLOCKING_COPY)) & every(per_op.small_to_device),
+                          (cpu & (tags == 1)) | ((kinds == SYNC) & ~agent), kernel_launch,
+                          cpu & ((tags == 2) | (tags == 3))], [SMALL, BETWEEN, KERNEL, NEUTRAL], ENDS)
         runs = np.flatnonzero(role != NEUTRAL)
         big = per_op.big_pageable[op_ids]
         pageable: dict[int, list[int]] = {}
@@ -94,7 +95,7 @@ class Facts:
             threads=[np.flatnonzero(thread == t) for t in dict.fromkeys(thread.tolist())],
             kinds=kinds, op_items=op_items, op_ids=op_ids,
             pageable=[(i, found, bool(kinds[i] == LAUNCH)) for i, found in pageable.items()],
-            kernel_launches=np.flatnonzero((kinds == LAUNCH) & every(per_op.kernel)).tolist(),
+            kernel_launches=np.flatnonzero(kernel_launch).tolist(),
             copy_runs=list(zip(runs.tolist(), thread[runs].tolist(), role[runs].tolist())),
             pinned_rate=rate, pinned_source=source,
             fp32=[j for j, op in enumerate(ops) if op.gemm == "fp32"],
@@ -171,7 +172,8 @@ def _pinned_rate(timeline: Timeline) -> tuple[float | None, str]:
             nbytes, us = nbytes + op.nbytes, us + op.dur
     if us > 0 and nbytes > 0:
         return nbytes / us, f"at the pinned rate measured in this trace, {nbytes / us / 1e3:.1f} GB/s"
-    return None, f"{rates.PAGEABLE_TO_PINNED:.1f}x faster: {rates.PAGEABLE_TO_PINNED_SOURCE}"
+    return None, (f"at {rates.PINNED_BYTES_PER_US / 1e3:.1f} GB/s, the pinned rate {rates.PINNED_SOURCE}; "
+                  "the copy calls' host cost replaced by a launch's, as measured in this trace")
 
 
 def _launch_cost(timeline: Timeline, plan: Plan) -> float:
@@ -294,13 +296,15 @@ def _collapse(timeline: Timeline, plan: Plan, *, optimizer: bool) -> tuple[int, 
 
 def pinned(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     known = facts(timeline)
-    rate = known.pinned_rate
+    rate = known.pinned_rate or rates.PINNED_BYTES_PER_US
     changed = 0
     cost = _launch_cost(timeline, plan)
     for i, big, is_launch in known.pageable:
         for j in big:
             op = timeline.ops[j]
-            plan.dur[j] = op.nbytes / rate if rate else op.dur / rates.PAGEABLE_TO_PINNED
+            # the bytes at the pinned rate, never slower than the pageable copy measured: the pageable
+            # rate varies with the host (staging through its memory), the pinned one is the link's
+            plan.dur[j] = min(op.dur, op.nbytes / rate)
         plan.blocks[i] = False
         plan.cost[i] = min(plan.cost[i], cost) if is_launch else cost
         changed += 1
@@ -308,16 +312,26 @@ def pinned(timeline: Timeline, plan: Plan) -> tuple[int, str]:
 
 
 def small_copies(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    """A burst of tiny host-to-device copies is launch and API cost: stacked on the host, one copy.
+
+    A run lasts from a thread's first small copy while only Python (the framework's or the
+    user's own loop over the tensors), operator dispatch, syncs and at most one kernel (the
+    one consuming the tensor just copied) come between two copies. The copies after the first
+    ride with it (their bytes at the pinned rate); the dispatch and syncs between two copies go
+    with them (the per-tensor ``.to()``); the kernels stay, and the syncs before them no longer
+    block (the stacked copy was made before them)."""
     known = facts(timeline)
-    rate = known.pinned_rate or 55.3e3  # bytes/us; see rates.PAGEABLE_TO_PINNED_SOURCE
+    rate = known.pinned_rate or rates.PINNED_BYTES_PER_US
     cost = _launch_cost(timeline, plan)
-    queued, ops = timeline.host.ops, timeline.ops
+    queued, ops, kinds = timeline.host.ops, timeline.ops, known.kinds
     changed = runs = 0
     head: dict[int, int] = {}  # thread -> the first small copy of its current run
     folded: dict[int, int] = {}  # thread -> copies folded into that one so far
-    between: dict[int, list[int]] = {}  # dispatch items since the last small copy
+    between: dict[int, list[int]] = {}  # dispatch items and syncs since the last small copy
+    consumed: dict[int, bool] = {}  # a kernel came since the last small copy
     for i, thread, role in known.copy_runs:  # Python between copies (NEUTRAL) changes nothing
         if role == SMALL:
+            consumed[thread] = False
             if thread not in head:
                 head[thread], folded[thread], between[thread] = i, 0, []
                 continue
@@ -335,11 +349,21 @@ def small_copies(timeline: Timeline, plan: Plan) -> tuple[int, str]:
                 runs += 1
                 plan.blocks[first] = False
                 plan.cost[first] = min(plan.cost[first], cost)
-        elif thread in head:
-            if role == BETWEEN:
-                between[thread].append(i)
-            else:
-                del head[thread]
+        elif thread not in head:
+            continue
+        elif role == BETWEEN:
+            between[thread].append(i)
+        elif role == KERNEL and not consumed.get(thread):
+            # one kernel between two copies consumes the tensor just copied: it stays, with its
+            # dispatch, and the copy's sync before it no longer blocks. A second one is the step's
+            # own work: the run ends there (the next step's tensors do not exist yet)
+            consumed[thread] = True
+            for k in between[thread]:
+                if kinds[k] == SYNC:
+                    plan.cost[k], plan.blocks[k] = 0.0, False
+            between[thread] = []
+        else:
+            del head[thread]
     return changed, f"{changed:,} small host-to-device copies folded into {runs:,} stacked copies"
 
 

@@ -12,9 +12,11 @@
 - ``optimizer``: the same for the launches inside each ``optimizer.step()``: what
   a fused or foreach optimizer buys over per-parameter kernels.
 - ``pinned``: host-to-device copies of 64 KiB or more from pageable memory made
-  pinned and asynchronous (at the pinned rate measured in the trace, else the
-  rate in `rates`).
-- ``small_copies``: runs of host-to-device copies under 64 KiB stacked on the host
+  pinned and asynchronous: their bytes at the pinned rate measured in the trace, else
+  the link's pinned rate in `rates` (never a ratio to the pageable copy, whose rate
+  depends on the host), their calls costing the host what a launch costs in this trace.
+- ``small_copies``: runs of host-to-device copies under 64 KiB (the user's loop over
+  the tensors and the kernels consuming them may come between) stacked on the host
   and copied once.
 - ``tf32``: fp32 GEMM kernels at the TF32 rate (`rates.tf32_speedup`).
 
@@ -29,7 +31,8 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.collectors.window_picture import BINS, span_list
@@ -44,24 +47,30 @@ MIN_HOST_SCALE = 0.2  # tracing with stacks slowed the host at most 5x in the H2
 MIN_GAIN_FOR_PAIRS = 1.02  # scenarios that change less are not combined with others
 MAX_ITEMS = 2_000_000  # beyond this the replay is skipped (reported), the statistics still come
 
-SCENARIOS: dict[str, str] = {
-    "data": "if batches arrived instantly",
-    "sync": "if the host never waited for the GPU",
-    "launch": "if the model's launch chains were captured graphs",
-    "optimizer": "if each optimizer step were a few fused kernels",
-    "pinned": "if pageable copies were pinned and asynchronous",
-    "small_copies": "if small copies were stacked into one",
-    "tf32": "if fp32 matmuls ran on TF32 tensor cores",
-}
+Edit = Callable[[Timeline, Plan], tuple[int, str]]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One what-if: its name (what a check's prediction and `Fix.scenarios` name), the label the
+    report gives it, and the edit that removes the cause from a copy of the measured plan,
+    returning how many items it changed (0: the scenario does not apply) and a detail line."""
+
+    name: str
+    label: str  # "if batches arrived instantly"
+    edit: Edit
 
 
 def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None = None,
-                 unprofiled_wait_us: float | None = None) -> ReplaySummary | None:
+                 unprofiled_wait_us: float | None = None,
+                 scenarios: Iterable[Scenario] | None = None) -> ReplaySummary | None:
     """Replay one trace's events: the measured window and each applicable what-if.
 
     `unprofiled_step_us` and `unprofiled_wait_us` (mean step time and data wait per step
-    outside the window) calibrate the replay when the run measured them.
+    outside the window) calibrate the replay when the run measured them. `scenarios`: the
+    what-ifs to replay; None: the registered ones (SCENARIOS), in their order.
     """
+    known = {s.name: s for s in (SCENARIOS.values() if scenarios is None else scenarios)}
     from gpudoctor.collectors.trace_decode import index_events
     from gpudoctor.replay.window import latest_stretch, picture_range
 
@@ -94,15 +103,15 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
     summary.baseline_picture, summary.baseline_picture_bins, summary.baseline_picture_span_us = \
         _picture(timeline, base, drawn)
     plans: dict[str, Plan] = {}
-    for name, edit in EDITS.items():
+    for name, scenario in known.items():
         plan = measured.copy()
-        changed, detail = edit(timeline, plan)
+        changed, detail = scenario.edit(timeline, plan)
         if not changed:
             continue
         result = run(timeline, plan, record=True, starts_of=drawn or ())
         plans[name] = plan
         drawn_spans, drawn_bins, drawn_span = _picture(timeline, result, drawn)
-        summary.scenarios.append(ReplayScenario(name=name, label=SCENARIOS[name], span_us=round(result.span_us, 3),
+        summary.scenarios.append(ReplayScenario(name=name, label=scenario.label, span_us=round(result.span_us, 3),
                                                 gpu_busy_us=round(result.gpu_busy_us, 3),
                                                 kernel_busy_us=round(result.kernel_busy_us, 3), changed=changed,
                                                 detail=detail, picture=drawn_spans, picture_bins=drawn_bins,
@@ -111,7 +120,7 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
     for i, first in enumerate(useful):
         for second in useful[i + 1:]:
             plan = plans[first].copy()  # the first edit made on the measured plan: as its scenario's
-            EDITS[second](timeline, plan)
+            known[second].edit(timeline, plan)
             summary.combined[f"{first}+{second}"] = round(run(timeline, plan).span_us, 3)
     summary.seconds = round(time.perf_counter() - began, 3)
     return summary
@@ -209,15 +218,33 @@ def _calibrate(timeline: Timeline, steps: int, step_us: float | None,
                                f"tracing slowed the host{waits}")
 
 
-EDITS: dict[str, Callable[[Timeline, Plan], tuple[int, str]]] = {
-    "data": edits.data,
-    "sync": edits.sync,
-    "launch": edits.launch,
-    "optimizer": edits.optimizer,
-    "pinned": edits.pinned,
-    "small_copies": edits.small_copies,
-    "tf32": edits.tf32,
-}
+# the built-in what-ifs, in the order they are replayed and reported
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("data", "if batches arrived instantly", edits.data),
+    Scenario("sync", "if the host never waited for the GPU", edits.sync),
+    Scenario("launch", "if the model's launch chains were captured graphs", edits.launch),
+    Scenario("optimizer", "if each optimizer step were a few fused kernels", edits.optimizer),
+    Scenario("pinned", "if pageable copies were pinned and asynchronous", edits.pinned),
+    Scenario("small_copies", "if small copies were stacked into one", edits.small_copies),
+    Scenario("tf32", "if fp32 matmuls ran on TF32 tensor cores", edits.tf32),
+)}
+
+
+def register(scenario: Scenario) -> Scenario:
+    """Add a what-if to every replay after the built-ins (a check's prediction then names it:
+    ``predict(session, scenario.name, ...)``). The same scenario again is harmless; another
+    under a taken name is an error."""
+    known = SCENARIOS.get(scenario.name)
+    if known is not None and known != scenario:
+        raise ValueError(f"replay scenario {scenario.name!r} is already registered")
+    SCENARIOS[scenario.name] = scenario
+    return scenario
+
+
+def label(name: str) -> str:
+    """A scenario's label ("if batches arrived instantly"); the name itself when none is registered."""
+    known = SCENARIOS.get(name)
+    return known.label if known is not None else name
 
 
 def gain(summary: ReplaySummary, name: str) -> float | None:

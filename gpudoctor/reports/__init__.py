@@ -3,43 +3,23 @@ returns text; the report's JSON dict is accepted too, and decoded first.
 
 They never see the engine or the Session object, only the report. Formatters are
 chosen by name (`--format html|json|markdown|junit|terminal`), the way bandit picks
-its formatters; each lives in its own module and is imported only when used, so
-`--format json` never pays for matplotlib.
+its formatters; the names, suffixes and renderers are registered once, in
+reports/formats.py. Each renderer lives in its own module and is imported only when
+used, so `--format json` never pays for matplotlib.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
+
+from gpudoctor.reports.formats import FORMATS, PLAIN, Renderer, RenderOptions, diff_renderer, renderer
 
 if TYPE_CHECKING:
     from gpudoctor.diff_model import Diff
     from gpudoctor.report_model import Report
 
-# name -> (module, file suffix)
-FORMATS: dict[str, tuple[str, str]] = {
-    "html": ("html", ".html"),
-    "json": ("json_report", ".json"),
-    "markdown": ("markdown", ".md"),
-    "junit": ("junit", ".junit.xml"),
-    "terminal": ("terminal", ".txt"),
-}
-FILE_FORMATS = ("html", "json", "markdown", "junit")
-
-
-def suffix(fmt: str) -> str:
-    return FORMATS[fmt][1]
-
-
-def renderer(fmt: str) -> Callable[..., str]:
-    """The text renderer for a format name (ValueError for an unknown one)."""
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown report format {fmt!r} (choose from {', '.join(FORMATS)})")
-    module = importlib.import_module(f"{__name__}.{FORMATS[fmt][0]}")
-    if fmt == "terminal":
-        return module.to_text  # type: ignore[no-any-return]
-    return module.render  # type: ignore[no-any-return]
+__all__ = ["FORMATS", "PLAIN", "RenderOptions", "Renderer", "render", "render_diff", "renderer", "show", "show_diff"]
 
 
 def render(report: Report | Mapping[str, Any], fmt: str, *, fail_on: str | None = None) -> str:
@@ -50,30 +30,40 @@ def render(report: Report | Mapping[str, Any], fmt: str, *, fail_on: str | None 
     from gpudoctor.report_model import as_report
 
     fn = renderer(fmt)
-    report = as_report(report)
-    if fmt == "junit":
-        return fn(report, fail_on=fail_on)
-    return fn(report)
-
-
-DIFF_FORMATS = ("terminal", "json", "html", "markdown")
+    return fn(as_report(report), RenderOptions(fail_on=fail_on) if fail_on is not None else PLAIN)
 
 
 def render_diff(diff: Diff | Mapping[str, Any], fmt: str) -> str:
     """Render a before/after comparison (schema gpudoctor.diff/1) in one format."""
     from gpudoctor.diff_model import as_diff
 
-    diff = as_diff(diff)
-    if fmt == "html":
-        from .diff_html import render as html
+    return diff_renderer(fmt)(as_diff(diff))
 
-        return html(diff)
-    from . import diff_text
 
-    if fmt == "json":
-        return diff_text.render_json(diff)
-    if fmt == "markdown":
-        return diff_text.render_markdown(diff)
-    if fmt == "terminal":
-        return diff_text.to_text(diff)
-    raise ValueError(f"unknown diff format {fmt!r} (choose from {', '.join(DIFF_FORMATS)})")
+def show(report: Report | Mapping[str, Any], fmt: str, stream: TextIO, *, fail_on: str | None = None,
+         text: Callable[[Mapping[str, Any], str], str] | None = None) -> None:
+    """A report as a command's output in one format: shown (terminal: styled at a terminal), or its
+    text (`text`: another way to render it, e.g. analyze's helper process, which knows fail_on)."""
+    from gpudoctor.reports.formats import shower
+
+    show_fn = shower(fmt)
+    if show_fn is not None:
+        from gpudoctor.report_model import as_report
+
+        show_fn(as_report(report), stream)
+    elif text is not None:
+        stream.write(text(report if isinstance(report, Mapping) else report.to_dict(), fmt))
+    else:
+        stream.write(render(report, fmt, fail_on=fail_on))
+
+
+def show_diff(diff: Diff | Mapping[str, Any], fmt: str, stream: TextIO) -> None:
+    """A comparison as `gpudoctor diff`'s output in one format: shown (terminal), or its text."""
+    from gpudoctor.diff_model import as_diff
+    from gpudoctor.reports.formats import diff_shower
+
+    show_fn = diff_shower(fmt)
+    if show_fn is not None:
+        show_fn(as_diff(diff), stream)
+    else:
+        stream.write(render_diff(diff, fmt))

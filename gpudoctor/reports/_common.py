@@ -13,10 +13,10 @@ from typing import Any
 
 from gpudoctor.agent.redact import redact_argv
 from gpudoctor.jsonmodel import is_real
-from gpudoctor.metrics import format_bytes, format_duration
 from gpudoctor.model import STAGES, severity_rank
 from gpudoctor.report_model import CheckRecord, Report, ReportFinding, as_report
 from gpudoctor.reports.console import printable
+from gpudoctor.text import format_bytes, format_duration
 
 __all__ = ["as_report", "severity_rank"]  # re-exported for the renderers
 

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpudoctor.jsonmodel import is_real
-from gpudoctor.metrics import format_duration
 from gpudoctor.report_model import Report
+from gpudoctor.text import format_duration
 
 NAME_CHARS = 48
 

@@ -14,47 +14,20 @@ from __future__ import annotations
 
 import io
 import os
-import re
 from collections.abc import Callable
 from typing import Any, TextIO
 
 from rich.console import Console
 
-from gpudoctor.jsonmodel import plain_numbers
+# the escaping lives in gpudoctor.text (every layer uses it); named here for the renderers
+from gpudoctor.text import one_line as one_line
+from gpudoctor.text import printable as printable
 
 # wide enough that no line of a summary is ever wrapped; lines are right-stripped after
 UNWRAPPED_WIDTH = 100_000
 # the width of every command's output without a terminal, unless $COLUMNS says otherwise
 PLAIN_WIDTH = 100
 MIN_WIDTH = 40
-
-# C0 controls but tab and newline, DEL, C1 controls (0x9b is CSI on many terminals), and
-# the bidirectional overrides that reorder what a reader sees
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group(0))
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(value: Any) -> Any:
-    """A copy of `value` (str, or dicts and lists of them) with control characters escaped."""
-    if isinstance(value, str):
-        return _UNPRINTABLE.sub(_escape, value)
-    if isinstance(value, dict):
-        return {printable(k): printable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return list(value) if plain_numbers(value) else [printable(v) for v in value]
-    return value
-
-
-def one_line(value: Any) -> str:
-    """`value` as text for a single line (a title, a command line): control characters,
-    newlines and tabs included, shown as escapes, so that it cannot start a line of its own."""
-    text = printable(str(value))
-    return text.replace("\n", "\\n").replace("\t", "\\t")
-
 
 def output_width() -> int:
     """Where no terminal gives a width: $COLUMNS when it is a sane number, else 100."""

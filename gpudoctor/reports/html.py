@@ -21,8 +21,8 @@ import jinja2
 from markupsafe import Markup
 
 from gpudoctor.jsonmodel import is_real
-from gpudoctor.metrics import format_bytes, format_duration
 from gpudoctor.report_model import Report, ReportFinding, Summary
+from gpudoctor.text import format_bytes, format_duration
 
 from . import charts
 from ._common import (
@@ -46,6 +46,7 @@ from ._common import (
     try_heading,
 )
 from ._hotspots import windows_view
+from .formats import PLAIN, RenderOptions
 from .ranks import html_context as ranks_context
 from .timeline_view import timeline_views
 
@@ -144,7 +145,8 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def render(report: Report | Mapping[str, Any]) -> str:
+def render(report: Report | Mapping[str, Any], options: RenderOptions = PLAIN) -> str:
+    """The self-contained page (a formats.Renderer: every finding is shown, whatever the options)."""
     template = environment().get_template("report.html")
     return template.render(**context(printable_report(report)))  # no terminal controls, even in a page
 

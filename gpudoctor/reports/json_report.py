@@ -17,6 +17,7 @@ from typing import Any
 from gpudoctor.agent.redact import redact_argv
 from gpudoctor.jsonmodel import nulled_non_finite, plain_numbers
 from gpudoctor.report_model import Report, as_report
+from gpudoctor.reports.formats import PLAIN, RenderOptions
 
 CONTRACT_KEYS = (
     "schema",
@@ -52,7 +53,8 @@ def _finding(finding: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def render(report: Report | Mapping[str, Any], *, indent: int | None = 1) -> str:
+def render(report: Report | Mapping[str, Any], options: RenderOptions = PLAIN, *, indent: int | None = 1) -> str:
+    """The JSON report (a formats.Renderer; the options change nothing: it holds every finding)."""
     data = _finite(ordered(as_report(report).to_dict()))
     if indent is None:
         return escape_controls(json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False,

@@ -16,6 +16,7 @@ from typing import Any
 from gpudoctor.report_model import CheckRecord, Report, ReportFinding
 
 from ._common import as_report, command_line, fails, key_numbers, stage_name
+from .formats import PLAIN, RenderOptions
 
 DEFAULT_FAIL_ON = "warning"
 # XML 1.0 forbids most control characters even when escaped; exception text can hold them
@@ -27,10 +28,10 @@ def _clean(text: Any) -> str:
     return _INVALID_XML.sub("\ufffd", str(text))
 
 
-def render(report: Report | Mapping[str, Any], *, fail_on: str | None = None) -> str:
-    """`fail_on` is the --fail-on level; without one, warnings and worse fail."""
+def render(report: Report | Mapping[str, Any], options: RenderOptions = PLAIN) -> str:
+    """A formats.Renderer; `options.fail_on` is the --fail-on level: without one, warnings and worse fail."""
     report = as_report(report)
-    level = fail_on or DEFAULT_FAIL_ON
+    level = options.fail_on or DEFAULT_FAIL_ON
     by_check: dict[str, list[ReportFinding]] = {}
     for finding in report.findings:
         by_check.setdefault(finding.id, []).append(finding)

@@ -12,8 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gpudoctor.metrics import format_run_seconds
 from gpudoctor.report_model import Report
+from gpudoctor.text import format_run_seconds
 
 from ._common import (
     command_line,
@@ -28,6 +28,7 @@ from ._common import (
     trial_rows,
     try_heading,
 )
+from .formats import PLAIN, RenderOptions
 from .ranks import markdown_lines as ranks_lines
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
@@ -53,7 +54,8 @@ def code_block(code: str, lang: str = "") -> str:
     return f"{fence}{lang}\n{code.rstrip()}\n{fence}"
 
 
-def render(report: Report | Mapping[str, Any]) -> str:
+def render(report: Report | Mapping[str, Any], options: RenderOptions = PLAIN) -> str:
+    """The Markdown summary (a formats.Renderer: every finding is shown, whatever the options)."""
     report = printable_report(report)
     lines = [f"### gpudoctor: {escape(report.summary.verdict or 'no verdict')}", ""]
     meta = [f"duration {format_run_seconds(report.duration_s or 0.0)}"]

@@ -1,7 +1,8 @@
 """The report's per-rank part (a distributed job): the JSON `ranks` section and its views.
 
-Kept in one module so that every renderer's rank table comes from one place:
-`ranks_section` builds the JSON section from the Session; `rank_rows` formats it for
+Kept in one module so that every renderer's rank table comes from one place. The JSON
+section is built from the Session by `gpudoctor.analysis.ranks.ranks_section` (renderers
+read only the Report); `rank_rows` formats it for
 the terminal (`terminal_table`), markdown (`markdown_lines`) and HTML (`html_context`,
 rendered by the ``ranks`` block of templates/report.html).
 """
@@ -10,55 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.analysis import ranks as rank_analysis
 from gpudoctor.report_model import RanksSection, Report
-from gpudoctor.session import Session
-
-TIMELINE_MAX_POINTS = 400
-
-
-def ranks_section(session: Session) -> dict[str, Any] | None:
-    """The JSON `ranks` section: per-rank numbers, the primary and the worst rank, and the
-    worst rank's step timeline. None for a one-process run."""
-    if not session.ranks:
-        return None
-    worst = rank_analysis.worst_rank(session)
-    rows = []
-    for numbers, info in zip(rank_analysis.all_ranks(session), sorted(session.ranks, key=lambda r: r.rank)):
-        rows.append({
-            "rank": numbers.rank, "host": numbers.host, "pid": info.pid, "local_rank": info.local_rank,
-            "backend": info.backend, "steps": numbers.steps,
-            "step_time_s": _round(numbers.step_s), "own_time_s": _round(numbers.own_s),
-            "backward_s": _round(numbers.backward_s),
-            "data_wait_share": _round(numbers.data_wait_share, 4),
-            "gpu_busy_percent": _round(numbers.gpu_busy_percent, 2),
-            "comm_share": _round(numbers.comm_share, 4), "comm_overlap": _round(numbers.comm_overlap, 4),
-            "loader_workers": info.loader_workers, "error": info.error,
-        })
-    timeline: dict[str, list[Any]] = {"t": [], "duration_s": [], "data_wait_s": [], "backward_s": []}
-    worst_info = next((r for r in session.ranks if r.rank == worst), None)
-    if worst_info is not None:
-        records = worst_info.steps.records
-        stride = max(1, len(records) // TIMELINE_MAX_POINTS + (len(records) % TIMELINE_MAX_POINTS > 0))
-        for r in records[::stride]:
-            timeline["t"].append(round(r.t, 3))
-            timeline["duration_s"].append(r.duration_s)
-            timeline["data_wait_s"].append(r.data_wait_s)
-            timeline["backward_s"].append(r.backward_s)
-    return {
-        "world_size": max((r.world_size or 0 for r in session.ranks), default=0) or len(session.ranks),
-        "recorded": len(session.ranks),
-        "job_id": session.job_id,
-        "primary_rank": session.primary_rank,
-        "worst_rank": worst,
-        "hosts": sorted({r.host for r in session.ranks if r.host}),
-        "rows": rows,
-        "worst_timeline": timeline,
-    }
-
-
-def _round(value: float | None, digits: int = 6) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 def _ms(value: Any) -> str:

@@ -18,8 +18,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from gpudoctor.metrics import format_run_seconds
 from gpudoctor.report_model import Report, ReportFinding
+from gpudoctor.text import format_run_seconds
 
 from ._common import (
     command_line,
@@ -35,6 +35,7 @@ from ._common import (
 )
 from ._hotspots import hotspot_line
 from .console import plain_text, printable, show
+from .formats import PLAIN, RenderOptions
 from .ranks import terminal_table
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -180,9 +181,9 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def to_text(report: Report | Mapping[str, Any], width: int | None = None) -> str:
-    """The same summary as plain text (for `--format terminal` into a file or a pipe):
-    unwrapped unless a width is given."""
+def to_text(report: Report | Mapping[str, Any], options: RenderOptions = PLAIN, *, width: int | None = None) -> str:
+    """The same summary as plain text (for `--format terminal` into a pipe; a formats.Renderer,
+    the options change nothing): unwrapped unless a width is given."""
     return plain_text(lambda console: render(report, console), width)
 
 

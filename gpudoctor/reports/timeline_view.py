@@ -17,8 +17,8 @@ from typing import Any
 
 from gpudoctor.idle_causes import CAUSE_LABELS, IDLE_CAUSES, SCENARIO_CAUSES
 from gpudoctor.jsonmodel import finite_numbers, is_real
-from gpudoctor.metrics import format_duration
 from gpudoctor.report_model import Report, ReportFinding
+from gpudoctor.text import format_duration
 
 WIDTH = 1000.0
 ROW = 14.0  # row height

@@ -6,8 +6,9 @@
 Pipeline, one module per stage:
     target     the user's contract: build(batch_size) -> (model, make_batch) | SweepTarget
     search     which sizes, in what order (doubling, then bisecting the memory edge)
-    runner     one fresh process per size (trial), so an OOM cannot poison the next
-    trial      inside that process: steps -> measure (stability) -> gpu_sampler
+    runner     trial processes: reused far from the memory edge (reuse), fresh near it
+    worker     one trial process, many sizes in turn, cleaned up between them
+    trial      one size inside it: steps -> measure (stability) -> gpu_sampler
     analysis   knee, memory edge, latency limit, power (pure, tested on synthetic curves)
     recommend  offline and online batch sizes, with their assumptions
     report     the gpudoctor.sweep/1 dict the renderers receive

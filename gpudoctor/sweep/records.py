@@ -144,6 +144,14 @@ class TrialResult:
     # a size past the knee run only to learn whether it fits (few timed iterations): its
     # memory counts, its timing is not a throughput or latency measurement
     fit_probe: bool = False
+    # True: ran in a process that had already run an earlier size (gpudoctor.sweep.reuse);
+    # False: in a fresh one; None: not said (a result from before processes were reused)
+    process_reused: bool | None = None
+    # set when a run in a reused process failed and this answer is the fresh process's
+    reuse_fallback: str | None = None
+    # seconds by phase: start (the process, up to torch imported), load (device, context),
+    # build, warmup, measure, and call (the parent's whole wait for this answer)
+    phase_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

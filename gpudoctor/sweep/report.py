@@ -64,6 +64,8 @@ def _trial_dict(trial: TrialResult, order: int | None) -> dict[str, Any]:
     data = trial.to_dict()
     data["order"] = order  # position in the run sequence; None for sizes never run
     data["fit_probe"] = True if trial.fit_probe else None  # written only for a probe (older reports lack it)
+    data["reuse_fallback"] = trial.reuse_fallback  # these three: written only when set
+    data["phase_s"] = dict(trial.phase_s) or None
     data["memory"]["peak_bytes"] = trial.memory.peak_bytes
     if trial.gpu is not None:
         data["gpu"]["power_fraction"] = trial.gpu.power_fraction

@@ -8,7 +8,7 @@ The contract (documented in docs/sweep.md):
             return torch.randn(n, 3, 224, 224)       # tensor | tuple | list | dict
         return model, make_batch                     # or a dict, or SweepTarget(...)
 
-`build` is called once per trial (each batch size runs in a fresh process), with
+`build` is called once per trial (once per batch size; the file is loaded again each time), with
 `batch_size=` when its signature names it, or takes `**kwargs` and is no nn.Module
 factory (torchvision's `resnet50(**kwargs) -> ResNet` passes them to the module).
 A plain `nn.Module` class (or a function returning a module) works too, with `--input-shape 3,224,224`.
@@ -166,7 +166,9 @@ def _import_file(path: Path) -> Any:
     if not path.is_file():
         raise TargetProblem(f"{path}: no such file", "not_found")
     # Like `python file.py`: the file's directory comes first, so sibling imports work.
-    sys.path.insert(0, str(path.resolve().parent))
+    folder = str(path.resolve().parent)
+    if not sys.path or sys.path[0] != folder:  # once: a reused trial process loads it again per size
+        sys.path.insert(0, folder)
     name = f"_gpudoctor_target_{path.stem}"
     module_spec = importlib.util.spec_from_file_location(name, path)
     if module_spec is None or module_spec.loader is None:

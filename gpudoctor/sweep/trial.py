@@ -1,10 +1,13 @@
-"""One batch size in one fresh process: `python -m gpudoctor.sweep.trial --spec S --result R`.
+"""One batch size in a trial process: `python -m gpudoctor.sweep.trial --spec S --result R`
+(one size), or many sizes one after another in gpudoctor.sweep.worker.
 
-Why a process per size: an out-of-memory at one size leaves the caching allocator
+Why a process of its own: an out-of-memory at one size leaves the caching allocator
 fragmented and cuDNN/cuBLAS workspaces shrunk, and a sticky CUDA error (illegal
-memory access, device-side assert) makes the whole CUDA context unusable. A fresh
-process starts every size from the same clean state; importing torch again costs a
-couple of seconds per size, which is small next to warm-up and measurement.
+memory access, device-side assert) makes the whole CUDA context unusable. Near the
+memory edge and after any failure every size starts in a fresh process; far from the
+edge a process is reused (gpudoctor.sweep.reuse says when), with its peak statistics
+reset between sizes. What does not depend on the size (the device's description, the
+driver version) is read once per process.
 
 The answer is a TrialResult written as JSON to the result file (stdout belongs to the
 user's code, which may print). Failures are data: `oom`, `cuda_error`, `error`,
@@ -14,6 +17,8 @@ user's code, which may print). Failures are data: `oom`, `cuda_error`, `error`,
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import importlib
 import json
 import os
@@ -91,18 +96,30 @@ def resolve_device(name: str, torch: Any) -> Any:
 
 
 def describe(device: Any, torch: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(device, environment) for the report."""
+    """(device, environment) for the report; read once per process and device."""
+    key = str(device)
+    if key not in _DESCRIBED:
+        _DESCRIBED[key] = _describe(device, torch)
+    return copy.deepcopy(_DESCRIBED[key])
+
+
+_DESCRIBED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def _describe(device: Any, torch: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "platform": platform.platform(terse=True),
+        "platform": _platform_name(),
         "cpu_count": os.cpu_count(),
     }
     if device.type != "cuda":
-        return {"type": "cpu", "name": platform.processor() or platform.machine()}, env
+        # platform.machine(), not processor(): on Linux that runs `uname -p` in a subprocess
+        # and says "unknown" (or the machine) anyway
+        return {"type": "cpu", "name": platform.machine()}, env
     props = torch.cuda.get_device_properties(device)
     uuid = getattr(props, "uuid", None)
-    env.update(cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(), driver=driver_version())
+    env.update(cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(), driver=_driver_version())
     info = {
         "type": "cuda",
         "index": device.index,
@@ -115,14 +132,55 @@ def describe(device: Any, torch: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return info, env
 
 
-def _peak_rss_bytes() -> int:
+def _platform_name() -> str:
+    """platform.platform(terse=True) without its `uname -p` subprocess on Linux (the
+    processor field it asks for only appears there when it differs from the machine)."""
+    uname = os.uname()
+    if uname.sysname != "Linux":
+        return platform.platform(terse=True)
+    libc, version = platform.libc_ver()
+    return "-".join(part for part in (uname.sysname, uname.release, uname.machine, "with", libc + version) if part)
+
+
+@functools.cache
+def _driver_version() -> str | None:
+    return driver_version()  # an NVML init and shutdown: once per process
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident set since it started or since the last reset_peak_rss()."""
+    high_water = _status_kib("VmHWM")
+    if high_water is not None:
+        return high_water * 1024
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
 
 
+def _status_kib(name: str) -> int | None:
+    """A `kB` line of /proc/self/status (Linux), else None."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith(name + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Start a new peak resident set from the current one (Linux 4.0+); False: not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
+            clear_refs.write("5")  # 5: reset the peak RSS (VmHWM) to the current RSS
+    except OSError:
+        return False
+    return _status_kib("VmHWM") is not None
+
+
 def _fill_memory(memory: Memory, device: Any, torch: Any) -> None:
     if device is None or device.type != "cuda":
-        memory.peak_rss_bytes = _peak_rss_bytes()
+        memory.peak_rss_bytes = peak_rss_bytes()
         for name in ("peak_allocated_bytes", "peak_reserved_bytes", "alloc_retries"):
             memory.unavailable[name] = "CPU run: no caching-allocator statistics (peak_rss_bytes instead)"
         return
@@ -140,7 +198,8 @@ def run_trial(spec: TrialSpec) -> TrialResult:
     result = TrialResult(batch_size=spec.batch_size, status=records.OK)
     torch: Any = None
     device: Any = None
-    phase = "load"
+    clock = _PhaseClock(result.phase_s)
+    phase = clock.enter("load")
     try:
         torch = importlib.import_module("torch")
         device = resolve_device(spec.device, torch)
@@ -154,7 +213,7 @@ def run_trial(spec: TrialSpec) -> TrialResult:
 
             result.memory.capacity_bytes = int(psutil.virtual_memory().total)
             result.memory.free_at_start_bytes = int(psutil.virtual_memory().available)
-        phase = "build"
+        phase = clock.enter("build")
         target = load_target(spec.target, spec.batch_size, spec.input_shape, torch)
         prepared = prepare(target, spec.mode, spec.batch_size, device, spec.dtype, spec.compile, torch)
         result.memory.model_bytes = prepared.model_bytes
@@ -164,9 +223,9 @@ def run_trial(spec: TrialSpec) -> TrialResult:
             if device.type == "cuda"
             else PerfCounterTimer()
         )
-        phase = "warmup"
+        phase = clock.enter("warmup")
         warmup = warm_up(prepared.step, timer, WarmupRule(spec.warmup_min_iters, spec.warmup_min_s, spec.warmup_max_s))
-        phase = "measure"
+        phase = clock.enter("measure")
         rule = StabilityRule(
             min_iters=spec.min_iters,
             min_time_s=spec.min_time_s or DEFAULT_MIN_TIME_S[device.type],
@@ -191,8 +250,25 @@ def run_trial(spec: TrialSpec) -> TrialResult:
             result.phase = phase
         if torch is not None and result.status != records.CUDA_ERROR:
             _fill_memory(result.memory, device, torch)
+        clock.enter(None)
         result.duration_s = time.perf_counter() - started
     return result
+
+
+class _PhaseClock:
+    """Seconds spent in each phase of a trial, written into `into` as each one ends."""
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self._into = into
+        self._phase: str | None = None
+        self._since = time.perf_counter()
+
+    def enter(self, phase: str | None) -> str:
+        now = time.perf_counter()
+        if self._phase is not None:
+            self._into[self._phase] = round(now - self._since, 4)
+        self._phase, self._since = phase, now
+        return phase or ""
 
 
 def _sampler(spec: TrialSpec, device: Any, result: TrialResult) -> GpuWindowSampler | None:

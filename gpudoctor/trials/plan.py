@@ -1,42 +1,30 @@
 """Which remedies a `--try` run re-runs the workload with, from this run's findings.
 
-One trial per distinct override: GD101, GD102 and GD103 all asking for the same
-worker count share one run. A finding whose remedy needs a code change (syncs,
-batch size, copies the code makes itself) is listed as untried, with why.
+One trial per distinct override: the input checks all asking for the same worker
+count share one run. Each check declares its remedy (``Check.fix``: the remedy kind,
+or why none applies from outside the code); a finding whose advice differs carries
+its own (``Remedy.fix``). A finding whose remedy needs a code change (syncs, batch
+size, copies the code makes itself) is listed as untried, with why.
 """
 
 from __future__ import annotations
 
+import copy
 import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from gpudoctor import metrics
+from gpudoctor import metrics, registry
 from gpudoctor.analysis.input_pipeline import DEEPER_PREFETCH, worker_plan
 from gpudoctor.analysis.shared import analyses
-from gpudoctor.model import Finding
+from gpudoctor.model import Check, Finding, Fix
 from gpudoctor.session import LoaderInfo, Session
 from gpudoctor.trials.records import Untried
 from gpudoctor.trials.remedies import DEFAULT_PREFETCH, KINDS, TryRequest, alloc_conf_env, label
 
-# the finding whose prediction is exactly the remedy's (GD101: "with num_workers=8"; GD102
-# predicts batches arriving instantly): a trial shared by several findings is checked against it
-SIZED_BY = {"workers": "GD101", "pin_memory": "GD105", "tf32": "GD304", "expandable_segments": "GD401",
-            "compile": "GD301"}
-MEMORY_FINDINGS = ("GD401", "GD402")  # what a crashed (out-of-memory) run may still try
 CONV_KERNEL = re.compile(r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|cudnn", re.IGNORECASE)
-
-# why a finding's remedy cannot be applied from outside the code
-NO_OUTSIDE_REMEDY = {
-    "GD001": "the run failed: fix what stopped it first, then try remedies",
-    "GD104": "storage speed belongs to the machine: stage the data on local disk or in RAM (see the finding)",
-    "GD201": "an idle GPU has no switch of its own: the findings that explain it name the change",
-    "GD202": "the batch size belongs to the code (memory, learning rate, convergence): measure the curve with "
-             "`gpudoctor sweep`",
-    "GD203": "clocks and power limits belong to the machine's administrator",
-    "GD302": "the synchronising calls are in the code (their call sites are listed in the finding)",
-    "GD303": "the copies are made by the code itself: stack small copies, keep data on the GPU",
-}
+NO_FIX = "no remedy gpudoctor can apply from outside the code is known for this check"
 
 
 @dataclass
@@ -56,8 +44,10 @@ class TrialPlan:
 
 
 class _Planner:
-    def __init__(self, session: Session, findings: list[Finding], request: TryRequest) -> None:
+    def __init__(self, session: Session, findings: list[Finding], request: TryRequest,
+                 checks: Mapping[str, Check]) -> None:
         self.session = session
+        self.checks = checks
         self.findings = findings
         self.request = request
         self.plans: list[TrialPlan] = []
@@ -68,7 +58,7 @@ class _Planner:
         for plan in self.plans:
             if plan.override == override:
                 if finding is not None and finding.id not in plan.findings:
-                    if finding.id == SIZED_BY.get(name):  # its prediction is this remedy's own
+                    if self._sizes(finding, name):  # its prediction is this remedy's own
                         plan.findings.insert(0, finding.id)
                         plan.predicted_gain = finding.estimated_gain
                     else:
@@ -90,13 +80,27 @@ class _Planner:
             self.skip(finding.id, f"its remedy ({KINDS[name].what}) changes numerics and is opt-in: "
                                   f"--try-only auto,{name}")
 
-    # -- per finding ------------------------------------------------------------------
+    # -- per finding: what its check declares (Check.fix), or the finding itself (Remedy.fix) --
+    def fix(self, f: Finding) -> Fix | None:
+        own = f.remedy.fix if f.remedy is not None else None
+        declared = self.checks.get(f.id)
+        return own if own is not None else declared.fix if declared is not None else None
+
+    def _sizes(self, f: Finding, name: str) -> bool:
+        fix = self.fix(f)
+        return fix is not None and fix.sizes and fix.kind == name
+
     def finding(self, f: Finding) -> None:
-        if self.crashed and f.id not in MEMORY_FINDINGS:
+        fix = self.fix(f)
+        if self.crashed and not (fix is not None and fix.after_crash):
             return self.skip(f.id, f"the run crashed (exit code {self.session.exit_code}): a trial would measure "
                                    "the crash again; fix it first")
         if f.severity != "info":
             return self._remedy_for(f)
+        if self._in_process_note(f):
+            # batches made in the loop are host work in series with the step: whether moving them to
+            # workers pays is cheaper to measure than to trust a note's prediction
+            return self._workers(f, None, note=True)
         # a note is tried only with a remedy named in --try-only (without auto): a run is not
         # worth a prediction under 1.05x
         named = {} if self.request.auto else self.request.named
@@ -110,31 +114,31 @@ class _Planner:
             self.skip(f.id, "a note, not a problem: not worth a run (name its remedy in --try-only to try it)")
 
     def _remedy_for(self, f: Finding) -> None:
-        handler = getattr(self, "_" + f.id.lower(), None)
+        fix = self.fix(f)
+        if fix is None or fix.kind is None:
+            return self.skip(f.id, fix.untried if fix is not None and fix.untried else NO_FIX)
+        handler = self.by_kind.get(fix.kind)
         if handler is not None:
-            handler(f)
-        elif f.id in NO_OUTSIDE_REMEDY:
-            self.skip(f.id, NO_OUTSIDE_REMEDY[f.id])
-        else:
-            self.skip(f.id, "no remedy gpudoctor can apply from outside the code is known for this check")
+            return handler(self, f)
+        kind = KINDS.get(fix.kind)
+        if kind is None or kind.override is None:
+            return self.skip(f.id, f"its remedy {fix.kind!r} is not a remedy --try knows")
+        self.opt_in(f, kind.name, copy.deepcopy(dict(kind.override)))
 
-    def _gd101(self, f: Finding) -> None:
-        evidence = f.evidence.get("recommended_workers")
+    # -- per remedy kind whose override depends on the run (the others declare theirs: RemedyKind.override)
+    def _workers_for(self, f: Finding) -> None:
+        evidence = f.evidence.get("recommended_workers")  # the count the finding sized, if it did
         self._workers(f, int(evidence.value) if evidence is not None and evidence.value is not None else None)
 
-    def _gd102(self, f: Finding) -> None:
-        self._workers(f, None)
+    def _in_process_note(self, f: Finding) -> bool:
+        """A data finding rated a note on a loader that makes its batches in the main process."""
+        loader = metrics.main_loader(self.session)
+        declared = self.checks.get(f.id)
+        kind = declared.fix.kind if declared is not None and declared.fix is not None else None
+        return (self.request.auto and kind == "workers" and loader is not None
+                and loader.num_workers == 0 and not loader.iterable)
 
-    def _gd103(self, f: Finding) -> None:
-        if f.title.startswith("CPU saturated"):
-            self.skip(f.id, "the usable cores are full: each sample must get cheaper in the code (more workers "
-                            "would compete for the same cores)")
-        elif "producing batches itself" in f.title:
-            self._workers(f, None)
-        else:
-            self.opt_in(f, "compile", self._compile_spec())
-
-    def _workers(self, f: Finding, count: int | None) -> None:
+    def _workers(self, f: Finding, count: int | None, note: bool = False) -> None:
         if not self.request.wants("workers"):
             return None
         loader = metrics.main_loader(self.session)
@@ -147,6 +151,9 @@ class _Planner:
         plan = worker_plan(self.session, loader, found) if found is not None else None
         if count is None and plan is not None:
             count = plan.recommended
+        if count is None and note and plan is not None and not plan.handoff_bound:
+            # the note predicted too little to size the workers: as many as the load needs, within the cores
+            count = min(plan.needed, plan.cap) if plan.needed and plan.cap else plan.cap or plan.needed
         explicit = self.request.named.get("workers")
         if explicit is not None:
             count = int(explicit)
@@ -156,7 +163,7 @@ class _Planner:
         deeper = found is not None and found.stall.kind in ("waiting", "mixed")
         self.add("workers", _loader_override(loader, count, deeper), f)
 
-    def _gd105(self, f: Finding) -> None:
+    def _pin_memory(self, f: Finding) -> None:
         unpinned = [lo for lo in self.session.loaders if lo.pin_memory is False and lo.batches > 0]
         if not unpinned:
             return self.skip(f.id, "the pageable copies come from host tensors the code makes itself (no DataLoader "
@@ -164,28 +171,27 @@ class _Planner:
         if self.request.wants("pin_memory"):
             self.add("pin_memory", {"loader": {"pin_memory": True}}, f)
 
-    def _gd301(self, f: Finding) -> None:
+    def _compile(self, f: Finding) -> None:
         self.opt_in(f, "compile", self._compile_spec())
 
-    def _gd304(self, f: Finding) -> None:
-        if self.request.wants("tf32"):
-            self.add("tf32", {"tf32": True}, f)
-
-    def _gd401(self, f: Finding) -> None:
+    def _expandable_segments(self, f: Finding) -> None:
+        if _evidence(f, "cause") == "capacity":  # an out-of-memory finding's measured cause
+            return self.skip(f.id, "the working set does not fit: shrink it in the code (batch, autocast, "
+                                   "activation checkpointing)")
         cause = next((g for g in self.findings if g.id == f.consequence_of), None)
-        if cause is not None and cause.id == "GD402" and _evidence(cause, "cause") == "capacity":
-            return self.skip(f.id, "consequence of GD402: the working set does not fit, whatever the allocator does")
+        if cause is not None and _evidence(cause, "cause") == "capacity":
+            return self.skip(f.id, f"consequence of {cause.id}: the working set does not fit, whatever the "
+                                   "allocator does")
         on = f.evidence.get("expandable_segments")
         if on is not None and on.value is True:
             return self.skip(f.id, "expandable_segments is already on: the remaining fix is in the code")
         if self.request.wants("expandable_segments"):
             self.add("expandable_segments", {"env": alloc_conf_env()}, f)
 
-    def _gd402(self, f: Finding) -> None:
-        if _evidence(f, "cause") == "capacity":
-            return self.skip(f.id, "the working set does not fit: shrink it in the code (batch, autocast, "
-                                   "activation checkpointing)")
-        self._gd401(f)
+    by_kind: ClassVar[dict[str, Callable[[_Planner, Finding], None]]] = {
+        "workers": _workers_for, "pin_memory": _pin_memory, "compile": _compile,
+        "expandable_segments": _expandable_segments,
+    }
 
     # -- remedies asked for by name, whatever the findings -----------------------------
     def named(self) -> None:
@@ -212,6 +218,9 @@ class _Planner:
                                ("compile", self._compile_spec())):
             if name in named and not any(p.name == name for p in self.plans):
                 self.add(name, override, None)
+        for kind in KINDS.values():  # the registered kinds that declare their override
+            if kind.override is not None and kind.name in named and not any(p.name == kind.name for p in self.plans):
+                self.add(kind.name, copy.deepcopy(dict(kind.override)), None)
 
     def convolutions(self) -> None:
         """cudnn.benchmark answers no finding: a bare --try runs it when the window had convolutions."""
@@ -222,7 +231,7 @@ class _Planner:
 
     def _compile_spec(self) -> dict[str, Any]:
         backend = self.request.named.get("compile")
-        # CUDA graphs as well as fusion: what the launch-chain replay (GD301's prediction) assumes
+        # CUDA graphs as well as fusion: what the launch-chain replay (scenario "launch") assumes
         return {"compile": {"backend": backend, "mode": None} if backend else
                 {"backend": None, "mode": "reduce-overhead"}}
 
@@ -243,10 +252,13 @@ def _loader_override(loader: LoaderInfo, workers: int, deeper: bool) -> dict[str
     return {"loader": spec}
 
 
-def plan_trials(session: Session, findings: list[Finding], request: TryRequest) -> tuple[list[TrialPlan],
-                                                                                         list[Untried]]:
-    """The trials to run (in the findings' order) and what cannot be tried, with why."""
-    planner = _Planner(session, findings, request)
+def plan_trials(session: Session, findings: list[Finding], request: TryRequest,
+                checks: Iterable[Check] | None = None) -> tuple[list[TrialPlan], list[Untried]]:
+    """The trials to run (in the findings' order) and what cannot be tried, with why. `checks`: the
+    checks that judged the run, whose declarations (Check.fix) say how each remedy is tried; None:
+    the installed ones."""
+    planner = _Planner(session, findings, request, {c.id: c for c in checks} if checks is not None
+                       else registry.checks_by_id())
     for f in findings:  # remedies named with --try-only attach to the findings they answer too
         planner.finding(f)
     planner.convolutions()

@@ -31,6 +31,9 @@ class RemedyKind:
     numerics_change: bool  # results may differ in the last bits
     auto: bool  # part of a bare --try (compile is opt-in)
     what: str
+    # the agent's override that applies it (gpudoctor/agent/overrides.py: "env", "tf32", "loader", ...),
+    # when it does not depend on the run; None: the trial planner computes it (gpudoctor.trials.plan)
+    override: Mapping[str, Any] | None = field(default=None, compare=False)
 
 
 KINDS: dict[str, RemedyKind] = {k.name: k for k in (
@@ -38,12 +41,25 @@ KINDS: dict[str, RemedyKind] = {k.name: k for k in (
     RemedyKind("pin_memory", False, True, "DataLoader pin_memory=True"),
     RemedyKind("persistent_workers", False, False, "DataLoader persistent_workers=True"),
     RemedyKind("prefetch", False, False, "DataLoader prefetch_factor"),
-    RemedyKind("tf32", True, True, "TF32 matmuls: torch.set_float32_matmul_precision('high')"),
-    RemedyKind("cudnn_benchmark", False, True, "torch.backends.cudnn.benchmark = True"),
+    RemedyKind("tf32", True, True, "TF32 matmuls: torch.set_float32_matmul_precision('high')", {"tf32": True}),
+    RemedyKind("cudnn_benchmark", False, True, "torch.backends.cudnn.benchmark = True", {"cudnn_benchmark": True}),
     RemedyKind("expandable_segments", False, True, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
     RemedyKind("compile", True, False, "torch.compile of the outermost module (opt-in)"),
 )}
 DEFAULT_PREFETCH = 4
+
+
+def register(kind: RemedyKind) -> RemedyKind:
+    """Make a remedy kind known to --try-only and the trial planner (a check's ``Fix(kind.name)``
+    then applies it); a kind of its own needs a fixed ``override``. Registering the same kind
+    again is harmless; another kind under a taken name is an error."""
+    known = KINDS.get(kind.name)
+    if known is not None and known != kind:
+        raise ValueError(f"remedy kind {kind.name!r} is already registered")
+    if kind.override is None and known is None:
+        raise ValueError(f"remedy kind {kind.name!r}: a registered kind declares its override")
+    KINDS[kind.name] = kind
+    return kind
 ALLOC_VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")  # the newer name wins when set
 
 

@@ -40,6 +40,8 @@ def finding_line(result: TrialResult, predicted: float | None) -> str:
     """'predicted 1.90x, measured 1.70x with num_workers=8' (and what a small number means)."""
     head = f"predicted {times(predicted)}" if predicted is not None else "no prediction"
     numerics = " (changes numerics)" if result.numerics_change else ""
+    if result.status == "inconclusive":
+        return f"{head}; the trial with {result.label}{numerics} was inconclusive: {result.why}"
     if result.measured_gain is None:
         return f"{head}; the trial with {result.label}{numerics} measured nothing: {result.why or result.status}"
     text = f"{head}, {measured_text(result.measured_gain)} with {result.label}{numerics}"
@@ -107,4 +109,4 @@ def outcome_line(result: TrialResult) -> str:
         if result.predicted_gain is not None:
             text += f" (predicted {times(result.predicted_gain)})"
         return text + (f"; {result.why}" if result.why else "")
-    return head + (result.why or result.status)
+    return head + ("inconclusive: " if result.status == "inconclusive" else "") + (result.why or result.status)

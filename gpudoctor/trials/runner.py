@@ -2,7 +2,9 @@
 
 Measured gain = steady steps/s of the trial run / steady steps/s of the run without
 the remedy (the diagnosed run), both from the same machinery (metrics.step_summary:
-warm-up and profiled steps left out). Each trial run gets its own full report, kept
+warm-up and profiled steps left out, and the steps the loader's prefetch queue may have
+fed), over the same phase and enough steps to drain that queue several times; else the
+trial is "inconclusive", with why (gpudoctor.trials.trust). Each trial run gets its own full report, kept
 in ``<stem>.trials/`` beside the main one as ``<stem>.try-<remedy>.{html,json,session.json}``.
 Each trial runs in a fresh scratch working directory (gpudoctor/trials/scratch.py), with
 no stdin, unless --try-in-place asked for the user's working directory.
@@ -18,10 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpudoctor import metrics
-from gpudoctor.engine import run_checks
-from gpudoctor.model import Check, Finding, severity_rank
-from gpudoctor.output import OutputPaths, plan_outputs, write_outputs
-from gpudoctor.report import build_report
+from gpudoctor.judging import JudgeOptions, WritePlan, judge, write
+from gpudoctor.model import Finding, severity_rank
+from gpudoctor.output import DEFAULT_FORMATS, OutputPaths, plan_outputs
 from gpudoctor.session import Session
 from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor, say
 from gpudoctor.trials.plan import TrialPlan, plan_trials
@@ -29,6 +30,7 @@ from gpudoctor.trials.records import TrialResult, Trials
 from gpudoctor.trials.remedies import TryRequest
 from gpudoctor.trials.report import outcome_line
 from gpudoctor.trials.scratch import SHOWN, Workspace
+from gpudoctor.trials.trust import after_queue, inconclusive, prefetch_queue
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +47,15 @@ def bound_text(options: RunOptions) -> str:
 
 
 def run_trials(session: Session, findings: Sequence[Finding], request: TryRequest, options: RunOptions,
-               main: OutputPaths, checks: Sequence[Check], ignore: Sequence[str], *, force: bool = False,
+               main: OutputPaths, judging: JudgeOptions, *, force: bool = False,
                workspace: Workspace | None = None) -> Trials:
     """Run every planned trial; the diagnosed run (`session`) is the baseline. Never raises for a
-    trial that fails to start or crashes: that is its result. `workspace`: where the diagnosed
+    trial that fails to start or crashes: that is its result. `judging`: how the diagnosed run was
+    judged (its checks and --ignore), each trial is judged alike. `workspace`: where the diagnosed
     run wrote (each trial runs in a scratch copy); None runs them in the working directory."""
-    plans, untried = plan_trials(session, list(findings), request)
+    judging = dataclasses.replace(judging, before_report=None)  # the diagnosed run's hook is not a trial's
+    plans, untried = plan_trials(session, list(findings), request,
+                                 judging.catalog.checks if judging.catalog is not None else None)
     trials = Trials(requested=request.requested, bound=bound_text(options), untried=untried)
     if not plans:
         say("gpudoctor: --try: no remedy for this run's findings can be applied from outside the code")
@@ -68,7 +73,7 @@ def run_trials(session: Session, findings: Sequence[Finding], request: TryReques
         say(f"gpudoctor: trial {index}/{len(plans)}: {plan.label}"
             + (f" (for {', '.join(plan.findings)})" if plan.findings else " (asked for)"))
         try:
-            result = _run_one(plan, session, options, folder, stem, checks, ignore, force, workspace)
+            result = _run_one(plan, session, options, folder, stem, judging, force, workspace)
         except KeyboardInterrupt:
             result = _result(plan, session, None, status="interrupted", why="interrupted (Ctrl-C)")
         if result.status == "interrupted":
@@ -105,9 +110,9 @@ def _stem(main_stem: str, name: str, taken: set[str]) -> str:
 
 
 def _run_one(plan: TrialPlan, baseline: Session, options: RunOptions, folder: Path, stem: str,
-             checks: Sequence[Check], ignore: Sequence[str], force: bool, workspace: Workspace | None) -> TrialResult:
+             judging: JudgeOptions, force: bool, workspace: Workspace | None) -> TrialResult:
     try:
-        paths = plan_outputs(str(folder / stem), stem, datetime.datetime.now(), ("html", "json"), force=force,
+        paths = plan_outputs(str(folder / stem), stem, datetime.datetime.now(), DEFAULT_FORMATS, force=force,
                              trace=False)
     except Exception as exc:  # noqa: BLE001  (a trial that cannot write still says why)
         return _result(plan, baseline, None, status="failed", why=f"its report cannot be written: {exc}")
@@ -125,14 +130,14 @@ def _run_one(plan: TrialPlan, baseline: Session, options: RunOptions, folder: Pa
         trial_options.cwd, trial_options.protect_writes, trial_options.record_writes = (
             str(scratch), workspace.cwd, True)
     try:
-        return _supervised(plan, baseline, trial_options, options, folder, paths, stem, checks, ignore)
+        return _supervised(plan, baseline, trial_options, options, folder, paths, stem, judging)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _supervised(plan: TrialPlan, baseline: Session, trial_options: RunOptions, options: RunOptions, folder: Path,
-                paths: OutputPaths, stem: str, checks: Sequence[Check], ignore: Sequence[str]) -> TrialResult:
+                paths: OutputPaths, stem: str, judging: JudgeOptions) -> TrialResult:
     if plan.name == "compile" and options.duration_s is not None:
         # compiling takes its time before the first compiled step: steady steps are counted after
         # it, so it gets that long on top of the shared bound rather than fewer steady steps
@@ -145,11 +150,10 @@ def _supervised(plan: TrialPlan, baseline: Session, trial_options: RunOptions, o
     try:
         trial = run.session
         trial.overrides_requested = dict(plan.override)
-        engine = run_checks(trial, checks, ignore=ignore)
-        report = build_report(trial, engine, files=paths.relative_names())
+        report, engine = judge(trial, judging)
         written = None
         try:
-            written = write_outputs(paths, report, trial.to_dict())
+            written = write(report, WritePlan(paths, session=trial))
         except Exception as exc:  # noqa: BLE001 (the trial's result is still recorded)
             log.warning("the report of trial %s was not written: %s", stem, exc)
         result = _result(plan, baseline, trial)
@@ -167,8 +171,9 @@ def _supervised(plan: TrialPlan, baseline: Session, trial_options: RunOptions, o
 def _result(
     plan: TrialPlan, baseline: Session, trial: Session | None, *, status: str | None = None, why: str | None = None
 ) -> TrialResult:
-    before = metrics.step_summary(baseline)
-    after = metrics.step_summary(trial) if trial is not None else None
+    # each run's steps/s without the steady steps its prefetch queue may have fed (trials.trust)
+    before = metrics.step_summary(after_queue(baseline, prefetch_queue(baseline)))
+    after = metrics.step_summary(after_queue(trial, prefetch_queue(trial))) if trial is not None else None
     result = TrialResult(
         name=plan.name,
         label=plan.label,
@@ -196,6 +201,8 @@ def _result(
         result.why = f"the workload exited with code {trial.exit_code}" + (
             f" ({error.type}: {error.message.splitlines()[0][:160] if error.message else ''})" if error else ""
         )
+    elif (doubt := inconclusive(baseline, trial)) is not None:
+        result.status, result.why, result.measured_gain = "inconclusive", doubt, None
     elif result.measured_gain is None:
         result.status = "not-measured"
         result.why = (

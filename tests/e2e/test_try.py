@@ -21,10 +21,12 @@ def probe_lines(stdout: str) -> list[dict]:
 
 
 def test_try_measures_the_worker_count_gd101_computed(diagnose):
-    run = diagnose("--try", str(WORKLOADS / "loader_waiting.py"))
+    # 320 steps: the trial's workers (prefetch_factor 4) hold up to 4 batches each, and a trial is
+    # compared only over enough steady steps to drain that queue three times (trials/trust.py)
+    run = diagnose("--try", str(WORKLOADS / "loader_waiting.py"), "--steps", "320")
     assert run.returncode == 0, run.stderr
     assert "--duration 60" in run.stderr  # no bound given: the default one, said so
-    assert run.stdout.count("trained 60 steps") == 2, run.stderr  # the diagnosed run, then the trial
+    assert run.stdout.count("trained 320 steps") == 2, run.stderr  # the diagnosed run, then the trial
     report = run.report
     assert report["overrides"] is None  # the diagnosed run itself was not altered
     [trial] = report["trials"]
@@ -56,7 +58,8 @@ def test_without_try_the_workload_runs_as_written(diagnose):
 
 def test_each_override_reaches_the_workload_in_its_own_trial_only(diagnose):
     only = "workers=2,pin_memory,persistent_workers,prefetch=3,tf32,cudnn_benchmark,expandable_segments,compile=eager"
-    run = diagnose("--try-only", only, "--steps", "12", PROBE, env={"PYTORCH_CUDA_ALLOC_CONF": ""})
+    # nine runs of the workload in all: on a loaded 2-core machine they took over 180 s
+    run = diagnose("--try-only", only, "--steps", "12", PROBE, env={"PYTORCH_CUDA_ALLOC_CONF": ""}, timeout=420)
     assert run.returncode == 0, run.stderr
     own, *trials = probe_lines(run.stdout)
     assert own["num_workers"] == 0 and own["allow_tf32"] is False and own["model_compiled"] is False

@@ -26,12 +26,13 @@ from hypothesis import strategies as st
 
 from gpudoctor import exitcodes
 from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.reports import formats
 from gpudoctor.session import Session
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "h200"
 FIXTURE_SESSIONS = sorted(FIXTURES.glob("*.session.json"))
 DOCUMENTED = {code for code, _ in exitcodes.TABLE}
-FORMATS = ("json", "html", "markdown", "junit", "terminal")
+FORMATS = formats.choices()  # every registered format (gpudoctor/reports/formats.py)
 
 # GD_FUZZ_EXAMPLES=500 GD_FUZZ_RANDOM=1 pytest tests/faults/test_bad_input_props.py: a longer, fresh search
 _EXAMPLES = int(os.environ.get("GD_FUZZ_EXAMPLES", "40"))
@@ -109,10 +110,10 @@ def mutated_fixture(draw: Any) -> dict[str, Any]:
 
 
 def judge_and_render(session: Session) -> None:
-    from gpudoctor.commands.report import judge
+    from gpudoctor.judging import judge
     from gpudoctor.reports import render
 
-    report = judge(session, [])
+    report = judge(session).report
     broken = [c for c in report["checks"] if c["status"] == "error"]
     assert not broken, broken  # a check that raises is a bug (and prints a traceback)
     for fmt in FORMATS:

@@ -59,9 +59,9 @@ def use_fake_nvml(monkeypatch, gpus: list) -> None:
 
 
 def judged(session) -> dict:
-    from gpudoctor.commands.report import judge
+    from gpudoctor.judging import judge
 
-    report = judge(session, [])
+    report = judge(session).report
     assert not [c for c in report["checks"] if c["status"] == "error"], report["checks"]
     return report
 
@@ -289,8 +289,6 @@ def test_report_directory_gone_at_the_end_writes_elsewhere(tmp_path):
 
 
 def test_report_directory_unwritable_everywhere_still_prints_the_diagnosis(tmp_path, monkeypatch, capsys):
-    import argparse
-
     from gpudoctor import exitcodes, pipeline
     from gpudoctor.exitcodes import GpudoctorError
     from gpudoctor.output import plan_outputs
@@ -302,9 +300,8 @@ def test_report_directory_unwritable_everywhere_still_prints_the_diagnosis(tmp_p
     monkeypatch.chdir(tmp_path)
     session, _ = supervise(0.2, code=1)
     plan = plan_outputs(str(tmp_path / "out") + "/", "run", __import__("datetime").datetime.now())
-    args = argparse.Namespace(ignore=[], fail_on=None, quiet=False)
     with pytest.raises(GpudoctorError) as raised:
-        pipeline.finish(session, args, plan)
+        pipeline.finish(session, pipeline.ReportOptions(), plan)
     assert raised.value.code == exitcodes.CANNOT_WRITE
     assert "GD001" in capsys.readouterr().err  # the summary was shown before giving up
 

@@ -39,7 +39,12 @@ def assert_input_bound(report: Any) -> None:
     stall = report.finding("GD102")
     assert stall is not None and stall["severity"] in ("warning", "critical"), report.verdict
     workers = report.finding("GD101")
-    assert workers is not None, [f["id"] for f in report.findings]
+    if workers is None:
+        # on a machine with one spare core, one worker mostly moves the same work out of the loop:
+        # GD101 then gives no advice, and the stall's remedy says why (as diagnose does)
+        assert (report.summary.get("usable_cores") or 0) < 3, [f["id"] for f in report.findings]
+        assert "more workers would not help" in stall["remedy"]["text"], stall["remedy"]
+        return
     recommended = workers["evidence"]["recommended_workers"]["value"]
     assert isinstance(recommended, int) and recommended >= 1
     assert f"num_workers={recommended}" in workers["remedy"]["code"]

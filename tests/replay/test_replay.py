@@ -103,7 +103,8 @@ def test_pageable_copies_made_pinned_run_at_the_pinned_rate_and_stop_blocking():
         host.launch(100.0)
     data = trace(host)
     summary = replay(data, steps=STEPS)
-    per_step = 300.0 / rates.PAGEABLE_TO_PINNED + 100.0  # the copies no longer block: GPU-bound
+    # the copies no longer block (GPU-bound) and move their bytes at the link's pinned rate
+    per_step = 4 * 2**20 / rates.PINNED_BYTES_PER_US + 100.0
     assert gain(summary, "pinned") == pytest.approx(span_of(data) / (STEPS * per_step), rel=0.03)
     # with a pinned copy in the trace, its own rate is used instead
     host.copy_htod(8 * 2**20, 100.0, pageable=False)
@@ -176,3 +177,68 @@ def test_read_back_spans_are_looked_up_by_bisection_as_by_a_walk():
     union = _union(spans)
     for t in [rng.uniform(-5, 520) for _ in range(3000)] + [a for a, _ in spans] + [b for _, b in spans]:
         assert _inside(union, t) == any(a <= t < b for a, b in spans)
+
+
+def test_a_pinned_copy_runs_at_the_links_rate_not_at_a_multiple_of_its_pageable_time():
+    """256 MiB at 6.8 GB/s from pageable memory (a loaded host): pinned, it moves at the link's rate,
+    55.3 GB/s, not at 4x its pageable rate (27 GB/s, the table's ratio of 55.3 to 13.8)."""
+    nbytes = 256 * 2**20
+    pageable_us = nbytes / 6.8e3
+    gpu = Gpu()
+    host = Host(gpu)
+    for _ in range(STEPS):
+        host.copy_htod(nbytes, pageable_us, pageable=True)
+        host.launch(100.0)
+    data = trace(host)
+    summary = replay(data, steps=STEPS)
+    per_step = nbytes / rates.PINNED_BYTES_PER_US + 100.0
+    assert gain(summary, "pinned") == pytest.approx(span_of(data) / (STEPS * per_step), rel=0.03)
+    assert gain(summary, "pinned") > 7.0  # the ratio of rates would have said about 4x
+
+
+def _user_frame(host: Host, start: float) -> None:
+    """The user's own loop around what the host did since `start` (a with_stack trace)."""
+    host._x("python_function", "train.py(12): main", start, host.t - start)
+
+
+def test_a_burst_of_tiny_copies_in_the_users_loop_folds_into_one_stacked_copy():
+    """400 tiny pageable copies a step, the user's list comprehension between them (its Python
+    frame makes that time the user's own): each copy blocks its call ~13 us; stacked, one copy."""
+    gpu = Gpu()
+    host = Host(gpu)
+    begin = host.t
+    for _ in range(STEPS):
+        for _ in range(400):
+            host.copy_htod(256, 2.0, pageable=True)
+            host.python(2.0)
+        for _ in range(3):  # the step's own work ends the run: the next step's tensors come after it
+            host.launch(50.0)
+    _user_frame(host, begin)
+    data = trace(host)
+    summary = replay(data, steps=STEPS)
+    scenario = next(s for s in summary.scenarios if s.name == "small_copies")
+    assert scenario.changed == STEPS * 399
+    # per step: 400 copy calls of ~13 us each, 2 us of Python after each, then 3 kernels; stacked:
+    # one copy call at a launch's cost, the Python kept (400 x 2 us), the kernels after it
+    stacked = 400 * 2.0 + 5.0 + 3 * 10.0  # host-bound: the kernels run under the next step's Python
+    assert gain(summary, "small_copies") == pytest.approx(span_of(data) / (STEPS * stacked), rel=0.05)
+
+
+def test_tiny_copies_each_feeding_a_kernel_fold_and_the_kernels_stay():
+    """`total += t.to(device)` for 400 tensors: the copies fold into the first, their syncs stop
+    blocking; the 400 small kernels (and their dispatch) stay."""
+    gpu = Gpu()
+    host = Host(gpu)
+    for _ in range(STEPS):
+        for _ in range(400):
+            host.copy_htod(256, 2.0, pageable=True)
+            host.sync()
+            host.launch(1.0)
+    data = trace(host)
+    summary = replay(data, steps=STEPS)
+    scenario = next(s for s in summary.scenarios if s.name == "small_copies")
+    assert scenario.changed == STEPS * 400 - 1  # one run: the kernels do not end it
+    # each tensor cost its copy call (blocking until the copy ended) and a sync; the kernels' launches
+    # (10 us of host each) remain: the step is at least their cost
+    kernels = STEPS * 400 * 10.0
+    assert span_of(data) / kernels > gain(summary, "small_copies") > 1.5

@@ -13,11 +13,12 @@ import pytest
 
 from gpudoctor.collectors.trace_decode import read_trace
 from gpudoctor.replay import edits, rates, threads
-from gpudoctor.replay.scenarios import EDITS
+from gpudoctor.replay.scenarios import SCENARIOS
 from gpudoctor.replay.simulate import Plan, run
 from gpudoctor.replay.timeline import BLOCKING_COPY, CPU, DISPATCH, LAUNCH, PYTHON, SYNC, USER, Timeline, build
 
 WINDOWS = Path(__file__).resolve().parents[1] / "fixtures" / "h200" / "windows"
+EDITS = {name: scenario.edit for name, scenario in SCENARIOS.items()}
 
 
 def _walk_overlap(spans: list[tuple[float, float]], a: float, b: float) -> float:
@@ -181,15 +182,16 @@ def _walk_collapse(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[int
 
 
 def _walk_small_copies(timeline: Timeline, plan: Plan) -> int:
-    rate = edits._pinned_rate(timeline)[0] or 55.3e3
+    rate = edits._pinned_rate(timeline)[0] or rates.PINNED_BYTES_PER_US
     cost = edits._launch_cost(timeline, plan)
-    changed, head, folded, between = 0, {}, {}, {}
+    changed, head, folded, between, consumed = 0, {}, {}, {}, {}
     for i, item in enumerate(timeline.items):
         thread = item.thread
         small = item.kind in (LAUNCH, BLOCKING_COPY) and bool(item.ops) and all(
             timeline.ops[j].kind == "c" and (timeline.ops[j].copy or "").startswith("HtoD")
             and timeline.ops[j].nbytes < edits.SMALL_COPY_BYTES for j in item.ops)
         if small:
+            consumed[thread] = False
             if thread not in head:
                 head[thread], folded[thread], between[thread] = i, 0, []
                 continue
@@ -206,9 +208,18 @@ def _walk_small_copies(timeline: Timeline, plan: Plan) -> int:
             if folded[thread] == 1:
                 plan.blocks[first] = False
                 plan.cost[first] = min(plan.cost[first], cost)
-        elif thread in head and ((item.kind == CPU and item.tag == DISPATCH) or (item.kind == SYNC and not item.agent)):
+        elif thread not in head:
+            continue
+        elif (item.kind == CPU and item.tag == DISPATCH) or (item.kind == SYNC and not item.agent):
             between[thread].append(i)
-        elif thread in head and not (item.kind == CPU and item.tag == PYTHON):
+        elif (item.kind == LAUNCH and item.ops and all(timeline.ops[j].kind == "k" for j in item.ops)
+              and not consumed.get(thread)):
+            consumed[thread] = True
+            for k in between[thread]:
+                if timeline.items[k].kind == SYNC:
+                    plan.cost[k], plan.blocks[k] = 0.0, False
+            between[thread] = []
+        elif not (item.kind == CPU and item.tag in (PYTHON, USER)):
             del head[thread]
     return changed
 

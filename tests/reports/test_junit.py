@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from gpudoctor.reports import junit, render
+from gpudoctor.reports import RenderOptions, junit, render
 
 
 def _cases(xml: str) -> dict[str, ET.Element]:
@@ -14,7 +14,7 @@ def _cases(xml: str) -> dict[str, ET.Element]:
 
 
 def test_one_testcase_per_check(report: dict[str, Any]) -> None:
-    xml = junit.render(report, fail_on="warning")
+    xml = junit.render(report, RenderOptions(fail_on="warning"))
     cases = _cases(xml)
     assert sorted(cases) == sorted(c["id"] for c in report["checks"])
     suite = ET.fromstring(xml).find("testsuite")
@@ -28,7 +28,7 @@ def test_one_testcase_per_check(report: dict[str, Any]) -> None:
 
 
 def test_fail_on_level_decides_failures(report: dict[str, Any]) -> None:
-    cases = _cases(junit.render(report, fail_on="critical"))
+    cases = _cases(junit.render(report, RenderOptions(fail_on="critical")))
     assert cases["GD102"].find("failure") is not None
     assert cases["GD201"].find("failure") is None  # a warning, below --fail-on critical
     assert "GPU SMs barely used" in (cases["GD201"].findtext("system-out") or "")
@@ -48,7 +48,7 @@ def test_hostile_text_is_escaped_and_parses(report_factory: Any) -> None:
     from synthetic import make_result
 
     hostile = ']]></failure><script>alert(1)</script>&amp;"\x00\x1b[31m\ud7ff'
-    xml = junit.render(report_factory(result=make_result(hostile=hostile)), fail_on="warning")
+    xml = junit.render(report_factory(result=make_result(hostile=hostile)), RenderOptions(fail_on="warning"))
     root = ET.fromstring(xml)  # still well-formed XML
     failure = next(root.iter("failure"))
     assert "<script>alert(1)</script>" in (failure.text or "")  # as text, escaped on the wire

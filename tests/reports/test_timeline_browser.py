@@ -20,7 +20,7 @@ import pytest
 from test_browser import ARTIFACTS, DevTools, _evaluate, _open, _screenshot
 from test_browser import browser as browser
 
-from gpudoctor.commands.report import judge
+from gpudoctor.judging import judge
 from gpudoctor.reports import html
 from gpudoctor.session import Session
 
@@ -34,7 +34,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "examples"
 def _render(name: str, out: Path) -> tuple[Path, Session]:
     session = Session.load(H200 / f"{name}.session.json")
     page = out / f"{name}.html"
-    page.write_text(html.render(judge(session, [])), encoding="utf-8")
+    page.write_text(html.render(judge(session).report), encoding="utf-8")
     return page, session
 
 

@@ -13,9 +13,9 @@ import pytest
 from markupsafe import escape
 
 from gpudoctor.commands.analyze import session_from_trace
-from gpudoctor.commands.report import judge
 from gpudoctor.helper import Helper
 from gpudoctor.inprocess.result import Report as NotebookReport
+from gpudoctor.judging import judge
 from gpudoctor.report_model import as_report
 from gpudoctor.reports import html
 from gpudoctor.reports._common import prediction_headline, prediction_steps
@@ -27,7 +27,7 @@ HOSTILE = '<script>alert(1)</script>"><img src=x onerror=alert(1)>'
 
 
 def _report(name: str) -> dict[str, Any]:
-    return judge(Session.load(H200 / f"{name}.session.json"), [])
+    return judge(Session.load(H200 / f"{name}.session.json")).report
 
 
 def test_view_legend_adds_up_to_the_idle_time_and_the_top_finding_links_to_its_cause() -> None:
@@ -85,7 +85,7 @@ def test_analyze_reports_draw_the_timeline() -> None:
     assert session.profile is not None and session.profile.picture is not None
     assert sum(session.profile.idle_by_cause_us.values()) == pytest.approx(session.profile.gpu_idle_us, abs=0.01)
     assert "sync" in session.profile.idle_by_cause_us
-    page = html.render(judge(session, []))
+    page = html.render(judge(session).report)
     assert '<svg class="tl-plot"' in page
 
 

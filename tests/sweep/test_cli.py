@@ -53,6 +53,7 @@ def test_explicit_sizes_write_json_and_html(tmp_path: Path, capsys: pytest.Captu
     assert report["schema"] == "gpudoctor.sweep/1"
     assert [(t["batch_size"], t["status"]) for t in report["trials"]] == [(1, "ok"), (2, "ok"), (4, "ok")]
     assert all(t["timing"]["iterations"] >= 20 for t in report["trials"])
+    assert [t["process_reused"] for t in report["trials"]] == [False, True, True]  # far from any memory edge
     assert report["target"]["mode"] == "infer" and report["device"]["type"] == "cpu"
     assert report["command"][:5] == ["gpudoctor", "sweep", f"{TINY}:build", "--mode", "infer"]
     assert report["files"] == {"html": "tiny.html", "json": "tiny.json"}

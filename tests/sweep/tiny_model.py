@@ -67,3 +67,12 @@ def broken_build(batch_size: int | None = None):
 
 
 NOT_CALLABLE = 3
+
+
+WIDE = 256
+
+
+def wide(batch_size: int | None = None):
+    """Activations that dominate memory: batch 8192 holds tens of MB, batch 1 next to none
+    (a peak that is per size shows the difference)."""
+    return nn.Linear(WIDE, WIDE), lambda n: torch.randn(n, WIDE)

@@ -22,6 +22,7 @@ class SlowStorage(Dataset):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=60)
     args = parser.parse_args()
     torch.set_num_threads(1)
     model = torch.nn.Linear(64, 4)
@@ -32,7 +33,7 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if step >= 60:
+        if step >= args.steps:
             break
     print(f"trained {step} steps")
 

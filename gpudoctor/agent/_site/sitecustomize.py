@@ -10,7 +10,7 @@ import os
 import sys
 
 
-def _start_gpudoctor_agent():
+def _start_gpudoctor_agent() -> None:
     if not os.environ.get("GPUDOCTOR_SESSION_DIR"):
         return
     try:
@@ -32,7 +32,7 @@ def _start_gpudoctor_agent():
         pass  # the workload runs as if gpudoctor were not there
 
 
-def _chain_next_sitecustomize():
+def _chain_next_sitecustomize() -> None:
     """Run the sitecustomize that the workload's own sys.path would have found."""
     try:
         import importlib.machinery

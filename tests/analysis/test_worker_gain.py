@@ -1,0 +1,81 @@
+"""What producing batches elsewhere buys, on synthetic runs of known answer (analysis/worker_gain.py)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import make_cpu_samples, make_gpu_samples, make_loader, make_session, make_steps
+
+from gpudoctor.checks import gd101_workers, gd102_input_stall
+from gpudoctor.session import ProfileSummary, ReplayScenario, ReplaySummary
+
+
+def _replay(data_gain: float, gpu_busy_share: float) -> ProfileSummary:
+    """A replayed window of 10 steps of 100 ms whose data scenario says `data_gain`."""
+    span = 1_000_000.0
+    return ProfileSummary(steps=10, kernel_count=100, gpu_busy_us=gpu_busy_share * span,
+                          replay=ReplaySummary(steps=10, baseline_span_us=span,
+                                               baseline_gpu_busy_us=gpu_busy_share * span,
+                                               calibration="calibrated",
+                                               scenarios=[ReplayScenario(name="data", label="instant",
+                                                                         span_us=span / data_gain)]))
+
+
+def _in_process_run(*, util: float, replay: ProfileSummary | None):
+    """imagenet --dummy -j 0: every batch made in the main process (85 ms of a 100 ms step)."""
+    return make_session(steps=make_steps(60, 0.100, 0.085),
+                        loaders=[make_loader(num_workers=0, batches=60, fetch_s_per_batch=0.085)],
+                        gpu_samples=make_gpu_samples(40, util_percent=util, interval_s=0.15),
+                        usable_cores=16, torch_cuda_used=True, profile=replay)
+
+
+def test_in_process_batches_are_host_work_in_series_with_the_step():
+    """The replay found the wait hidden (1.0x) while the GPU was 5% busy: the series model decides,
+    step 100 ms -> 15 ms of other host work (the GPU's 5 ms fits inside)."""
+    session = _in_process_run(util=5.0, replay=_replay(data_gain=1.0, gpu_busy_share=0.05))
+    (stall,) = gd102_input_stall.run(session)
+    assert stall.severity == "critical"
+    assert stall.prediction is not None and stall.prediction.gain == pytest.approx(100 / 15, rel=1e-3)
+    assert "in series with the step" in stall.prediction.detail and "the replay said 1.00x" in stall.prediction.detail
+
+
+def test_in_process_batches_behind_a_busy_gpu_stay_hidden():
+    """The same loop with the GPU 95% busy: producing the batch overlapped queued GPU work."""
+    session = _in_process_run(util=95.0, replay=_replay(data_gain=1.0, gpu_busy_share=0.95))
+    (stall,) = gd102_input_stall.run(session)
+    assert stall.prediction is not None and stall.prediction.gain < 1.06
+
+
+def _worker_run(*, workers_now: int, main_percent: float, cores: int = 16):
+    """2 workers, 80 ms a batch each, 10 ms of loop per step: the loop waits 30 ms a step."""
+    return make_session(steps=make_steps(60, 0.040, 0.030),
+                        loaders=[make_loader(num_workers=workers_now, batches=60, fetch_s_per_batch=0.080)],
+                        gpu_samples=make_gpu_samples(40, util_percent=20.0, interval_s=0.06),
+                        cpu_samples=make_cpu_samples(40, interval_s=0.06, main_percent=main_percent,
+                                                     tree_percent=main_percent + 200.0),
+                        usable_cores=cores, torch_cuda_used=True)
+
+
+def test_more_workers_pay_the_hand_off_and_share_the_cores_with_the_loop():
+    """F = 80 ms over 2 workers; 16 cores. A loop using 25% of a core at 25 steps/s uses 10 ms
+    of CPU a batch: at the predicted step rate it needs more than a core of its own."""
+    (light,) = gd101_workers.run(_worker_run(workers_now=2, main_percent=25.0))
+    assert light.prediction is not None
+    # 10 ms loop + 0.9 ms hand-off + max(0, 80 / 14 - 10.9): 10.9 ms a step against 40 ms
+    assert light.estimated_gain == pytest.approx(40 / 10.9, rel=0.02)
+    (heavy,) = gd101_workers.run(_worker_run(workers_now=2, main_percent=300.0))
+    # the loop uses 120 ms of CPU per batch (its own threads): at t a batch it takes 0.12 / t cores and
+    # leaves the rest to the workers, who then make a batch in 80 ms / (16 - 0.12 / t); both agree at
+    # t = 0.2 / 16 = 12.5 ms: fewer batches made in parallel, a smaller gain (40 / 12.5 = 3.2x)
+    assert heavy.prediction is not None and heavy.estimated_gain == pytest.approx(3.2, rel=0.01)
+    assert "workers the cores carry" in heavy.prediction.detail
+
+
+def test_one_number_for_the_workers_on_both_findings():
+    from gpudoctor.engine import run_checks
+
+    session = _worker_run(workers_now=2, main_percent=25.0)
+    result = run_checks(session, [gd101_workers.run.check, gd102_input_stall.run.check])
+    gains = {f.id: f.estimated_gain for f in result.findings}
+    assert gains["GD101"] == gains["GD102"]
+    stall = next(f for f in result.findings if f.id == "GD102")
+    assert "cross-check" in stall.message and "if batches arrived instantly" in stall.message

@@ -1,0 +1,142 @@
+"""The package's layers, enforced (docs/architecture.md, "Layer rules"; `make lint` runs this).
+
+Every `import` of a gpudoctor module is read with `ast`, wherever it stands (module level,
+inside a function, under `if TYPE_CHECKING:`), and held against two rules:
+
+1. A module imports only from its own layer or the layers below it. Top to bottom:
+   commands -> pipeline -> judging -> analysis -> replay -> collectors -> renderers ->
+   session model -> foundation. (analysis, replay and collectors are the one layer
+   "collectors | analysis | replay" of the design; inside it an analysis may ask the
+   replay for a prediction, and the replay reads the collectors' decoded traces.)
+2. The renderers (gpudoctor.reports) read only the Report: the report models, the text
+   utilities and one another, never the Session, the collectors, the engine or the checks.
+
+An exception is one (importer, imported) pair below, each with why it is there and what
+removes it. A new upward import fails this test; fix it by moving the shared thing down to
+the layer that owns it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "gpudoctor"
+
+# (layer name, module prefixes), top to bottom; a module belongs to its longest matching prefix
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("commands", ("gpudoctor.cli", "gpudoctor.__main__", "gpudoctor.commands", "gpudoctor.inprocess",
+                  "gpudoctor.integrations")),
+    ("pipeline", ("gpudoctor.pipeline", "gpudoctor.judging", "gpudoctor.attach", "gpudoctor.supervisor",
+                  "gpudoctor.assemble", "gpudoctor.trials", "gpudoctor.output", "gpudoctor.helper",
+                  "gpudoctor.merge", "gpudoctor.diff", "gpudoctor.sweep", "gpudoctor.preflight", "gpudoctor.demo",
+                  "gpudoctor.gpu", "gpudoctor.process_tree", "gpudoctor.signals", "gpudoctor.workdir",
+                  "gpudoctor.status", "gpudoctor.agent")),
+    ("judging", ("gpudoctor.engine", "gpudoctor.engine_gains", "gpudoctor.registry", "gpudoctor.plugins",
+                 "gpudoctor.checks", "gpudoctor.report", "gpudoctor.trials.report")),
+    ("analysis", ("gpudoctor.analysis",)),
+    ("replay", ("gpudoctor.replay",)),
+    ("collectors", ("gpudoctor.collectors",)),
+    ("renderers", ("gpudoctor.reports",)),
+    ("session model", ("gpudoctor.session", "gpudoctor.session_codec", "gpudoctor.session_checks",
+                       "gpudoctor.model", "gpudoctor.metrics", "gpudoctor.trials.records", "gpudoctor.report_model",
+                       "gpudoctor.diff_model", "gpudoctor.diff_stats", "gpudoctor.sweep_model", "gpudoctor.schemas")),
+    ("foundation", ("gpudoctor", "gpudoctor.bounded", "gpudoctor.fsutil", "gpudoctor.exitcodes",
+                    "gpudoctor.forking", "gpudoctor.text", "gpudoctor.idle_causes", "gpudoctor.jsonmodel",
+                    "gpudoctor.thresholds", "gpudoctor.agent.protocol", "gpudoctor.agent.redact")),
+]
+
+# what a renderer may import besides gpudoctor.reports itself: the Report and its vocabulary
+RENDERER_READS = ("gpudoctor.report_model", "gpudoctor.diff_model", "gpudoctor.sweep_model", "gpudoctor.model",
+                  "gpudoctor.jsonmodel", "gpudoctor.text", "gpudoctor.idle_causes", "gpudoctor.agent.redact")
+
+# (importer, imported): the known exceptions, each a larger move than the layer fix it blocks
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    # Finding.prediction is typed with analysis.prediction.Prediction (a TYPE_CHECKING import);
+    # the fix moves the Prediction dataclass into the session model (gpudoctor.model).
+    ("gpudoctor.model", "gpudoctor.analysis.prediction"):
+        "the Prediction type, to move into gpudoctor.model",
+    # apply_windows summarises each profiler window and then replays it; the fix hands the
+    # replay in from the assembly (assemble.py, inprocess/recorder.py). Left while the replay
+    # is being rewritten in its own branch.
+    ("gpudoctor.collectors.windows", "gpudoctor.replay"):
+        "the window's replay, to be started by the assembly",
+    # summarize_trace asks replay.window.picture_range which part of a trace a picture
+    # covers; the fix moves picture_range into collectors/window_picture.py (same reason).
+    ("gpudoctor.collectors.trace", "gpudoctor.replay.window"):
+        "picture_range, to move into collectors/window_picture.py",
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The gpudoctor modules `name` imports (a name imported from a package counts as the
+    submodule when there is one, else as the package)."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        for target in targets:
+            while target not in modules and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target in modules and target != name:
+                out.add(target)
+    return out
+
+
+def _layer(name: str) -> int:
+    best, index = "", len(LAYERS)
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > len(best):
+                best, index = prefix, i
+    return index
+
+
+def violations() -> list[str]:
+    modules = _modules()
+    found = []
+    for name, path in sorted(modules.items()):
+        for target in sorted(_imports(name, path, modules)):
+            if (name, target) in EXCEPTIONS:
+                continue
+            if _layer(target) < _layer(name):
+                found.append(f"{name} ({LAYERS[_layer(name)][0]}) imports {target} ({LAYERS[_layer(target)][0]})")
+            elif LAYERS[_layer(name)][0] == "renderers" and not target.startswith("gpudoctor.reports") \
+                    and not target.startswith(RENDERER_READS):
+                found.append(f"{name} (a renderer) imports {target}: renderers read only the Report")
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    assert [name for name in _modules() if _layer(name) == len(LAYERS)] == []
+
+
+def test_no_upward_imports() -> None:
+    assert violations() == []
+
+
+@pytest.mark.parametrize("pair", sorted(EXCEPTIONS))
+def test_each_exception_is_still_needed(pair: tuple[str, str]) -> None:
+    modules = _modules()
+    importer, imported = pair
+    assert imported in _imports(importer, modules[importer], modules), f"{pair}: no longer imported; remove it"
