@@ -157,15 +157,15 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
 # the written HTML and JSON; the renderers (matplotlib) are imported inside the clock
 REPORT_SCRIPT = """
 import sys, time, datetime, json
-from gpudoctor.commands.report import judge
-from gpudoctor.output import plan_outputs, write_outputs
+from gpudoctor.judging import WritePlan, judge, write
+from gpudoctor.output import plan_outputs
 from gpudoctor.session import Session
 data = json.loads(open(sys.argv[1], encoding="utf-8").read())
 start = time.perf_counter()
 session = Session.from_dict(data)
-report = judge(session, [])
+report = judge(session).report
 paths = plan_outputs(sys.argv[2], "bench", datetime.datetime.now(), ["html", "json"], force=True, json_path=None)
-write_outputs(paths, report, session.to_dict())
+write(report, WritePlan(paths, session=session))
 print(time.perf_counter() - start)
 """
 
