@@ -177,11 +177,7 @@ def run(timeline: Timeline, plan: Plan, record: bool = False, starts_of: Iterabl
         now = clock.get(thread, item_ts[index])
         if index in asked:
             item_starts[index] = now
-        done = now
-        for j in queued.get(index, nothing):
-            end = place(j, now + ready[j])
-            if end > done:
-                done = end
+        done = gpu.queue(queued[index], now, ready) if index in queued else now
         kind = kinds[index]
         if kind == CPU or not blocking[index]:
             now += cost[index]
@@ -208,6 +204,30 @@ class _Streams:
         self.starts: list[float] = [0.0] * len(plan.dur)
         self.ends: list[float | None] = [None] * len(plan.dur)
         self.gap, self.dur, self.streams, self.deps = plan.gap, plan.dur, shape.stream, shape.dep
+
+    def queue(self, operations: list[int], now: float, ready: list[float]) -> float:
+        """Place the operations one call queues at `now` (each `ready` after it), in order, as
+        `place` does one by one (written out: the replay's hottest loop); the latest end, or now."""
+        tail, gaps, durations, streams, deps, starts, ends = self.tail, self.gap, self.dur, self.streams, self.deps, \
+            self.starts, self.ends
+        tail_at = tail.get
+        done = now
+        for j in operations:
+            stream = streams[j]
+            start = now + ready[j]
+            free = tail_at(stream, _MINUS_INF) + gaps[j]
+            if free > start:  # max(start, free) keeps the first of equals, and so does this
+                start = free
+            dep = deps[j]
+            if dep >= 0:
+                dep_end = ends[dep]
+                if dep_end is not None and dep_end > start:
+                    start = dep_end
+            end = start + durations[j]
+            starts[j], ends[j], tail[stream] = start, end, end
+            if end > done:
+                done = end
+        return done
 
     def place(self, j: int, ready_at: float) -> float:
         """Operation j starts once ready, its stream free (+ the gap) and its dependency done."""

@@ -67,13 +67,10 @@ class _Scale:
 
 def _path(spans: Sequence[float], scale: _Scale, y: float, height: float = ROW) -> str:
     """One path of rectangles for start, length pairs."""
-    parts = []
     factor, top, tall = scale.factor, f"{y:g}", f"{height:g}"
-    for i in range(0, len(spans) - 1, 2):
-        # (scale.x) a span shorter than the width still shows
-        x, w = round(spans[i] * factor, 3), max(round(spans[i + 1] * factor, 3), 0.05)
-        parts.append(f"M{x:g} {top}h{w:g}v{tall}h{-w:g}z")
-    return "".join(parts)
+    # (scale.x) a span shorter than the width still shows; the pairs as zip gives them (an odd last value left out)
+    return "".join([f"M{round(start * factor, 3):g} {top}h{(w := max(round(length * factor, 3), 0.05)):g}"
+                    f"v{tall}h{-w:g}z" for start, length in zip(spans[0::2], spans[1::2])])
 
 
 def _bars(pairs: Sequence[float], bin_us: float, scale: _Scale, y: float) -> str:
