@@ -366,40 +366,52 @@ class TraceIndex:
             return
         position = self._position + np.cumsum(kept) - 1
         self._position += int(kept.sum())
-        strings, tables = self.strings, self.tables
-        for group, members in _GROUPS.items():
-            mine = kept & np.isin(kinds, members)
-            n = int(mine.sum())
+        # the kept events grouped (gpu, api, ops, frames), file order in each: their fields taken
+        # in one pass each, and each table meets the values in the order a pass per group gave
+        group = np.where(kept, _GROUP_OF_KIND[kinds], len(_GROUPS))
+        counts = np.bincount(group, minlength=len(_GROUPS) + 1)[:len(_GROUPS)].tolist()
+        rows = np.argsort(group, kind="stable")[:sum(counts)].tolist()
+        chosen = _picked(events, rows)
+        name_codes = self.strings.encode(_picked(names, rows))
+        tables = self.tables
+        pid_codes = tables["pid"].encode([e.pid for e in chosen])
+        tid_codes = tables["tid"].encode([e.tid for e in chosen])
+        args = [e.args for e in chosen]
+        if None in args:
+            has_args = np.fromiter(map(operator.is_not, args, repeat(None)), dtype=bool, count=len(args))
+            present = [a if a is not None else _NO_ARGS for a in args]
+        else:
+            has_args = np.ones(len(args), dtype=bool)
+            present = cast("list[Args]", args)
+        gpu_end, api_end, ops_end = counts[0], counts[0] + counts[1], counts[0] + counts[1] + counts[2]
+        correlation = [a.correlation for a in present[:api_end]]  # gpu events and calls
+        external = [a.external_id for a in present[:ops_end]]  # all but the Python frames
+        low = 0
+        for number, name in enumerate(_GROUPS):
+            n = counts[number]
+            high = low + n
             if not n:
                 continue
-            select = mine.tolist()
-            chosen = list(compress(events, select))
+            mine = group == number
+            nothing = [None] * n
             part: dict[str, Any] = {
                 "kind": kinds[mine], "pos": position[mine], "ts": ts[mine], "dur": dur[mine],
-                "name": strings.encode(list(compress(names, select))),
-                "cat": categories[mine],
-                "pid": tables["pid"].encode([e.pid for e in chosen]),
-                "tid": tables["tid"].encode([e.tid for e in chosen]),
+                "name": name_codes[low:high], "cat": categories[mine], "pid": pid_codes[low:high],
+                "tid": tid_codes[low:high], "has_args": has_args[low:high],
+                "correlation": correlation[low:high] if high <= api_end else nothing,
+                "external_id": external[low:high] if high <= ops_end else nothing,
             }
-            args = [e.args for e in chosen]
-            if None in args:
-                part["has_args"] = np.fromiter(map(operator.is_not, args, repeat(None)), dtype=bool, count=n)
-                present = [a if a is not None else _NO_ARGS for a in args]
-            else:
-                part["has_args"] = np.ones(n, dtype=bool)
-                present = cast("list[Args]", args)
-            nothing = [None] * n
-            part["correlation"] = [a.correlation for a in present] if group in ("gpu", "api") else nothing
-            part["external_id"] = [a.external_id for a in present] if group != "frames" else nothing
-            if group == "gpu":
-                part["bytes"] = [a.bytes for a in present]
-                part["device"] = tables["device"].encode([a.device for a in present])
-                part["stream"] = tables["stream"].encode([a.stream for a in present])
+            if name == "gpu":
+                gpu_args = present[:gpu_end]
+                part["bytes"] = [a.bytes for a in gpu_args]
+                part["device"] = tables["device"].encode([a.device for a in gpu_args])
+                part["stream"] = tables["stream"].encode([a.stream for a in gpu_args])
             else:
                 part["bytes"] = nothing
                 part["device"] = np.full(n, tables["device"][msgspec.UNSET], dtype=np.int32)
                 part["stream"] = np.full(n, tables["stream"][msgspec.UNSET], dtype=np.int32)
-            getattr(self, group).append(part)
+            getattr(self, name).append(part)
+            low = high
 
     def subset(self, rows: Mapping[str, np.ndarray]) -> TraceIndex:
         """A TraceIndex of the events at `rows` of each list (masks or positions; same tables and
@@ -431,6 +443,16 @@ class TraceIndex:
 
 
 _NO_ARGS = Args(device=msgspec.UNSET, stream=msgspec.UNSET)
+# each kind's place in _GROUPS (len(_GROUPS): none)
+_GROUP_OF_KIND = np.array([next((n for n, members in enumerate(_GROUPS.values()) if kind in members), len(_GROUPS))
+                           for kind in range(OTHER + 1)], dtype=np.int64)
+
+
+def _picked(values: list[Any], rows: list[int]) -> list[Any]:
+    """[values[i] for i in rows], picked in C."""
+    if len(rows) > 1:
+        return list(operator.itemgetter(*rows)(values))
+    return [values[i] for i in rows]
 
 
 def _floats(values: list[float | None]) -> np.ndarray:
