@@ -12,10 +12,14 @@ HTA's time); then, per shape, in --pairs alternated runs:
   TraceAnalysis on a one-rank directory holding the same file, then its temporal, idle
   time and kernel breakdowns. Skipped when absent.
 
-Each run's wall time, and its peak memory: the largest sum of the proportional set sizes
-(PSS) of the command and every process it started, sampled every 50 ms (gpudoctor forks
-helpers for a long trace; PSS counts a page they share once in all). The medians of the
-times and the largest peaks are compared.
+Each run's wall time; the medians are compared. Peak memory comes from one more run of
+each, apart: the largest sum of the proportional set sizes (PSS) of the command and every
+process it started, sampled every 50 ms (gpudoctor forks a helper for a long trace; PSS
+counts a page they share once in all). Apart, because the sampling slows what it samples:
+the kernel walks each process's page tables for it, under the lock the process's own page
+faults need, and the sampler takes a core. A sampled `gpudoctor analyze` of the copies
+trace, two processes busy on two cores, took a quarter to a third longer than the same
+run unsampled on the 2-core development VM.
 
 It also measures what users wait for on every run (median of --repeat runs each):
 `gpudoctor --help`, `gpudoctor checks` and `gpudoctor explain GD101` (issue 16: each under
@@ -103,10 +107,22 @@ def build_trace(target_events: int, out: Path, base: Path = SHAPES["tiny_kernels
     return written
 
 
+def timed(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Wall seconds of one command, nothing sampled meanwhile."""
+    start = time.perf_counter()
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env or _env(), check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}\n"
+                         f"{done.stderr.decode(errors='replace')[-2000:]}")
+    return {"rc": done.returncode, "seconds": seconds}
+
+
 def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Wall seconds of one command; its peak memory: the largest sum, over the command and
-    every process it started, of their proportional set sizes (PSS: a page shared by two
-    processes counts half in each), sampled every 50 ms; and the largest single RSS sampled."""
+    """Wall seconds of one command (slowed by the sampling: see the module's docstring); its
+    peak memory: the largest sum, over the command and every process it started, of their
+    proportional set sizes (PSS: a page shared by two processes counts half in each),
+    sampled every 50 ms; and the largest single RSS sampled."""
     import psutil
 
     start = time.perf_counter()
@@ -141,15 +157,15 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
 # the written HTML and JSON; the renderers (matplotlib) are imported inside the clock
 REPORT_SCRIPT = """
 import sys, time, datetime, json
-from gpudoctor.commands.report import judge
-from gpudoctor.output import plan_outputs, write_outputs
+from gpudoctor.judging import WritePlan, judge, write
+from gpudoctor.output import plan_outputs
 from gpudoctor.session import Session
 data = json.loads(open(sys.argv[1], encoding="utf-8").read())
 start = time.perf_counter()
 session = Session.from_dict(data)
-report = judge(session, [])
+report = judge(session).report
 paths = plan_outputs(sys.argv[2], "bench", datetime.datetime.now(), ["html", "json"], force=True, json_path=None)
-write_outputs(paths, report, session.to_dict())
+write(report, WritePlan(paths, session=session))
 print(time.perf_counter() - start)
 """
 
@@ -186,20 +202,26 @@ def big_trace_runs(shape: str, args: argparse.Namespace, work: Path, gpudoctor: 
     else:
         print("HTA: skipped (no --hta-python / $GPUDOCTOR_BENCH_HTA)")
     runs: dict[str, list[dict[str, Any]]] = {"gpudoctor_analyze": [], "hta": []}
-    for n in range(args.pairs):  # alternated: both see the same machine
-        ours = measured([*gpudoctor, "analyze", str(big), "--out", str(work / f"ours{n}" / "big"), "--quiet"])
+    ours_command = [*gpudoctor, "analyze", str(big), "--out", str(work / "ours" / "big"), "--quiet", "--force"]
+    hta_env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    for _ in range(args.pairs):  # alternated: both see the same machine
+        ours = timed(ours_command)
         runs["gpudoctor_analyze"].append(ours)
-        print(f"gpudoctor: {ours['seconds']:.2f} s, {ours['peak_mib']:.0f} MiB peak (PSS, all its processes)")
+        print(f"gpudoctor: {ours['seconds']:.2f} s")
         if hta_command:
-            hta = measured(hta_command, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+            hta = timed(hta_command, env=hta_env)
             runs["hta"].append(hta)
-            print(f"HTA 0.5.0: {hta['seconds']:.2f} s, {hta['peak_mib']:.0f} MiB peak; "
-                  f"this pair: {ours['seconds'] / hta['seconds']:.3f}x time")
+            print(f"HTA 0.5.0: {hta['seconds']:.2f} s; this pair: {ours['seconds'] / hta['seconds']:.3f}x time")
     results["runs"] = runs
+    memory = {"gpudoctor_analyze": measured(ours_command)}  # apart: sampling slows a run
+    if hta_command:
+        memory["hta"] = measured(hta_command, env=hta_env)
+    results["memory_runs"] = memory
     for name, done in runs.items():
         if done:
             results[name] = {"seconds": round(statistics.median(r["seconds"] for r in done), 3),
-                             "peak_mib": round(max(r["peak_mib"] for r in done), 1)}
+                             "peak_mib": round(memory[name]["peak_mib"], 1)}
+            print(f"{name}: {memory[name]['peak_mib']:.0f} MiB peak (PSS, all its processes; a run sampled apart)")
     if runs["hta"]:
         ours, hta = results["gpudoctor_analyze"], results["hta"]
         results["time_ratio"] = round(ours["seconds"] / hta["seconds"], 3)

@@ -1,3 +1,3 @@
-from gpudoctor.cli import main
+from gpudoctor.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -45,25 +45,26 @@ class Helper:
     def start(cls, formats: tuple[str, ...] = (), fail_on: str | None = None, trace: Path | None = None) -> Helper:
         """`trace`: a trace file whose second half the helper decodes (see `rest`) if it can be
         split; then the helper renders nothing: its core decodes and replays while this
-        process imports the renderers."""
+        process imports the renderers. The helper is forked first, before either process
+        imports the decoder: both then import it at once, and each asks whether the trace
+        splits (the same answer)."""
+        helper = cls(formats, fail_on)
+        if trace is not None:
+            _decoder_installed()
+        if spare_core():
+            try:
+                ours, theirs = pipe(duplex=True)
+                helper._process = start_child(_serve, (theirs, formats, fail_on, trace), "gpudoctor-helper")
+                theirs.close()
+                helper._conn = ours
+            except (OSError, ValueError) as exc:
+                log.debug("no helper process: %s", exc)
         if trace is not None:
             from gpudoctor.collectors.trace_decode import split_point
 
-            if split_point(trace) is None:
-                trace = None
-            else:
-                formats = ()
-        helper = cls(formats, fail_on)
-        if not spare_core():
-            return helper
-        try:
-            ours, theirs = pipe(duplex=True)
-            helper._process = start_child(_serve, (theirs, formats, fail_on, trace), "gpudoctor-helper")
-            theirs.close()
-            helper._conn = ours
-            helper.decoding = trace is not None
-        except (OSError, ValueError) as exc:
-            log.debug("no helper process: %s", exc)
+            if split_point(trace) is not None:
+                helper.formats = ()
+                helper.decoding = helper._conn is not None
         return helper
 
     @property
@@ -165,7 +166,7 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
     # exit code) and ends this one; here it would only print a traceback
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    if trace is not None:
+    if trace is not None and _splits(trace):
         from gpudoctor.collectors.trace_decode import decode_rest
 
         try:
@@ -194,6 +195,22 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
                     conn.send(("error", f"{type(exc).__name__}: {exc}"))
         except (BrokenPipeError, EOFError):
             return
+
+
+def _decoder_installed() -> None:
+    """ModuleNotFoundError, before any fork, when a package the trace decoder needs is missing
+    (one line from the command, not a traceback from each process): found, not imported."""
+    import importlib.util
+
+    for name in ("numpy", "msgspec"):
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+def _splits(trace: Path) -> bool:
+    from gpudoctor.collectors.trace_decode import split_point
+
+    return split_point(trace) is not None
 
 
 def _replay(part: TraceIndex, steps: int) -> ReplaySummary | None:

@@ -44,6 +44,25 @@ def is_real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+_NUMBER_TYPES = frozenset({int, float})
+
+
+def plain_numbers(values: list[Any] | tuple[Any, ...]) -> bool:
+    """Every value an int or a float (not a bool, nor a subclass): a list of measurements
+    (a picture's spans, a histogram), copied or checked in one pass instead of value by value."""
+    return set(map(type, values)) <= _NUMBER_TYPES
+
+
+def finite_numbers(values: list[Any] | tuple[Any, ...]) -> bool:
+    """plain_numbers, none of them NaN or infinite (a finite sum says so: either would spread)."""
+    if not plain_numbers(values):
+        return False
+    try:
+        return math.isfinite(sum(values))
+    except OverflowError:  # an int too large for a float: asked value by value
+        return False
+
+
 def nulled_non_finite(value: Any) -> Any:
     """A copy of parsed JSON in which NaN and infinity (not JSON) are null: unmeasurable."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -51,6 +70,8 @@ def nulled_non_finite(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): nulled_non_finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        if finite_numbers(value):
+            return list(value)
         return [nulled_non_finite(v) for v in value]
     return value
 
@@ -183,7 +204,8 @@ def _check_free(value: Any, prefix: str, key: str) -> None:
         if isinstance(item, list):
             if len(item) > MAX_ITEMS:
                 raise DecodeError(_say(prefix, key, f"holds a list of {len(item):,} entries (at most {MAX_ITEMS:,})"))
-            pending.extend(v for v in item if isinstance(v, (list, Mapping)))
+            if not plain_numbers(item):
+                pending.extend(v for v in item if isinstance(v, (list, Mapping)))
         elif isinstance(item, Mapping):
             pending.extend(v for v in item.values() if isinstance(v, (list, Mapping)))
 
@@ -209,15 +231,7 @@ def _value(hint: Any, value: Any, prefix: str, key: str) -> Any:
             raise DecodeError(_say(prefix, key, f"is not {_describe(hint)}"))
         return value
     if origin is list:
-        if not isinstance(value, list):
-            raise DecodeError(_say(prefix, key, "is not a list"))
-        if len(value) > MAX_ITEMS:
-            raise DecodeError(_say(prefix, key, f"has {len(value):,} entries (at most {MAX_ITEMS:,})"))
-        (item,) = typing.get_args(hint)
-        label = _label(item) if isinstance(item, type) and dataclasses.is_dataclass(item) else None
-        if label:
-            return [_value(item, v, f"{label} {n + 1}: ", "") for n, v in enumerate(value)]
-        return [_value(item, v, prefix, f"{key}[{n}]") for n, v in enumerate(value)]
+        return _list_value(hint, value, prefix, key)
     if origin in (dict, Mapping):
         if not isinstance(value, Mapping):
             raise DecodeError(_say(prefix, key, "is not an object"))
@@ -238,6 +252,20 @@ def _value(hint: Any, value: Any, prefix: str, key: str) -> Any:
     return value
 
 
+def _list_value(hint: Any, value: Any, prefix: str, key: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise DecodeError(_say(prefix, key, "is not a list"))
+    if len(value) > MAX_ITEMS:
+        raise DecodeError(_say(prefix, key, f"has {len(value):,} entries (at most {MAX_ITEMS:,})"))
+    (item,) = typing.get_args(hint)
+    if (item is float and finite_numbers(value)) or (item is int and set(map(type, value)) <= {int}):
+        return list(value)  # measurements: what the loop below would return, in one pass
+    label = _label(item) if isinstance(item, type) and dataclasses.is_dataclass(item) else None
+    if label:
+        return [_value(item, v, f"{label} {n + 1}: ", "") for n, v in enumerate(value)]
+    return [_value(item, v, prefix, f"{key}[{n}]") for n, v in enumerate(value)]
+
+
 def encode(obj: Any) -> Any:
     """The JSON value of a model instance (dicts in field order, then the unknown keys)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -253,7 +281,7 @@ def encode(obj: Any) -> Any:
                 out.setdefault(key, value)
         return out
     if isinstance(obj, (list, tuple)):
-        return [encode(v) for v in obj]
+        return list(obj) if plain_numbers(obj) else [encode(v) for v in obj]
     if isinstance(obj, Mapping):
         return {k: encode(v) for k, v in obj.items()}
     return obj

@@ -21,13 +21,12 @@ and the reason is recorded in `Session.unavailable[fact]`. Fact names:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.session_codec import build, clean
+from gpudoctor.session_codec import build, plain
 
 
 # What `--try` keeps in the Session: the overrides a run saw, and each trial's outcome
@@ -545,7 +544,7 @@ class Session:
 
     # ---- serialisation ------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = clean(dataclasses.asdict(self))
+        data: dict[str, Any] = plain(self)  # clean(dataclasses.asdict(self)), in one walk
         return data
 
     @classmethod

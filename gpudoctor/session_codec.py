@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import math
 from typing import Any, get_args, get_origin, get_type_hints
 
-from gpudoctor.jsonmodel import nulled_non_finite
+from gpudoctor.jsonmodel import finite_numbers, nulled_non_finite
 
 clean = nulled_non_finite  # NaN/inf (not valid JSON) become None, recursively
+_ATOMS = (str, int, bool, type(None))
+
+
+def plain(value: Any) -> Any:
+    """clean(dataclasses.asdict(value)) in one walk: dataclasses as dicts of their fields,
+    lists and tuples as lists, dict keys as strings, NaN and infinity as None; a list of
+    plain numbers (a picture's spans) copied at once rather than number by number."""
+    if hasattr(type(value), "__dataclass_fields__") and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if type(value) in _ATOMS:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (list, tuple)):
+        return list(value) if finite_numbers(value) else [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    return clean(copy.deepcopy(value))  # what asdict leaves as it is (a copy), cleaned
 
 
 _HINTS: dict[type, dict[str, Any]] = {}

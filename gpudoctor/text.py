@@ -1,5 +1,5 @@
 """Text that every layer writes: strings from the run made safe to show, and durations
-and sizes in words. Stdlib only, and no gpudoctor import: the bottom of the layers
+and sizes in words. Stdlib and the foundation's jsonmodel only: the bottom of the layers
 (docs/architecture.md), so the collectors, the checks, the pipeline and the renderers all
 read it without reaching into each other.
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from gpudoctor.jsonmodel import plain_numbers
 
 # C0 controls but tab and newline, DEL, C1 controls (0x9b is CSI on many terminals), and
 # the bidirectional overrides that reorder what a reader sees
@@ -30,7 +32,7 @@ def printable(value: Any) -> Any:
     if isinstance(value, dict):
         return {printable(k): printable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [printable(v) for v in value]
+        return list(value) if plain_numbers(value) else [printable(v) for v in value]
     return value
 
 

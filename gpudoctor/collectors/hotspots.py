@@ -16,13 +16,13 @@ launched from a thread without Python frames is the autograd engine's
 
 from __future__ import annotations
 
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from gpudoctor.collectors.intervals import first_appearance, grouped_sums
-from gpudoctor.collectors.trace_columns import HostEvents, TraceColumns
+from gpudoctor.collectors.stacks import FrameStacks
+from gpudoctor.collectors.trace_columns import TraceColumns
 from gpudoctor.session import CallSite, ProfileSummary
 
 TOP_OPS = 10
@@ -49,7 +49,7 @@ def add_hotspots(source: Any, out: ProfileSummary, columns: TraceColumns | None 
     out.top_cpu_ops = _top(columns.own_times)[:TOP_OPS]
     operators = columns.operators
     autograd = operators.thread_codes[operators.named(lambda name: name.startswith("autograd::engine"))]
-    sites = _Sites(columns.frames, {operators.threads[code] for code in set(autograd.tolist())})
+    sites = _Sites(columns.frame_stacks, {operators.threads[code] for code in set(autograd.tolist())})
     caller = columns.gpu_caller
     if len(columns.launch_calls):
         mapped = caller >= 0
@@ -97,8 +97,8 @@ class _Sites:
 
     KINDS = ("gpu", "sync", "cpu")
 
-    def __init__(self, frames: HostEvents, autograd: set[Thread]) -> None:
-        self.frames = frames
+    def __init__(self, stacks: FrameStacks | None, autograd: set[Thread]) -> None:
+        self.stacks = stacks
         self.autograd = autograd
         self.threads: dict[Thread, int] = {}  # in order of their first query
         self.parts: list[tuple[np.ndarray, np.ndarray, int, np.ndarray]] = []  # thread ids, times, kind, values
@@ -153,43 +153,26 @@ class _Sites:
 
     def _where(self, thread_ids: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
         """The site of each query, as codes into a list of sites (None: gpudoctor's own work)."""
-        stacks = _Stacks(self.frames) if len(self.frames.start) else None
+        stacks = self.stacks
         places: dict[tuple[str, ...], int] = {}  # a stack's site, once
         site_codes: dict[str | None, int] = {}
-        site_of_node: dict[int, int] = {}
         where = np.zeros(len(times), dtype=np.int64)
         threads = list(self.threads)
         bounds = np.searchsorted(thread_ids, np.arange(len(threads) + 1))
-
-        def place(names: tuple[str, ...]) -> int:
-            code = places.get(names)
-            if code is None:
-                code = places[names] = site_codes.setdefault(_place(names), len(site_codes))
-            return code
-
         for thread_id, thread in enumerate(threads):
             low, high = int(bounds[thread_id]), int(bounds[thread_id + 1])
             if low == high:
                 continue
             empty = site_codes.setdefault(AUTOGRAD if thread in self.autograd else NO_FRAME, len(site_codes))
-            frame_thread = stacks.thread_code(thread) if stacks is not None else None
-            if stacks is None or frame_thread is None:
+            if stacks is None:
                 where[low:high] = empty
                 continue
-            at = times[low:high]
-            tops = self.frames.nested.tops(frame_thread, at, stacks.parent)
-            safe = np.maximum(tops, 0)
-            codes_here = np.full(len(at), empty, dtype=np.int64)
-            whole = (tops >= 0) & (stacks.min_end[safe] >= at)
-            if whole.any():
-                nodes, inverse = np.unique(stacks.node[tops[whole]], return_inverse=True)
-                for node in nodes.tolist():
-                    if node not in site_of_node:
-                        site_of_node[node] = place(stacks.names(node))
-                codes_here[whole] = np.array([site_of_node[n] for n in nodes.tolist()])[inverse.reshape(-1)]
-            for i in np.flatnonzero((tops >= 0) & ~whole).tolist():
-                codes_here[i] = place(stacks.open_names(int(tops[i]), float(at[i])))
-            where[low:high] = codes_here
+            stack_codes, found = stacks.at(thread, times[low:high])
+            for names in found:
+                if names and names not in places:
+                    places[names] = site_codes.setdefault(_place(names), len(site_codes))
+            site_of = np.array([places[names] if names else empty for names in found], dtype=np.int64)
+            where[low:high] = site_of[stack_codes] if len(site_of) else empty
         return where, list(site_codes)
 
 
@@ -200,82 +183,3 @@ def _place(names: tuple[str, ...]) -> str | None:
     if any(marker in n.replace("\\", "/") for n in names for marker in AGENT_WINDOW):
         return None  # gpudoctor's own work (opening or closing the window)
     return (_site(names) or _innermost(names)).split(" -> ", 1)[0]
-
-
-class _Stacks:
-    """The frame stacks of a trace: each frame's parent on its thread's stack, the id of the
-    stack it tops (equal ids: equal names, outermost first) and the earliest end in it."""
-
-    def __init__(self, frames: HostEvents) -> None:
-        self.frames = frames
-        nest = frames.nested
-        self.parent = nest.parents(touching=False)
-        count = len(nest)
-        name_codes = frames.name_codes[nest.order]
-        depth = (self.parent >= 0).astype(np.int64)
-        above = self.parent.copy()
-        todo = np.flatnonzero(above >= 0)
-        while len(todo):  # pointer jumping: depth = hops to the root
-            up = above[todo]
-            depth[todo] += depth[up]
-            above[todo] = above[up]
-            todo = todo[above[todo] >= 0]
-        self.node = np.zeros(count, dtype=np.int64)
-        self.min_end = nest.end.copy()
-        node_parents, node_names = [], []
-        by_depth = np.argsort(depth.astype(np.int16) if count and depth.max() < 2 ** 15 else depth, kind="stable")
-        levels = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2)).tolist()
-        width, made = max(len(frames.distinct_names), 1), 0
-        for low, high in pairwise(levels):
-            level = by_depth[low:high]
-            parent = self.parent[level]
-            above_node = np.where(parent >= 0, self.node[np.maximum(parent, 0)], -1)
-            distinct_keys, inverse = _distinct((above_node + 1) * width + name_codes[level])
-            self.node[level] = made + inverse
-            made += len(distinct_keys)
-            node_parents.append(distinct_keys // width - 1)
-            node_names.append(distinct_keys % width)
-            nested = parent >= 0
-            self.min_end[level[nested]] = np.minimum(self.min_end[level[nested]], self.min_end[parent[nested]])
-        self.node_parent: list[int] = np.concatenate(node_parents).tolist() if node_parents else []
-        self.node_name: list[int] = np.concatenate(node_names).tolist() if node_names else []
-        self._names: dict[int, tuple[str, ...]] = {}
-
-    def thread_code(self, thread: Thread) -> int | None:
-        try:
-            return self.frames.threads.index(thread)
-        except ValueError:
-            return None
-
-    def names(self, node: int) -> tuple[str, ...]:
-        """The frames of a stack id, outermost first (a loop, not recursion: a stack may be
-        thousands of frames deep)."""
-        missing = []
-        while node >= 0 and node not in self._names:
-            missing.append(node)
-            node = self.node_parent[node]
-        known = self._names[node] if node >= 0 else ()
-        for below in reversed(missing):
-            known = self._names[below] = (*known, self.frames.distinct_names[self.node_name[below]])
-        return known
-
-    def open_names(self, top: int, time: float) -> tuple[str, ...]:
-        """The frames of the stack under `top` still open at `time`, outermost first."""
-        nest, names = self.frames.nested, []
-        while top >= 0:
-            if nest.end[top] >= time:
-                names.append(self.frames.names[int(nest.order[top])])
-            top = int(self.parent[top])
-        return tuple(reversed(names))
-
-
-def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(keys, return_inverse=True) of ints >= 0; by a table when their range is small."""
-    top = int(keys.max()) + 1 if len(keys) else 0
-    if top > 4 * len(keys) + 1024:
-        distinct, inverse = np.unique(keys, return_inverse=True)
-        return distinct, inverse.reshape(-1)
-    present = np.zeros(top, dtype=bool)
-    present[keys] = True
-    rank = np.cumsum(present) - 1
-    return np.flatnonzero(present), rank[keys]

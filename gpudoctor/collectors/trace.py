@@ -74,6 +74,7 @@ from gpudoctor.collectors.trace_file import (  # noqa: F401  (public names re-ex
     load_trace,
     trace_events,
 )
+from gpudoctor.collectors.trace_syncs import workload_syncs
 from gpudoctor.collectors.window_picture import Gaps, gap_causes, idle_by_cause, picture, thread_of
 from gpudoctor.replay.window import picture_range
 from gpudoctor.session import KernelStat, ProfileSummary, SyncSite
@@ -83,9 +84,6 @@ log = logging.getLogger(__name__)
 KERNEL_TO_KERNEL_GAP_US = 30.0  # HTA: shorter gaps are the cost of launching back to back
 SHORT_LAUNCH_MAX_US = 50.0  # HTA: longer launch calls are outliers, not short-kernel evidence
 AGENT_FRAME = "gpudoctor/agent/"  # Python frames of gpudoctor's agent inside the workload
-# gpudoctor opening or closing its own window: its syncs are not the workload's (its wrappers
-# around the DataLoader, the fetchers and the safe points are transparent: the work inside is)
-AGENT_WINDOW_FRAME = "gpudoctor/agent/profiler"
 SMALL_COPY_BYTES = 64 * 1024  # Nsight Systems ignores synchronous H2D copies below this size
 SYNC_SLACK_US = 10.0  # host and GPU clocks agree to a few us only
 TOP_N = 10
@@ -148,22 +146,16 @@ class _TraceStats:
     def __init__(self) -> None:
         self.first, self.last = float("inf"), float("-inf")
         self.columns: TraceColumns | None = None
-        self.syncs: list[tuple[Any, float, float, str]] = []  # thread, ts, dur, api
-        self.around: dict[Any, list[tuple[float, float, bool, str]]] = defaultdict(list)  # ts, end, frame?, name
         # the operators that launched GPU work (first launch first) and the GPU us of each
         self.op_gpu: tuple[list[str], np.ndarray] = ([], np.zeros(0))
         self.cpu_self: list[tuple[str, list[float]]] = []
 
     def add(self, index: TraceIndex) -> None:
         self.first, self.last = index.first, index.last
-        self.columns = columns = TraceColumns(index)
-        api = index.api
-        for position in columns.syncs:
-            self.syncs.append(((api.value("pid", position), api.value("tid", position)), float(api.ts[position]),
-                               float(api.dur[position]), columns.api_kind(position).api))
+        self.columns = TraceColumns(index)
 
     def add_context(self, index: TraceIndex) -> None:
-        """Attribute GPU time to operators; keep the frames and operators around syncs."""
+        """Attribute GPU time to operators (their own CPU time when none launched GPU work)."""
         columns = self.columns
         assert columns is not None
         attributed, ext_ids, names = columns.gpu_operators
@@ -171,22 +163,8 @@ class _TraceStats:
         if kept.any():
             gpu_us = grouped_sums(attributed[kept], columns.gpu_end[kept] - columns.gpu_start[kept], len(ext_ids))
             self.op_gpu = (names, gpu_us)
-        sync_times: dict[Any, list[float]] = defaultdict(list)
-        for thread, ts, _, _ in self.syncs:
-            sync_times[thread].append(ts)
         if not self.op_gpu[0]:
             self.cpu_self = columns.own_times
-        for thread, times in sync_times.items():
-            at = np.sort(np.array(times, dtype=np.float64))
-            for events, frame in ((columns.operators, False), (columns.frames, True)):
-                mine = events.on(thread)
-                if not len(mine):
-                    continue
-                starts, ends = events.start[mine], events.end[mine]
-                after = np.searchsorted(at, starts, side="left")
-                inside = (after < len(at)) & (at[np.minimum(after, len(at) - 1)] <= ends)
-                for i in mine[inside].tolist():
-                    self.around[thread].append((float(events.start[i]), float(events.end[i]), frame, events.names[i]))
 
     def summary(self, steps: int) -> ProfileSummary:
         columns = self.columns
@@ -277,16 +255,20 @@ class _TraceStats:
     def _transfers(self, out: ProfileSummary) -> None:
         columns = self.columns
         assert columns is not None
-        memcpy: dict[str, dict[str, float]] = {}
+        copies = np.flatnonzero(columns.gpu_kind == GPU_COPY)
         copied = columns.index.gpu.bytes
-        for i in np.flatnonzero(columns.gpu_kind == GPU_COPY).tolist():
-            nbytes = _number(copied[i]) or 0.0
-            entry = memcpy.setdefault(copy_kind(columns.gpu_names[i]),
-                                      {"count": 0, "bytes": 0, "us": 0.0, "small_count": 0})
-            entry["count"] += 1
-            entry["bytes"] += int(nbytes)
-            entry["us"] += float(columns.gpu_dur[i])
-            entry["small_count"] += nbytes < SMALL_COPY_BYTES
+        values = [copied[i] for i in copies.tolist()]
+        memcpy = _copy_totals(columns, copies, values) if _plain_sizes(values) else None
+        if memcpy is None:  # sizes of every kind (or none): one copy after the other
+            memcpy = {}
+            for i, value in zip(copies.tolist(), values):
+                nbytes = _number(value) or 0.0
+                entry = memcpy.setdefault(copy_kind(columns.gpu_names[i]),
+                                          {"count": 0, "bytes": 0, "us": 0.0, "small_count": 0})
+                entry["count"] += 1
+                entry["bytes"] += int(nbytes)
+                entry["us"] += float(columns.gpu_dur[i])
+                entry["small_count"] += nbytes < SMALL_COPY_BYTES
         out.memcpy = {k: {f: round(v, 3) for f, v in e.items()} for k, e in sorted(memcpy.items())}
         memsets = columns.gpu_dur[columns.gpu_kind == GPU_SET]
         out.memset_count, out.memset_us = len(memsets), round(sequential_sum(memsets), 3)
@@ -375,36 +357,20 @@ class _TraceStats:
         return [named.get(position) for position in calls]
 
     def _sync_stats(self, out: ProfileSummary, gaps: Gaps) -> np.ndarray:
-        by_thread: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
-        for thread, ts, dur, api in self.syncs:
-            by_thread[thread].append((ts, dur, api))
-        sites: dict[tuple[str, str | None], list[float]] = {}
-        kept: list[tuple[Any, float, float, str]] = []
-        for thread, syncs in by_thread.items():
-            syncs.sort()
-            around = _enclosing(self.around.get(thread, []), [ts for ts, _, _ in syncs])
-            for (ts, dur, api), enclosing in zip(syncs, around):
-                frames = [i[3] for i in enclosing if i[2]]
-                if any(map(_agent_window_frame, frames)):
-                    continue  # gpudoctor's own (closing the profiler window), not the workload's
-                kept.append((thread, ts, dur, api))
-                label = next((i[3] for i in enclosing if not i[2] and i[3].startswith("aten::")), api)
-                stat = sites.setdefault((label, _site(frames)), [0, 0.0])
-                stat[0] += 1
-                stat[1] += dur
-        self.syncs = kept
-        out.sync_count = len(self.syncs)
-        out.sync_total_us = round(float(sum(s[2] for s in self.syncs)), 3)
-        ranked = sorted(sites.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:TOP_N]
+        assert self.columns is not None
+        syncs = workload_syncs(self.columns, _site)
+        out.sync_count = len(syncs.dur)
+        out.sync_total_us = round(float(sum(syncs.dur)), 3)
+        ranked = sorted(syncs.sites.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:TOP_N]
         out.sync_sites = [SyncSite(api=api, count=int(c), total_us=round(t, 3), site=site)
                           for (api, site), (c, t) in ranked]
         # a gap follows a sync when the GPU ran dry during the sync and the host resumed
         # inside the gap: the sync emptied the queue and the host had to refill it
         gap_starts, gap_ends = gaps.starts, gaps.ends
         after_sync = np.zeros(len(gap_starts), dtype=bool)
-        if self.syncs and len(gap_starts):
-            sync_starts = np.array([ts for _, ts, _, _ in self.syncs], dtype=np.float64)
-            sync_ends = sync_starts + np.array([dur for _, _, dur, _ in self.syncs], dtype=np.float64)
+        if syncs.dur and len(gap_starts):
+            sync_starts = syncs.start
+            sync_ends = sync_starts + np.array(syncs.dur, dtype=np.float64)
             order = np.argsort(sync_ends, kind="stable")
             sync_starts, sync_ends = sync_starts[order], sync_ends[order]
             # the syncs that ended around the gap: did one of them start before it?
@@ -415,14 +381,44 @@ class _TraceStats:
         return after_sync
 
 
-@functools.lru_cache(maxsize=1 << 14)  # the same frames around every sync of a step
-def _agent_window_frame(frame: str) -> bool:
-    return AGENT_WINDOW_FRAME in frame.replace("\\", "/")
-
-
 def _site(frames: list[str] | tuple[str, ...]) -> str | None:
     """'func (file:line) -> callee' for the innermost user frame of a stack (outermost first)."""
     return _site_of(tuple(frames))
+
+
+def _plain_sizes(values: list[Any]) -> bool:
+    """Copy sizes that are all plain ints or floats, finite and small enough that a float holds
+    them whole (a real trace's): added as arrays; any other, one by one."""
+    if not set(map(type, values)) <= {int, float, type(None)}:
+        return False
+    try:
+        sizes = _sizes(values)
+    except OverflowError:
+        return False
+    return bool(np.isfinite(sizes).all() and (np.abs(sizes) < 2.0 ** 52).all() and np.abs(sizes).sum() < 2.0 ** 62)
+
+
+def _sizes(values: list[Any]) -> np.ndarray:
+    """The sizes as floats (_number: None, no size, counts as 0)."""
+    if None in values:
+        values = [0.0 if v is None else v for v in values]
+    return np.array(values, dtype=np.float64)
+
+
+def _copy_totals(columns: TraceColumns, copies: np.ndarray, values: list[Any]) -> dict[str, dict[str, float]]:
+    """Per copy kind: count, bytes (each copy's size as a whole number), us (added in file order)
+    and the copies under SMALL_COPY_BYTES."""
+    name_codes, names = coded(columns.index.gpu, "name", copies)
+    kind_codes, kinds = codes([copy_kind(name) for name in names])
+    kind_of = kind_codes[name_codes] if len(name_codes) else name_codes
+    sizes = _sizes(values)
+    counts = np.bincount(kind_of, minlength=len(kinds)).tolist()
+    us = grouped_sums(kind_of, columns.gpu_dur[copies], len(kinds)).tolist()
+    small = np.bincount(kind_of, weights=sizes < SMALL_COPY_BYTES, minlength=len(kinds)).astype(np.int64).tolist()
+    whole = sizes.astype(np.int64)  # int() of each size: toward zero
+    totals = [int(whole[kind_of == k].sum()) for k in range(len(kinds))]
+    return {kind: {"count": counts[k], "bytes": totals[k], "us": us[k], "small_count": small[k]}
+            for k, kind in enumerate(kinds)}
 
 
 @functools.lru_cache(maxsize=1 << 14)  # the same stacks recur every step

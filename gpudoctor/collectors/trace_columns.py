@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from itertools import compress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from gpudoctor.collectors.kineto_names import (
     SYNC_APIS,
 )
 from gpudoctor.collectors.trace_decode import OP, EventColumns, TraceIndex
+
+if TYPE_CHECKING:
+    from gpudoctor.collectors.stacks import FrameStacks
 
 
 class ApiKind:
@@ -153,6 +156,13 @@ class TraceColumns:
     @functools.cached_property
     def frames(self) -> HostEvents:
         return HostEvents(self.index.frames)
+
+    @functools.cached_property
+    def frame_stacks(self) -> FrameStacks | None:
+        """The Python frame stacks (None: no frame recorded)."""
+        from gpudoctor.collectors.stacks import FrameStacks
+
+        return FrameStacks(self.frames) if len(self.frames.start) else None
 
     @functools.cached_property
     def step_names(self) -> set[str]:

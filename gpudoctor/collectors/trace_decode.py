@@ -28,6 +28,7 @@ import gc
 import gzip
 import logging
 import math
+import mmap
 import operator
 import os
 import re
@@ -365,37 +366,52 @@ class TraceIndex:
             return
         position = self._position + np.cumsum(kept) - 1
         self._position += int(kept.sum())
-        strings, tables = self.strings, self.tables
-        for group, members in _GROUPS.items():
-            mine = kept & np.isin(kinds, members)
-            n = int(mine.sum())
+        # the kept events grouped (gpu, api, ops, frames), file order in each: their fields taken
+        # in one pass each, and each table meets the values in the order a pass per group gave
+        group = np.where(kept, _GROUP_OF_KIND[kinds], len(_GROUPS))
+        counts = np.bincount(group, minlength=len(_GROUPS) + 1)[:len(_GROUPS)].tolist()
+        rows = np.argsort(group, kind="stable")[:sum(counts)].tolist()
+        chosen = _picked(events, rows)
+        name_codes = self.strings.encode(_picked(names, rows))
+        tables = self.tables
+        pid_codes = tables["pid"].encode([e.pid for e in chosen])
+        tid_codes = tables["tid"].encode([e.tid for e in chosen])
+        args = [e.args for e in chosen]
+        if None in args:
+            has_args = np.fromiter(map(operator.is_not, args, repeat(None)), dtype=bool, count=len(args))
+            present = [a if a is not None else _NO_ARGS for a in args]
+        else:
+            has_args = np.ones(len(args), dtype=bool)
+            present = cast("list[Args]", args)
+        gpu_end, api_end, ops_end = counts[0], counts[0] + counts[1], counts[0] + counts[1] + counts[2]
+        correlation = [a.correlation for a in present[:api_end]]  # gpu events and calls
+        external = [a.external_id for a in present[:ops_end]]  # all but the Python frames
+        low = 0
+        for number, name in enumerate(_GROUPS):
+            n = counts[number]
+            high = low + n
             if not n:
                 continue
-            select = mine.tolist()
-            chosen = list(compress(events, select))
+            mine = group == number
+            nothing = [None] * n
             part: dict[str, Any] = {
                 "kind": kinds[mine], "pos": position[mine], "ts": ts[mine], "dur": dur[mine],
-                "name": strings.encode(list(compress(names, select))),
-                "cat": categories[mine],
-                "pid": tables["pid"].encode([e.pid for e in chosen]),
-                "tid": tables["tid"].encode([e.tid for e in chosen]),
+                "name": name_codes[low:high], "cat": categories[mine], "pid": pid_codes[low:high],
+                "tid": tid_codes[low:high], "has_args": has_args[low:high],
+                "correlation": correlation[low:high] if high <= api_end else nothing,
+                "external_id": external[low:high] if high <= ops_end else nothing,
             }
-            args = [e.args for e in chosen]
-            part["has_args"] = np.fromiter(map(operator.is_not, args, repeat(None)), dtype=bool, count=n)
-            present: list[Args] = cast("list[Args]", args) if part["has_args"].all() \
-                else [a if a is not None else _NO_ARGS for a in args]
-            nothing = [None] * n
-            part["correlation"] = [a.correlation for a in present] if group in ("gpu", "api") else nothing
-            part["external_id"] = [a.external_id for a in present] if group != "frames" else nothing
-            if group == "gpu":
-                part["bytes"] = [a.bytes for a in present]
-                part["device"] = tables["device"].encode([a.device for a in present])
-                part["stream"] = tables["stream"].encode([a.stream for a in present])
+            if name == "gpu":
+                gpu_args = present[:gpu_end]
+                part["bytes"] = [a.bytes for a in gpu_args]
+                part["device"] = tables["device"].encode([a.device for a in gpu_args])
+                part["stream"] = tables["stream"].encode([a.stream for a in gpu_args])
             else:
                 part["bytes"] = nothing
                 part["device"] = np.full(n, tables["device"][msgspec.UNSET], dtype=np.int32)
                 part["stream"] = np.full(n, tables["stream"][msgspec.UNSET], dtype=np.int32)
-            getattr(self, group).append(part)
+            getattr(self, name).append(part)
+            low = high
 
     def subset(self, rows: Mapping[str, np.ndarray]) -> TraceIndex:
         """A TraceIndex of the events at `rows` of each list (masks or positions; same tables and
@@ -427,13 +443,24 @@ class TraceIndex:
 
 
 _NO_ARGS = Args(device=msgspec.UNSET, stream=msgspec.UNSET)
+# each kind's place in _GROUPS (len(_GROUPS): none)
+_GROUP_OF_KIND = np.array([next((n for n, members in enumerate(_GROUPS.values()) if kind in members), len(_GROUPS))
+                           for kind in range(OTHER + 1)], dtype=np.int64)
+
+
+def _picked(values: list[Any], rows: list[int]) -> list[Any]:
+    """[values[i] for i in rows], picked in C."""
+    if len(rows) > 1:
+        return list(operator.itemgetter(*rows)(values))
+    return [values[i] for i in rows]
 
 
 def _floats(values: list[float | None]) -> np.ndarray:
     """The values as float64, None as NaN."""
-    if None in values:
+    try:
+        return np.fromiter(values, dtype=np.float64, count=len(values))
+    except TypeError:  # a None among them
         return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
-    return np.array(values, dtype=np.float64)
 
 
 def index_events(source: Any) -> TraceIndex:
@@ -560,12 +587,18 @@ def decode_rest(path: str | Path, own_window: bool = False) -> TraceIndex | None
         return None
     max_bytes, max_events = _limits(own_window)
     try:
-        with trace_file.read_errors(path), gc_paused(), open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size > max_bytes:
+        with trace_file.read_errors(path), gc_paused():
+            if os.stat(path).st_size > max_bytes:
                 return None  # read_trace refuses it
-            fh.seek(split.cut + 2)  # past the "},"
             index = TraceIndex()
-            buffer, decoded = _decode_events(_blocks(fh), bytearray(b"["), index, max_events)
+            with _mapped(path) as data:
+                if data is not None:  # from the "," past the first half's last event
+                    lead, decoded = _decode_view(data, split.cut + 1, len(data), index, max_events)
+                    _finish(index, split.head, bytearray(data[lead:]), decoded, max_events)
+                    return index
+            with open(path, "rb") as fh:
+                fh.seek(split.cut + 2)  # past the "},"
+                buffer, decoded = _decode_events(_blocks(fh), bytearray(b"["), index, max_events)
             _finish(index, split.head, buffer, decoded, max_events)
             return index
     except (_Unstreamable, trace_file.TraceError) as exc:
@@ -595,9 +628,17 @@ def _halves(path: Path, split: Split, own_window: bool, rest: Callable[[], Trace
 def _first_half(path: Path, split: Split, max_bytes: int, max_events: int) -> tuple[TraceIndex, int] | None:
     index = TraceIndex()
     try:
+        if os.stat(path).st_size > max_bytes:
+            raise _too_many_bytes(max_bytes)
+        with _mapped(path) as data:
+            if data is not None:  # from the array's "[" to the "," past the first half's last event
+                lead, decoded = _decode_view(data, split.start - 1, split.cut + 1, index, max_events)
+                data[split.cut + 1] = 0x5D  # "]"
+                with memoryview(data) as view, view[lead:split.cut + 2] as chunk:
+                    events = msgspec.json.Decoder(list[Event]).decode(chunk)
+                index.add(events)
+                return index, decoded + len(events)
         with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size > max_bytes:
-                raise _too_many_bytes(max_bytes)
             fh.seek(split.start)
             buffer, decoded = _decode_events(_blocks(fh, split.cut + 1 - split.start), bytearray(b"["), index,
                                              max_events)
@@ -661,6 +702,14 @@ def _streamed(path: Path, compressed: bool, own_window: bool) -> TraceIndex:
         _count_events(path, own_window)
     elif os.stat(path).st_size > max_bytes:
         raise _too_many_bytes(max_bytes)
+    else:
+        with _mapped(path) as data:
+            if data is not None:
+                head, _ = _head(_slices(data))
+                index = TraceIndex()
+                lead, decoded = _decode_view(data, len(head), len(data), index, max_events)
+                _finish(index, head, bytearray(data[lead:]), decoded, max_events)
+                return index
     index = TraceIndex()
     with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
         blocks = _blocks(fh)
@@ -668,6 +717,62 @@ def _streamed(path: Path, compressed: bool, own_window: bool) -> TraceIndex:
         buffer, decoded = _decode_events(blocks, bytearray(b"[") + rest, index, max_events)
     _finish(index, head, buffer, decoded, max_events)
     return index
+
+
+@contextlib.contextmanager
+def _mapped(path: Path) -> Iterator[mmap.mmap | None]:
+    """The file mapped as a private copy (bytes written into it reach neither the file nor
+    another process), or None where it cannot be mapped (then it is read block by block)."""
+    try:
+        with open(path, "rb") as fh:
+            mapping = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError) as exc:  # an empty file, no mmap here
+        log.debug("%s: not mapped (%s)", path, exc)
+        yield None
+        return
+    try:
+        yield mapping
+    finally:
+        mapping.close()
+
+
+def _slices(data: mmap.mmap) -> Iterator[bytes]:
+    for start in range(0, len(data), CHUNK_BYTES):
+        yield data[start:start + CHUNK_BYTES]
+
+
+def _decode_view(data: mmap.mmap, lead: int, stop: int, index: TraceIndex, max_events: int) -> tuple[int, int]:
+    """Decode the whole events of data[lead + 1:stop] into `index`, a chunk at a time, in
+    place: the byte before a chunk's first event (the array's ``[``, or the ``,`` after the
+    last event decoded) is made its ``[``, and _decode_whole_events makes the ``,`` after its
+    last event its ``]`` (a private copy of the file: nothing is copied). (Where the events
+    left begin: the ``[`` before them; how many were decoded.)"""
+    decoder = msgspec.json.Decoder(list[Event])
+    decoded = 0
+    end = lead
+    released = lead - lead % mmap.PAGESIZE
+    while end < stop:
+        end = min(max(end, lead) + CHUNK_BYTES, stop)
+        data[lead] = 0x5B  # "["
+        cut, count = _decode_whole_events(data, decoder, index, lead, end)
+        if count:
+            lead = cut  # the "," before the next event
+            decoded += count
+            if decoded > max_events:
+                raise _too_many_events(max_events)
+            released = _release(data, released, lead)
+    data[lead] = 0x5B
+    return lead, decoded
+
+
+def _release(data: mmap.mmap, start: int, lead: int) -> int:
+    """Give back the pages decoded, from `start` to the page that holds `lead` (its ``[`` is
+    written there: that page stays), so that the file's pages do not stay in memory as the
+    decode goes through it. Where the next release starts."""
+    until = lead - lead % mmap.PAGESIZE
+    if until > start and hasattr(mmap, "MADV_DONTNEED"):
+        data.madvise(mmap.MADV_DONTNEED, start, until - start)
+    return max(start, until)
 
 
 def _decode_events(blocks: Iterator[bytes], buffer: bytearray, index: TraceIndex,
@@ -703,26 +808,28 @@ def _finish(index: TraceIndex, head: bytes, buffer: bytearray, decoded: int, max
                   if getattr(meta, k) is not None}
 
 
-def _decode_whole_events(buffer: bytearray, decoder: msgspec.json.Decoder, index: TraceIndex) -> tuple[int, int]:
-    """Decode the events `buffer` holds whole (after its leading ``[``) into `index`; (where
-    the first event not decoded starts, how many were decoded).
+def _decode_whole_events(buffer: bytearray | mmap.mmap, decoder: msgspec.json.Decoder, index: TraceIndex,
+                         start: int = 0, end: int | None = None) -> tuple[int, int]:
+    """Decode the events that buffer[start:end] holds whole (after its leading ``[``) into
+    `index`; (where the first event not decoded starts, and the ``,`` before it; how many were
+    decoded).
 
     A cut is a ``}`` then ``,`` and the ``{`` of the next event (whitespace between): kernel
     names such as ``{lambda(float)#1}, std::array`` hold the first two. When a string
     fools even that, the chunk does not decode and the previous candidate is tried. The
     chunk is decoded in place: its ``,`` is made the array's ``]`` for the decode (no copy)."""
-    end = len(buffer)
+    end = len(buffer) if end is None else end
     for _ in range(MAX_CUT_TRIES):
-        cut = buffer.rfind(b"},", 1, end)
+        cut = buffer.rfind(b"},", start + 1, end)
         if cut < 0:
-            return 1, 0
+            return start + 1, 0
         end = cut
         after = _NEXT_EVENT.match(buffer, cut + 2)
         if after is None:
             continue
         buffer[cut + 1] = 0x5D  # "]"
         view = memoryview(buffer)
-        chunk = view[: cut + 2]
+        chunk = view[start: cut + 2]
         try:
             events = decoder.decode(chunk)
         except msgspec.ValidationError as exc:
@@ -734,7 +841,7 @@ def _decode_whole_events(buffer: bytearray, decoder: msgspec.json.Decoder, index
             view.release()
             buffer[cut + 1] = 0x2C  # ","
         index.add(events)
-        return after.end() - 1, len(events)
+        return (after.end() - 1 if isinstance(buffer, bytearray) else cut + 1), len(events)
     raise _Unstreamable("no place to cut the event array")
 
 

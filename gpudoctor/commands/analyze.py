@@ -335,12 +335,7 @@ def _long_trace(path: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor.commands.argtypes import split_ids
-    from gpudoctor.helper import Helper
-    from gpudoctor.judging import JudgeOptions, WritePlan, judge, write
-    from gpudoctor.model import severity_rank
-    from gpudoctor.output import plan_outputs
-    from gpudoctor.reports import render, show, terminal
+    from gpudoctor.helper import Helper  # the rest once the helper is forked: it imports what it needs
 
     path = Path(args.trace)
     formats = list(dict.fromkeys(args.formats or []))
@@ -356,6 +351,12 @@ def run(args: argparse.Namespace) -> int:
     # a long trace: a helper process replays it and renders the HTML (imported while the trace is decoded)
     helper = Helper.start(("html",) if html else (), args.fail_on, trace=path) if _long_trace(path) \
         else Helper((), args.fail_on)
+    from gpudoctor.commands.argtypes import split_ids
+    from gpudoctor.judging import JudgeOptions, WritePlan, judge, write
+    from gpudoctor.model import severity_rank
+    from gpudoctor.output import plan_outputs
+    from gpudoctor.reports import render, show, terminal
+
     with helper:
         session = session_from_trace(path, steps=args.steps, helper=helper,
                                      meanwhile=lambda: _prepare(file_formats, done=helper.formats))

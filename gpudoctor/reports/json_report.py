@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpudoctor.agent.redact import redact_argv
-from gpudoctor.jsonmodel import nulled_non_finite
+from gpudoctor.jsonmodel import nulled_non_finite, plain_numbers
 from gpudoctor.report_model import Report, as_report
 from gpudoctor.reports.formats import PLAIN, RenderOptions
 
@@ -80,7 +80,8 @@ def dumps_readable(value: Any, indent: int = 1, level: int = 0) -> str:
         items = [f"{inner}{json.dumps(str(k), ensure_ascii=False)}: {dumps_readable(v, indent, level + 1)}"
                  for k, v in value.items()]
         return "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(value, list) and value and any(isinstance(v, (dict, list)) for v in value):
+    if isinstance(value, list) and value and not plain_numbers(value) \
+            and any(isinstance(v, (dict, list)) for v in value):
         items = [inner + dumps_readable(v, indent, level + 1) for v in value]
         return "[\n" + ",\n".join(items) + "\n" + pad + "]"
     return json.dumps(value, separators=(", ", ": "), ensure_ascii=False, allow_nan=False, default=str)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpudoctor.idle_causes import CAUSE_LABELS, IDLE_CAUSES, SCENARIO_CAUSES
-from gpudoctor.jsonmodel import is_real
+from gpudoctor.jsonmodel import finite_numbers, is_real
 from gpudoctor.report_model import Report, ReportFinding
 from gpudoctor.text import format_duration
 
@@ -52,7 +52,9 @@ def _us(value: float) -> str:
 
 
 def _numbers(values: Any) -> list[float]:
-    return [float(v) for v in values] if isinstance(values, list) and all(is_real(v) for v in values) else []
+    if isinstance(values, list) and (finite_numbers(values) or all(is_real(v) for v in values)):
+        return list(map(float, values))
+    return []
 
 
 class _Scale:
@@ -65,11 +67,10 @@ class _Scale:
 
 def _path(spans: Sequence[float], scale: _Scale, y: float, height: float = ROW) -> str:
     """One path of rectangles for start, length pairs."""
-    parts = []
-    for i in range(0, len(spans) - 1, 2):
-        x, w = scale.x(spans[i]), max(scale.x(spans[i + 1]), 0.05)  # a span shorter than the width still shows
-        parts.append(f"M{x:g} {y:g}h{w:g}v{height:g}h{-w:g}z")
-    return "".join(parts)
+    factor, top, tall = scale.factor, f"{y:g}", f"{height:g}"
+    # (scale.x) a span shorter than the width still shows; the pairs as zip gives them (an odd last value left out)
+    return "".join([f"M{round(start * factor, 3):g} {top}h{(w := max(round(length * factor, 3), 0.05)):g}"
+                    f"v{tall}h{-w:g}z" for start, length in zip(spans[0::2], spans[1::2])])
 
 
 def _bars(pairs: Sequence[float], bin_us: float, scale: _Scale, y: float) -> str:

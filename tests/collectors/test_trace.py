@@ -495,3 +495,25 @@ def test_no_nccl_kernels_no_communication():
     t.kernel("elementwise", ts=0.0, dur=10.0)
     s = summarize_trace(t.data())
     assert (s.comm_kernel_count, s.comm_us, s.comm_overlap_us) == (0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("sizes", [[4 << 20, 400, 0, -3, 2.7, None, 65535.9], [True, 10], [1e300, 5],
+                                   [float("nan"), 7], [2 ** 60, 1], ["12", 3]])
+def test_copy_sizes_add_up_as_one_by_one_whatever_they_hold(sizes, monkeypatch):
+    """Real sizes are added as arrays; a size of any other kind sends the copies one by one. Both
+    count a size as the copy's whole bytes (0 when not a number) the same way."""
+    import gpudoctor.collectors.trace as trace_module
+
+    def totals(plain: bool) -> dict:
+        monkeypatch.setattr(trace_module, "_plain_sizes", lambda values: plain and _real(values))
+        t = TraceBuilder()
+        for n in range(len(sizes)):
+            t.memcpy("Memcpy HtoD (Pageable -> Device)" if n % 2 else "Memcpy DtoH (Device -> Pinned)",
+                     100.0 * n, 1.5 + n, 0)
+        data = t.data()
+        for event, size in zip((e for e in data["traceEvents"] if e.get("cat") == "gpu_memcpy"), sizes):
+            event["args"]["bytes"] = size
+        return summarize_trace(data).memcpy
+
+    _real = trace_module._plain_sizes
+    assert totals(True) == totals(False)

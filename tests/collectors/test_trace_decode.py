@@ -3,6 +3,7 @@ whatever the chunk boundaries, and refuses oversized input while it reads."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 from pathlib import Path
@@ -205,3 +206,23 @@ def test_an_index_sent_to_another_process_is_the_same(tmp_path: Path) -> None:
         assert list(getattr(joined, group)) == [*mine, *(msgspec.structs.replace(e, pos=e.pos + shift) for e in theirs)]
     assert {e.pid for e in joined.ops} == {1, 9}
     assert (joined.events, joined.first, joined.last) == (index.events + second.events, index.first, index.last)
+
+
+@pytest.mark.parametrize("chunk", [64, 257, 1 << 20])
+def test_a_mapped_file_decodes_as_the_blocks_read_and_is_left_as_it_was(tmp_path: Path, monkeypatch, chunk) -> None:
+    """A plain file is decoded in a private map of it, a ``[`` and a ``]`` written around each
+    chunk: the same events as reading it block by block, and the file is not changed."""
+    path = _write(tmp_path / "t.json", {"traceEvents": _events(60), "host_name": "node-7"}, indent=1)
+    before = path.read_bytes()
+    monkeypatch.setattr(trace_decode, "CHUNK_BYTES", chunk)
+    mapped, halves = read_trace(path), _split(path, monkeypatch)
+    assert path.read_bytes() == before
+    monkeypatch.setattr(trace_decode, "_mapped", _not_mapped)
+    blocks = read_trace(path)
+    assert _rows(mapped) == _rows(halves) == _rows(blocks) == _rows(_split(path, monkeypatch))
+    assert mapped.meta == blocks.meta == {"host_name": "node-7"}
+
+
+@contextlib.contextmanager
+def _not_mapped(path: Path):
+    yield None

@@ -170,7 +170,7 @@ def test_read_back_spans_are_looked_up_by_bisection_as_by_a_walk():
     (copy-heavy traces have tens of thousands of spans) answers as testing every span did."""
     import random
 
-    from gpudoctor.replay.scenarios import _inside, _union
+    from gpudoctor.replay.edits import _inside, _union
 
     rng = random.Random(26)
     spans = [(a, a + rng.choice([0.0, 0.5, 3.0, 10.0])) for a in (rng.uniform(0, 500) for _ in range(400))]

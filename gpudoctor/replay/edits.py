@@ -1,0 +1,376 @@
+"""The what-ifs as edits of a replay Plan: each changes a copy of the measured plan and says
+how many items or operations it changed, and how (see replay.scenarios for what each means).
+
+What an edit reads of the timeline whatever the plan (which items are DataLoader waits,
+syncs, small copies, which operators only read a value back, which items a captured graph
+could replace) is found once per timeline (`Facts`, kept in timeline.cache) and shared by
+the scenarios and their pairs. Chains of launches are found for all items at once; the
+edits that depend on the order of the items (small copies stacked per run) walk only the
+items that take part.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpudoctor.replay import rates
+from gpudoctor.replay.items import BLOCKING_COPY, CPU, DATA, DISPATCH, LAUNCH, PYTHON, SYNC, USER, GpuOp
+from gpudoctor.replay.simulate import Plan
+from gpudoctor.replay.timeline import Timeline
+
+SMALL_COPY_BYTES = 64 * 1024  # Nsight Systems' line for small synchronous copies
+GLUE_MAX_US = 100.0  # without Python stacks: shorter Python between launches is glue a compiler removes
+# how an item takes part in a chain of launches: never, always, or when its own cost is short
+NEVER, ALWAYS, IF_SHORT = 0, 1, 2
+# how an item takes part in a run of small copies
+SMALL, BETWEEN, NEUTRAL, ENDS, KERNEL = 0, 1, 2, 3, 4
+
+
+@dataclass
+class Facts:
+    """What the edits read of one timeline."""
+
+    data: list[int]  # DataLoader waits
+    syncs: list[int]  # the workload's blocking calls: syncs, and copies that waited for a device-to-host copy
+    reads: list[int]  # Python and dispatch inside an operator that only read a value back
+    chain: np.ndarray  # per item: NEVER | ALWAYS | IF_SHORT
+    optimizer: np.ndarray  # per item: inside optimizer.step()
+    threads: list[np.ndarray]  # the items of each thread, in order
+    kinds: np.ndarray
+    op_items: np.ndarray  # the item of each (item, operation) pair, by item
+    op_ids: np.ndarray  # the operation of each pair
+    pageable: list[tuple[int, list[int], bool]]  # items with big pageable copies: (item, copies, a launch?)
+    kernel_launches: list[int]  # launch calls of kernels only
+    copy_runs: list[tuple[int, int, int]]  # (item, thread, SMALL | BETWEEN | KERNEL | ENDS), NEUTRAL left out
+    pinned_rate: float | None
+    pinned_source: str
+    fp32: list[int]  # fp32 GEMM kernels
+
+    @classmethod
+    def of(cls, timeline: Timeline) -> Facts:
+        host, ops = timeline.host, timeline.ops
+        count = len(host)
+        kinds = np.array(host.kind, dtype=np.int64)
+        thread = np.array(host.thread, dtype=np.int64)
+        tag_codes = {DATA: 0, DISPATCH: 1, PYTHON: 2, USER: 3}
+        tags = np.array([tag_codes.get(tag, 4) for tag in host.tag], dtype=np.int64)
+        agent = np.array(host.agent, dtype=bool)
+        op_items = np.repeat(np.arange(count), [len(queued) for queued in host.ops])
+        op_ids = np.array([j for queued in host.ops for j in queued], dtype=np.int64)
+        per_op = _OpFacts(ops)
+        has_ops = np.bincount(op_items, minlength=count) > 0
+
+        def every(flags: np.ndarray) -> np.ndarray:  # items with operations, all of them flagged
+            return has_ops & (np.bincount(op_items, weights=~flags[op_ids], minlength=count) == 0)
+
+        def some(flags: np.ndarray) -> np.ndarray:
+            return np.bincount(op_items, weights=flags[op_ids], minlength=count) > 0
+
+        cpu = kinds == CPU
+        read_back = ~agent & ((kinds == SYNC) | ((kinds == BLOCKING_COPY) & some(per_op.device_to_host)))
+        chain = np.where(kinds == LAUNCH, np.where(some(per_op.pageable), NEVER, ALWAYS),
+                         np.where(~cpu, NEVER, np.select(
+                             [tags == 1, tags == 2, tags == 3], [ALWAYS, ALWAYS if timeline.stacks else IF_SHORT,
+                                                                  IF_SHORT], NEVER)))
+        kernel_launch = (kinds == LAUNCH) & every(per_op.kernel)
+        role = np.select([np.isin(kinds, (LAUNCH, BLOCKING_COPY)) & every(per_op.small_to_device),
+                          (cpu & (tags == 1)) | ((kinds == SYNC) & ~agent), kernel_launch,
+                          cpu & ((tags == 2) | (tags == 3))], [SMALL, BETWEEN, KERNEL, NEUTRAL], ENDS)
+        runs = np.flatnonzero(role != NEUTRAL)
+        big = per_op.big_pageable[op_ids]
+        pageable: dict[int, list[int]] = {}
+        for i, j in zip(op_items[big].tolist(), op_ids[big].tolist()):
+            pageable.setdefault(i, []).append(j)
+        rate, source = _pinned_rate(timeline)
+        return cls(
+            data=np.flatnonzero(cpu & (tags == 0)).tolist(),
+            syncs=np.flatnonzero(read_back).tolist(),
+            reads=_reads(timeline, np.flatnonzero(read_back), thread, tags),
+            chain=chain.astype(np.int8),
+            optimizer=np.array(host.optimizer, dtype=bool),
+            threads=[np.flatnonzero(thread == t) for t in dict.fromkeys(thread.tolist())],
+            kinds=kinds, op_items=op_items, op_ids=op_ids,
+            pageable=[(i, found, bool(kinds[i] == LAUNCH)) for i, found in pageable.items()],
+            kernel_launches=np.flatnonzero(kernel_launch).tolist(),
+            copy_runs=list(zip(runs.tolist(), thread[runs].tolist(), role[runs].tolist())),
+            pinned_rate=rate, pinned_source=source,
+            fp32=[j for j, op in enumerate(ops) if op.gemm == "fp32"],
+        )
+
+
+class _OpFacts:
+    """Per GPU operation, what the edits ask of it."""
+
+    def __init__(self, ops: list[GpuOp]) -> None:
+        copies = [op.copy or "" for op in ops]
+        nbytes = np.array([op.nbytes for op in ops], dtype=np.float64)
+        self.kernel = np.array([op.kind == "k" for op in ops], dtype=bool)
+        self.device_to_host = np.array([c.startswith("DtoH") for c in copies], dtype=bool)
+        self.pageable = np.array([c.startswith("HtoD_pageable") for c in copies], dtype=bool)
+        self.big_pageable = np.array([c == "HtoD_pageable" for c in copies], dtype=bool) & (nbytes >= SMALL_COPY_BYTES)
+        self.small_to_device = np.array([op.kind == "c" and c.startswith("HtoD") for op, c in zip(ops, copies)],
+                                        dtype=bool) & (nbytes < SMALL_COPY_BYTES)
+
+
+def facts(timeline: Timeline) -> Facts:
+    found = timeline.cache.get("facts")
+    if not isinstance(found, Facts):
+        found = timeline.cache["facts"] = Facts.of(timeline)
+    return found
+
+
+def _reads(timeline: Timeline, syncs: np.ndarray, thread: np.ndarray, tags: np.ndarray) -> list[int]:
+    """The Python and dispatch items inside an operator that only read a value back (a sync's
+    `read`: ``.item()``, ``.cpu()`` of a result), per thread."""
+    host = timeline.host
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for i in syncs.tolist():
+        read = host.read[i]
+        if read is not None:
+            spans.setdefault(host.thread[i], []).append(read)
+    if not spans:
+        return []
+    starts = np.array(host.ts, dtype=np.float64)
+    inside = np.zeros(len(starts), dtype=bool)
+    for number, found in spans.items():
+        union_starts, union_ends = (np.array(side, dtype=np.float64) for side in _union(found))
+        mine = np.flatnonzero((thread == number) & ((tags == 1) | (tags == 2)))
+        k = np.searchsorted(union_starts, starts[mine], side="right") - 1
+        inside[mine] = (k >= 0) & (starts[mine] < union_ends[np.maximum(k, 0)]) if len(union_starts) else False
+    return np.flatnonzero(inside).tolist()
+
+
+def _union(spans: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """The half-open spans [a, b) merged into disjoint ones: (starts, ends), in order."""
+    starts: list[float] = []
+    ends: list[float] = []
+    for a, b in sorted(s for s in spans if s[0] < s[1]):
+        if ends and a <= ends[-1]:
+            ends[-1] = max(ends[-1], b)
+        else:
+            starts.append(a)
+            ends.append(b)
+    return starts, ends
+
+
+def _inside(union: tuple[list[float], list[float]], t: float) -> bool:
+    """Is t in one of the merged spans (a <= t < b)? A bisection, not a walk over every span."""
+    starts, ends = union
+    k = bisect.bisect_right(starts, t) - 1
+    return k >= 0 and t < ends[k]
+
+
+def _pinned_rate(timeline: Timeline) -> tuple[float | None, str]:
+    """Bytes per us of this trace's own pinned host-to-device copies, when it has some."""
+    nbytes = us = 0.0
+    for op in timeline.ops:
+        if op.copy == "HtoD_pinned" and op.nbytes >= SMALL_COPY_BYTES:
+            nbytes, us = nbytes + op.nbytes, us + op.dur
+    if us > 0 and nbytes > 0:
+        return nbytes / us, f"at the pinned rate measured in this trace, {nbytes / us / 1e3:.1f} GB/s"
+    return None, (f"at {rates.PINNED_BYTES_PER_US / 1e3:.1f} GB/s, the pinned rate {rates.PINNED_SOURCE}; "
+                  "the copy calls' host cost replaced by a launch's, as measured in this trace")
+
+
+def _launch_cost(timeline: Timeline, plan: Plan) -> float:
+    costs = [plan.cost[i] for i in facts(timeline).kernel_launches]
+    return statistics.median(costs) if costs else 5.0
+
+
+# ---- the edits: each changes a copy of the measured plan; returns (items/ops changed, detail) ----
+
+def data(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    changed = 0
+    for i in facts(timeline).data:
+        if plan.cost[i] > 0:
+            plan.cost[i] = 0.0
+            changed += 1
+    return changed, "DataLoader waits (time in __next__ on the host) removed"
+
+
+def sync(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    """The workload's syncs stop blocking; an operator that only read a value back (``.item()``,
+    ``.cpu()`` of a result) goes altogether: the remedy keeps the value on the GPU."""
+    changed = 0
+    known = facts(timeline)
+    host = timeline.host
+    for i in known.syncs:
+        if plan.blocks[i]:
+            plan.blocks[i] = False
+            plan.cost[i] = min(host.dur[i], host.post[i]) if host.waited[i] else host.dur[i]
+            changed += 1
+    for i in known.reads:
+        plan.cost[i], plan.blocks[i] = 0.0, False
+    return changed, ("synchronisations no longer block the host; operators that only read a value back "
+                     "(.item(), .cpu()) dropped: the values stay on the GPU")
+
+
+def launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    """The model's launch chains as graphs (what torch.compile / CUDA graphs of the model buy)."""
+    changed, chains = _collapse(timeline, plan, optimizer=False)
+    glue = ("framework Python removed, the user's own Python kept" if timeline.stacks
+            else f"Python stretches under {GLUE_MAX_US:.0f} us removed")
+    return changed, (f"{chains:,} launch chains outside optimizer.step() issued as one graph each: the host cost "
+                     f"of one launch call, {glue}; {rates.GRAPH_SOURCE}")
+
+
+def optimizer(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    """optimizer.step()'s launches as one chain each (a fused or foreach optimizer's few kernels)."""
+    changed, chains = _collapse(timeline, plan, optimizer=True)
+    return changed, (f"{chains:,} optimizer steps' launches issued back to back as one chain each (a fused or "
+                     f"foreach optimizer's few multi-tensor kernels); {rates.GRAPH_SOURCE}")
+
+
+def _chains(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per thread, maximal runs of items a captured graph would replace: launches, their
+    dispatch, and the Python between them (framework Python whatever its length when the
+    trace tells it from the user's, else short stretches only); the user's own long Python,
+    data waits and blocking calls end a chain, and so does crossing into or out of
+    optimizer.step() (`optimizer` picks which side is chained). (The items of every chain, one
+    chain after the other, in the order a walk over the items closes them; the chain of each.)"""
+    known = facts(timeline)
+    cost = np.array(plan.cost, dtype=np.float64)
+    joins = (known.optimizer == optimizer) & (
+        (known.chain == ALWAYS) | ((known.chain == IF_SHORT) & (cost < GLUE_MAX_US)))
+    members, closed_at = [], []
+    count = len(joins)
+    for mine in known.threads:
+        inside = joins[mine]
+        if not inside.any():
+            continue
+        edges = np.diff(np.concatenate(([0], inside.astype(np.int8), [0])))
+        opens, closes = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # runs [open, close)
+        for low, high in zip(opens.tolist(), closes.tolist()):
+            members.append(mine[low:high])
+            # closed by the thread's next item; one still open at the end, after every item
+            closed_at.append(int(mine[high]) if high < len(mine) else count + int(mine[low]))
+    if not members:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    order = np.argsort(np.array(closed_at), kind="stable")
+    runs = [members[k] for k in order.tolist()]
+    return np.concatenate(runs), np.repeat(np.arange(len(runs)), [len(run) for run in runs])
+
+
+def _collapse(timeline: Timeline, plan: Plan, *, optimizer: bool) -> tuple[int, int]:
+    """Each chain of two launches or more as one graph: its first launch issues every
+    operation of the chain at the graph rate, the other items cost nothing."""
+    known = facts(timeline)
+    members, chain_of = _chains(timeline, plan, optimizer)
+    is_launch = known.kinds[members] == LAUNCH
+    launches = np.bincount(chain_of[is_launch], minlength=int(chain_of.max(initial=-1)) + 1)
+    kept = launches[chain_of] >= 2 if len(members) else np.zeros(0, dtype=bool)
+    if not kept.any():
+        return 0, 0
+    first_launch = np.full(len(launches), -1, dtype=np.int64)
+    launch_rows = np.flatnonzero(is_launch)
+    chains_with, first = np.unique(chain_of[launch_rows], return_index=True)
+    first_launch[chains_with] = members[launch_rows[first]]
+    head = first_launch[chain_of]
+    cost = np.array(plan.cost, dtype=np.float64)
+    dropped = members[kept & (members != head) & (cost[members] > 0)]
+    for i in dropped.tolist():
+        plan.cost[i] = 0.0
+    # every operation of the chain's items issued by its head; the last chain to name one decides
+    chain_rows = np.flatnonzero(kept)
+    heads_of_item = np.full(len(timeline.host), -1, dtype=np.int64)
+    position = np.full(len(timeline.host), -1, dtype=np.int64)
+    heads_of_item[members[chain_rows]] = head[chain_rows]
+    position[members[chain_rows]] = chain_rows
+    pairs = np.flatnonzero(heads_of_item[known.op_items] >= 0)
+    if len(pairs):
+        by_order = pairs[np.lexsort((pairs, position[known.op_items[pairs]]))]  # chains in order, items in order
+        ops = known.op_ids[by_order]
+        _, last = np.unique(ops[::-1], return_index=True)
+        winners = by_order[::-1][last]
+        latency, graph_us = timeline.launch_latency_us, rates.GRAPH_KERNEL_US
+        for j, at in zip(known.op_ids[winners].tolist(), heads_of_item[known.op_items[winners]].tolist()):
+            plan.launch_at[j] = at
+            plan.ready[j] = latency
+            plan.gap[j] = max(0.0, graph_us - plan.dur[j])
+    return len(dropped), int((launches >= 2).sum())
+
+
+def pinned(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    known = facts(timeline)
+    rate = known.pinned_rate or rates.PINNED_BYTES_PER_US
+    changed = 0
+    cost = _launch_cost(timeline, plan)
+    for i, big, is_launch in known.pageable:
+        for j in big:
+            op = timeline.ops[j]
+            # the bytes at the pinned rate, never slower than the pageable copy measured: the pageable
+            # rate varies with the host (staging through its memory), the pinned one is the link's
+            plan.dur[j] = min(op.dur, op.nbytes / rate)
+        plan.blocks[i] = False
+        plan.cost[i] = min(plan.cost[i], cost) if is_launch else cost
+        changed += 1
+    return changed, f"pageable host-to-device copies of 64 KiB or more pinned and asynchronous ({known.pinned_source})"
+
+
+def small_copies(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    """A burst of tiny host-to-device copies is launch and API cost: stacked on the host, one copy.
+
+    A run lasts from a thread's first small copy while only Python (the framework's or the
+    user's own loop over the tensors), operator dispatch, syncs and at most one kernel (the
+    one consuming the tensor just copied) come between two copies. The copies after the first
+    ride with it (their bytes at the pinned rate); the dispatch and syncs between two copies go
+    with them (the per-tensor ``.to()``); the kernels stay, and the syncs before them no longer
+    block (the stacked copy was made before them)."""
+    known = facts(timeline)
+    rate = known.pinned_rate or rates.PINNED_BYTES_PER_US
+    cost = _launch_cost(timeline, plan)
+    queued, ops, kinds = timeline.host.ops, timeline.ops, known.kinds
+    changed = runs = 0
+    head: dict[int, int] = {}  # thread -> the first small copy of its current run
+    folded: dict[int, int] = {}  # thread -> copies folded into that one so far
+    between: dict[int, list[int]] = {}  # dispatch items and syncs since the last small copy
+    consumed: dict[int, bool] = {}  # a kernel came since the last small copy
+    for i, thread, role in known.copy_runs:  # Python between copies (NEUTRAL) changes nothing
+        if role == SMALL:
+            consumed[thread] = False
+            if thread not in head:
+                head[thread], folded[thread], between[thread] = i, 0, []
+                continue
+            first = head[thread]
+            for j in queued[i]:  # carried by the run's first copy
+                plan.dur[queued[first][0]] += ops[j].nbytes / rate
+                plan.dur[j], plan.gap[j], plan.launch_at[j] = 0.0, 0.0, first
+            plan.cost[i], plan.blocks[i] = 0.0, False
+            for k in between[thread]:  # the per-tensor .to() dispatch and its stream sync go with the copy
+                plan.cost[k], plan.blocks[k] = 0.0, False
+            between[thread] = []
+            changed += 1
+            folded[thread] += 1
+            if folded[thread] == 1:
+                runs += 1
+                plan.blocks[first] = False
+                plan.cost[first] = min(plan.cost[first], cost)
+        elif thread not in head:
+            continue
+        elif role == BETWEEN:
+            between[thread].append(i)
+        elif role == KERNEL and not consumed.get(thread):
+            # one kernel between two copies consumes the tensor just copied: it stays, with its
+            # dispatch, and the copy's sync before it no longer blocks. A second one is the step's
+            # own work: the run ends there (the next step's tensors do not exist yet)
+            consumed[thread] = True
+            for k in between[thread]:
+                if kinds[k] == SYNC:
+                    plan.cost[k], plan.blocks[k] = 0.0, False
+            between[thread] = []
+        else:
+            del head[thread]
+    return changed, f"{changed:,} small host-to-device copies folded into {runs:,} stacked copies"
+
+
+def tf32(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    changed = 0
+    for j in facts(timeline).fp32:
+        op = timeline.ops[j]
+        plan.dur[j] = op.dur / rates.tf32_speedup(op.dur)
+        changed += 1
+    return changed, f"fp32 GEMM kernels at the TF32 rate ({rates.TF32_SOURCE})"

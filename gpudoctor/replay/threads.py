@@ -1,0 +1,395 @@
+"""The host side of a Timeline: each thread's events, then its items in measured order.
+
+A thread's events are taken out of the TraceIndex columns at once (`host_threads`): its CUDA
+calls in time order, its operators, DataLoader waits, optimizer steps, gpudoctor's own
+window-closing frames and its Python frames. `thread_items` then walks the calls: the time
+between two calls is split into CPU items by what covered it (DataLoader wait, dispatch of
+GPU work, the user's own Python, other Python); each call becomes a LAUNCH, SYNC or CPU
+item. The covered lengths of all the gaps are found with one search per kind of span; the
+few gaps that span several of them add the pieces one by one, in time order, as a walk over
+the spans would: every number is the walk's, to the last bit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+from gpudoctor.collectors.intervals import blocks
+from gpudoctor.collectors.kineto_names import (
+    _FRAME_NAME,
+    DATA_ANNOTATION,
+    GRAPH_LAUNCH_APIS,
+    KERNEL_LAUNCH_APIS,
+    SYNC_APIS,
+    frame_kind,
+)
+from gpudoctor.collectors.trace_decode import ANNOTATION, API, FRAME, OP, EventColumns, TraceIndex
+from gpudoctor.replay.items import CPU, DATA, DISPATCH, LAUNCH, PYTHON, SYNC, USER, GpuOp, HostColumns
+
+AGENT_WINDOW_FRAME = "gpudoctor/agent/profiler"  # gpudoctor closing its own window
+OPTIMIZER_ANNOTATION = "Optimizer.step#"  # torch.optim wraps step() in record_function("Optimizer.step#Adam.step")
+_VERSION = re.compile(r"_v\d+$")
+
+OVERLAP_ROUNDS = 32  # gaps covered by more spans than this add the rest one by one
+Spans = tuple[np.ndarray, np.ndarray]  # sorted disjoint spans: (starts, ends)
+Frames = tuple[np.ndarray, np.ndarray, np.ndarray]  # Python frames: starts, ends, the user's own?
+
+
+@dataclass
+class HostThread:
+    """What one host thread recorded (times in us)."""
+
+    first: float
+    last: float
+    call_ts: np.ndarray  # its CUDA calls, by (ts, dur, api, correlation)
+    call_dur: np.ndarray
+    call_api: list[str]  # the API's name without its version suffix
+    call_correlation: list[Any]
+    operators: Spans  # the outermost operator spans
+    data: Spans  # DataLoader waits
+    optimizer: Spans  # optimizer.step() ranges
+    agent: Spans  # gpudoctor's own frames closing the window
+    frames: Frames  # its Python frames in file order
+    annotations: int  # record_function ranges (DataLoader, optimizer, ProfilerStep)
+
+    @property
+    def active(self) -> bool:
+        return bool(len(self.call_ts) or len(self.data[0]))
+
+    @property
+    def stacks(self) -> bool:
+        return bool(len(self.frames[0]))
+
+
+def host_threads(index: TraceIndex) -> list[HostThread]:
+    """The host threads of a trace, in the order their first event comes in the file."""
+    tables = index.tables
+    width = max(1, len(tables["tid"].distinct))
+    groups = [group for group in (index.api, index.ops, index.frames) if len(group)]
+    if not groups:
+        return []
+    keys = [group.pid.astype(np.int64) * width + group.tid for group in groups]
+    everyone = np.concatenate(keys)
+    distinct, inverse = np.unique(everyone, return_inverse=True)
+    first_pos = np.full(len(distinct), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_pos, inverse.reshape(-1), np.concatenate([group.pos for group in groups]))
+    reading = _Reading(index)
+    threads = []
+    for code in np.argsort(first_pos, kind="stable").tolist():
+        key = int(distinct[code])
+        threads.append(reading.thread([(group, np.flatnonzero(k == key)) for group, k in zip(groups, keys)]))
+    return threads
+
+
+class _Reading:
+    """Reads one thread at a time; what holds for a name is found once per distinct name."""
+
+    def __init__(self, index: TraceIndex) -> None:
+        names = index.strings.distinct
+        self.names = names
+        self.api_names: dict[int, str] = {}
+        self.annotation_kind: dict[int, int] = {}  # 1 DataLoader wait, 2 optimizer step, 0 other
+        self.frame_facts: dict[int, tuple[bool, bool]] = {}  # (gpudoctor's window frame, the user's own)
+
+    def thread(self, rows: list[tuple[EventColumns, np.ndarray]]) -> HostThread:
+        first, last = float("inf"), float("-inf")
+        calls = operators = data = optimizer = agent = frames = None
+        annotations = 0
+        for group, mine in rows:
+            if not len(mine):
+                continue
+            ts, dur = group.ts[mine], group.dur[mine]
+            end = ts + dur
+            first, last = min(first, float(ts.min())), max(last, float(end.max()))
+            kind = group.kind[mine]
+            if kind[0] == API:
+                calls = self._calls(group, mine, ts, dur)
+            elif kind[0] == FRAME:
+                agent, frames = self._frames(group.name[mine], ts, end)
+            else:
+                is_op = kind == OP
+                operators = _merged(ts[is_op], end[is_op])
+                ranges = kind == ANNOTATION
+                annotations = int(ranges.sum())
+                which = self._annotation_kinds(group.name[mine])
+                data = _merged(ts[ranges & (which == 1)], end[ranges & (which == 1)])
+                optimizer = _merged(ts[ranges & (which == 2)], end[ranges & (which == 2)])
+        empty = (np.zeros(0), np.zeros(0))
+        ts, dur, apis, correlations = calls or (np.zeros(0), np.zeros(0), [], [])
+        return HostThread(first=first, last=last, call_ts=ts, call_dur=dur, call_api=apis,
+                          call_correlation=correlations, operators=operators or empty, data=data or empty,
+                          optimizer=optimizer or empty, agent=agent or empty,
+                          frames=frames or (np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool)),
+                          annotations=annotations)
+
+    def _calls(self, group: EventColumns, mine: np.ndarray, ts: np.ndarray,
+               dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str], list[Any]]:
+        """The calls sorted as tuples (ts, dur, api, correlation) sort."""
+        codes = group.name[mine].tolist()
+        apis = [self._api(code) for code in codes]
+        correlation = group.correlation
+        correlations = [correlation[i] for i in mine.tolist()]
+        ranks = {api: rank for rank, api in enumerate(sorted(set(apis)))}
+        order = np.lexsort((np.array([ranks[api] for api in apis], dtype=np.int64), dur, ts))
+        ts, dur = ts[order], dur[order]
+        same = np.flatnonzero((ts[1:] == ts[:-1]) & (dur[1:] == dur[:-1]))
+        ordered = order.tolist()
+        if len(same) and any(apis[ordered[k]] == apis[ordered[k + 1]] for k in same.tolist()):
+            # calls alike but for their correlation: the tuples' own order decides
+            rows = sorted(zip(ts.tolist(), dur.tolist(), [apis[k] for k in ordered],
+                              [correlations[k] for k in ordered]))
+            return (np.array([r[0] for r in rows], dtype=np.float64), np.array([r[1] for r in rows], dtype=np.float64),
+                    [r[2] for r in rows], [r[3] for r in rows])
+        return ts, dur, [apis[k] for k in ordered], [correlations[k] for k in ordered]
+
+    def _api(self, code: int) -> str:
+        api = self.api_names.get(code)
+        if api is None:
+            api = self.api_names[code] = _VERSION.sub("", self.names[code])
+        return api
+
+    def _annotation_kinds(self, codes: np.ndarray) -> np.ndarray:
+        kinds = self.annotation_kind
+        for code in set(codes.tolist()) - kinds.keys():
+            name = self.names[code]
+            kinds[code] = 1 if DATA_ANNOTATION.match(name) else 2 if name.startswith(OPTIMIZER_ANNOTATION) else 0
+        return _lookup(kinds, codes, np.int8)
+
+    def _frames(self, codes: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[Spans, Frames]:
+        facts = self.frame_facts
+        for code in set(codes.tolist()) - facts.keys():
+            name = self.names[code]
+            match = _FRAME_NAME.match(name)
+            facts[code] = (AGENT_WINDOW_FRAME in name.replace("\\", "/"),
+                           match is not None and frame_kind(match["file"]) in ("user", "stdlib"))
+        is_agent = _lookup({code: fact[0] for code, fact in facts.items()}, codes, np.bool_)
+        own = _lookup({code: fact[1] for code, fact in facts.items()}, codes, np.bool_)
+        return _merged(ts[is_agent], end[is_agent]), (ts, end, own)
+
+
+def _lookup(table: dict[int, Any], codes: np.ndarray, dtype: Any) -> np.ndarray:
+    """table[code] for each code."""
+    if not len(codes):
+        return np.zeros(0, dtype=dtype)
+    values = np.zeros(int(codes.max()) + 1, dtype=dtype)
+    for code, value in table.items():
+        if code < len(values):
+            values[code] = value
+    return values[codes]
+
+
+def _merged(starts: np.ndarray, ends: np.ndarray) -> Spans:
+    """The spans merged into sorted disjoint ones (touching spans merge)."""
+    if not len(starts):
+        return np.zeros(0), np.zeros(0)
+    order = np.lexsort((ends, starts))
+    merged_starts, merged_ends, _ = blocks(starts[order], ends[order])
+    return merged_starts, merged_ends
+
+
+def _inside(spans: Spans, at: np.ndarray) -> np.ndarray:
+    """Is each time within one of the spans (ends included)?"""
+    starts, ends = spans
+    if not len(starts) or not len(at):
+        return np.zeros(len(at), dtype=bool)
+    i = np.searchsorted(starts, at, side="right") - 1
+    return (i >= 0) & (at <= ends[np.maximum(i, 0)])
+
+
+def _any_within(times: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Does each [a, b] hold one of the sorted `times`?"""
+    return np.searchsorted(times, b, side="right") > np.searchsorted(times, a, side="left")
+
+
+def _overlaps(spans: Spans, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How much of each [a, b) the spans cover: the pieces added from 0.0 in time order."""
+    starts, ends = spans
+    total = np.zeros(len(a))
+    if not len(starts) or not len(a):
+        return total
+    span = np.maximum(np.searchsorted(starts, a, side="right") - 1, 0)  # the first span that may reach a
+    high = np.searchsorted(starts, b, side="left")  # the spans that start before b
+    rows = np.flatnonzero(high > span)
+    span = span[rows]
+    for _ in range(OVERLAP_ROUNDS):  # one span of every gap at a time, while gaps hold more
+        lo, hi = np.maximum(a[rows], starts[span]), np.minimum(b[rows], ends[span])
+        total[rows] += np.where(hi > lo, hi - lo, 0.0)
+        span += 1
+        more = span < high[rows]
+        rows, span = rows[more], span[more]
+        if not len(rows):
+            return total
+    for row, first in zip(rows.tolist(), span.tolist()):  # the few gaps over that many spans
+        covered, start, end = float(total[row]), float(a[row]), float(b[row])
+        for i in range(first, int(high[row])):
+            piece = min(end, float(ends[i])) - max(start, float(starts[i]))
+            if piece > 0:
+                covered += piece
+        total[row] = covered
+    return total
+
+
+def _user_spans(frames: Frames) -> Spans:
+    """Where the innermost Python frame is the user's own code (not torch, a library or a builtin)."""
+    starts, ends, own = frames
+    spans: list[tuple[float, float]] = []
+    stack: list[tuple[float, float, bool]] = []
+    cursor = float("-inf")
+    order = np.lexsort((-ends, starts))
+    for frame in zip(starts[order].tolist(), ends[order].tolist(), own[order].tolist()):
+        while stack and stack[-1][1] <= frame[0]:
+            top = stack.pop()
+            if top[2] and top[1] > cursor:
+                spans.append((cursor, top[1]))
+            cursor = max(cursor, top[1])
+        if stack and stack[-1][2] and frame[0] > cursor:
+            spans.append((cursor, frame[0]))
+        cursor = max(cursor, frame[0])
+        stack.append(frame)
+    while stack:
+        top = stack.pop()
+        if top[2] and top[1] > cursor:
+            spans.append((cursor, top[1]))
+        cursor = max(cursor, top[1])
+    if not spans:
+        return np.zeros(0), np.zeros(0)
+    return _merged(np.array([s for s, _ in spans]), np.array([e for _, e in spans]))
+
+
+
+
+def thread_items(number: int, thread: HostThread, corr_ops: dict[Any, list[int]],
+                 ops: list[GpuOp]) -> tuple[HostColumns, int]:
+    """The thread's items in measured order; how many launch calls it made."""
+    calls = _Calls(thread, corr_ops, ops)
+    gaps = _gaps(thread, calls)
+    count = len(calls.kept)
+    # per gap four pieces (data, dispatch, user, python), then the call that ends it (the last gap: none)
+    rows = np.full((count + 1, 5), -1, dtype=np.int64)
+    rows[:, :4] = np.where(gaps.keep, np.arange(4 * (count + 1)).reshape(-1, 4), -1)
+    rows[:count, 4] = 4 * (count + 1) + np.arange(count)
+    order = rows[rows >= 0]
+    piece = order < 4 * (count + 1)
+    starts = np.concatenate((gaps.starts.reshape(-1), calls.ts[calls.kept]))[order]
+    lengths = np.concatenate((gaps.lengths.reshape(-1), calls.dur[calls.kept]))[order]
+    call_of = np.where(piece, -1, order - 4 * (count + 1)).tolist()
+    call_tags = np.append(calls.tags, 0)  # (the pieces index it too, at 0)
+    tag_of = np.where(piece, order % 4, 4 + call_tags[np.maximum(order - 4 * (count + 1), 0)]).tolist()
+    kinds = [CPU if k < 0 else calls.kinds[k] for k in call_of]
+    tags = [_TAGS[code] for code in tag_of]
+    queued = [[] if k < 0 else calls.queued[k] for k in call_of]
+    apis = [("", False, None) if k < 0 else calls.facts[k] for k in call_of]
+    count = len(kinds)
+    optimizer = _inside(thread.optimizer, starts).tolist() if len(thread.optimizer[0]) else [False] * count
+    host = HostColumns(kind=kinds, thread=[number] * count, ts=starts.tolist(), dur=lengths.tolist(), tag=tags,
+                       ops=queued, scope=[None] * count, waited=[False] * count, post=[0.0] * count,
+                       agent=[fact[1] for fact in apis], api=[fact[0] for fact in apis],
+                       read=[fact[2] for fact in apis], optimizer=optimizer)
+    return host, calls.launches
+
+
+_TAGS = (DATA, DISPATCH, USER, PYTHON, PYTHON, DISPATCH, DATA)  # gap pieces 0-3, calls 4 + _Calls.tags
+
+
+class _Calls:
+    """A thread's calls: which ran inside another (their GPU work is that call's), and what
+    each of the others becomes."""
+
+    def __init__(self, thread: HostThread, corr_ops: dict[Any, list[int]], ops: list[GpuOp]) -> None:
+        self.ts, self.dur = ts, dur = thread.call_ts, thread.call_dur
+        linked = [corr_ops.get(corr, []) if corr is not None else [] for corr in thread.call_correlation]
+        sizes = np.fromiter(map(len, linked), dtype=np.int64, count=len(linked))
+        queued = sizes > 0
+        # per call: does it queue a kernel, a device-to-host copy? (its operations, flattened)
+        call_of = np.repeat(np.arange(len(linked)), sizes)
+        queued_ops = np.fromiter(chain.from_iterable(linked), dtype=np.int64, count=int(sizes.sum()))
+        kernel_op, read_op = _op_flags(ops)
+        kernels = np.bincount(call_of, weights=kernel_op[queued_ops], minlength=len(linked)) > 0
+        reads = np.bincount(call_of, weights=read_op[queued_ops], minlength=len(linked)) > 0
+        operators = thread.operators
+        # outermost operator spans that launched GPU work: their CPU time is dispatch overhead
+        launched = _any_within(ts[queued], *operators)
+        self.dispatch: Spans = (operators[0][launched], operators[1][launched])
+        # a call that ends before the calls before it did ran inside one of them (a driver call
+        # inside the runtime call that made it): its GPU work goes to the last call kept
+        end = ts + dur
+        self.before = np.maximum(thread.first, np.concatenate(([-np.inf], np.maximum.accumulate(end)[:-1]))) \
+            if len(ts) else np.zeros(0)
+        inner = end <= self.before
+        inner[:1] = False
+        self.kept = kept = np.flatnonzero(~inner)
+        self.cursor = max(thread.first, float(end.max())) if len(ts) else thread.first  # after the last call
+        at = ts[kept]
+        self.tags = np.where(_inside(thread.data, at), 2, np.where(_inside(self.dispatch, at), 1, 0))
+        agent = _inside(thread.agent, at).tolist()
+        read = _read_backs(operators, at, ts[reads], ts[kernels])
+        self.kinds: list[int] = []
+        self.queued: list[list[int]] = []
+        self.facts: list[tuple[str, bool, tuple[float, float] | None]] = []  # api, gpudoctor's own, read back
+        self.launches = 0
+        for row, k in enumerate(kept.tolist()):
+            api = thread.call_api[k]
+            if linked[k]:
+                self.kinds.append(LAUNCH)
+                self.launches += api in KERNEL_LAUNCH_APIS or api in GRAPH_LAUNCH_APIS
+                self.facts.append((api, False, None))
+            elif api in SYNC_APIS:
+                self.kinds.append(SYNC)
+                self.facts.append((api, agent[row], read[row]))
+            else:
+                self.kinds.append(CPU)
+                self.facts.append((api, False, None))
+            self.queued.append(list(linked[k]))
+        for k in np.flatnonzero(inner).tolist():
+            self.queued[int(np.searchsorted(kept, k)) - 1].extend(linked[k])
+
+
+def _op_flags(ops: list[GpuOp]) -> tuple[np.ndarray, np.ndarray]:
+    """Per GPU operation: a kernel? a device-to-host copy?"""
+    return (np.array([op.kind == "k" for op in ops], dtype=bool),
+            np.array([(op.copy or "").startswith("DtoH") for op in ops], dtype=bool))
+
+
+@dataclass
+class _GapPieces:
+    starts: np.ndarray  # (gaps, 4): where each piece begins
+    lengths: np.ndarray  # (gaps, 4)
+    keep: np.ndarray  # (gaps, 4): the pieces that become items
+
+
+def _gaps(thread: HostThread, calls: _Calls) -> _GapPieces:
+    """The time before each kept call and after the last, [a, b), split into CPU items by what
+    covered it: a DataLoader wait, dispatch of GPU work, the user's own Python, other Python (in
+    that order, back to back: their order inside the gap is not recorded)."""
+    a = np.append(calls.before[calls.kept], calls.cursor)
+    b = np.append(calls.ts[calls.kept], thread.last)
+    length = b - a
+    data = _overlaps(thread.data, a, b)
+    # an operator inside a DataLoader wait is data
+    dispatched = np.minimum(_overlaps(calls.dispatch, a, b), length - data)
+    rest = np.maximum(0.0, length - data - dispatched)
+    user_spans = _user_spans(thread.frames)
+    user = np.minimum(rest, _overlaps(user_spans, a, b)) if len(user_spans[0]) else np.zeros(len(a))
+    lengths = np.stack((data, dispatched, user, rest - user), axis=1)
+    starts = [a]
+    for piece in (data, dispatched, user):
+        starts.append(np.where(piece > 0, starts[-1] + piece, starts[-1]))
+    return _GapPieces(np.stack(starts, axis=1), lengths, (lengths > 0) & (b > a)[:, None])
+
+
+def _read_backs(operators: Spans, at: np.ndarray, read_ts: np.ndarray,
+                kernel_ts: np.ndarray) -> list[tuple[float, float] | None]:
+    """The operator around each time when all it does is read a value back: a device-to-host
+    copy and no kernel (``.item()``, ``.cpu()`` of a result); None for the others."""
+    starts, ends = operators
+    if not len(starts) or not len(at):
+        return [None] * len(at)
+    i = np.maximum(np.searchsorted(starts, at, side="right") - 1, 0)
+    a, b = starts[i], ends[i]
+    only_reads = (a <= at) & (at <= b) & _any_within(read_ts, a, b) & ~_any_within(kernel_ts, a, b)
+    return [(s, e) if ok else None for s, e, ok in zip(a.tolist(), b.tolist(), only_reads.tolist())]
