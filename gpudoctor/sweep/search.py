@@ -3,8 +3,8 @@
 Search mode:
 1. Double from `start` (the last step is `max_batch` itself), measuring each size in
    full, until the throughput knee is found (the knee rule needs a size twice the
-   knee: gpudoctor.sweep.analysis), a size runs out of memory, reaches `max_batch`, or
-   its p50 latency exceeds the budget.
+   knee: gpudoctor.sweep.analysis) and the largest size measured was stable, a size
+   runs out of memory, reaches `max_batch`, or its p50 latency exceeds the budget.
 2. Past the knee only the memory edge is left to find, and sizes past the knee run as
    fit probes (the warm-up, where memory peaks, then a few timed iterations:
    `probe_runner`); their throughput is not measured. A straight line through the peak
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from gpudoctor.metrics import format_bytes
 from gpudoctor.sweep import records
-from gpudoctor.sweep.analysis import linear_fit, throughput_knee
+from gpudoctor.sweep.analysis import linear_fit, ok_points, throughput_knee
 from gpudoctor.sweep.records import TrialResult
 
 EDGE_RESOLUTION = 0.05  # the edge search stops once hi - lo <= 5% of lo
@@ -210,9 +210,16 @@ class _Search:
         return throughput_knee(self.outcome.trials).batch_size
 
     def may_jump(self) -> bool:
-        """Past a found knee only the memory edge is left: no more sizes measured in full."""
+        """Past a found knee only the memory edge is left: no more sizes measured in full.
+        Only once the largest size measured was stable: a noisy dip at twice the knee (a
+        busy host) would otherwise end the throughput curve early; such a curve keeps
+        doubling in full until a stable size confirms (or moves) the knee."""
         plan = self.plan
-        return plan.predict_edge and plan.bisect and plan.latency_p50_budget_s is None and self.knee() is not None
+        knee = self.knee()
+        if not (plan.predict_edge and plan.bisect and plan.latency_p50_budget_s is None and knee is not None):
+            return False
+        measured = ok_points(self.outcome.trials)
+        return bool(measured) and measured[-1].timing is not None and measured[-1].timing.stable
 
     def grow(self) -> tuple[int, int | None, bool]:
         """Doubling phase: (largest size that fit, smallest that ran out of memory, whether

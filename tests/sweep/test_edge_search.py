@@ -210,6 +210,23 @@ def test_without_peak_memory_the_probes_double() -> None:
     check_edge(gpu, outcome.trials)
 
 
+def test_a_knee_on_unstable_sizes_keeps_measuring_in_full() -> None:
+    """A noisy dip at twice the knee (a busy host) must not end the throughput curve: the
+    jump waits for a knee whose sizes were measured stable."""
+    gpu = resnet50_h200_like()
+    full = gpu.full
+
+    def noisy(size: int) -> TrialResult:
+        result = full(size)
+        if result.timing is not None and size in (256, 512):
+            result.timing.stable = False
+        return result
+
+    run_search(SearchPlan(max_batch=4096), noisy, probe_runner=gpu.probe)
+    assert gpu.sizes("full") == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]  # 1024 stable: the knee holds
+    assert gpu.sizes("probe") == [1664, 1736]
+
+
 def test_a_latency_budget_keeps_measuring_in_full() -> None:
     gpu = resnet50_h200_like()
     outcome = run_search(SearchPlan(max_batch=4096, latency_p50_budget_s=0.2), gpu.full, probe_runner=gpu.probe)
