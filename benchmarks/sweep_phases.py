@@ -5,15 +5,19 @@ whether its process was reused and the seconds of each phase (close_previous: en
 the last process; start: a fresh process up to torch imported; load: device and CUDA
 context; build: the target; warmup; measure; call: the sweep's whole wait for the
 answer; reused_attempt: a first run in a reused process that failed), then the
-totals of the doubling phase (up to the first out-of-memory) and of the bisection, and
-the fixed cost (call minus warmup and measure) that process reuse removes.
+totals of the doubling phase (the sizes measured in full before the first
+out-of-memory) and of the edge search (fit probes past the knee, and every size from
+the first out-of-memory on), and the fixed cost (call minus warmup and measure) that
+process reuse removes.
 
     python benchmarks/sweep_phases.py -- examples/sweep_targets.py:resnet --mode train
     python benchmarks/sweep_phases.py --fresh -- examples/sweep_targets.py:resnet --mode train
     python benchmarks/sweep_phases.py --report gpudoctor-reports/sweep-phases/reused.json
 
 `--fresh` adds --fresh-process-per-size (every size in a new process, as before reuse)
-for the comparison. `--json PATH` also writes the summary as JSON.
+for the comparison; give the sweep `--no-edge-prediction` (after --) for the previous
+search (every doubling size in full to the first out-of-memory, then midpoints).
+`--json PATH` also writes the summary as JSON.
 """
 
 from __future__ import annotations
@@ -47,14 +51,15 @@ def run_sweep(sweep_args: list[str], out: Path, fresh: bool) -> tuple[Path, floa
 def summarize(report: dict[str, Any], wall_s: float | None) -> dict[str, Any]:
     ran = sorted((t for t in report["trials"] if t.get("order") is not None), key=lambda t: t["order"])
     first_oom = next((t["order"] for t in ran if t["status"] == "oom"), None)
-    rows, phases = [], {"doubling": 0.0, "bisection": 0.0}
+    rows, phases = [], {"doubling": 0.0, "edge": 0.0}
     totals = dict.fromkeys((*PHASES, "fixed"), 0.0)
     for trial in ran:
         times = trial.get("phase_s") or {}
         # a size that failed in a reused process and ran again fresh: both runs count
         call = times.get("call", trial.get("duration_s") or 0.0) + times.get("reused_attempt", 0.0)
         fixed = call - times.get("warmup", 0.0) - times.get("measure", 0.0)
-        phase = "doubling" if first_oom is None or trial["order"] <= first_oom else "bisection"
+        before_oom = first_oom is None or trial["order"] < first_oom
+        phase = "doubling" if before_oom and not trial.get("fit_probe") else "edge"
         phases[phase] += call
         for name in PHASES:
             totals[name] += times.get(name, 0.0)
@@ -71,6 +76,7 @@ def summarize(report: dict[str, Any], wall_s: float | None) -> dict[str, Any]:
         "search_phases_s": {k: round(v, 3) for k, v in phases.items()},
         "phase_totals_s": {k: round(v, 3) for k, v in totals.items()},
         "trials_run": len(ran), "processes_reused": sum(1 for r in rows if r["process_reused"]),
+        "fit_probes": sum(1 for r in rows if r["fit_probe"]),
         "stop_reason": report["stop_reason"], "knee": report["results"]["knee"]["batch_size"],
         "memory_edge": [report["results"]["memory_edge"].get("largest_fit"),
                         report["results"]["memory_edge"].get("smallest_oom")],
@@ -94,7 +100,7 @@ def show(summary: dict[str, Any]) -> None:
     wall = f"{summary['wall_s']:.1f} s wall, " if summary["wall_s"] is not None else ""
     phases = summary["search_phases_s"]
     print(f"\n{wall}{summary['report_duration_s']:.1f} s in the sweep; doubling {phases['doubling']:.1f} s, "
-          f"bisection {phases['bisection']:.1f} s; {summary['trials_run']} trials, "
+          f"edge search {phases['edge']:.1f} s; {summary['trials_run']} trials ({summary['fit_probes']} fit probes), "
           f"{summary['processes_reused']} in a reused process; fixed cost {totals['fixed']:.1f} s")
     print(f"knee {summary['knee']}, memory edge between {summary['memory_edge'][0]} and "
           f"{summary['memory_edge'][1]}; {summary['stop_reason']}")

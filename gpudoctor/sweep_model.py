@@ -85,6 +85,9 @@ class TrialTiming:
     rel_ci_half_width: float | None = json_field(None, always=True)
     drift: float | None = json_field(None, always=True)
     stop_reason: str = json_field("", always=True)
+    warmup_stop_reason: str | None = json_field(None, omit_none=True,
+                                                doc="why the warm-up ended: the step times stopped falling "
+                                                    "(settled), or its time cap; absent in older reports")
     extra: Mapping[str, Any] = extra_field()
 
 
@@ -214,6 +217,37 @@ class PowerPoint:
 
 
 @dataclass(frozen=True)
+class EdgePrediction:
+    """The straight line through the measured peaks that the edge search jumped by."""
+
+    batch_size: float = json_field(0.0, always=True, doc="the predicted largest size that fits (not rounded)")
+    per_sample_bytes: float = json_field(0.0, always=True)
+    fixed_bytes: float = json_field(0.0, always=True)
+    limit_bytes: int = json_field(0, always=True, doc="the least free memory a trial started with")
+    sizes: list[int] = json_field(default_factory=list, always=True, doc="the sizes the line goes through")
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
+class SearchSummary:
+    """How the sizes were searched and what it cost, in trials."""
+
+    sizes_measured: int = json_field(0, always=True, doc="sizes whose throughput and latency were measured in full")
+    sizes_probed: int = json_field(0, always=True,
+                                   doc="fit probes past the knee: memory only, throughput not measured")
+    sizes_failed: int = json_field(0, always=True, doc="sizes that ran out of memory or failed")
+    edge_prediction: EdgePrediction | None = json_field(None, always=True,
+                                                        doc="the first prediction of the memory edge; null: none "
+                                                            "(no knee, no usable fit, or explicit sizes)")
+    predict_edge: bool = json_field(True, always=True, doc="false: doubling in full to the first OOM, then midpoints")
+    edge_resolution: float = json_field(0.0, always=True,
+                                        doc="the edge search stops once the bracket is within this fraction of "
+                                            "the size that fits")
+    max_edge_trials: int = json_field(0, always=True, doc="the most sizes the edge search tries")
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
 class SweepResults:
     """The headline answers of the curves."""
 
@@ -254,6 +288,9 @@ class SweepReport:
     stop_reason: str = json_field("", always=True)
     failed: bool = json_field(False, always=True)
     interrupted: bool = json_field(False, always=True)
+    search: SearchSummary | None = json_field(None, omit_none=True,
+                                              doc="how the sizes were searched and what it cost; absent in older "
+                                                  "reports")
     trials: list[SweepTrial] = json_field(default_factory=list, always=True, doc="ascending batch size")
     results: SweepResults = json_field(default_factory=SweepResults, always=True)
     recommendations: dict[str, Recommendation] = json_field(default_factory=dict, always=True,

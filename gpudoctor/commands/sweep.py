@@ -84,7 +84,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--max-batch", type=positive_int, default=4096, metavar="N", help="search: size limit (default 4096)"
     )
-    g.add_argument("--no-bisect", action="store_true", help="search: do not bisect the memory edge after an OOM")
+    g.add_argument("--no-bisect", action="store_true",
+                   help="search: double in full to the first OOM; no edge search past the knee or after it")
+    g.add_argument("--no-edge-prediction", action="store_true",
+                   help="search: measure every doubling size in full to the first OOM, then bisect by midpoints "
+                        "(default: past the knee, jump to the edge predicted from the measured peaks, probing "
+                        "memory only)")
     g = p.add_argument_group("target")
     g.add_argument("--input-shape", type=_int_list, metavar="C,H,W", help="shape of one sample, for a plain nn.Module")
     g.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda or cuda:N (default auto)")
@@ -178,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
     plan = SearchPlan(
         start=args.start, max_batch=args.max_batch, batch_sizes=args.batch_sizes,
         latency_p50_budget_s=args.latency_p50_ms / 1e3 if args.latency_p50_ms else None, bisect=not args.no_bisect,
+        predict_edge=not getattr(args, "no_edge_prediction", False),
     )
     report = _sweep(args, base, plan)
     return _finish(args, report, paths, html_copy, to_stdout)
@@ -226,8 +232,11 @@ def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> SweepReport:
             raise GpudoctorError(str(exc), code) from None
     reused = sum(1 for t in outcome.trials if t.process_reused)
     ran = sum(1 for t in outcome.trials if t.process_reused is not None)
-    shared = f" ({reused} of {ran} sizes in a reused process)" if reused else ""
-    say(f"gpudoctor sweep: {outcome.stop_reason}{shared}")
+    probed = sum(1 for t in outcome.trials if t.fit_probe)
+    shared = f"{reused} of {ran} in a reused process" if reused else ""
+    counts = ", ".join(part for part in (f"{ran} sizes run", f"{probed} as fit probes" if probed else "", shared)
+                       if part)
+    say(f"gpudoctor sweep: {outcome.stop_reason} ({counts})")
     return build_sweep_report(
         target=args.target, spec=base, plan=plan, outcome=outcome, headroom=args.headroom,
         command=command_line(args),
@@ -235,8 +244,8 @@ def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> SweepReport:
     )
 
 
-# A fit probe (a bisection size past the knee): the same warm-up, where autotuners and
-# workspaces reach their peak memory, then a few timed iterations only
+# A fit probe (a size past the knee, searched for the memory edge): the same warm-up, where
+# autotuners and workspaces reach their peak memory, then a few timed iterations only
 PROBE_ITERS = 3
 PROBE_MAX_TIME_S = 2.0
 
@@ -257,8 +266,8 @@ _OPTIONS = (
     ("--min-time-s", "min_time_s", None), ("--max-time-s", "max_time_s", 10.0), ("--min-iters", "min_iters", 20),
     ("--warmup-s", "warmup_s", 0.2),
 )
-_FLAGS = (("--compile", "compile"), ("--no-bisect", "no_bisect"), ("--no-gpu-sampling", "no_gpu_sampling"),
-          ("--fresh-process-per-size", "fresh_process_per_size"))
+_FLAGS = (("--compile", "compile"), ("--no-bisect", "no_bisect"), ("--no-edge-prediction", "no_edge_prediction"),
+          ("--no-gpu-sampling", "no_gpu_sampling"), ("--fresh-process-per-size", "fresh_process_per_size"))
 
 
 def command_line(args: argparse.Namespace) -> list[str]:
@@ -293,7 +302,7 @@ def progress_line(result: Any) -> str:
     if result.fit_probe:
         peak = result.memory.peak_bytes
         fits = "fits" + (f" (peak {format_bytes(peak)})" if peak is not None else "")
-        return head + fits + ", a fit probe past the knee"
+        return head + fits + ", a fit probe past the knee (memory only, throughput not measured)"
     t = result.timing
     peak = result.memory.peak_bytes
     rate = f"{t.samples_per_s:,.0f}" if t.samples_per_s >= 100 else f"{t.samples_per_s:.3g}"

@@ -92,7 +92,7 @@ def trial_rows(report: SweepReport) -> list[dict[str, str]]:
         if budget and timing is not None and _num(timing.latency_p50_s) and timing.latency_p50_s > budget:
             notes.append("over latency budget")
         if trial.fit_probe:
-            notes.append("fit probe: memory only")
+            notes.append("fit probe: memory only, throughput not measured")
         elif trial.status == "ok" and not (timing is not None and timing.stable):
             notes.append("not stable")
         power = gpu.power_w_mean if gpu is not None else None

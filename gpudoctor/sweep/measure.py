@@ -13,6 +13,8 @@ asynchronous queue. How the iterations are separated follows the regime:
 from __future__ import annotations
 
 import itertools
+import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,25 +94,50 @@ class CudaEventTimer:
         return [a.elapsed_time(b) / 1e3 for a, b in itertools.pairwise(marks)]
 
 
+WARMUP_SETTLE = 0.10  # a warm-up step more than 10% faster than every earlier one: still settling
+
+
 @dataclass(frozen=True)
 class WarmupRule:
-    """Warm-up runs again at every size: autotuners and compilers work per shape."""
+    """Warm-up runs again at every size: autotuners and compilers work per shape.
 
-    min_iters: int = 3
+    It ends once the step times stop falling: after at least `min_iters` iterations and
+    `min_s`, the last step is not more than `settle` (10%) faster than the fastest
+    earlier one (cuDNN's benchmark mode tries its algorithms in the first step at a
+    new shape; the steps after it are the real ones). `max_s` bounds it.
+    """
+
+    min_iters: int = 2
     min_s: float = 0.2
     max_s: float = 120.0
+    settle: float = WARMUP_SETTLE
 
 
-def warm_up(step: Callable[[], None], timer: Timer, rule: WarmupRule) -> tuple[int, float]:
+@dataclass(frozen=True)
+class Warmup:
+    iterations: int
+    seconds: float
+    last_step_s: float  # the last warm-up step, synchronised: an estimate of a step's time
+    reason: str
+
+
+def warm_up(step: Callable[[], None], timer: Timer, rule: WarmupRule) -> Warmup:
     start = time.perf_counter()
-    iterations = 0
+    times: list[float] = []
     while True:
+        before = time.perf_counter()
         step()
         timer.sync()  # the first iterations carry autotuning/compilation: let them finish
-        iterations += 1
-        elapsed = time.perf_counter() - start
-        if (iterations >= rule.min_iters and elapsed >= rule.min_s) or elapsed >= rule.max_s:
-            return iterations, elapsed
+        after = time.perf_counter()
+        times.append(after - before)
+        elapsed = after - start
+        n = len(times)
+        if n >= max(2, rule.min_iters) and elapsed >= rule.min_s and times[-1] >= (1 - rule.settle) * min(times[:-1]):
+            return Warmup(n, elapsed, times[-1], f"settled: the last of {n} steps ({times[-1] * 1e3:.3g} ms) is not "
+                                                 f"{rule.settle:.0%} faster than the fastest before it")
+        if elapsed >= rule.max_s:
+            return Warmup(n, elapsed, times[-1], f"capped at {rule.max_s:g} s after {n} steps, step times still "
+                                                 f"falling ({times[-1] * 1e3:.3g} ms last)")
 
 
 def timed_loop(
@@ -118,13 +145,20 @@ def timed_loop(
     timer: Timer,
     rule: StabilityRule,
     batch_size: int,
-    warmup: tuple[int, float] = (0, 0.0),
+    warmup: Warmup | None = None,
 ) -> Timing:
     durations: list[float] = []
     chunk_s = min(CHUNK_MAX_S, max(rule.min_time_s / 4, 0.01))
+    # A chunk is bounded in steps as well as in host time: without a synchronisation per
+    # step (training) the host queues steps faster than a large batch runs them, and a
+    # chunk of host time could hold seconds of device time the stability rule cannot stop.
+    step_s = warmup.last_step_s if warmup is not None else None
     start = time.perf_counter()
     while True:
-        durations += timer.time_chunk(step, chunk_s, max(1, rule.max_iters - len(durations)))
+        left = max(1, rule.max_iters - len(durations))
+        per_chunk = left if not step_s else max(1, min(left, math.ceil(chunk_s / step_s)))
+        durations += timer.time_chunk(step, chunk_s, per_chunk)
+        step_s = statistics.median(durations)
         wall = time.perf_counter() - start
         verdict = judge(durations, wall, rule)
         if verdict.done:
@@ -136,8 +170,8 @@ def timed_loop(
         iterations=len(durations),
         measured_s=measured,
         wall_s=wall,
-        warmup_iterations=warmup[0],
-        warmup_s=warmup[1],
+        warmup_iterations=warmup.iterations if warmup is not None else 0,
+        warmup_s=warmup.seconds if warmup is not None else 0.0,
         step_time_mean_s=measured / len(durations),
         step_time_median_s=median,
         latency_p50_s=median,
@@ -148,4 +182,5 @@ def timed_loop(
         rel_ci_half_width=verdict.rel_ci_half_width,
         drift=verdict.drift,
         stop_reason=verdict.reason,
+        warmup_stop_reason=warmup.reason if warmup is not None else None,
     )

@@ -38,7 +38,7 @@ class TrialSpec:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "float32"  # anything else runs under torch.autocast
     compile: bool = False
-    warmup_min_iters: int = 3
+    warmup_min_iters: int = 2  # then until the step times stop falling (gpudoctor.sweep.measure)
     warmup_min_s: float = 0.2
     warmup_max_s: float = 120.0  # torch.compile of a big model can take a minute
     min_iters: int = 20
@@ -84,6 +84,7 @@ class Timing:
     rel_ci_half_width: float | None  # of the median; None below 6 iterations
     drift: float | None  # |median(2nd half) / median(1st half) - 1|
     stop_reason: str  # why the timed loop ended, in words
+    warmup_stop_reason: str | None = None  # why the warm-up ended: step times settled, or its cap
 
 
 @dataclass

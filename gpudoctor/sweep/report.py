@@ -18,11 +18,13 @@ from gpudoctor.sweep import records
 from gpudoctor.sweep.analysis import Analysis, analyze
 from gpudoctor.sweep.recommend import observations, offline, online
 from gpudoctor.sweep.records import TrialResult, TrialSpec
-from gpudoctor.sweep.search import SearchOutcome, SearchPlan
-from gpudoctor.sweep.stability import DEFAULT_MIN_TIME_S
+from gpudoctor.sweep.search import EDGE_RESOLUTION, SearchOutcome, SearchPlan
+from gpudoctor.sweep.stability import DEFAULT_MIN_TIME_S, MIN_TIGHT_ITERS
 from gpudoctor.sweep_model import (
     SWEEP_SCHEMA,
+    EdgePrediction,
     Recommendation,
+    SearchSummary,
     StabilitySettings,
     SweepReport,
     SweepResults,
@@ -31,13 +33,15 @@ from gpudoctor.sweep_model import (
     SweepTrial,
 )
 
-__all__ = ["SWEEP_SCHEMA", "analysis_dict", "build_sweep_report", "stability_text"]
+__all__ = ["SWEEP_SCHEMA", "analysis_dict", "build_sweep_report", "search_summary", "stability_text"]
 
 STABILITY_RULE_TEXT = (
-    "After warm-up (at least {warmup_iters} iterations and {warmup_s:g} s, again at every size), timed "
+    "After warm-up (again at every size: at least {warmup_iters} iterations and {warmup_s:g} s, then until the "
+    "step times stop falling), timed "
     "iterations run until there are at least {min_iters} of them and {min_time} of measured time, the 95% "
     "confidence interval of the median (order statistics) is within +/-{ci:.0%}, and the medians of the first "
-    "and second halves differ by less than {drift:.0%}; at {max_time_s:g} s the size is kept and marked not stable, "
+    "and second halves differ by less than {drift:.0%} (from {tight} iterations when both are within half that); "
+    "at {max_time_s:g} s the size is kept and marked not stable, "
     "as is a size whose p90 is more than {tail:g}x its median (a heavy tail)."
 )
 
@@ -48,7 +52,23 @@ def stability_text(spec: TrialSpec) -> str:
     return STABILITY_RULE_TEXT.format(
         warmup_iters=spec.warmup_min_iters, warmup_s=spec.warmup_min_s, min_iters=spec.min_iters,
         min_time=min_time, ci=spec.rel_ci_target, drift=spec.drift_target, max_time_s=spec.max_time_s,
-        tail=spec.tail_target,
+        tail=spec.tail_target, tight=MIN_TIGHT_ITERS,
+    )
+
+
+def search_summary(plan: SearchPlan, outcome: SearchOutcome) -> SearchSummary:
+    ran = [t for t in outcome.trials if t.status != records.SKIPPED]
+    predicted = outcome.edge_prediction
+    return SearchSummary(
+        sizes_measured=sum(1 for t in ran if t.ok and not t.fit_probe),
+        sizes_probed=sum(1 for t in ran if t.ok and t.fit_probe),
+        sizes_failed=sum(1 for t in ran if not t.ok),
+        edge_prediction=EdgePrediction(
+            batch_size=round(predicted.batch_size, 1), per_sample_bytes=round(predicted.per_sample_bytes, 1),
+            fixed_bytes=round(predicted.fixed_bytes, 1), limit_bytes=predicted.limit_bytes,
+            sizes=list(predicted.sizes),
+        ) if predicted is not None else None,
+        predict_edge=plan.predict_edge, edge_resolution=EDGE_RESOLUTION, max_edge_trials=plan.max_edge_trials,
     )
 
 
@@ -139,6 +159,7 @@ def build_sweep_report(
         stop_reason=outcome.stop_reason,
         failed=outcome.failed,
         interrupted=outcome.interrupted,
+        search=search_summary(plan, outcome),
         trials=[decode(SweepTrial, _trial_dict(t, run_order.get(id(t)))) for t in ordered],
         results=decode(SweepResults, analysis_dict(analysis)),
         recommendations={r.regime: decode(Recommendation, dataclasses.asdict(r)) for r in recs},

@@ -15,9 +15,12 @@ After warm-up, timed iterations continue until all of these hold:
 The loop also ends, marked not stable, at `max_time_s` (10 s) of wall time or
 `max_iters`, once it has at least `MIN_TIMED_ITERS` iterations.
 
-Long, steady steps end sooner: half of `min_iters` (at least 10) suffice once they
-cover `min_time_s` and sit within half the precision and drift targets. At large batch
-sizes a step takes long and its time barely varies; 20 of them would only repeat it.
+Tight steps end sooner: from MIN_TIGHT_ITERS (8) iterations on, once they cover
+`min_time_s` and sit within half the precision and drift targets (the median's CI
+within +/-2.5%: up to 10 iterations that CI spans all of them, so every step lies in a
+5% band; the halves' medians within 2.5%). At large batch sizes a step takes long and
+its time barely varies; 20 of them would only repeat it. Steps that are not that tight
+keep the full window.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ Z_95 = 1.96
 MIN_TIMED_ITERS = 3  # below this a percentile is not a measurement
 MIN_ITERS_FOR_CI = 6
 MIN_ITERS_FOR_DRIFT = 10
+MIN_TIGHT_ITERS = 8  # the fewest iterations that may end a tight window (halves of 4 for its drift)
 # A GPU needs longer than a CPU for clocks and power to settle under load.
 DEFAULT_MIN_TIME_S = {"cuda": 1.0, "cpu": 0.5}
 
@@ -78,10 +82,10 @@ def rel_ci_half_width(values: Sequence[float]) -> float | None:
     return (ci[1] - ci[0]) / (2 * median)
 
 
-def drift(values: Sequence[float]) -> float | None:
-    """|median of the second half / median of the first half - 1|."""
+def drift(values: Sequence[float], min_n: int = MIN_ITERS_FOR_DRIFT) -> float | None:
+    """|median of the second half / median of the first half - 1|, from `min_n` iterations."""
     n = len(values)
-    if n < MIN_ITERS_FOR_DRIFT:
+    if n < min_n:
         return None
     first = statistics.median(values[: n // 2])
     second = statistics.median(values[n // 2 :])
@@ -113,11 +117,18 @@ def judge(durations: Sequence[float], wall_s: float, rule: StabilityRule) -> Ver
     if dr is not None:
         numbers += f", drift {dr:.1%}"
     enough = n >= rule.min_iters and measured >= rule.min_time_s
+    if not enough and n >= MIN_TIGHT_ITERS and measured >= rule.min_time_s:
+        # tight steps: fewer iterations, twice as tight (drift from halves of 4 below 10)
+        tight_drift = dr if dr is not None else drift(durations, MIN_TIGHT_ITERS)
+        if (ci is not None and ci < rule.rel_ci_target / 2 and tight_drift is not None
+                and tight_drift < rule.drift_target / 2):
+            enough = True
+            if dr is None:
+                dr = tight_drift
+                numbers += f", drift {dr:.1%}"
+            numbers += " (tight: stopped early)"
     precise = ci is not None and ci < rule.rel_ci_target
     steady = dr is not None and dr < rule.drift_target
-    if not enough and n >= max(MIN_ITERS_FOR_DRIFT, rule.min_iters // 2) and measured >= rule.min_time_s:
-        # long, steady steps: half the iterations, twice as tight
-        enough = ci is not None and ci < rule.rel_ci_target / 2 and dr is not None and dr < rule.drift_target / 2
     tail = tail_ratio(durations)
     if enough and precise and steady:
         if tail is not None and tail > rule.tail_target:

@@ -224,7 +224,8 @@ def run_trial(spec: TrialSpec) -> TrialResult:
             else PerfCounterTimer()
         )
         phase = clock.enter("warmup")
-        warmup = warm_up(prepared.step, timer, WarmupRule(spec.warmup_min_iters, spec.warmup_min_s, spec.warmup_max_s))
+        warmup = warm_up(prepared.step, timer,
+                         WarmupRule(min_iters=spec.warmup_min_iters, min_s=spec.warmup_min_s, max_s=spec.warmup_max_s))
         phase = clock.enter("measure")
         rule = StabilityRule(
             min_iters=spec.min_iters,

@@ -84,7 +84,9 @@ class FakeRunner:
         if self.fits_up_to is not None and batch_size > self.fits_up_to:
             return failed(batch_size, records.OOM, "CUDA out of memory (synthetic)")
         peak = int(self.capacity * 0.05 + self.capacity * 0.9 * batch_size / (self.fits_up_to or 10**6))
-        return point(
+        result = point(
             batch_size, self.rate(batch_size), p50_s=self.latency_s(batch_size) if self.latency_s else None,
             peak=peak, capacity=self.capacity,
         )
+        result.memory.free_at_start_bytes = int(self.capacity * 0.95)  # a peak above it runs out of memory
+        return result

@@ -55,7 +55,7 @@ def test_report_contract() -> None:
     results = report["results"]
     assert results["knee"]["batch_size"] == 64
     assert results["knee_sm_activity"]["batch_size"] == 64
-    assert results["memory_edge"]["found"] and results["memory_edge"]["largest_fit"] == 400
+    assert results["memory_edge"]["found"] and results["memory_edge"]["largest_fit"] == 392
     assert {p["verdict"] for p in results["power"]} >= {"headroom", "at_limit"}
     assert report["recommendations"]["offline"]["batch_size"] == 64
     assert report["settings"]["stability"]["rule"].startswith("After warm-up")
@@ -69,7 +69,7 @@ def test_html_is_self_contained_escaped_and_marks_knee_and_edge() -> None:
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert "default-src 'none'; style-src 'unsafe-inline'; img-src data:" in unescape(html)
     assert html.count("<svg") == 4  # throughput, latency, memory, GPU activity
-    assert "knee (64)" in html and "memory edge (400)" in html and "p50 budget (50 ms)" in html
+    assert "knee (64)" in html and "memory edge (392)" in html and "p50 budget (50 ms)" in html
     assert "max_queue_delay_microseconds" in html and "--max-num-seqs" in html
     assert "http://" not in html and "https://" not in html
 

@@ -29,12 +29,21 @@ def test_midpoints_round_to_multiples_of_8_above_64() -> None:
 
 def test_oom_at_512_is_bisected_to_the_edge() -> None:
     runner = FakeRunner(fits_up_to=400)
-    outcome = run_search(SearchPlan(max_batch=4096), runner)
+    outcome = run_search(SearchPlan(max_batch=4096, predict_edge=False), runner)
     assert runner.calls == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 384, 448, 416, 400]
     assert not outcome.failed
     assert "between 400 and 416" in outcome.stop_reason
     edge = analyze(outcome.trials, 0.1, None).memory
     assert (edge.largest_fit, edge.smallest_oom) == (400, 416)
+
+
+def test_past_the_knee_the_search_jumps_to_the_predicted_edge() -> None:
+    runner = FakeRunner(fits_up_to=400)  # knee 64; a straight memory line that meets free memory at 400
+    outcome = run_search(SearchPlan(max_batch=4096), runner)
+    assert runner.calls == [1, 2, 4, 8, 16, 32, 64, 128, 392, 408]  # 2% below and above the prediction
+    edge = analyze(outcome.trials, 0.1, None).memory
+    assert (edge.largest_fit, edge.smallest_oom) == (392, 408)
+    assert analyze(outcome.trials, 0.1, None).knee.batch_size == 64
 
 
 def test_search_stops_at_the_latency_budget() -> None:
@@ -120,7 +129,7 @@ def resnet50_like_rate(batch_size: int) -> float:
 
 def test_bisection_past_the_knee_runs_fit_probes() -> None:
     runner, prober = FakeRunner(resnet50_like_rate, fits_up_to=1700), FakeRunner(resnet50_like_rate, fits_up_to=1700)
-    outcome = run_search(SearchPlan(max_batch=4096), runner, probe_runner=prober)
+    outcome = run_search(SearchPlan(max_batch=4096, predict_edge=False), runner, probe_runner=prober)
     assert runner.calls == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]  # measured until the OOM
     assert prober.calls == [1536, 1792, 1664, 1728]  # past the knee: only whether each fits
     assert all(t.fit_probe for t in outcome.trials if t.batch_size in prober.calls)
@@ -133,21 +142,23 @@ def test_without_a_knee_below_the_edge_the_bisection_measures() -> None:
     runner, prober = FakeRunner(lambda b: 10.0 * b, fits_up_to=1700), FakeRunner(lambda b: 10.0 * b, fits_up_to=1700)
     outcome = run_search(SearchPlan(max_batch=4096), runner, probe_runner=prober)
     assert prober.calls == []  # throughput still climbing: the edge may be the recommendation
-    assert runner.calls[-4:] == [1536, 1792, 1664, 1728]
+    assert runner.calls[12:] == [1664, 1744]  # after the OOM at 2048: just below the predicted edge, just above
     assert not any(t.fit_probe for t in outcome.trials)
 
 
 def test_the_bisection_is_bounded() -> None:
     runner = FakeRunner(resnet50_like_rate, fits_up_to=1100)
-    outcome = run_search(SearchPlan(max_batch=4096, max_bisect=2), runner)
+    outcome = run_search(SearchPlan(max_batch=4096, max_edge_trials=2, predict_edge=False), runner)
     assert runner.calls[12:] == [1536, 1280]  # 1024 fit, 2048 did not; two sizes, then stop
-    assert outcome.stop_reason.endswith("memory edge bisected to between 1024 and 1280 (at most 2 bisection sizes)")
+    assert outcome.stop_reason.endswith("memory edge bisected to between 1024 and 1280 (at most 2 edge sizes)")
 
 
 def test_a_fit_probe_runs_few_iterations() -> None:
     from gpudoctor.commands.sweep import PROBE_ITERS, probe_spec
     from gpudoctor.sweep.records import TrialSpec
 
-    probe = probe_spec(TrialSpec(target="m.py:build", mode="train", batch_size=1, max_time_s=10.0))
+    base = TrialSpec(target="m.py:build", mode="train", batch_size=1, max_time_s=10.0)
+    probe = probe_spec(base)
     assert (probe.min_iters, probe.max_iters, probe.max_time_s) == (PROBE_ITERS, PROBE_ITERS, 2.0)
-    assert probe.warmup_min_iters == 3 and probe.warmup_min_s == 0.2  # the warm-up, where memory peaks, is kept
+    # the warm-up, where memory peaks, is kept
+    assert (probe.warmup_min_iters, probe.warmup_min_s) == (base.warmup_min_iters, base.warmup_min_s)

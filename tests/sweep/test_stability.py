@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpudoctor.sweep.stability import StabilityRule, drift, judge, median_ci, rel_ci_half_width
 
 RULE = StabilityRule(min_iters=20, min_time_s=1.0, max_time_s=10.0)
@@ -66,3 +68,48 @@ def test_long_steady_steps_stop_after_half_the_iterations() -> None:
     assert not judge(short_steady, 0.02, RULE).done
     long_noisy = [0.200, 0.212, 0.190, 0.205, 0.195] * 2  # +/-5%: not tight enough to stop early
     assert not judge(long_noisy, 2.1, RULE).done
+
+
+def test_tight_steps_stop_at_eight_and_loose_ones_keep_the_window() -> None:
+    """Issue 27, item 27: shorter windows where the step time is stable (SYNTHETIC step times)."""
+    tight = [0.300, 0.301, 0.299, 0.3005, 0.2995, 0.3, 0.302, 0.298]  # 8 steps within +/-0.7%, 2.4 s
+    verdict = judge(tight, 2.5, RULE)
+    assert verdict.done and verdict.stable and "tight: stopped early" in verdict.reason
+    assert not judge(tight[:7], 2.2, RULE).done  # fewer than 8: not yet
+    loose = [0.300, 0.312, 0.290, 0.305, 0.295, 0.3, 0.31, 0.29]  # +/-4%: stable enough for 20, not for 8
+    assert not judge(loose, 2.5, RULE).done
+    assert judge(loose * 3, 7.5, RULE).done  # ... the full window: 20 iterations
+    creeping = [0.30, 0.30, 0.30, 0.30, 0.307, 0.307, 0.307, 0.307]  # halves 2.3% apart, all within +/-1.2%
+    assert judge(creeping, 2.5, RULE).done
+    drifting = [0.30, 0.30, 0.30, 0.30, 0.31, 0.31, 0.31, 0.31]  # halves 3.3% apart
+    assert not judge(drifting, 2.5, RULE).done
+
+
+def test_warm_up_ends_when_the_step_times_stop_falling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SYNTHETIC step times: an autotuning first step, then two more settling, then flat."""
+    from gpudoctor.sweep.measure import WarmupRule, warm_up
+
+    class FakeTimer:
+        name = "fake"
+
+        def sync(self) -> None:
+            pass
+
+        def time_chunk(self, step: object, chunk_s: float, max_iters: int) -> list[float]:
+            raise AssertionError("not used by the warm-up")
+
+    clock = {"now": 0.0}
+    times = iter([10.0, 0.5, 0.35, 0.30, 0.30, 0.30, 0.30])
+
+    def step() -> None:
+        clock["now"] += next(times)
+
+    import gpudoctor.sweep.measure as measure
+
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: clock["now"])
+    warmup = warm_up(step, FakeTimer(), WarmupRule(min_iters=2, min_s=0.2, max_s=120.0))
+    assert warmup.iterations == 5  # 0.30 beat 0.35 by 14%: one more; 0.30 again: settled
+    assert warmup.last_step_s == pytest.approx(0.30) and warmup.reason.startswith("settled")
+    times = iter([1.0, 0.5, 0.25, 0.125, 0.0625])  # still halving at the cap
+    capped = warm_up(step, FakeTimer(), WarmupRule(min_iters=2, min_s=0.2, max_s=1.8))
+    assert capped.iterations == 4 and capped.reason.startswith("capped at 1.8 s")
