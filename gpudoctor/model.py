@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from gpudoctor.text import format_duration
 from gpudoctor.thresholds import AnyThreshold, CountThreshold, Threshold, fill_page, thresholds_in  # noqa: F401
 
 if TYPE_CHECKING:
     # for annotations only: the Session's dataclasses cost `gpudoctor checks` a sixth of its time
-    from gpudoctor.analysis.prediction import Prediction
     from gpudoctor.session import Session
 
 RunFn = Callable[["Session"], Sequence["Finding"]]
@@ -92,6 +92,43 @@ class Evidence:
         if self.label:
             out["label"] = self.label
         return out
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the step would cost without one cause, and how that was obtained
+    (gpudoctor.analysis.prediction.predict makes them)."""
+
+    gain: float  # step now / predicted step, >= 1
+    method: str  # replay | bound | rule
+    label: str  # "if batches arrived instantly"
+    detail: str  # how, in words (window, calibration, rates, the bound that applied)
+    scenario: str | None = None  # the replay scenario, when one was used
+    step_time_s: float | None = None  # steady step time now (unprofiled), when known
+    predicted_step_time_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_time_s": _round6(self.step_time_s),
+            "predicted_step_time_s": _round6(self.predicted_step_time_s),
+            "gain": round(self.gain, 3),
+            "method": self.method,
+            "scenario": self.scenario,
+            "label": self.label,
+            "detail": self.detail,
+        }
+
+    def sentence(self) -> str:
+        """'step 15.2 ms now, 15.0 ms predicted if batches arrived instantly (replay)'."""
+        if self.step_time_s is not None and self.predicted_step_time_s is not None:
+            return (f"step {format_duration(self.step_time_s)} now, "
+                    f"{format_duration(self.predicted_step_time_s)} predicted {self.label} "
+                    f"({self.gain:.2f}x, {self.method})")
+        return f"{self.gain:.2f}x predicted {self.label} ({self.method})"
+
+
+def _round6(value: float | None) -> float | None:
+    return round(value, 6) if value is not None else None
 
 
 @dataclass(frozen=True)

@@ -84,9 +84,9 @@ from gpudoctor.analysis.input_pipeline import (
     worker_plan,
     workload_cores,
 )
-from gpudoctor.analysis.prediction import SEVERITY_GAINS, Prediction, predict, severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.analysis.shared import analyses
-from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Prediction, Remedy, Skip, check
 from gpudoctor.thresholds import Threshold
 
 if TYPE_CHECKING:

@@ -60,10 +60,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpudoctor.analysis.prediction import SEVERITY_GAINS, Prediction, predict, severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import MAX_GAIN, gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_bytes, format_duration
-from gpudoctor.model import Evidence, Finding, Fix, Remedy, check
+from gpudoctor.model import Evidence, Finding, Fix, Prediction, Remedy, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:

@@ -74,8 +74,7 @@ from gpudoctor.collectors.trace_file import (  # noqa: F401  (public names re-ex
     load_trace,
     trace_events,
 )
-from gpudoctor.collectors.window_picture import Gaps, gap_causes, idle_by_cause, picture, thread_of
-from gpudoctor.replay.window import picture_range
+from gpudoctor.collectors.window_picture import Gaps, gap_causes, idle_by_cause, picture, picture_range, thread_of
 from gpudoctor.session import KernelStat, ProfileSummary, SyncSite
 
 log = logging.getLogger(__name__)

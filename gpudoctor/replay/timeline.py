@@ -35,6 +35,7 @@ from gpudoctor.collectors.kineto_names import (
     DATA_ANNOTATION,
     GRAPH_LAUNCH_APIS,
     KERNEL_LAUNCH_APIS,
+    OPTIMIZER_ANNOTATION,
     SYNC_APIS,
     classify_gemm,
     copy_kind,
@@ -52,7 +53,6 @@ DEVICE_WIDE = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "hipDevice
                          "cudaFree", "cudaFreeHost"})
 AGENT_WINDOW_FRAME = "gpudoctor/agent/profiler"  # gpudoctor closing its own window
 HELPER_IDLE_US = 50.0  # a helper thread's time outside any operator longer than this is idle, not work
-OPTIMIZER_ANNOTATION = "Optimizer.step#"  # torch.optim wraps step() in record_function("Optimizer.step#Adam.step")
 _VERSION = re.compile(r"_v\d+$")
 
 
