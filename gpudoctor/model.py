@@ -205,13 +205,16 @@ class Check:
     # its findings are the loop waiting for data in one form (workers, stall, CPU, storage): when
     # one leads, the verdict gives the measured data wait rather than its title (gpudoctor.report)
     data_wait: bool = False
+    # its findings are the run's failure itself (a crash, a kill, a hang, a non-zero exit): where
+    # the job failed, `preflight`'s exit item quotes the first one's title (gpudoctor.preflight.job)
+    run_failure: bool = False
 
 
 def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str] = (),
           explains: Sequence[str] = (), explains_only_if: Mapping[str, Callable[[Finding], bool]] | None = None,
           thresholds: Sequence[AnyThreshold] = (), measures_idle: bool = False, decides: str | None = None,
           decides_on_gpu_runs: bool = False, owns: Sequence[str] = (), fix: Fix | None = None,
-          data_wait: bool = False) -> Callable[[RunFn], RunFn]:
+          data_wait: bool = False, run_failure: bool = False) -> Callable[[RunFn], RunFn]:
     """Declare a check once, on its function; the module docstring is its page, where
     ``{{NAME}}`` stands for the value of threshold NAME (gpudoctor.thresholds.fill_page).
 
@@ -229,7 +232,7 @@ def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str]
                          doc=page, explains=tuple(explains),
                          explains_only_if=dict(explains_only_if or {}), thresholds=tuple(thresholds),
                          measures_idle=measures_idle, decides=decides, decides_on_gpu_runs=decides_on_gpu_runs,
-                         owns=tuple(owns), fix=fix, data_wait=data_wait)
+                         owns=tuple(owns), fix=fix, data_wait=data_wait, run_failure=run_failure)
         run.check = declared  # type: ignore[attr-defined]
         return run
 
