@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from gpudoctor import __version__, metrics
 from gpudoctor.agent.redact import redact_argv, redact_text
@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 REPORT_SCHEMA = "gpudoctor.report/1"
 TIMELINE_MAX_POINTS = 600
+
+T = TypeVar("T")
 
 STAGE_VERDICT = {
     0: "Run failed",
@@ -204,7 +206,7 @@ def _sample_caveat(summary: dict[str, Any]) -> str:
     return ""
 
 
-def _downsample(values: list, limit: int) -> list:
+def _downsample(values: list[T], limit: int) -> list[T]:
     if len(values) <= limit:
         return values
     stride = len(values) / limit

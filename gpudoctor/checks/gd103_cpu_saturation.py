@@ -192,7 +192,7 @@ def _severity(session: Session, impact_measured: bool, stalled: bool, prediction
     return severity, shown
 
 
-def _evidence(samples: list, window: str, cores_saturated: bool, busy: float, cores: float | None,
+def _evidence(samples: list[CpuSample], window: str, cores_saturated: bool, busy: float, cores: float | None,
               main_thread: float | None, tree: float | None, found: InputStall | None,
               gpu_util: float | None) -> dict[str, Evidence]:
     """The finding's evidence: what is saturated, and each CPU and GPU number that was measured."""
@@ -216,7 +216,7 @@ def _evidence(samples: list, window: str, cores_saturated: bool, busy: float, co
     return evidence
 
 
-def _main_process_makes_batches_on_spare_cores(session: Session, samples: list) -> bool:
+def _main_process_makes_batches_on_spare_cores(session: Session, samples: list[CpuSample]) -> bool:
     """num_workers=0 and the workload's own processes leave a core's share to spare: the busy
     cores are the main process producing batches (one core) plus others, not preprocessing
     that fills them all."""

@@ -703,7 +703,7 @@ def _finish(index: TraceIndex, head: bytes, buffer: bytearray, decoded: int, max
                   if getattr(meta, k) is not None}
 
 
-def _decode_whole_events(buffer: bytearray, decoder: msgspec.json.Decoder, index: TraceIndex) -> tuple[int, int]:
+def _decode_whole_events(buffer: bytearray, decoder: msgspec.json.Decoder[Any], index: TraceIndex) -> tuple[int, int]:
     """Decode the events `buffer` holds whole (after its leading ``[``) into `index`; (where
     the first event not decoded starts, how many were decoded).
 

@@ -103,7 +103,8 @@ def rank_window(profiles: list[dict[str, Any]], workdir: Path, pid: int, t0: flo
     if event is None:
         return None
     try:
-        from gpudoctor.collectors.trace import load_trace, summarize_trace
+        from gpudoctor.collectors.trace import summarize_trace
+        from gpudoctor.collectors.trace_file import load_trace
 
         summary = summarize_trace(load_trace(workdir / str(event["path"]), own_window=True),
                                   steps=int(event.get("steps") or 0))

@@ -24,7 +24,7 @@ from gpudoctor.reports.formats import choices, with_defaults
 log = logging.getLogger(__name__)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("attach", help="sample a running process's CPU and GPUs (no agent) and report",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("pid", type=int, metavar="PID", help="the process to watch (its children are included)")

@@ -41,7 +41,7 @@ MIN_INTERVAL_S = 0.05  # below this the samplers would spin (and GPM needs 0.1 s
 MAX_INTERVAL_S = 60.0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "diagnose",
         help="run a PyTorch script/command and diagnose why its GPU idles",

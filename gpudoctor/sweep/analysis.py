@@ -135,7 +135,8 @@ def _growth_after(points: Sequence[tuple[int, float]], index: int) -> float | No
     size, value = points[index]
     for other, other_value in points[index + 1 :]:
         if other >= 2 * size and value > 0 and other_value > 0:
-            return (other_value / value) ** (1 / math.log2(other / size)) - 1
+            growth: float = (other_value / value) ** (1 / math.log2(other / size)) - 1
+            return growth
     return None
 
 

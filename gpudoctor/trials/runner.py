@@ -24,13 +24,15 @@ from gpudoctor.judging import JudgeOptions, WritePlan, judge, write
 from gpudoctor.model import Finding, severity_rank
 from gpudoctor.output import DEFAULT_FORMATS, OutputPaths, plan_outputs
 from gpudoctor.session import Session
-from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor, say
+from gpudoctor.status import say
+from gpudoctor.supervisor import RunOptions, Supervisor
 from gpudoctor.trials.plan import TrialPlan, plan_trials
 from gpudoctor.trials.records import TrialResult, Trials
 from gpudoctor.trials.remedies import TryRequest
 from gpudoctor.trials.report import outcome_line
 from gpudoctor.trials.scratch import SHOWN, Workspace
 from gpudoctor.trials.trust import after_queue, inconclusive, prefetch_queue
+from gpudoctor.workdir import LaunchError
 
 log = logging.getLogger(__name__)
 
