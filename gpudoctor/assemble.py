@@ -24,6 +24,7 @@ import socket
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -34,7 +35,7 @@ from gpudoctor.collectors.events import EventReader
 from gpudoctor.collectors.windows import apply_windows, rank_window
 from gpudoctor.gpu import GpuMonitor
 from gpudoctor.process_tree import leftover_note, none_instrumented
-from gpudoctor.session import Environment, RankInfo, Session, StorageProbe
+from gpudoctor.session import Environment, RankInfo, ReplaySummary, Session, StorageProbe
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,8 @@ def assemble(run: Recorded) -> tuple[Session, str | None]:
     if not session.storage:
         session.unavailable.setdefault("storage", "no dataset path known (pass --data PATH to name it)")
     GpuMonitor.apply(run.gpu_result, session)
-    primary_trace = apply_windows(reader.profiles, run.workdir, session, run.t0, pid=reader.primary_pid())
+    primary_trace = apply_windows(reader.profiles, run.workdir, session, run.t0, pid=reader.primary_pid(),
+                                  replay=replay_window)
     if session.allocator == []:
         session.unavailable.setdefault("allocator", "the workload did not use the CUDA caching allocator")
     if reader.processes and not reader.torch_versions:
@@ -111,6 +113,15 @@ def assemble(run: Recorded) -> tuple[Session, str | None]:
             session.unavailable[fact] = why
     assemble_ranks(reader, session, run.workdir, run.t0)
     return session, primary_trace
+
+
+def replay_window(events: Any, steps: int, step_us: float | None, wait_us: float | None) -> ReplaySummary | None:
+    """One profiled window replayed (gpudoctor.replay), for apply_windows: the assembly starts the
+    replay, the collectors below it only summarise. Imported on first use, once the collectors
+    have found the trace analysis's dependencies installed."""
+    from gpudoctor.replay import replay_or_error
+
+    return replay_or_error(events, steps, step_us, wait_us)
 
 
 def assemble_ranks(reader: EventReader, session: Session, workdir: Path, t0: float) -> None:

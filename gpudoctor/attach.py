@@ -243,13 +243,15 @@ def _cmdline(proc: psutil.Process) -> list[str]:
 
 def _cwd(proc: psutil.Process) -> str | None:
     try:
-        return proc.cwd()
+        cwd: str = proc.cwd()
+        return cwd
     except psutil.Error:
         return None
 
 
 def _ppid(proc: psutil.Process) -> int | None:
     try:
-        return proc.ppid()
+        ppid: int = proc.ppid()
+        return ppid
     except psutil.Error:
         return None

@@ -43,7 +43,8 @@ class GpuMonitor:
         if self.sampler is None:
             return None
         try:
-            return self.sampler.latest_util()
+            util: float | None = self.sampler.latest_util()
+            return util
         except Exception:  # noqa: BLE001  (an NVML or driver failure costs only this value)
             return None
 

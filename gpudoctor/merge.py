@@ -26,6 +26,21 @@ class MergeError(Exception):
 
 def merge_sessions(sessions: Sequence[tuple[str, Session]]) -> Session:
     """`sessions`: (name for messages, Session) per node, in any order."""
+    job_id, world = _validate(sessions)
+    base_name, base = min(sessions, key=lambda pair: min(r.rank for r in pair[1].ranks))
+    merged = copy.deepcopy(base)
+    for name, session in sessions:
+        if session is not base:
+            _add_node(merged, name, session)
+    merged.ranks.sort(key=lambda r: r.rank)
+    merged.job_id = job_id
+    merged.primary_rank = merged.ranks[0].rank
+    _bound(merged, _own_notes(merged, len(sessions), base_name, world))
+    return merged
+
+
+def _validate(sessions: Sequence[tuple[str, Session]]) -> tuple[str | None, int | None]:
+    """The job's ID and world size, or MergeError: the Sessions do not form one job."""
     if not sessions:
         raise MergeError("no sessions to merge")
     for name, session in sessions:
@@ -47,29 +62,30 @@ def merge_sessions(sessions: Sequence[tuple[str, Session]]) -> Session:
             if info.rank in seen:
                 raise MergeError(f"rank {info.rank} is recorded twice ({seen[info.rank]} and {name})")
             seen[info.rank] = name
-    base_name, base = min(sessions, key=lambda pair: min(r.rank for r in pair[1].ranks))
-    merged = copy.deepcopy(base)
-    others = [(name, s) for name, s in sessions if s is not base]
-    for name, session in others:
-        merged.ranks.extend(copy.deepcopy(session.ranks))
-        merged.errors.extend(copy.deepcopy(session.errors))
-        merged.notes.extend(f"{name}: {note}" for note in session.notes)
-        merged.duration_s = max(merged.duration_s, session.duration_s)
-        if merged.exit_code in (0, None) and session.exit_code not in (0, None):
-            merged.exit_code = session.exit_code
-    merged.ranks.sort(key=lambda r: r.rank)
-    merged.job_id = next(iter(jobs), None)
-    merged.primary_rank = merged.ranks[0].rank
+    return next(iter(jobs), None), world
+
+
+def _add_node(merged: Session, name: str, session: Session) -> None:
+    """Another node's ranks, errors and notes; the longest duration; the first failing exit code."""
+    merged.ranks.extend(copy.deepcopy(session.ranks))
+    merged.errors.extend(copy.deepcopy(session.errors))
+    merged.notes.extend(f"{name}: {note}" for note in session.notes)
+    merged.duration_s = max(merged.duration_s, session.duration_s)
+    if merged.exit_code in (0, None) and session.exit_code not in (0, None):
+        merged.exit_code = session.exit_code
+
+
+def _own_notes(merged: Session, count: int, base_name: str, world: int | None) -> list[str]:
+    """The merge's notes: what was merged and whose view is primary; the ranks missing."""
     hosts = sorted({r.host for r in merged.ranks if r.host})
     shown = ", ".join(hosts[:8]) + (f", ... ({len(hosts)} hosts)" if len(hosts) > 8 else "")
-    own = [(f"merged from {len(sessions)} sessions ({shown or 'hosts unknown'}); the steps, loaders, GPU samples "
+    own = [(f"merged from {count} sessions ({shown or 'hosts unknown'}); the steps, loaders, GPU samples "
             f"and profiler window are those of {base_name} (rank {merged.primary_rank})")]
     if world is not None and len(merged.ranks) < world:
         missing = sorted(set(range(world)) - {r.rank for r in merged.ranks})
         own.append(f"{len(missing)} of {world} ranks are missing (not recorded in these sessions): "
                    + ", ".join(str(r) for r in missing[:20]))
-    _bound(merged, own)
-    return merged
+    return own
 
 
 def _bound(merged: Session, own: list[str]) -> None:

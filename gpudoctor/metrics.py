@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 # the formatting lives in gpudoctor.text (the renderers use it too); named here for the checks
 from gpudoctor.text import format_bytes as format_bytes
@@ -17,6 +17,8 @@ from gpudoctor.text import format_run_seconds as format_run_seconds
 
 if TYPE_CHECKING:
     from gpudoctor.session import CpuSample, GpuSample, LoaderInfo, Session
+
+Sample = TypeVar("Sample", "CpuSample", "GpuSample")  # a CPU or a GPU sample, taken at .t
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -212,7 +214,7 @@ def steady_window(session: Session) -> tuple[float, float] | None:
     return start, end
 
 
-def _outside_profile(session: Session, samples: list) -> list:
+def _outside_profile(session: Session, samples: list[Sample]) -> list[Sample]:
     """Drop samples taken while the profiler window ran: tracing slows the workload."""
     profile = session.profile
     if profile is None or profile.window_start_s is None or profile.window_end_s is None:
@@ -222,7 +224,8 @@ def _outside_profile(session: Session, samples: list) -> list:
     return kept if len(kept) >= 3 else samples
 
 
-def samples_in(samples: list, window: tuple[float, float] | None, interval_s: float | None = None) -> list:
+def samples_in(samples: list[Sample], window: tuple[float, float] | None,
+               interval_s: float | None = None) -> list[Sample]:
     """The samples that measured some of `window` (all of them when there is no window).
 
     A sample taken at t reports the interval (t - interval_s, t]: utilization and CPU
@@ -238,7 +241,7 @@ def samples_in(samples: list, window: tuple[float, float] | None, interval_s: fl
     return [s for s in samples if s.t >= lo and (s.t <= hi or s.t - reach < hi)]
 
 
-def _steady(session: Session, samples: list, interval_s: float | None) -> list:
+def _steady(session: Session, samples: list[Sample], interval_s: float | None) -> list[Sample]:
     return _outside_profile(session, samples_in(samples, steady_window(session), interval_s))
 
 

@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from gpudoctor.text import format_duration
 from gpudoctor.thresholds import AnyThreshold, CountThreshold, Threshold, fill_page, thresholds_in  # noqa: F401
 
 if TYPE_CHECKING:
     # for annotations only: the Session's dataclasses cost `gpudoctor checks` a sixth of its time
-    from gpudoctor.analysis.prediction import Prediction
     from gpudoctor.session import Session
 
 RunFn = Callable[["Session"], Sequence["Finding"]]
@@ -95,6 +95,43 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """What the step would cost without one cause, and how that was obtained
+    (gpudoctor.analysis.prediction.predict makes them)."""
+
+    gain: float  # step now / predicted step, >= 1
+    method: str  # replay | bound | rule
+    label: str  # "if batches arrived instantly"
+    detail: str  # how, in words (window, calibration, rates, the bound that applied)
+    scenario: str | None = None  # the replay scenario, when one was used
+    step_time_s: float | None = None  # steady step time now (unprofiled), when known
+    predicted_step_time_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_time_s": _round6(self.step_time_s),
+            "predicted_step_time_s": _round6(self.predicted_step_time_s),
+            "gain": round(self.gain, 3),
+            "method": self.method,
+            "scenario": self.scenario,
+            "label": self.label,
+            "detail": self.detail,
+        }
+
+    def sentence(self) -> str:
+        """'step 15.2 ms now, 15.0 ms predicted if batches arrived instantly (replay)'."""
+        if self.step_time_s is not None and self.predicted_step_time_s is not None:
+            return (f"step {format_duration(self.step_time_s)} now, "
+                    f"{format_duration(self.predicted_step_time_s)} predicted {self.label} "
+                    f"({self.gain:.2f}x, {self.method})")
+        return f"{self.gain:.2f}x predicted {self.label} ({self.method})"
+
+
+def _round6(value: float | None) -> float | None:
+    return round(value, 6) if value is not None else None
+
+
+@dataclass(frozen=True)
 class Finding:
     """What a check found. The engine stamps `id`, `stage` and the ordering."""
 
@@ -168,13 +205,16 @@ class Check:
     # its findings are the loop waiting for data in one form (workers, stall, CPU, storage): when
     # one leads, the verdict gives the measured data wait rather than its title (gpudoctor.report)
     data_wait: bool = False
+    # its findings are the run's failure itself (a crash, a kill, a hang, a non-zero exit): where
+    # the job failed, `preflight`'s exit item quotes the first one's title (gpudoctor.preflight.job)
+    run_failure: bool = False
 
 
 def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str] = (),
           explains: Sequence[str] = (), explains_only_if: Mapping[str, Callable[[Finding], bool]] | None = None,
           thresholds: Sequence[AnyThreshold] = (), measures_idle: bool = False, decides: str | None = None,
           decides_on_gpu_runs: bool = False, owns: Sequence[str] = (), fix: Fix | None = None,
-          data_wait: bool = False) -> Callable[[RunFn], RunFn]:
+          data_wait: bool = False, run_failure: bool = False) -> Callable[[RunFn], RunFn]:
     """Declare a check once, on its function; the module docstring is its page, where
     ``{{NAME}}`` stands for the value of threshold NAME (gpudoctor.thresholds.fill_page).
 
@@ -192,7 +232,7 @@ def check(id: str, slug: str, *, stage: int, title: str, requires: Sequence[str]
                          doc=page, explains=tuple(explains),
                          explains_only_if=dict(explains_only_if or {}), thresholds=tuple(thresholds),
                          measures_idle=measures_idle, decides=decides, decides_on_gpu_runs=decides_on_gpu_runs,
-                         owns=tuple(owns), fix=fix, data_wait=data_wait)
+                         owns=tuple(owns), fix=fix, data_wait=data_wait, run_failure=run_failure)
         run.check = declared  # type: ignore[attr-defined]
         return run
 

@@ -27,8 +27,9 @@ from gpudoctor.process_tree import none_instrumented
 from gpudoctor.reports.formats import with_defaults
 from gpudoctor.session import Session
 from gpudoctor.status import say as say_line
-from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor
+from gpudoctor.supervisor import RunOptions, Supervisor
 from gpudoctor.trials.remedies import TryRequest
+from gpudoctor.workdir import LaunchError
 
 if TYPE_CHECKING:
     from gpudoctor.trials.scratch import Listing, Workspace

@@ -113,7 +113,7 @@ def _finding_problem(f: Finding) -> str | None:
                              or not math.isfinite(float(gain)) or float(gain) <= 0):
         return f"estimated_gain {gain!r} must be a positive number or None"
     if f.prediction is not None:
-        from gpudoctor.analysis.prediction import Prediction
+        from gpudoctor.model import Prediction
 
         if not isinstance(f.prediction, Prediction):
             return f"prediction is {_kind(f.prediction)}, expected None (or a gpudoctor Prediction)"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from gpudoctor import __version__, metrics
 from gpudoctor.agent.redact import redact_argv, redact_text
@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 REPORT_SCHEMA = "gpudoctor.report/1"
 TIMELINE_MAX_POINTS = 600
+
+T = TypeVar("T")
 
 STAGE_VERDICT = {
     0: "Run failed",
@@ -104,40 +106,15 @@ def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, 
     """`unknown`: the main questions no check could answer ("data wait not measured: ..."): a
     run without findings then says so first, never a bare "No bottleneck found"."""
     if summary.get("measured") is False and not any(f.ended_run or f.stage == 0 for f in findings):
-        steps = summary.get("steps") or 0
-        if steps:
-            why = f"the run ended after {steps} step(s), before enough steady ones (run longer)"
-        elif summary.get("step_source") is None and summary.get("stop_reason") == "exited":
-            why = ("the run showed no step boundaries and no profiled window (mark steps with gpudoctor.step(), "
-                   "or run longer)")
-        else:
-            why = "the run ended before its first step (run longer)"
-        return f"Nothing steady was measured: {why}; no verdict on no evidence."
-    numbers = []
-    if summary.get("data_wait_share") is not None:
-        numbers.append(f"the loop waited for data {summary['data_wait_share']:.0%} of each step")
-    if summary.get("sm_activity_mean") is not None:
-        numbers.append(f"GPU SMs were active {summary['sm_activity_mean']:.0f}% of the time")
-    elif summary.get("gpu_util_mean") is not None:
-        numbers.append(f"GPU utilization averaged {summary['gpu_util_mean']:.0f}%")
+        return _nothing_measured(summary)
+    numbers = _numbers(summary)
     caveat = _measured_note(findings) + _sample_caveat(summary)
     primary = [f for f in findings if f.consequence_of is None and severity_rank(f.severity) >= 1]
     failed = [f for f in primary if f.ended_run or f.stage == 0]
     if summary.get("gpu_fully_used") and not failed:
-        head = f"GPU-bound: the GPU is fully used ({summary.get('gpu_load')})"
-        if primary:
-            top = primary[0]
-            gain = f", {top.estimated_gain:.2f}x predicted" if top.estimated_gain else ""
-            head += f"; the work itself can get cheaper: {_lower(top.title)} ({top.id}{gain})"
-        return head + caveat + "."
+        return _gpu_bound(summary, primary) + caveat + "."
     if not primary:
-        head = "No bottleneck found"
-        if skipped:
-            head += f" by the {total - skipped} of {total} checks that could run ({skipped} skipped: see why below)"
-        if unknown:
-            head = "; ".join(unknown) + "; " + _lower(head) + ("" if skipped else " among what was measured")
-            head = head[:1].upper() + head[1:]
-        return head + (": " + "; ".join(numbers) if numbers else "") + caveat + "."
+        return _no_bottleneck(skipped, total, unknown) + (": " + "; ".join(numbers) if numbers else "") + caveat + "."
     top = primary[0]
     if _waits_for_data(top) and summary.get("data_wait_share") is not None:
         return f"{STAGE_VERDICT[1]}: " + "; ".join(numbers) + caveat + "."
@@ -146,6 +123,52 @@ def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, 
         stage = "Host-bound"  # stage 1 without a DataLoader: the host itself (Python, staging copies)
     head = f"{stage}: {_lower(top.title)}"
     return head + ("; " + "; ".join(numbers) if numbers else "") + caveat + "."
+
+
+def _nothing_measured(summary: dict[str, Any]) -> str:
+    """The verdict of a run that measured nothing steady (and did not fail): why not."""
+    steps = summary.get("steps") or 0
+    if steps:
+        why = f"the run ended after {steps} step(s), before enough steady ones (run longer)"
+    elif summary.get("step_source") is None and summary.get("stop_reason") == "exited":
+        why = ("the run showed no step boundaries and no profiled window (mark steps with gpudoctor.step(), "
+               "or run longer)")
+    else:
+        why = "the run ended before its first step (run longer)"
+    return f"Nothing steady was measured: {why}; no verdict on no evidence."
+
+
+def _numbers(summary: dict[str, Any]) -> list[str]:
+    """The measured numbers a verdict quotes: the data wait, then the GPU's activity."""
+    numbers = []
+    if summary.get("data_wait_share") is not None:
+        numbers.append(f"the loop waited for data {summary['data_wait_share']:.0%} of each step")
+    if summary.get("sm_activity_mean") is not None:
+        numbers.append(f"GPU SMs were active {summary['sm_activity_mean']:.0f}% of the time")
+    elif summary.get("gpu_util_mean") is not None:
+        numbers.append(f"GPU utilization averaged {summary['gpu_util_mean']:.0f}%")
+    return numbers
+
+
+def _gpu_bound(summary: dict[str, Any], primary: list[Finding]) -> str:
+    """A fully used GPU's verdict head, naming the top finding that makes the work cheaper."""
+    head = f"GPU-bound: the GPU is fully used ({summary.get('gpu_load')})"
+    if primary:
+        top = primary[0]
+        gain = f", {top.estimated_gain:.2f}x predicted" if top.estimated_gain else ""
+        head += f"; the work itself can get cheaper: {_lower(top.title)} ({top.id}{gain})"
+    return head
+
+
+def _no_bottleneck(skipped: int, total: int, unknown: list[str] | None) -> str:
+    """The head of a verdict without findings: what could not run and what was not measured."""
+    head = "No bottleneck found"
+    if skipped:
+        head += f" by the {total - skipped} of {total} checks that could run ({skipped} skipped: see why below)"
+    if unknown:
+        head = "; ".join(unknown) + "; " + _lower(head) + ("" if skipped else " among what was measured")
+        head = head[:1].upper() + head[1:]
+    return head
 
 
 def _waits_for_data(finding: Finding) -> bool:
@@ -183,7 +206,7 @@ def _sample_caveat(summary: dict[str, Any]) -> str:
     return ""
 
 
-def _downsample(values: list, limit: int) -> list:
+def _downsample(values: list[T], limit: int) -> list[T]:
     if len(values) <= limit:
         return values
     stride = len(values) / limit

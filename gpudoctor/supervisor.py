@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -65,7 +66,7 @@ class RunOptions:
     scratch_dirs: list[str] = field(default_factory=list)
     # `diagnose --try` runs only: remedies the agent applies (gpudoctor/agent/overrides.py) and
     # environment variables set for the workload (e.g. PYTORCH_CUDA_ALLOC_CONF); empty otherwise
-    overrides: dict = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None  # the workload's working directory (None: this process's)
     # diagnose --try: record where the workload writes (agent/writes.py); in a trial, refuse its
@@ -145,7 +146,7 @@ class Supervisor:
         # close_fds=False: descriptors gpudoctor inherited (`3>log` from a shell, a CI
         # runner's pipe) reach the workload as they would without gpudoctor; gpudoctor's own
         # descriptors are not inheritable (PEP 446), so none of them leak into it
-        kwargs: dict = {"env": self._environment(), "close_fds": False}
+        kwargs: dict[str, Any] = {"env": self._environment(), "close_fds": False}
         if self.options.cwd is not None:
             kwargs["cwd"] = self.options.cwd
             kwargs["env"]["PWD"] = self.options.cwd  # what a shell started there would say
@@ -409,14 +410,16 @@ class Supervisor:
 
 def _alive(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        alive: bool = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return alive
     except psutil.Error:
         return False
 
 
 def _started_since(pid: int, t0: float) -> bool:
     try:
-        return psutil.Process(pid).create_time() >= t0 - 1.0
+        since: bool = psutil.Process(pid).create_time() >= t0 - 1.0
+        return since
     except psutil.Error:
         return False
 

@@ -21,8 +21,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "gpudoctor"
 
@@ -53,22 +51,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 RENDERER_READS = ("gpudoctor.report_model", "gpudoctor.diff_model", "gpudoctor.sweep_model", "gpudoctor.model",
                   "gpudoctor.jsonmodel", "gpudoctor.text", "gpudoctor.idle_causes", "gpudoctor.agent.redact")
 
-# (importer, imported): the known exceptions, each a larger move than the layer fix it blocks
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    # Finding.prediction is typed with analysis.prediction.Prediction (a TYPE_CHECKING import);
-    # the fix moves the Prediction dataclass into the session model (gpudoctor.model).
-    ("gpudoctor.model", "gpudoctor.analysis.prediction"):
-        "the Prediction type, to move into gpudoctor.model",
-    # apply_windows summarises each profiler window and then replays it; the fix hands the
-    # replay in from the assembly (assemble.py, inprocess/recorder.py). Left while the replay
-    # is being rewritten in its own branch.
-    ("gpudoctor.collectors.windows", "gpudoctor.replay"):
-        "the window's replay, to be started by the assembly",
-    # summarize_trace asks replay.window.picture_range which part of a trace a picture
-    # covers; the fix moves picture_range into collectors/window_picture.py (same reason).
-    ("gpudoctor.collectors.trace", "gpudoctor.replay.window"):
-        "picture_range, to move into collectors/window_picture.py",
-}
+# (importer, imported): the known exceptions, each a larger move than the layer fix it blocks,
+# with why it is there and what removes it. None today: the last three (the Prediction type,
+# the window's replay, the picture's range) were moved to the layers that own them.
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def _modules() -> dict[str, Path]:
@@ -135,8 +121,8 @@ def test_no_upward_imports() -> None:
     assert violations() == []
 
 
-@pytest.mark.parametrize("pair", sorted(EXCEPTIONS))
-def test_each_exception_is_still_needed(pair: tuple[str, str]) -> None:
+def test_each_exception_is_still_needed() -> None:
     modules = _modules()
-    importer, imported = pair
-    assert imported in _imports(importer, modules[importer], modules), f"{pair}: no longer imported; remove it"
+    for importer, imported in sorted(EXCEPTIONS):
+        assert imported in _imports(importer, modules[importer], modules), \
+            f"{(importer, imported)}: no longer imported; remove it"

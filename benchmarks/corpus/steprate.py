@@ -28,41 +28,14 @@ import time
 LEARN = 3  # depth-0 calls of one module before it is taken as the outermost one
 
 
-def main() -> None:
-    out, script = sys.argv[1], sys.argv[2:]
-    rank = os.environ.get("RANK")
-    if rank is not None:
-        out = f"{out}.rank{rank}"
-    import torch
-    from torch.nn.modules import module
-    from torch.optim.optimizer import register_optimizer_step_post_hook
-
-    stamps: list[tuple[float, bool, str]] = []
-    enabled = torch.autograd._profiler_enabled
+def forward_hooks(module, stamp, stamps, calls):  # type: ignore[no-untyped-def]
+    """Global forward hooks stamping each outermost module forward; their handles."""
     depth = threading.local()
-    began = time.perf_counter()
-
-    max_steps = int(os.environ.get("STEPRATE_MAX_STEPS") or 0)
-    max_s = float(os.environ.get("STEPRATE_MAX_S") or 0)
-
-    def stamp(kind: str) -> None:
-        now = time.perf_counter()
-        stamps.append((now, bool(enabled()), kind))
-        if (max_steps and len(stamps) >= max_steps) or (max_s and now - stamps[0][0] >= max_s):
-            write()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
-
-    def after_step(optimizer, args, kwargs) -> None:  # type: ignore[no-untyped-def]
-        stamp("optimizer")
-
     # the outermost module, learnt by depth: once one module has been called at depth 0 on one
     # thread LEARN times, each call of that module on that thread is a step, whatever the depth
     # count says afterwards (a post hook that another hook's forward skipped cannot leave the
     # count stuck above 0 and the steps uncounted)
     learnt: dict[tuple[int, int], int] = {}
-    calls = [0, 0]  # module forwards begun and ended (a difference: some post hooks never ran)
     root: list[tuple[int, int]] = []
 
     def pre(mod, args) -> None:  # type: ignore[no-untyped-def]
@@ -86,10 +59,42 @@ def main() -> None:
         if not root:
             depth.n = max(0, getattr(depth, "n", 1) - 1)
 
+    return [module.register_module_forward_pre_hook(pre), module.register_module_forward_hook(post)]
+
+
+def main() -> None:
+    out, script = sys.argv[1], sys.argv[2:]
+    rank = os.environ.get("RANK")
+    if rank is not None:
+        out = f"{out}.rank{rank}"
+    import torch
+    from torch.nn.modules import module
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    stamps: list[tuple[float, bool, str]] = []
+    enabled = torch.autograd._profiler_enabled
+    began = time.perf_counter()
+
+    max_steps = int(os.environ.get("STEPRATE_MAX_STEPS") or 0)
+    max_s = float(os.environ.get("STEPRATE_MAX_S") or 0)
+
+    def stamp(kind: str) -> None:
+        now = time.perf_counter()
+        stamps.append((now, bool(enabled()), kind))
+        if (max_steps and len(stamps) >= max_steps) or (max_s and now - stamps[0][0] >= max_s):
+            write()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+
+    def after_step(optimizer, args, kwargs) -> None:  # type: ignore[no-untyped-def]
+        stamp("optimizer")
+
     register_optimizer_step_post_hook(after_step)
-    handles = []
+    handles: list = []
+    calls = [0, 0]  # module forwards begun and ended (a difference: some post hooks never ran)
     if os.environ.get("STEPRATE_FORWARD"):
-        handles = [module.register_module_forward_pre_hook(pre), module.register_module_forward_hook(post)]
+        handles = forward_hooks(module, stamp, stamps, calls)
 
     def write() -> None:
         for handle in handles:

@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from gpudoctor import metrics
-from gpudoctor.analysis.prediction import GAIN_WARNING, Prediction, predict
+from gpudoctor.analysis.prediction import GAIN_WARNING, predict
+from gpudoctor.model import Prediction
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:

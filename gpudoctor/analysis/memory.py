@@ -92,38 +92,51 @@ def oom_facts(session: Session) -> OomFacts | None:
         return None
     facts = OomFacts(uncaught=bool(uncaught), count=max(counted, len(observed), 1))
     if at_oom:
-        snap = _snapshot_at_failure(at_oom, observed)
-        facts.requested = snap.requested_bytes
-        facts.allocated, facts.reserved = snap.allocated_bytes, snap.reserved_bytes
-        facts.inactive_split = snap.inactive_split_bytes
-        facts.free, facts.total = snap.device_free_bytes, snap.device_total_bytes
-        facts.expandable = snap.expandable_segments
+        _from_snapshot(facts, _snapshot_at_failure(at_oom, observed))
     for error in observed[-1:]:
-        match = _OBSERVER.search(error.message or "")
-        if match:
-            facts.requested = facts.requested or int(match.group(1))
-            if facts.free is None and match.group(2):
-                facts.free = int(match.group(2))
+        _from_observer(facts, error)
     if uncaught:
-        facts.message = uncaught[-1].message
-        parsed = parse_oom_message(uncaught[-1].message or "")
-        facts.requested = facts.requested or parsed.get("requested")
-        facts.total = facts.total or parsed.get("total")
-        facts.free = facts.free if facts.free is not None else parsed.get("free")
-        facts.allowed = parsed.get("allowed")
-        if facts.allocated is None and "allocated" in parsed:
-            facts.allocated = parsed["allocated"]
-            reserved = parsed.get("reserved")
-            if reserved is None and "unallocated" in parsed:
-                reserved = parsed["allocated"] + parsed["unallocated"]
-            facts.reserved = reserved
+        _from_message(facts, uncaught[-1].message)
     if facts.expandable is None:
         facts.expandable = next((s.expandable_segments for s in reversed(session.allocator)
                                  if s.expandable_segments is not None), None)
     if facts.total is None:
-        totals = [g.memory_total_bytes for g in session.environment.gpus if g.memory_total_bytes]
-        facts.total = min(totals) if totals else None
+        facts.total = gpu_memory_total(session)
     return facts
+
+
+def _from_snapshot(facts: OomFacts, snap: AllocatorSnapshot) -> None:
+    """The allocator's numbers at the failure: they come first."""
+    facts.requested = snap.requested_bytes
+    facts.allocated, facts.reserved = snap.allocated_bytes, snap.reserved_bytes
+    facts.inactive_split = snap.inactive_split_bytes
+    facts.free, facts.total = snap.device_free_bytes, snap.device_total_bytes
+    facts.expandable = snap.expandable_segments
+
+
+def _from_observer(facts: OomFacts, error: ErrorEvent) -> None:
+    """The OOM observer's request and the device's free memory, where the snapshot gave none."""
+    match = _OBSERVER.search(error.message or "")
+    if match:
+        facts.requested = facts.requested or int(match.group(1))
+        if facts.free is None and match.group(2):
+            facts.free = int(match.group(2))
+
+
+def _from_message(facts: OomFacts, message: str | None) -> None:
+    """PyTorch's message of the uncaught error: the numbers the snapshot and the observer left open."""
+    facts.message = message
+    parsed = parse_oom_message(message or "")
+    facts.requested = facts.requested or parsed.get("requested")
+    facts.total = facts.total or parsed.get("total")
+    facts.free = facts.free if facts.free is not None else parsed.get("free")
+    facts.allowed = parsed.get("allowed")
+    if facts.allocated is None and "allocated" in parsed:
+        facts.allocated = parsed["allocated"]
+        reserved = parsed.get("reserved")
+        if reserved is None and "unallocated" in parsed:
+            reserved = parsed["allocated"] + parsed["unallocated"]
+        facts.reserved = reserved
 
 
 def _snapshot_at_failure(at_oom: list[AllocatorSnapshot], observed: list[ErrorEvent]) -> AllocatorSnapshot:

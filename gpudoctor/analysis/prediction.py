@@ -19,11 +19,13 @@ expressed as a gain), 1.43x or more (30% of the step) is critical.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
 from gpudoctor.analysis.gpu_state import gpu_load
+
+# the type of Finding.prediction lives with the Finding; imported from here by checks and plugins
+from gpudoctor.model import Prediction as Prediction
 from gpudoctor.thresholds import Threshold
 
 if TYPE_CHECKING:
@@ -40,42 +42,6 @@ MAX_GAIN = Threshold(
     "gpudoctor: beyond it the prediction says nothing useful")
 
 SEVERITY_GAINS = (GAIN_WARNING, GAIN_CRITICAL)  # what severity_for grades by, for the checks' pages
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """What the step would cost without one cause, and how that was obtained."""
-
-    gain: float  # step now / predicted step, >= 1
-    method: str  # replay | bound | rule
-    label: str  # "if batches arrived instantly"
-    detail: str  # how, in words (window, calibration, rates, the bound that applied)
-    scenario: str | None = None  # the replay scenario, when one was used
-    step_time_s: float | None = None  # steady step time now (unprofiled), when known
-    predicted_step_time_s: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "step_time_s": _round(self.step_time_s),
-            "predicted_step_time_s": _round(self.predicted_step_time_s),
-            "gain": round(self.gain, 3),
-            "method": self.method,
-            "scenario": self.scenario,
-            "label": self.label,
-            "detail": self.detail,
-        }
-
-    def sentence(self) -> str:
-        """'step 15.2 ms now, 15.0 ms predicted if batches arrived instantly (replay)'."""
-        if self.step_time_s is not None and self.predicted_step_time_s is not None:
-            return (f"step {metrics.format_duration(self.step_time_s)} now, "
-                    f"{metrics.format_duration(self.predicted_step_time_s)} predicted {self.label} "
-                    f"({self.gain:.2f}x, {self.method})")
-        return f"{self.gain:.2f}x predicted {self.label} ({self.method})"
-
-
-def _round(value: float | None) -> float | None:
-    return round(value, 6) if value is not None else None
 
 
 def severity_for(gain: float) -> str:

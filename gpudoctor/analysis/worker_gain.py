@@ -23,7 +23,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
-from gpudoctor.analysis.prediction import MAX_GAIN, Prediction
+from gpudoctor.analysis.prediction import MAX_GAIN
+from gpudoctor.model import Prediction
 
 if TYPE_CHECKING:
     from gpudoctor.analysis.input_pipeline import InputStall

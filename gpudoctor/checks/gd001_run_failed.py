@@ -86,7 +86,7 @@ def _first_line(text: str | None) -> str:
 
 
 @check("GD001", "run-failed", stage=0, title="The workload crashed, was killed, hung or exited non-zero",
-       fix=Fix(untried="the run failed: fix what stopped it first, then try remedies"))
+       fix=Fix(untried="the run failed: fix what stopped it first, then try remedies"), run_failure=True)
 def run(session: Session) -> list[Finding]:
     code = session.exit_code
     crashes = sorted((e for e in session.errors if e.kind == "exception"),

@@ -98,9 +98,9 @@ from gpudoctor.analysis.input_pipeline import (
     loader_line,
     worker_plan,
 )
-from gpudoctor.analysis.prediction import SEVERITY_GAINS, Prediction, severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, severity_for
 from gpudoctor.analysis.shared import analyses
-from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Prediction, Remedy, Skip, check
 from gpudoctor.thresholds import Threshold
 
 if TYPE_CHECKING:

@@ -84,13 +84,13 @@ from gpudoctor.analysis.input_pipeline import (
     worker_plan,
     workload_cores,
 )
-from gpudoctor.analysis.prediction import SEVERITY_GAINS, Prediction, predict, severity_for
+from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.analysis.shared import analyses
-from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
+from gpudoctor.model import Evidence, Finding, Fix, Prediction, Remedy, Skip, check
 from gpudoctor.thresholds import Threshold
 
 if TYPE_CHECKING:
-    from gpudoctor.session import Session
+    from gpudoctor.session import CpuSample, Session
 
 MAIN_THREAD_PEGGED_PERCENT = Threshold(
     "main thread busy: pegged at or above", 90.0, "% of one core",
@@ -123,12 +123,7 @@ def run(session: Session) -> list[Finding]:
     samples = metrics.cpu_samples_steady(session)
     if not samples:
         raise Skip("no CPU samples in the run")
-    busy = cores_busy_percent(session, samples) or 0.0
-    main_thread = metrics.mean([s.main_thread_percent for s in samples if s.main_thread_percent is not None])
-    cores_saturated = busy >= CORES_SATURATED_PERCENT
-    main_pegged = main_thread is not None and main_thread >= MAIN_THREAD_PEGGED_PERCENT
-    if cores_saturated and main_pegged and _main_process_makes_batches_on_spare_cores(session, samples):
-        cores_saturated = False  # the main thread is the limit, not the cores: a worker has room
+    busy, main_thread, cores_saturated, main_pegged = _saturation(session, samples)
     if not (cores_saturated or main_pegged):
         return []
 
@@ -141,12 +136,7 @@ def run(session: Session) -> list[Finding]:
     # a wait only counts when it costs the step time (queued GPU work can hide it, GD102)
     stalled = found is not None and prediction is not None and severity_for(prediction.gain) != "info"
     gpu_idle = gpu_util is not None and gpu_util < GPU_IDLE_UTIL_PERCENT
-    impact_measured = found is not None or gpu_util is not None
-    if impact_measured and not (stalled or gpu_idle):
-        return []  # the CPU is busy, but the GPU is fed: nothing waits on it
-    if stalled and found is not None and found.stall.kind == "waiting" and not main_pegged:
-        # batches are late because their producers sleep on storage/network, not for want
-        # of a CPU: a busy machine is not what stalls this loop (GD102/GD104 tell it)
+    if _nothing_waits(found, gpu_util, stalled, gpu_idle, main_pegged):
         return []
 
     window = found.window if found else _window(session)
@@ -155,6 +145,38 @@ def run(session: Session) -> list[Finding]:
     evidence = _evidence(samples, window, cores_saturated, busy, cores, main_thread, tree, found, gpu_util)
 
     impact = _impact_text(found, gpu_util, stalled, gpu_idle)
+    severity, shown = _severity(session, found is not None or gpu_util is not None, stalled, prediction,
+                                python_bound=not cores_saturated and not stalled and gpu_idle)
+    if cores_saturated:
+        return [_cores_finding(session, severity, busy, cores, tree, impact, window, evidence, shown)]
+    return [_main_thread_finding(session, severity, main_thread or 0.0, busy, impact, window, evidence, shown)]
+
+
+def _saturation(session: Session, samples: list[CpuSample]) -> tuple[float, float | None, bool, bool]:
+    """The usable cores' busy percent, the main thread's, and which of the two is saturated."""
+    busy = cores_busy_percent(session, samples) or 0.0
+    main_thread = metrics.mean([s.main_thread_percent for s in samples if s.main_thread_percent is not None])
+    cores_saturated = busy >= CORES_SATURATED_PERCENT
+    main_pegged = main_thread is not None and main_thread >= MAIN_THREAD_PEGGED_PERCENT
+    if cores_saturated and main_pegged and _main_process_makes_batches_on_spare_cores(session, samples):
+        cores_saturated = False  # the main thread is the limit, not the cores: a worker has room
+    return busy, main_thread, cores_saturated, main_pegged
+
+
+def _nothing_waits(found: InputStall | None, gpu_util: float | None, stalled: bool, gpu_idle: bool,
+                   main_pegged: bool) -> bool:
+    """The CPU is busy but nothing waits on it: no finding."""
+    if (found is not None or gpu_util is not None) and not (stalled or gpu_idle):
+        return True  # the CPU is busy, but the GPU is fed: nothing waits on it
+    # batches are late because their producers sleep on storage/network, not for want
+    # of a CPU: a busy machine is not what stalls this loop (GD102/GD104 tell it)
+    return stalled and found is not None and found.stall.kind == "waiting" and not main_pegged
+
+
+def _severity(session: Session, impact_measured: bool, stalled: bool, prediction: Prediction | None,
+              python_bound: bool) -> tuple[str, Prediction | None]:
+    """The finding's severity and the prediction it shows: the data wait's when the loop stalled;
+    for a Python-bound loop starving the GPU, what cutting its Python and launch work would buy."""
     if not impact_measured:
         severity = "info"
     elif stalled and prediction is not None:
@@ -162,18 +184,15 @@ def run(session: Session) -> list[Finding]:
     else:
         severity = "warning"
     shown = prediction if stalled else None
-    if not cores_saturated and not stalled and gpu_idle:
-        # a Python-bound loop starving the GPU: what cutting its Python and launch work would buy
+    if python_bound:
         shown = predict(session, "launch", host_side=True, label="if the loop's framework Python and launches "
                         "were one captured graph per chain")
         if shown is not None:
             severity = severity_for(shown.gain)
-    if cores_saturated:
-        return [_cores_finding(session, severity, busy, cores, tree, impact, window, evidence, shown)]
-    return [_main_thread_finding(session, severity, main_thread or 0.0, busy, impact, window, evidence, shown)]
+    return severity, shown
 
 
-def _evidence(samples: list, window: str, cores_saturated: bool, busy: float, cores: float | None,
+def _evidence(samples: list[CpuSample], window: str, cores_saturated: bool, busy: float, cores: float | None,
               main_thread: float | None, tree: float | None, found: InputStall | None,
               gpu_util: float | None) -> dict[str, Evidence]:
     """The finding's evidence: what is saturated, and each CPU and GPU number that was measured."""
@@ -197,7 +216,7 @@ def _evidence(samples: list, window: str, cores_saturated: bool, busy: float, co
     return evidence
 
 
-def _main_process_makes_batches_on_spare_cores(session: Session, samples: list) -> bool:
+def _main_process_makes_batches_on_spare_cores(session: Session, samples: list[CpuSample]) -> bool:
     """num_workers=0 and the workload's own processes leave a core's share to spare: the busy
     cores are the main process producing batches (one core) plus others, not preprocessing
     that fills them all."""

@@ -63,7 +63,7 @@ from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
-    from gpudoctor.analysis.prediction import Prediction
+    from gpudoctor.model import Prediction
     from gpudoctor.session import Session, StorageProbe
 
 SLOW_LATENCY_MS = Threshold(

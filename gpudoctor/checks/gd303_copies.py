@@ -63,11 +63,11 @@ from typing import TYPE_CHECKING
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
 from gpudoctor.checks._profile import MAX_GAIN, gpu_profile, per_window, window_name, window_seconds
 from gpudoctor.metrics import format_bytes, format_duration
-from gpudoctor.model import Evidence, Finding, Fix, Remedy, check
+from gpudoctor.model import Evidence, Finding, Fix, Prediction, Remedy, check
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
-    from gpudoctor.session import Session
+    from gpudoctor.session import ProfileSummary, Session
 
 SHARE_WARNING = Threshold(
     "copy time / (copy + kernel time): a warning", 0.20, "share",
@@ -98,28 +98,19 @@ REMEDY = Remedy(
 )
 
 
-def _run(session: Session) -> list[Finding]:
-    profile = gpu_profile(session)
-    kinds = {k: v for k, v in profile.memcpy.items() if isinstance(v, dict)}
-    copy_us = sum(float(v.get("us", 0)) for v in kinds.values())
-    if not kinds or copy_us <= 0:
-        return []
-    count = int(sum(float(v.get("count", 0)) for v in kinds.values()))
-    nbytes = sum(float(v.get("bytes", 0)) for v in kinds.values())
-    small = int(sum(float(v.get("small_count", 0)) for v in kinds.values()))
-    share = copy_us / (copy_us + profile.kernel_total_us)
-    small_per_step = small / profile.steps if profile.steps else None
-    many_small = small_per_step >= SMALL_PER_STEP if small_per_step is not None else small >= SMALL_IN_WINDOW
+def _severity(share: float, many_small: bool) -> str | None:
+    """The severity by the copies' share alone (before the prediction), or None: no finding."""
     if share >= SHARE_CRITICAL:
-        severity = "critical"
-    elif share >= SHARE_WARNING or (many_small and share >= SMALL_SHARE_WARNING):
-        severity = "warning"
-    elif many_small:
-        severity = "info"
-    else:
-        return []
-    window = window_name(profile)
-    seconds = window_seconds(profile) if not profile.steps else None
+        return "critical"
+    if share >= SHARE_WARNING or (many_small and share >= SMALL_SHARE_WARNING):
+        return "warning"
+    if many_small:
+        return "info"
+    return None
+
+
+def _totals_evidence(window: str, share: float, copy_us: float, count: int, nbytes: float, small: int,
+                     small_per_step: float | None, seconds: float | None) -> dict[str, Evidence]:
     evidence = {
         "copy_share": Evidence(round(share * 100, 1), "%", window, "copy time / (copy + kernel time)"),
         "copy_time": Evidence(round(copy_us / 1e3, 3), "ms", window, "GPU time in memcpy"),
@@ -133,6 +124,11 @@ def _run(session: Session) -> list[Finding]:
     elif seconds:
         evidence["small_copies_per_second"] = Evidence(round(small / seconds), "copies/s", window,
                                                        "copies under 64 KiB per second (the window has no steps)")
+    return evidence
+
+
+def _by_kind(kinds: dict[str, dict[str, float]], window: str, evidence: dict[str, Evidence]) -> list[str]:
+    """Each kind's bandwidth into `evidence`, largest copy time first; its line for the message."""
     parts = []
     for kind, v in sorted(kinds.items(), key=lambda kv: -float(kv[1].get("us", 0))):
         us, moved = float(v.get("us", 0)), float(v.get("bytes", 0))
@@ -143,11 +139,17 @@ def _run(session: Session) -> list[Finding]:
                                                  f"{format_bytes(moved)}")
         parts.append(f"{kind} {int(float(v.get('count', 0)))}x {format_bytes(moved)} in "
                      f"{format_duration(us / 1e6)}" + (f" ({rate:.1f} GB/s)" if rate is not None else ""))
+    return parts
+
+
+def _prediction(session: Session, profile: ProfileSummary, kinds: dict[str, dict[str, float]], copy_us: float,
+                many_small: bool) -> Prediction | None:
+    """The what-if that fits: pageable copies pinned, or small ones stacked (the larger of the two);
+    else the copies overlapped with compute."""
     span = profile.gpu_busy_us + profile.gpu_idle_us
     hidden = min(copy_us, span * 0.999) if span > 0 else 0.0
     # span * 0.999 rounds back to span for a subnormal span: then there is no gain to state
     rule = min(MAX_GAIN, span / (span - hidden)) if 0 < hidden < span else None
-    # the what-if that fits: pageable copies pinned, or small ones stacked (the larger of the two)
     options = [predict(session, name, host_side=False, rule_gain=rule,
                        rule_detail="GPU span / (span - copy time): the copies fully overlapped with compute")
                for name in (("pinned",) if any(k.endswith("_pageable") for k in kinds) else ())
@@ -155,7 +157,29 @@ def _run(session: Session) -> list[Finding]:
     options = [p for p in options if p is not None] or [
         predict(session, "copies", host_side=False, rule_gain=rule, label="if the copies overlapped with compute",
                 rule_detail="GPU span / (span - copy time): the copies fully overlapped with compute")]
-    prediction = max((p for p in options if p is not None), key=lambda p: p.gain, default=None)
+    return max((p for p in options if p is not None), key=lambda p: p.gain, default=None)
+
+
+def _run(session: Session) -> list[Finding]:
+    profile = gpu_profile(session)
+    kinds = {k: v for k, v in profile.memcpy.items() if isinstance(v, dict)}
+    copy_us = sum(float(v.get("us", 0)) for v in kinds.values())
+    if not kinds or copy_us <= 0:
+        return []
+    count = int(sum(float(v.get("count", 0)) for v in kinds.values()))
+    nbytes = sum(float(v.get("bytes", 0)) for v in kinds.values())
+    small = int(sum(float(v.get("small_count", 0)) for v in kinds.values()))
+    share = copy_us / (copy_us + profile.kernel_total_us)
+    small_per_step = small / profile.steps if profile.steps else None
+    many_small = small_per_step >= SMALL_PER_STEP if small_per_step is not None else small >= SMALL_IN_WINDOW
+    severity = _severity(share, many_small)
+    if severity is None:
+        return []
+    window = window_name(profile)
+    seconds = window_seconds(profile) if not profile.steps else None
+    evidence = _totals_evidence(window, share, copy_us, count, nbytes, small, small_per_step, seconds)
+    parts = _by_kind(kinds, window, evidence)
+    prediction = _prediction(session, profile, kinds, copy_us, many_small)
     gain = prediction.gain if prediction is not None else None
     if gain is not None:
         severity = severity_for(gain)

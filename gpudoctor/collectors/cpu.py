@@ -263,7 +263,8 @@ class CpuSampler:
         self._last_thread = (main, total)
         if previous is None or previous[0] != main or not elapsed:
             return None
-        return round(max(0.0, (total - previous[1]) / elapsed * 100), 1)
+        percent: float = round(max(0.0, (total - previous[1]) / elapsed * 100), 1)
+        return percent
 
 
 def merge_samples(samples: list[CpuSample]) -> CpuSample:

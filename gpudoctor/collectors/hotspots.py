@@ -130,7 +130,7 @@ class _Sites:
         table: dict[str, CallSite] = {}
         for code in first_appearance(site_codes).tolist():  # the order the loop met them
             if names[code] is not None:
-                table[names[code]] = CallSite(site=names[code])  # type: ignore[index]
+                table[names[code]] = CallSite(site=names[code])  # type: ignore[index, unused-ignore]
         for kind, (total_field, count_field) in enumerate((("gpu_us", "launches"), ("blocked_us", "syncs"),
                                                            ("cpu_us", ""))):
             mine = kinds == kind

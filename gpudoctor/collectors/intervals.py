@@ -195,13 +195,15 @@ class Nested:
 
         def closed(candidates: np.ndarray, at: np.ndarray) -> np.ndarray:
             ends = self.end[np.maximum(candidates, 0)]
-            return (candidates >= 0) & ((ends <= at) if touching else (ends < at))
+            mask: np.ndarray = (candidates >= 0) & ((ends <= at) if touching else (ends < at))
+            return mask
 
         todo = np.flatnonzero(closed(parent, self.start))
         while len(todo):
             parent[todo] = parent[parent[todo]]
             todo = todo[closed(parent[todo], self.start[todo])]
-        return parent
+        found: np.ndarray = parent
+        return found
 
     def pop_order(self, parent: np.ndarray) -> np.ndarray:
         """Indices in the order the stack pops them (a post-order: the nested first)."""
@@ -210,7 +212,8 @@ class Nested:
 
         def inside(candidates: np.ndarray, owners: np.ndarray) -> np.ndarray:
             within = candidates < self.run_end[owners]
-            return within & (parent[np.minimum(candidates, len(self) - 1)] >= owners)
+            mask: np.ndarray = within & (parent[np.minimum(candidates, len(self) - 1)] >= owners)
+            return mask
 
         todo = np.flatnonzero(inside(popped_at, index)) if len(self) else index
         while len(todo):
@@ -237,7 +240,8 @@ class Nested:
         for low, high in zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist()):
             if high > low + 1:
                 previous[low + 1:high] = np.maximum.accumulate(self.end[low:high - 1])
-        return self.start >= previous
+        mask: np.ndarray = self.start >= previous
+        return mask
 
     def tops(self, thread: int, times: np.ndarray, parent: np.ndarray) -> np.ndarray:
         """For times on one thread: the innermost entry of the stack (`parent` of
@@ -250,4 +254,5 @@ class Nested:
         while len(todo):
             top[todo] = parent[top[todo]]
             todo = todo[(top[todo] >= 0) & (self.end[np.maximum(top[todo], 0)] < times[todo])]
-        return top
+        found: np.ndarray = top
+        return found

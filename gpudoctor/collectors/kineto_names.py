@@ -22,6 +22,7 @@ SYNC_APIS = frozenset({
 STEP_PREFIX = "ProfilerStep#"  # torch.profiler's record_function range around each prof.step()
 # torch.profiler's range around each DataLoader batch (single or multiprocessing iterator)
 DATA_ANNOTATION = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
+OPTIMIZER_ANNOTATION = "Optimizer.step#"  # torch.optim wraps step() in record_function("Optimizer.step#Adam.step")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 _COPY_NAME = re.compile(r"Memcpy (\w+) \(([^()]*?) -> ([^()]*?)\)")
 _FRAME_NAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")

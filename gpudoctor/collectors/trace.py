@@ -75,8 +75,7 @@ from gpudoctor.collectors.trace_file import (  # noqa: F401  (public names re-ex
     trace_events,
 )
 from gpudoctor.collectors.trace_syncs import workload_syncs
-from gpudoctor.collectors.window_picture import Gaps, gap_causes, idle_by_cause, picture, thread_of
-from gpudoctor.replay.window import picture_range
+from gpudoctor.collectors.window_picture import Gaps, gap_causes, idle_by_cause, picture, picture_range, thread_of
 from gpudoctor.session import KernelStat, ProfileSummary, SyncSite
 
 log = logging.getLogger(__name__)
@@ -97,7 +96,7 @@ _API_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "runtime", "driver"}
 _OP_CATEGORIES = frozenset({"cpu_op", "operator", "user_annotation"})
 
 
-def summarize_trace(source: str | Path | Mapping[str, Any] | list | TraceIndex, steps: int = 0) -> ProfileSummary:
+def summarize_trace(source: str | Path | Mapping[str, Any] | list[Any] | TraceIndex, steps: int = 0) -> ProfileSummary:
     """Statistics of one profiler trace: a path (JSON or .json.gz), already-loaded data or
     a TraceIndex (trace_decode.read_trace).
 
@@ -448,11 +447,11 @@ def _top(rows: Iterable[tuple[str, list[float]]]) -> list[KernelStat]:
             for name, (count, total, peak) in ranked]
 
 
-def _enclosing(intervals: list[tuple], times: list[float]) -> list[list[tuple]]:
+def _enclosing(intervals: list[tuple[Any, ...]], times: list[float]) -> list[list[tuple[Any, ...]]]:
     """For each time (ascending), the intervals (start, end, ...) containing it, outermost first."""
     ordered = sorted(intervals, key=lambda i: (i[0], -i[1]))
-    result: list[list[tuple]] = []
-    stack: list[tuple] = []
+    result: list[list[tuple[Any, ...]]] = []
+    stack: list[tuple[Any, ...]] = []
     index = 0
     for t in times:
         while index < len(ordered) and ordered[index][0] <= t:

@@ -146,7 +146,8 @@ class TraceColumns:
         if not len(self.api_name_codes):
             return []
         sync = np.array([k.sync for k in self.api_kinds], dtype=bool)
-        return np.flatnonzero(sync[self.api_name_codes]).tolist()
+        positions: list[int] = np.flatnonzero(sync[self.api_name_codes]).tolist()
+        return positions
 
     @functools.cached_property
     def operators(self) -> HostEvents:

@@ -808,7 +808,7 @@ def _finish(index: TraceIndex, head: bytes, buffer: bytearray, decoded: int, max
                   if getattr(meta, k) is not None}
 
 
-def _decode_whole_events(buffer: bytearray | mmap.mmap, decoder: msgspec.json.Decoder, index: TraceIndex,
+def _decode_whole_events(buffer: bytearray | mmap.mmap, decoder: msgspec.json.Decoder[Any], index: TraceIndex,
                          start: int = 0, end: int | None = None) -> tuple[int, int]:
     """Decode the events that buffer[start:end] holds whole (after its leading ``[``) into
     `index`; (where the first event not decoded starts, and the ``,`` before it; how many were

@@ -79,7 +79,7 @@ def load_trace(path: str | Path, max_bytes: int | None = None, *, own_window: bo
         raise TraceError(f"{path}: {kind}file is not valid JSON (corrupt or truncated trace?)") from None
 
 
-def trace_events(data: Any) -> list:
+def trace_events(data: Any) -> list[Any]:
     """The event list of Chrome-trace data; TraceError when the data is something else."""
     events = data.get("traceEvents") if isinstance(data, Mapping) else data
     if isinstance(events, list):

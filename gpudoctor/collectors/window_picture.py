@@ -19,15 +19,15 @@ whose gaps it removes (SCENARIO_CAUSES): that is how a report links a finding to
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from gpudoctor.collectors.intervals import blocks, sequential_sum
+from gpudoctor.collectors.kineto_names import DATA_ANNOTATION, OPTIMIZER_ANNOTATION, STEP_PREFIX
 from gpudoctor.collectors.trace_columns import HostEvents, TraceColumns, str_codes
-from gpudoctor.collectors.trace_decode import ANNOTATION, GPU_COPY
+from gpudoctor.collectors.trace_decode import ANNOTATION, GPU_COPY, TraceIndex
 from gpudoctor.idle_causes import IDLE_CAUSES
 from gpudoctor.session import PictureRow, WindowPicture
 
@@ -38,8 +38,6 @@ BINS = 1500  # the picture's resolution: spans closer than span / BINS merge
 MAX_GAPS = 1500  # gaps drawn one by one, longest first; the rest are summed per bin
 GPU_ROWS = 4  # streams drawn one by one; the rest share a row
 HOST_THREADS = 3  # threads drawn: the one that steps, then those that launched the most
-_DATA = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")  # replay.timeline.DATA_ANNOTATION
-_OPTIMIZER = "Optimizer.step#"
 
 
 class Gaps(NamedTuple):
@@ -104,12 +102,12 @@ def gap_causes(columns: TraceColumns, gaps: Gaps, after_sync: np.ndarray) -> np.
     cause[host & launched] = LAUNCH
     launch_at = np.where(launched, columns.api_start[np.maximum(gaps.launch, 0)], gaps.ends) \
         if len(columns.api_start) else gaps.ends
-    optimizer = ranges_named(columns, lambda name: name.startswith(_OPTIMIZER))
+    optimizer = ranges_named(columns, lambda name: name.startswith(OPTIMIZER_ANNOTATION))
     cause[host & launched & _inside(*optimizer, launch_at)] = OPTIMIZER
     cause[host & (columns.gpu_kind[gaps.next_op] == GPU_COPY)] = COPIES
     longer = gaps.kind != KERNEL_TO_KERNEL
     cause[longer & after_sync] = SYNC
-    data = ranges_named(columns, lambda name: _DATA.match(name) is not None)
+    data = ranges_named(columns, lambda name: DATA_ANNOTATION.match(name) is not None)
     waited = _covered(*data, gaps.ends) - _covered(*data, gaps.starts)
     cause[longer & (waited >= 0.5 * (gaps.ends - gaps.starts))] = DATA
     return cause
@@ -145,9 +143,55 @@ def span_list(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float,
     return flat.tolist(), bins
 
 
+def step_boundaries(index: TraceIndex) -> tuple[str, list[float]]:
+    """Where steps begin, by the best marks the trace holds: ``ProfilerStep#N`` starts, else
+    the ends of ``optimizer.step()`` (a training step ends with it), else the starts of
+    DataLoader ``__next__`` calls (an inference loop fetches its next batch)."""
+    steps: dict[str, float] = {}
+    optimizer: list[float] = []
+    loader: list[float] = []
+    ops = index.ops
+    strings = index.strings.distinct
+    marked = {code for code in set(ops.name.tolist())  # a few hundred distinct names: test those, not every event
+              if strings[code].startswith((STEP_PREFIX, OPTIMIZER_ANNOTATION)) or DATA_ANNOTATION.match(strings[code])}
+    rows = np.flatnonzero(np.isin(ops.name, list(marked))).tolist() if marked else []
+    for row in rows:
+        name: str = strings[ops.name[row]]
+        ts = float(ops.ts[row])
+        if name.startswith(STEP_PREFIX):
+            steps[name] = min(ts, steps.get(name, ts))
+        elif name.startswith(OPTIMIZER_ANNOTATION):
+            optimizer.append(ts + float(ops.dur[row]))
+        else:
+            loader.append(ts)
+    if steps:
+        return "steps", list(steps.values())
+    if optimizer:
+        return "optimizer steps", optimizer
+    return "batches", loader
+
+
+PICTURE_STEPS = 3  # the steps a report draws: enough to see the pattern repeat, few enough to read
+
+
+def picture_range(index: TraceIndex) -> tuple[float, float, list[float]]:
+    """(start, end, the starts of the steps between them) of the last PICTURE_STEPS complete
+    steps of a window before its last one, by the marks step_boundaries finds; the whole window, with no step start,
+    when it marks fewer than two. The collectors draw this part, and the replay draws it again
+    without each cause: both ask here, so both draw the same steps."""
+    marks = sorted(set(step_boundaries(index)[1]))
+    marks = [m for m in marks if index.first <= m <= index.last]
+    if len(marks) < 2:
+        return float(index.first), float(index.last), []
+    # the window's last step is left out when others can stand in: it holds the window's closing
+    # (the profiler stopping, gpudoctor's export), not the loop's own pattern
+    chosen = marks[-PICTURE_STEPS - 2:-1] if len(marks) >= PICTURE_STEPS + 2 else marks[-PICTURE_STEPS - 1:]
+    return chosen[0], chosen[-1], chosen[:-1]
+
+
 def picture(columns: TraceColumns, gaps: Gaps, cause: np.ndarray, drawn: tuple[float, float, list[float]],
             name_sites: Callable[[list[int]], list[str | None]]) -> WindowPicture | None:
-    """The drawn steps (replay.window.picture_range) as rows of spans and gaps by cause.
+    """The drawn steps (picture_range) as rows of spans and gaps by cause.
     `name_sites(api_positions)` names the Python call site of each launch call (None: unknown)."""
     t0, t1, marks = drawn
     span = t1 - t0
@@ -206,7 +250,7 @@ def _host_rows(columns: TraceColumns, t0: float, t1: float, resolution: float) -
             "autograd thread" if any(n.startswith("autograd::engine") for n in names) else f"thread {thread[1]}")
         spans, bins = span_list(operators.start[mine], operators.end[mine], t0, t1, resolution)
         rows.append(PictureRow(name=name, kind="cpu", spans=spans, bins=bins))
-    data = ranges_named(columns, lambda name: _DATA.match(name) is not None)
+    data = ranges_named(columns, lambda name: DATA_ANNOTATION.match(name) is not None)
     if len(data[0]):
         spans, bins = span_list(*data, t0, t1, resolution)
         rows.insert(1 if rows else 0, PictureRow(name="DataLoader wait", kind="data", spans=spans, bins=bins))

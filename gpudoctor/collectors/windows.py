@@ -1,7 +1,8 @@
 """The run's profiler windows, as the agent reported them, into `Session.profiles`.
 
 Each window the agent kept (gpudoctor/agent/profiler.py: "start", then "phase" and
-"later" ones) is summarised (collectors.trace) and replayed (gpudoctor.replay). The
+"later" ones) is summarised (collectors.trace) and replayed by the `replay` its caller hands
+in (the assembly's gpudoctor.assemble.replay_window: the replay sits above the collectors). The
 primary window, `Session.profile` as before, is the first one steps drove (else the
 first: a run without steps). A window's replay is calibrated to the step time
 measured outside it: the whole run's steady steps for the primary window; for a later
@@ -12,6 +13,7 @@ from another source or it had none.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,9 @@ from gpudoctor import metrics
 from gpudoctor.session import ProfileSummary, ReplaySummary, Session
 
 log = logging.getLogger(__name__)
+
+# one window's replay: (trace events, steps, unprofiled step time us, unprofiled data wait us) -> its summary
+Replayer = Callable[[Any, int, "float | None", "float | None"], "ReplaySummary | None"]
 
 SOURCE_WORDS = {
     "explicit": "gpudoctor.step() steps", "optimizer": "optimizer steps", "backward": "backward() steps",
@@ -37,10 +42,11 @@ def missing_dependency(exc: ImportError, what: str) -> str:
 
 
 def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Session, t0: float,
-                  pid: int | None = None) -> str | None:
+                  pid: int | None = None, *, replay: Replayer | None = None) -> str | None:
     """Fill `session.profile` and `session.profiles` from the windows of process `pid` (the
     primary rank of a distributed job; by default the first process that kept a window);
-    the primary window's trace file name, or None."""
+    the primary window's trace file name, or None. `replay` replays each window with GPU work
+    (None: the windows are summarised only)."""
     usable = [p for p in profiles if p.get("path")]
     if not usable:
         session.unavailable["profile"] = _why_none(profiles, session)
@@ -52,7 +58,6 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
     try:
         from gpudoctor.collectors.trace import summarize_trace
         from gpudoctor.collectors.trace_decode import read_trace
-        from gpudoctor.replay import replay_or_error
     except ImportError as exc:
         session.unavailable["profile"] = missing_dependency(exc, "trace analysis")
         return None
@@ -63,12 +68,12 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
             summary = summarize_trace(data, steps=int(event.get("steps") or 0))
             _describe(summary, event, t0, len(summaries) + 1)
             _relative_sites(summary, session.cwd)
-            if summary.kernel_count == 0 and summary.gpu_busy_us <= 0:
+            if replay is not None and summary.kernel_count == 0 and summary.gpu_busy_us <= 0:
                 summary.replay = ReplaySummary(steps=summary.steps, error="a CPU-only window: no GPU work to replay")
-            else:
+            elif replay is not None:
                 first_stepped = summary.step_source != "time" and all(s.step_source == "time" for s, _ in summaries)
                 step_us, wait_us = _calibration(session, summary, primary=first_stepped)
-                summary.replay = replay_or_error(data, summary.steps, step_us, wait_us)
+                summary.replay = replay(data, summary.steps, step_us, wait_us)
         except Exception as exc:  # a trace we cannot read must not cost the rest of the report
             log.debug("trace analysis failed", exc_info=True)
             why = f"the profiler trace could not be analysed: {type(exc).__name__}: {exc}"
@@ -98,7 +103,8 @@ def rank_window(profiles: list[dict[str, Any]], workdir: Path, pid: int, t0: flo
     if event is None:
         return None
     try:
-        from gpudoctor.collectors.trace import load_trace, summarize_trace
+        from gpudoctor.collectors.trace import summarize_trace
+        from gpudoctor.collectors.trace_file import load_trace
 
         summary = summarize_trace(load_trace(workdir / str(event["path"]), own_window=True),
                                   steps=int(event.get("steps") or 0))

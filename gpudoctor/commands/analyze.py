@@ -189,8 +189,9 @@ def _summarize_file(path: Path, steps: int, *, helper: Helper | None = None,
 
     `helper`: a long trace's replay runs there beside the statistics (replay.background);
     directories are analysed a process per trace instead."""
-    from gpudoctor.collectors.trace import TraceError, summarize_trace
+    from gpudoctor.collectors.trace import summarize_trace
     from gpudoctor.collectors.trace_decode import gc_paused, read_trace
+    from gpudoctor.collectors.trace_file import TraceError
     from gpudoctor.collectors.trace_loader import loader_steps
     from gpudoctor.replay import background
     from gpudoctor.replay.window import profiler_steps

@@ -19,12 +19,12 @@ from typing import Any
 
 from gpudoctor import exitcodes
 from gpudoctor.commands.argtypes import positive_float, split_ids
-from gpudoctor.reports.formats import choices, with_defaults
+from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS, choices, with_defaults
 
 log = logging.getLogger(__name__)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("attach", help="sample a running process's CPU and GPUs (no agent) and report",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("pid", type=int, metavar="PID", help="the process to watch (its children are included)")
@@ -43,7 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         choices=choices(files_only=True),
-        help="extra report formats beside the HTML/JSON",
+        metavar="FMT",
+        help=f"{'|'.join(choices(files_only=True))} (repeatable); "
+        f"{' and '.join(DEFAULT_FILE_FORMATS)} are always written",
     )
     p.add_argument("--ignore", action="append", default=[], metavar="ID", help="silence a check (ID or slug)")
     p.add_argument("--fail-on", choices=["warning", "critical"],

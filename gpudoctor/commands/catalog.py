@@ -12,7 +12,7 @@ from gpudoctor.registry import find_check, load_checks
 from gpudoctor.reports.console import is_terminal, one_line, show
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("checks", help="list the checks (IDs, stages, titles)")
     p.add_argument("--plain", action="store_true", help="tab-separated output for scripts")
     p.set_defaults(func=list_checks)

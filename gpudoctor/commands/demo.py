@@ -13,7 +13,7 @@ import sys
 from gpudoctor.commands.diagnose import add_output_options, report_options
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="diagnose a bundled example workload with an input-pipeline problem")
     p.add_argument("--workers", type=int, default=0, metavar="N",
                    help="DataLoader workers in the demo loop (default 0: the problem)")

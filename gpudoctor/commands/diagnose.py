@@ -41,7 +41,7 @@ MIN_INTERVAL_S = 0.05  # below this the samplers would spin (and GPM needs 0.1 s
 MAX_INTERVAL_S = 60.0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "diagnose",
         help="run a PyTorch script/command and diagnose why its GPU idles",
@@ -109,10 +109,9 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--out", metavar="PATH",
                    help="report directory or file stem (default gpudoctor-reports/<script>-<time>)")
     g.add_argument("--json", dest="json_path", metavar="PATH", help="also write the JSON report here")
-    g.add_argument("--format", dest="formats", action="append", default=[],
-                   choices=choices(files_only=True),
-                   help="extra report formats to write beside the HTML/JSON "
-                        f"({', '.join(f for f in choices(files_only=True) if f not in DEFAULT_FILE_FORMATS)})")
+    g.add_argument("--format", dest="formats", action="append", default=[], choices=choices(files_only=True),
+                   metavar="FMT", help=f"{'|'.join(choices(files_only=True))} (repeatable); "
+                   f"{' and '.join(DEFAULT_FILE_FORMATS)} are always written")
     g.add_argument("--ignore", action="append", default=[], metavar="ID",
                    help="silence a check (GD301 or its slug); repeat or comma-separate")
     g.add_argument("--fail-on", choices=["warning", "critical"],

@@ -39,7 +39,8 @@ def register(subparsers: Any) -> None:
         action="append",
         choices=choices(diff=True),
         metavar="FMT",
-        help=f"{'|'.join(choices(diff=True))} (repeatable); without --out a single format goes to stdout",
+        help=f"{'|'.join(choices(diff=True))} (repeatable); without --out the comparison goes to stdout "
+        "(terminal by default)",
     )
     p.add_argument(
         "--force", action="store_true", help="compare runs from different GPUs or workloads; overwrite existing files"

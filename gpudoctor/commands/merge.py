@@ -26,7 +26,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("inputs", nargs="+", metavar="SESSION_JSON", help="one .session.json per node")
     p.add_argument("--out", metavar="PATH", help="a directory, or a file stem (default: ./gpudoctor-reports/)")
     p.add_argument("--format", dest="formats", action="append", choices=choices(files_only=True), metavar="FMT",
-                   help=f"{'|'.join(choices(files_only=True))} (repeatable; default html and json)")
+                   help=f"{'|'.join(choices(files_only=True))} (repeatable); "
+                   f"{' and '.join(DEFAULT_FILE_FORMATS)} by default")
     p.add_argument("--ignore", action="append", default=[], metavar="ID", help="skip a check by ID or slug")
     p.add_argument("--fail-on", choices=("warning", "critical"),
                    help=f"exit {exitcodes.FAIL_ON} when a finding reaches this severity")

@@ -28,7 +28,7 @@ DEFAULT_STEPS = 40
 DEFAULT_DURATION_S = 180.0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from gpudoctor.commands.diagnose import add_run_options
 
     p = sub.add_parser("preflight", help="machine and job checklist before a run (CI gate)",
@@ -157,7 +157,7 @@ def _run_job(args: argparse.Namespace, resolved: tuple[list[str], str], ignore_c
     from gpudoctor.pipeline import DiagnoseRequest, ReportOptions, diagnose_and_report
     from gpudoctor.preflight.job import JobRun
     from gpudoctor.preflight.link_watch import LinkWatcher
-    from gpudoctor.supervisor import say
+    from gpudoctor.status import say
 
     command, stem = resolved
     say(f"gpudoctor preflight: running the job under diagnose for at most {args.steps} steps or {args.duration:g} s")

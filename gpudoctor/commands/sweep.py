@@ -22,7 +22,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,7 +67,7 @@ def _headroom(text: str) -> float:
     return value
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "sweep",
         help="measure throughput/latency vs batch size: the knee and the memory edge",
@@ -215,7 +215,8 @@ def _sweep(args: argparse.Namespace, base: Any, plan: Any) -> SweepReport:
     from gpudoctor.sweep.search import TargetRejected, run_search
 
     started = time.perf_counter()
-    say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
+    say: Callable[[str], None] = ((lambda text: None) if args.quiet
+                                  else (lambda text: print(text, file=sys.stderr, flush=True)))
     fresh = getattr(args, "fresh_process_per_size", False)
     processes = "one process per size" if fresh else "one process per size near the memory edge, one shared far from it"
     with tempfile.TemporaryDirectory(prefix="gpudoctor-sweep-") as workdir, _sigterm_as_interrupt():

@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 
-class AugmentedImages(Dataset):
+class AugmentedImages(Dataset[tuple[torch.Tensor, int]]):
     """Synthetic 3x64x64 images; the per-sample "augmentation" costs a few ms of CPU."""
 
     def __init__(self, size: int = 100_000, passes: int = 12) -> None:
@@ -61,7 +61,7 @@ def main() -> None:
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
         loss = F.cross_entropy(net(images), labels)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call, unused-ignore]
         optimizer.step()
         if step % 20 == 0:
             print(f"step {step}: loss {loss.item():.3f}", flush=True)

@@ -126,6 +126,7 @@ class Recorder:
     def session(self, gpu_result: object, duration: float, *, exit_code: int | None, stop_reason: str,
                 command: list[str] | None = None, torch_error: str | None = None) -> Session:
         """The Session of this watch, assembled like the supervisor's (see supervisor._assemble)."""
+        from gpudoctor.assemble import replay_window
         from gpudoctor.collectors.windows import apply_windows
 
         session = Session(
@@ -158,7 +159,7 @@ class Recorder:
         if not session.storage:
             session.unavailable.setdefault("storage", "no dataset path known (pass data=PATH to name it)")
         GpuMonitor.apply(gpu_result, session)
-        apply_windows(self.reader.profiles, self.directory, session, self.t0)
+        apply_windows(self.reader.profiles, self.directory, session, self.t0, replay=replay_window)
         if session.allocator == []:
             session.unavailable.setdefault("allocator", "the watched code did not use the CUDA caching allocator")
         if torch_error:

@@ -216,9 +216,10 @@ class Watch:
         self.error = why
         self.running = False
         log.warning("gpudoctor: %s", why, exc_info=exc)
-        for stop in (lambda: self._progress and self._progress.stop(None),
-                     lambda: self._agent and self._agent.close(),
-                     lambda: self._recorder and self._recorder.stop_sampling()):
+        stops: tuple[Callable[[], object], ...] = (lambda: self._progress and self._progress.stop(None),
+                                                   lambda: self._agent and self._agent.close(),
+                                                   lambda: self._recorder and self._recorder.stop_sampling())
+        for stop in stops:
             try:
                 stop()
             except Exception:  # noqa: BLE001 (each stop is tried; none may raise into the user's code)

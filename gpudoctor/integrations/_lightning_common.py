@@ -13,7 +13,7 @@ from gpudoctor.integrations._training import TrainingWatch
 
 
 def make_callback(base: type) -> type:
-    class GpuDoctorCallback(base):  # type: ignore[misc, valid-type]
+    class GpuDoctorCallback(base):  # type: ignore[misc, valid-type, unused-ignore]
         """Diagnose a Lightning fit: watch from train start to train end, one step per batch.
 
         GpuDoctorCallback(name="lightning", out=None, steps=None, all_ranks=False, verbose=True,

@@ -26,7 +26,7 @@ except ImportError as exc:
                       "(or pip install 'gpudoctor[integrations]')") from exc
 
 
-class GpuDoctorCallback(TrainerCallback):  # type: ignore[misc]
+class GpuDoctorCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]
     """GpuDoctorCallback(name="trainer", out=None, steps=None, all_ranks=False, verbose=True, **options):
     `out` is where the report set goes (default <output_dir>/gpudoctor/), `steps` ends the
     watch after that many optimizer steps (the rest runs unobserved), other options are

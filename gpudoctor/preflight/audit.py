@@ -46,7 +46,7 @@ def machine_items(ctx: Context, only: set[str] | None = None) -> list[ItemResult
     of ours) costs its own item only, which is not-checked with the error."""
     results = []
     for module in PROBES:
-        for item_id, judge in module.ITEMS:  # type: ignore[attr-defined]
+        for item_id, judge in module.ITEMS:
             if only is not None and item_id not in only:
                 continue
             try:

@@ -46,7 +46,7 @@ def read_torch() -> TorchFacts:
     try:
         import torch.multiprocessing as tmp
 
-        facts.sharing_strategy = tmp.get_sharing_strategy()
+        facts.sharing_strategy = tmp.get_sharing_strategy()  # type: ignore[no-untyped-call, unused-ignore]
     except Exception as exc:  # noqa: BLE001  (a broken torch costs only this fact)
         facts.sharing_strategy = Unread(f"{type(exc).__name__}: {exc}")
     return facts

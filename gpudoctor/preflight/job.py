@@ -51,9 +51,17 @@ def _exit(job: JobRun) -> ItemResult:
         return ItemResult(
             "PF901", PASS, f"{how} ({ran})", "exit code 0 (or stopped by --steps/--duration)", values=values
         )
-    crash = next((f for f in report.get("findings") or [] if f.get("id") == "GD001"), None)
+    failure = _run_failure_checks()
+    crash = next((f for f in report.get("findings") or [] if f.get("id") in failure), None)
     why = f": {crash.get('title')}" if crash else ""
     return ItemResult("PF901", FAIL, f"exit code {job.exit_code} ({ran}){why}", "exit code 0", values=values)
+
+
+def _run_failure_checks() -> set[str]:
+    """The IDs of the checks whose findings are the run's failure itself (Check.run_failure)."""
+    from gpudoctor.registry import checks_by_id
+
+    return {c.id for c in checks_by_id().values() if c.run_failure}
 
 
 def _expected(key: str, wanted: Any) -> str:

@@ -172,14 +172,24 @@ def gpu_topology(ctx: Context) -> ItemResult:
     with_nvlink = {i: v for i, v in links.items() if isinstance(v, tuple) and v[0] > 0}
     values: dict[str, Any] = {"nvlink_active": {str(i): v[0] for i, v in with_nvlink.items()}}
     if with_nvlink:
-        most = max(v[0] for v in with_nvlink.values())
-        down = {i: v for i, v in links.items() if not (isinstance(v, tuple) and v[0] == most)}
-        found = f"NVLink: {most} active links per GPU"
-        if down:
-            text = "; ".join(f"GPU {i}: {v[0] if isinstance(v, tuple) else 0} active" for i, v in down.items())
-            return ItemResult("PF304", WARN, f"{found} on most GPUs; {text}", expected, values=values)
-        return ItemResult("PF304", PASS, f"{found} on all {len(gpus)} GPUs", expected, values=values)
-    indices = {g.index for g in gpus}
+        return _nvlink_links(links, with_nvlink, len(gpus), expected, values)
+    return _pcie_paths(ctx, {g.index for g in gpus}, expected, values)
+
+
+def _nvlink_links(links: dict[int, Any], with_nvlink: dict[int, Any], count: int, expected: str,
+                  values: dict[str, Any]) -> ItemResult:
+    """GPUs joined by NVLink: every one should have as many active links as the best."""
+    most = max(v[0] for v in with_nvlink.values())
+    down = {i: v for i, v in links.items() if not (isinstance(v, tuple) and v[0] == most)}
+    found = f"NVLink: {most} active links per GPU"
+    if down:
+        text = "; ".join(f"GPU {i}: {v[0] if isinstance(v, tuple) else 0} active" for i, v in down.items())
+        return ItemResult("PF304", WARN, f"{found} on most GPUs; {text}", expected, values=values)
+    return ItemResult("PF304", PASS, f"{found} on all {count} GPUs", expected, values=values)
+
+
+def _pcie_paths(ctx: Context, indices: set[int], expected: str, values: dict[str, Any]) -> ItemResult:
+    """GPUs without NVLink: no pair's PCIe path should cross the CPU sockets' interconnect."""
     pairs = {k: v for k, v in ctx.nvml.topology.items() if k[0] in indices and k[1] in indices}
     unread = [v for v in pairs.values() if isinstance(v, Unread)]
     if not pairs or unread:

@@ -200,7 +200,7 @@ def _toml() -> Any:
         import tomllib  # Python 3.11+
     except ImportError:
         try:
-            import tomli as tomllib  # type: ignore[no-redef]
+            import tomli as tomllib  # type: ignore[no-redef, unused-ignore]
         except ImportError:
             return None
     return tomllib

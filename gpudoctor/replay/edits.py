@@ -65,7 +65,8 @@ class Facts:
         has_ops = np.bincount(op_items, minlength=count) > 0
 
         def every(flags: np.ndarray) -> np.ndarray:  # items with operations, all of them flagged
-            return has_ops & (np.bincount(op_items, weights=~flags[op_ids], minlength=count) == 0)
+            alone: np.ndarray = has_ops & (np.bincount(op_items, weights=~flags[op_ids], minlength=count) == 0)
+            return alone
 
         def some(flags: np.ndarray) -> np.ndarray:
             return np.bincount(op_items, weights=flags[op_ids], minlength=count) > 0
@@ -141,7 +142,8 @@ def _reads(timeline: Timeline, syncs: np.ndarray, thread: np.ndarray, tags: np.n
         mine = np.flatnonzero((thread == number) & ((tags == 1) | (tags == 2)))
         k = np.searchsorted(union_starts, starts[mine], side="right") - 1
         inside[mine] = (k >= 0) & (starts[mine] < union_ends[np.maximum(k, 0)]) if len(union_starts) else False
-    return np.flatnonzero(inside).tolist()
+    listed: list[int] = np.flatnonzero(inside).tolist()
+    return listed
 
 
 def _union(spans: list[tuple[float, float]]) -> tuple[list[float], list[float]]:

@@ -35,10 +35,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gpudoctor.collectors.window_picture import BINS, span_list
+from gpudoctor.collectors.window_picture import BINS, picture_range, span_list
 from gpudoctor.replay import edits
+from gpudoctor.replay.items import CPU, DATA
 from gpudoctor.replay.simulate import Plan, Result, run
-from gpudoctor.replay.timeline import CPU, DATA, Timeline, build
+from gpudoctor.replay.timeline import Timeline, build
 from gpudoctor.session import ReplayScenario, ReplaySummary
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
     """
     known = {s.name: s for s in (SCENARIOS.values() if scenarios is None else scenarios)}
     from gpudoctor.collectors.trace_decode import index_events
-    from gpudoctor.replay.window import latest_stretch, picture_range
+    from gpudoctor.replay.window import latest_stretch
 
     began = time.perf_counter()
     index, steps, scope = latest_stretch(index_events(events), steps)
@@ -127,7 +128,7 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
 
 
 def _drawn_items(timeline: Timeline, drawn: tuple[float, float, list[float]]) -> tuple[int, int] | None:
-    """The main thread's first item in the steps a report draws (replay.window.picture_range) and
+    """The main thread's first item in the steps a report draws (collectors.window_picture.picture_range) and
     its first item after them (len(items): none), by position in timeline.host."""
     t0, t1, _ = drawn
     times, threads = timeline.host.ts, timeline.host.thread  # in measured order

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpudoctor.collectors.intervals import blocks, sequential_sum
-from gpudoctor.replay.timeline import CPU, DATA, LAUNCH, SYNC, Timeline
+from gpudoctor.replay.items import CPU, DATA, LAUNCH, SYNC
+from gpudoctor.replay.timeline import Timeline
 
 
 @dataclass

@@ -25,6 +25,7 @@ from gpudoctor.collectors.kineto_names import (
     DATA_ANNOTATION,
     GRAPH_LAUNCH_APIS,
     KERNEL_LAUNCH_APIS,
+    OPTIMIZER_ANNOTATION,
     SYNC_APIS,
     frame_kind,
 )
@@ -32,7 +33,6 @@ from gpudoctor.collectors.trace_decode import ANNOTATION, API, FRAME, OP, EventC
 from gpudoctor.replay.items import CPU, DATA, DISPATCH, LAUNCH, PYTHON, SYNC, USER, GpuOp, HostColumns
 
 AGENT_WINDOW_FRAME = "gpudoctor/agent/profiler"  # gpudoctor closing its own window
-OPTIMIZER_ANNOTATION = "Optimizer.step#"  # torch.optim wraps step() in record_function("Optimizer.step#Adam.step")
 _VERSION = re.compile(r"_v\d+$")
 
 OVERLAP_ROUNDS = 32  # gaps covered by more spans than this add the rest one by one
@@ -180,7 +180,8 @@ def _lookup(table: dict[int, Any], codes: np.ndarray, dtype: Any) -> np.ndarray:
     for code, value in table.items():
         if code < len(values):
             values[code] = value
-    return values[codes]
+    picked: np.ndarray = values[codes]
+    return picked
 
 
 def _merged(starts: np.ndarray, ends: np.ndarray) -> Spans:

@@ -33,6 +33,7 @@ import numpy as np
 
 from gpudoctor.collectors.kineto_names import (  # noqa: F401  (DATA_ANNOTATION: replay.window reads it here)
     DATA_ANNOTATION,
+    OPTIMIZER_ANNOTATION,
     SYNC_APIS,
     classify_gemm,
     copy_kind,
@@ -54,7 +55,6 @@ from gpudoctor.replay.items import (  # noqa: F401  (the model's names, imported
 from gpudoctor.replay.merge import fold_helpers
 from gpudoctor.replay.threads import (  # noqa: F401
     AGENT_WINDOW_FRAME,
-    OPTIMIZER_ANNOTATION,
     HostThread,
     host_threads,
     thread_items,
@@ -240,7 +240,8 @@ def _last_launch_before(host: HostColumns, launches: np.ndarray, syncs: np.ndarr
         asked = np.flatnonzero(thread[syncs] == number)
         before = np.searchsorted(mine, syncs[asked], side="left") - 1
         found[asked] = np.where(before >= 0, mine[np.maximum(before, 0)], -1) if len(mine) else -1
-    return found.tolist()
+    listed: list[int] = found.tolist()
+    return listed
 
 
 def _gpu_order(host: HostColumns, ops: list[GpuOp]) -> tuple[float, float]:

@@ -76,7 +76,8 @@ class ReportFormat:
         return self.suffix is not None
 
 
-# In the order --help and error messages list them. Adding a format: one entry here (and its module).
+# In the order error messages list them, and --help within the shown and the file formats (choices).
+# Adding a format: one entry here (and its module).
 FORMATS: dict[str, ReportFormat] = {
     fmt.name: fmt
     for fmt in (
@@ -105,9 +106,12 @@ def get(name: str) -> ReportFormat:
 
 
 def choices(*, files_only: bool = False, diff: bool = False) -> tuple[str, ...]:
-    """The --format choices: every format, only those written to files, or those a diff renders."""
-    return tuple(f.name for f in FORMATS.values()
-                 if (f.is_file or not files_only) and (f.diff_renderer is not None or not diff))
+    """The --format choices: every format, only those written to files, or those a diff renders.
+    The formats that are only shown (terminal: what a command prints by default) come first, then
+    the files, each in the order of FORMATS: every command lists its choices alike."""
+    wanted = [f for f in FORMATS.values()
+              if (f.is_file or not files_only) and (f.diff_renderer is not None or not diff)]
+    return tuple(f.name for f in sorted(wanted, key=lambda f: f.is_file))  # stable: FORMATS' order within each
 
 
 def file_formats(names: list[str] | tuple[str, ...]) -> list[str]:

@@ -159,45 +159,16 @@ def _one(report: Report, profile: Mapping[str, Any], ident: str) -> dict[str, An
     baseline_span = _real(replay.get("baseline_picture_span_us")) if whatif else None
     longest = max([span] + ([baseline_span, whatif["span_us"]] if whatif and baseline_span else []))
     scale = _Scale(longest)
-    rows: list[dict[str, Any]] = []
-    y = 0.0
-    for row in picture.get("rows") or []:
-        if not isinstance(row, Mapping):
-            continue
-        kind = str(row.get("kind") or "cpu")
-        rows.append({"name": str(row.get("name") or ""), "kind": kind, "y": y, "label_y": y + ROW - 3,
-                     "path": _path(_numbers(row.get("spans")), scale, y)
-                     + _bars(_numbers(row.get("bins")), float(picture.get("bin_us") or 0.0), scale, y),
-                     "copies": _path(_numbers(row.get("copies")), scale, y)})
-        y += PITCH
+    rows, y = _rows(picture, scale)
     idle_y = y
     y += PITCH
-    gaps, sites = _numbers(picture.get("gaps")), [str(s) for s in picture.get("sites") or []]
-    drawn = []
-    for i in range(0, len(gaps) - 3, 4):
-        start, length, code, site = gaps[i:i + 4]
-        cause = IDLE_CAUSES[int(code)] if 0 <= int(code) < len(IDLE_CAUSES) else "unexplained"
-        where = sites[int(site) - 1] if 0 < int(site) <= len(sites) else None
-        title = f"idle {_us(length)}: {CAUSE_LABELS[cause]}" + (f", launched from {where}" if where else "")
-        drawn.append({"x": scale.x(start), "w": max(scale.x(length), 0.05), "cause": cause, "title": title})
     bin_us = float(picture.get("bin_us") or 0.0)
     bins = _bins_paths(picture.get("idle_bins") or {}, bin_us, scale, idle_y) \
         if isinstance(picture.get("idle_bins"), Mapping) else []
     marks = [scale.x(m) for m in _numbers(picture.get("step_marks"))]
-    whatif_rows = []
+    whatif_rows: list[dict[str, Any]] = []
     if whatif and baseline_span:
-        y += 6
-        removed = SCENARIO_CAUSES.get(whatif["scenario"])
-        without = f"what-if: no {CAUSE_LABELS[removed]}" if removed else f"what-if: {whatif['scenario']}"
-        for name, spans, short, length in (
-                ("what-if: replayed as is", _numbers(replay.get("baseline_picture")),
-                 _numbers(replay.get("baseline_picture_bins")), baseline_span),
-                (without, whatif["spans"], whatif["bins"], whatif["span_us"])):
-            whatif_rows.append({"name": name, "y": y, "label_y": y + ROW - 3,
-                                "path": _path(spans, scale, y) + _bars(short, length / BINS, scale, y),
-                                "end": scale.x(length), "length": _us(length)})
-            y += PITCH
-        whatif["gain"] = baseline_span / whatif["span_us"] if whatif["span_us"] else None
+        whatif_rows, y = _whatif_rows(whatif, replay, baseline_span, scale, y + 6)
     steps = int(picture.get("steps") or 0)
     return {
         "id": ident,
@@ -208,7 +179,7 @@ def _one(report: Report, profile: Mapping[str, Any], ident: str) -> dict[str, An
         "idle_y": idle_y,
         "idle_label_y": idle_y + ROW - 3,
         "row_height": ROW,
-        "gaps": drawn,
+        "gaps": _gaps(picture, scale),
         "bins": bins,
         "marks": marks,
         "span": _us(span),
@@ -221,6 +192,54 @@ def _one(report: Report, profile: Mapping[str, Any], ident: str) -> dict[str, An
         "whatif_rows": whatif_rows,
         "links": _links(report, picture),
     }
+
+
+def _rows(picture: Mapping[str, Any], scale: _Scale) -> tuple[list[dict[str, Any]], float]:
+    """The picture's rows (threads and streams), top down; the y below the last."""
+    rows: list[dict[str, Any]] = []
+    y = 0.0
+    for row in picture.get("rows") or []:
+        if not isinstance(row, Mapping):
+            continue
+        kind = str(row.get("kind") or "cpu")
+        rows.append({"name": str(row.get("name") or ""), "kind": kind, "y": y, "label_y": y + ROW - 3,
+                     "path": _path(_numbers(row.get("spans")), scale, y)
+                     + _bars(_numbers(row.get("bins")), float(picture.get("bin_us") or 0.0), scale, y),
+                     "copies": _path(_numbers(row.get("copies")), scale, y)})
+        y += PITCH
+    return rows, y
+
+
+def _gaps(picture: Mapping[str, Any], scale: _Scale) -> list[dict[str, Any]]:
+    """The GPU's idle gaps (start, length, cause code, launch site: four numbers each), drawn."""
+    gaps, sites = _numbers(picture.get("gaps")), [str(s) for s in picture.get("sites") or []]
+    drawn = []
+    for i in range(0, len(gaps) - 3, 4):
+        start, length, code, site = gaps[i:i + 4]
+        cause = IDLE_CAUSES[int(code)] if 0 <= int(code) < len(IDLE_CAUSES) else "unexplained"
+        where = sites[int(site) - 1] if 0 < int(site) <= len(sites) else None
+        title = f"idle {_us(length)}: {CAUSE_LABELS[cause]}" + (f", launched from {where}" if where else "")
+        drawn.append({"x": scale.x(start), "w": max(scale.x(length), 0.05), "cause": cause, "title": title})
+    return drawn
+
+
+def _whatif_rows(whatif: dict[str, Any], replay: Mapping[str, Any], baseline_span: float, scale: _Scale,
+                 y: float) -> tuple[list[dict[str, Any]], float]:
+    """The replay as is and the what-if, one row each from `y`; the y below them. Sets the
+    what-if's gain (replayed span / what-if span)."""
+    removed = SCENARIO_CAUSES.get(whatif["scenario"])
+    without = f"what-if: no {CAUSE_LABELS[removed]}" if removed else f"what-if: {whatif['scenario']}"
+    rows = []
+    for name, spans, short, length in (
+            ("what-if: replayed as is", _numbers(replay.get("baseline_picture")),
+             _numbers(replay.get("baseline_picture_bins")), baseline_span),
+            (without, whatif["spans"], whatif["bins"], whatif["span_us"])):
+        rows.append({"name": name, "y": y, "label_y": y + ROW - 3,
+                     "path": _path(spans, scale, y) + _bars(short, length / BINS, scale, y),
+                     "end": scale.x(length), "length": _us(length)})
+        y += PITCH
+    whatif["gain"] = baseline_span / whatif["span_us"] if whatif["span_us"] else None
+    return rows, y
 
 
 def _legend(profile: Mapping[str, Any]) -> dict[str, Any]:

@@ -135,7 +135,8 @@ def _growth_after(points: Sequence[tuple[int, float]], index: int) -> float | No
     size, value = points[index]
     for other, other_value in points[index + 1 :]:
         if other >= 2 * size and value > 0 and other_value > 0:
-            return (other_value / value) ** (1 / math.log2(other / size)) - 1
+            growth: float = (other_value / value) ** (1 / math.log2(other / size)) - 1
+            return growth
     return None
 
 
@@ -171,37 +172,54 @@ def memory_edge(trials: Sequence[TrialResult], headroom: float) -> MemoryEdge:
     smallest_oom = ooms[0] if ooms else None
     below = [t.batch_size for t in fits if smallest_oom is None or t.batch_size < smallest_oom]
     largest_fit = max(below) if below else None
-    capacity = next((t.memory.capacity_bytes for t in fits if t.memory.capacity_bytes), None)
-    if capacity is None:
-        capacity = next((t.memory.capacity_bytes for t in trials if t.memory.capacity_bytes), None)
+    capacity = _capacity(fits, trials)
     limit = capacity * (1 - headroom) if capacity else None
     measured = [(t.batch_size, t.memory.peak_bytes) for t in fits if t.memory.peak_bytes is not None]
     with_headroom = [s for s, peak in measured if limit is not None and peak <= limit]
     if smallest_oom is not None:
         with_headroom = [s for s in with_headroom if s < smallest_oom]
-    fit = linear_fit([float(s) for s, _ in measured], [float(p) for _, p in measured]) if len(measured) >= 2 else None
-    per_sample = fixed = estimate = None
-    # Only a clearly linear growth is a per-sample cost: on CPU the resident set of a tiny
-    # model is mostly the interpreter, and its noise must not become a "max batch".
-    if fit is not None and fit[0] > 0 and fit[2] >= MIN_FIT_R_SQUARED:
-        per_sample, fixed = fit[0], fit[1]
-        largest_measured = max(s for s, _ in measured)
-        if limit is not None and limit > fixed:
-            estimate = int((limit - fixed) // per_sample)
-            if smallest_oom is not None:
-                estimate = min(estimate, smallest_oom - 1)
-            if estimate > MAX_EXTRAPOLATION * largest_measured:
-                estimate = None  # too far beyond what was measured to be worth a number
-    if smallest_oom is None:
-        reason = f"no out-of-memory up to batch {largest_fit}" if largest_fit else "no size ran"
-    elif largest_fit is None:
-        reason = f"out of memory already at batch {smallest_oom}: nothing measured fits"
-    else:
-        reason = f"fits at batch {largest_fit}, out of memory at {smallest_oom}"
+    per_sample, fixed, estimate = _per_sample_cost(measured, limit, smallest_oom)
     return MemoryEdge(
         largest_fit, smallest_oom, capacity, headroom, max(with_headroom) if with_headroom else None,
-        per_sample, fixed, estimate, reason,
+        per_sample, fixed, estimate, _edge_reason(largest_fit, smallest_oom),
     )
+
+
+def _capacity(fits: Sequence[TrialResult], trials: Sequence[TrialResult]) -> int | None:
+    """The device's memory as the sizes that fit read it, else as any size did."""
+    capacity = next((t.memory.capacity_bytes for t in fits if t.memory.capacity_bytes), None)
+    if capacity is None:
+        capacity = next((t.memory.capacity_bytes for t in trials if t.memory.capacity_bytes), None)
+    return capacity
+
+
+def _per_sample_cost(measured: list[tuple[int, int]], limit: float | None,
+                     smallest_oom: int | None) -> tuple[float | None, float | None, int | None]:
+    """(bytes per sample, fixed bytes, the largest batch estimated to fit within `limit`) from a
+    linear fit of the peaks, each None where the peaks do not grow clearly linearly."""
+    fit = linear_fit([float(s) for s, _ in measured], [float(p) for _, p in measured]) if len(measured) >= 2 else None
+    # Only a clearly linear growth is a per-sample cost: on CPU the resident set of a tiny
+    # model is mostly the interpreter, and its noise must not become a "max batch".
+    if fit is None or fit[0] <= 0 or fit[2] < MIN_FIT_R_SQUARED:
+        return None, None, None
+    per_sample, fixed = fit[0], fit[1]
+    largest_measured = max(s for s, _ in measured)
+    estimate = None
+    if limit is not None and limit > fixed:
+        estimate = int((limit - fixed) // per_sample)
+        if smallest_oom is not None:
+            estimate = min(estimate, smallest_oom - 1)
+        if estimate > MAX_EXTRAPOLATION * largest_measured:
+            estimate = None  # too far beyond what was measured to be worth a number
+    return per_sample, fixed, estimate
+
+
+def _edge_reason(largest_fit: int | None, smallest_oom: int | None) -> str:
+    if smallest_oom is None:
+        return f"no out-of-memory up to batch {largest_fit}" if largest_fit else "no size ran"
+    if largest_fit is None:
+        return f"out of memory already at batch {smallest_oom}: nothing measured fits"
+    return f"fits at batch {largest_fit}, out of memory at {smallest_oom}"
 
 
 def latency_limit(trials: Sequence[TrialResult], budget_s: float) -> LatencyLimit:

@@ -24,13 +24,15 @@ from gpudoctor.judging import JudgeOptions, WritePlan, judge, write
 from gpudoctor.model import Finding, severity_rank
 from gpudoctor.output import DEFAULT_FORMATS, OutputPaths, plan_outputs
 from gpudoctor.session import Session
-from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor, say
+from gpudoctor.status import say
+from gpudoctor.supervisor import RunOptions, Supervisor
 from gpudoctor.trials.plan import TrialPlan, plan_trials
 from gpudoctor.trials.records import TrialResult, Trials
 from gpudoctor.trials.remedies import TryRequest
 from gpudoctor.trials.report import outcome_line
 from gpudoctor.trials.scratch import SHOWN, Workspace
 from gpudoctor.trials.trust import after_queue, inconclusive, prefetch_queue
+from gpudoctor.workdir import LaunchError
 
 log = logging.getLogger(__name__)
 
@@ -192,32 +194,42 @@ def _result(
     result.duration_s = round(trial.duration_s, 3)
     if before is not None and after is not None and before.steps_per_s > 0:
         result.measured_gain = round(after.steps_per_s / before.steps_per_s, 3)
+    result.status, why = _status(baseline, trial, before is None, result.measured_gain is not None)
+    if result.status == "inconclusive":
+        result.measured_gain = None
+    result.why = why if result.status != "measured" else _unapplied(trial)
+    return result
+
+
+def _status(baseline: Session, trial: Session, no_baseline: bool, gain_measured: bool) -> tuple[str, str | None]:
+    """The trial's status and why: interrupted, failed, inconclusive, not measured, or measured."""
     failed = trial.exit_code not in (0, None) and trial.stop_reason not in ("duration", "steps")
     if trial.stop_reason in ("interrupted", "terminated"):
-        result.status, result.why = "interrupted", f"the trial run was {trial.stop_reason}"
-    elif failed:
+        return "interrupted", f"the trial run was {trial.stop_reason}"
+    if failed:
         error = next((e for e in trial.errors if e.kind in ("exception", "oom")), None)
-        result.status = "failed"
-        result.why = f"the workload exited with code {trial.exit_code}" + (
+        return "failed", f"the workload exited with code {trial.exit_code}" + (
             f" ({error.type}: {error.message.splitlines()[0][:160] if error.message else ''})" if error else ""
         )
-    elif (doubt := inconclusive(baseline, trial)) is not None:
-        result.status, result.why, result.measured_gain = "inconclusive", doubt, None
-    elif result.measured_gain is None:
-        result.status = "not-measured"
-        result.why = (
+    if (doubt := inconclusive(baseline, trial)) is not None:
+        return "inconclusive", doubt
+    if not gain_measured:
+        return "not-measured", (
             "the run without the remedy had fewer than 3 steady steps"
-            if before is None
+            if no_baseline
             else "the trial run had fewer than 3 steady steps"
         )
-    else:
-        result.status = "measured"
+    return "measured", None
+
+
+def _unapplied(trial: Session) -> str | None:
+    """Why a measured trial may not measure its remedy: an override the workload never saw."""
     missed = [o for o in trial.overrides if not o.applied]
-    if result.status == "measured" and not any(o.applied for o in trial.overrides):
-        result.why = "the workload never saw the override (no matching DataLoader or module?)"
-    elif result.status == "measured" and missed:
-        result.why = "not applied: " + "; ".join(f"{o.name} ({o.note})" if o.note else o.name for o in missed[:3])
-    return result
+    if not any(o.applied for o in trial.overrides):
+        return "the workload never saw the override (no matching DataLoader or module?)"
+    if missed:
+        return "not applied: " + "; ".join(f"{o.name} ({o.note})" if o.note else o.name for o in missed[:3])
+    return None
 
 
 def _round(value: float | None) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from gpudoctor.assemble import replay_window
 from gpudoctor.collectors.windows import apply_windows, phase_words
 from gpudoctor.session import Session
 
@@ -26,7 +27,7 @@ def test_every_window_is_summarised_and_the_first_stepped_one_is_primary(tmp_pat
         {"pid": 7, "error": "profiler failed to stop/export: boom"},
     ]
     session = Session(cwd="/nowhere")
-    primary = apply_windows(events, tmp_path, session, t0=100.0)
+    primary = apply_windows(events, tmp_path, session, t0=100.0, replay=replay_window)
     assert primary == "tiny_kernels.json"
     assert [(p.index, p.label, p.step_source) for p in session.profiles] == [
         (1, "start", "time"), (2, "phase", "optimizer"), (3, "phase", "loader")]
@@ -59,7 +60,8 @@ def test_a_missing_dependency_is_named_with_its_fix(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "msgspec", None)  # import msgspec -> ModuleNotFoundError
     shutil.copy(WINDOWS / "tiny_kernels.trace.json.gz", tmp_path / "w.json")
     session = Session(cwd="/nowhere")
-    assert apply_windows([event(1, "w.json", "optimizer", "start", 1.0)], tmp_path, session, t0=0.0) is None
+    assert apply_windows([event(1, "w.json", "optimizer", "start", 1.0)], tmp_path, session, t0=0.0,
+                         replay=replay_window) is None
     reason = session.unavailable["profile"]
     assert "msgspec" in reason and "pip install msgspec" in reason
 

@@ -129,6 +129,7 @@ def test_the_profiler_window_opens_and_closes_in_process(monkeypatch, tmp_path):
         train(25)
     report = w.report()
     assert report.session.profile is not None and report.session.profile.steps >= 4
+    assert report.session.profile.replay is not None  # the recorder hands the window's replay in
     assert "trace" in w.files and w.files["trace"].stat().st_size > 0
     assert not torch.autograd._profiler_enabled()
 

@@ -64,6 +64,19 @@ def test_a_crashed_job_fails_pf901() -> None:
     assert result.status == "fail" and result.found.endswith("The run crashed: RuntimeError")
 
 
+def test_a_crashed_job_quotes_the_finding_of_a_check_declared_run_failure() -> None:
+    """Which finding says why is the checks' declaration (Check.run_failure), not an ID in preflight."""
+    from gpudoctor.registry import checks_by_id
+
+    declared = sorted(c.id for c in checks_by_id().values() if c.run_failure)
+    assert declared == ["GD001"]
+    crashed = report()
+    crashed["findings"] = [{"id": "GD102", "severity": "critical", "title": "Input pipeline stall"},
+                           {"id": "GD001", "severity": "critical", "title": "The run crashed: RuntimeError"}]
+    result = job.items(Policy(), JobRun(crashed, exit_code=1))[0]
+    assert result.found.endswith(": The run crashed: RuntimeError")
+
+
 def test_thresholds_without_a_job_are_not_checked() -> None:
     results = job.items(Policy(min_sm_activity=40, no_critical_findings=True), None)
     assert [(r.id, r.status) for r in results] == [("PF902", "not-checked"), ("PF905", "not-checked")]

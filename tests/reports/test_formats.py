@@ -49,9 +49,10 @@ def _format_choices(parser: argparse.ArgumentParser, command: str) -> tuple[str,
 
 
 def test_the_registry_gives_the_choices_suffixes_and_renderers() -> None:
-    assert formats.choices() == ("html", "json", "markdown", "junit", "terminal")
+    # terminal (shown, what a command prints by default) first, then the files: every command alike
+    assert formats.choices() == ("terminal", "html", "json", "markdown", "junit")
     assert formats.choices(files_only=True) == ("html", "json", "markdown", "junit")
-    assert formats.choices(diff=True) == ("html", "json", "markdown", "terminal")
+    assert formats.choices(diff=True) == ("terminal", "html", "json", "markdown")
     assert [formats.suffix(f) for f in formats.choices(files_only=True)] == [".html", ".json", ".md", ".junit.xml"]
     with pytest.raises(KeyError):
         formats.suffix("terminal")  # shown, never a file
@@ -59,6 +60,17 @@ def test_the_registry_gives_the_choices_suffixes_and_renderers() -> None:
         assert callable(formats.renderer(name))
     with pytest.raises(ValueError, match="unknown report format 'nope'"):
         formats.renderer("nope")
+
+
+def test_every_command_presents_its_format_choices_alike() -> None:
+    """`--format FMT`, the help opening with the choices in their order; terminal first where it is one."""
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for command in (*WRITING_COMMANDS, "diff"):
+        action = next(a for a in sub.choices[command]._actions if a.dest == "formats")
+        assert action.metavar == "FMT", command
+        assert action.help is not None and action.help.startswith("|".join(action.choices or ()) + " "), command
+        assert "terminal" not in (action.choices or ()) or (action.choices or ())[0] == "terminal", command
 
 
 def test_a_registered_format_is_a_choice_of_every_command_that_writes_reports(csv_format: ReportFormat) -> None:
