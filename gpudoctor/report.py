@@ -119,10 +119,20 @@ def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, 
     if _waits_for_data(top) and summary.get("data_wait_share") is not None:
         return f"{STAGE_VERDICT[1]}: " + "; ".join(numbers) + caveat + "."
     stage = STAGE_VERDICT.get(top.stage, "Problem")
+    if top.stage == 0 and not (top.ended_run or _run_failure(top)):
+        stage = "Measurement disturbed the run"  # GD002: gpudoctor's own cost, not a failed run
     if top.stage == 1 and summary.get("data_wait_share") is None:
         stage = "Host-bound"  # stage 1 without a DataLoader: the host itself (Python, staging copies)
     head = f"{stage}: {_lower(top.title)}"
     return head + ("; " + "; ".join(numbers) if numbers else "") + caveat + "."
+
+
+def _run_failure(finding: Finding) -> bool:
+    """Its check declares its findings the run's failure itself (Check.run_failure)."""
+    from gpudoctor.registry import checks_by_id
+
+    check = checks_by_id().get(finding.id)
+    return check is None or check.run_failure
 
 
 def _nothing_measured(summary: dict[str, Any]) -> str:
