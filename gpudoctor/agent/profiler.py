@@ -151,6 +151,35 @@ class _cupti_teardown:
         return False
 
 
+# torch.profiler's start asks `hasattr(torch, "_inductor")` to learn whether inductor's CUDA
+# graphs are on; torch answers a lazy attribute by importing it, so the first window of a run
+# that never compiled imported torch._dynamo and torch._inductor on the workload's thread:
+# 2.2 s on a CPU, most of the 3.7 s the first window took to start on an H200, a pause in a
+# 6-second inference loop that cost a third of its inferences. A run that has not imported
+# inductor has no inductor CUDA graphs, so for the start alone the attribute is not lazy.
+LAZY_INDUCTOR = "_inductor"
+
+
+class _no_lazy_inductor:
+    def __init__(self, torch: ModuleType) -> None:
+        self.torch = torch
+        self.lazy: object = None
+
+    def __enter__(self) -> _no_lazy_inductor:
+        lazy = getattr(self.torch, "_lazy_modules", None)
+        if (isinstance(lazy, (set, frozenset)) and LAZY_INDUCTOR in lazy
+                and self.torch.__name__ + "." + LAZY_INDUCTOR not in sys.modules):
+            self.lazy = lazy
+            self.torch._lazy_modules = frozenset(lazy - {LAZY_INDUCTOR})
+        return self
+
+    def __exit__(self, *exc_info: object) -> Literal[False]:
+        if self.lazy is not None:
+            self.torch._lazy_modules = self.lazy
+            self.lazy = None
+        return False
+
+
 class _Window:
     def __init__(self, source: WindowSource, label: str, n: int, key: PhaseKey, index: int) -> None:
         self.source = source
@@ -378,7 +407,7 @@ class ProfilerWindow:
         try:
             prof = profile(activities=activities, record_shapes=False, with_stack=True)
             self.teardown.__enter__()
-            with _quiet_kineto():
+            with _quiet_kineto(), _no_lazy_inductor(torch):
                 prof.start()
             self.prof = prof
             self.window.start_wall = time.time()  # the window begins once tracing runs (starting it takes a while)
