@@ -67,6 +67,7 @@ CONFIGS = {
     "diagnose": [],
     "no-loader-profile": ["--no-loader-profile"],
     "no-profile": ["--no-profile", "--no-loader-profile"],
+    "slow-sampling": ["--interval", "60"],  # the supervisor's CPU and NVML sampling almost off
 }
 
 

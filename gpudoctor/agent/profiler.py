@@ -170,12 +170,12 @@ class _no_lazy_inductor:
         if (isinstance(lazy, (set, frozenset)) and LAZY_INDUCTOR in lazy
                 and self.torch.__name__ + "." + LAZY_INDUCTOR not in sys.modules):
             self.lazy = lazy
-            self.torch._lazy_modules = frozenset(lazy - {LAZY_INDUCTOR})
+            setattr(self.torch, "_lazy_modules", frozenset(lazy - {LAZY_INDUCTOR}))  # noqa: B010 (torch's private global)
         return self
 
     def __exit__(self, *exc_info: object) -> Literal[False]:
         if self.lazy is not None:
-            self.torch._lazy_modules = self.lazy
+            setattr(self.torch, "_lazy_modules", self.lazy)  # noqa: B010 (torch's private global)
             self.lazy = None
         return False
 
