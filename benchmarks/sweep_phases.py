@@ -3,7 +3,8 @@
 Runs the sweep (or reads a finished sweep's JSON) and prints, per trial in run order,
 whether its process was reused and the seconds of each phase (close_previous: ending
 the last process; start: a fresh process up to torch imported; load: device and CUDA
-context; build: the target; warmup; measure; call: the sweep's whole wait for the
+context; build: the target; warmup; measure; fit_check: a fit probe's few untimed
+steps, in place of warmup and measure; call: the sweep's whole wait for the
 answer; reused_attempt: a first run in a reused process that failed), then the
 totals of the doubling phase (the sizes measured in full before the first
 out-of-memory) and of the edge search (fit probes past the knee, and every size from
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-PHASES = ("reused_attempt", "close_previous", "start", "load", "build", "warmup", "measure", "call")
+PHASES = ("reused_attempt", "close_previous", "start", "load", "build", "warmup", "measure", "fit_check", "call")
 
 
 def run_sweep(sweep_args: list[str], out: Path, fresh: bool) -> tuple[Path, float]:
@@ -57,7 +58,7 @@ def summarize(report: dict[str, Any], wall_s: float | None) -> dict[str, Any]:
         times = trial.get("phase_s") or {}
         # a size that failed in a reused process and ran again fresh: both runs count
         call = times.get("call", trial.get("duration_s") or 0.0) + times.get("reused_attempt", 0.0)
-        fixed = call - times.get("warmup", 0.0) - times.get("measure", 0.0)
+        fixed = call - times.get("warmup", 0.0) - times.get("measure", 0.0) - times.get("fit_check", 0.0)
         before_oom = first_oom is None or trial["order"] < first_oom
         phase = "doubling" if before_oom and not trial.get("fit_probe") else "edge"
         phases[phase] += call

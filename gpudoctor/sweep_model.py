@@ -126,6 +126,22 @@ class TrialGpu:
 
 
 @dataclass(frozen=True)
+class TrialFitCheck:
+    """How a size run only to learn whether it fits was run: a few steps, untimed."""
+
+    steps: int = json_field(0, always=True, doc="steps run, the first included (where autotuners and "
+                                                  "workspaces allocate), each synchronised; no warm-up rule, "
+                                                  "no timed window")
+    cudnn_benchmark: bool | None = json_field(None, always=True,
+                                              doc="torch.backends.cudnn.benchmark during the check; null: no cuDNN")
+    cudnn_benchmark_target: bool | None = json_field(None, always=True,
+                                                     doc="the setting the target had made (restored after the "
+                                                         "check; timed sizes always run with it)")
+    note: str = json_field("", always=True)
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
 class SweepTrial:
     """One batch size: measured, out of memory, failed or skipped."""
 
@@ -147,6 +163,11 @@ class SweepTrial:
     fit_probe: bool | None = json_field(None, omit_none=True,
                                         doc="true: a size past the knee run only to learn whether it fits (few timed "
                                             "iterations): its memory counts, not its timing; absent otherwise")
+    fit_check: TrialFitCheck | None = json_field(None, omit_none=True,
+                                                 doc="set when the size ran as a fit check (a few steps to the peak "
+                                                     "memory, untimed: its timing block holds those steps); absent "
+                                                     "for a timed size and in older reports, whose fit probes ran "
+                                                     "the warm-up and three timed iterations")
     process_reused: bool | None = json_field(None, omit_none=True,
                                              doc="true: ran in the process of an earlier size (far from the memory "
                                                  "edge; its peak statistics reset between sizes); false: in a fresh "
@@ -244,6 +265,14 @@ class SearchSummary:
                                         doc="the edge search stops once the bracket is within this fraction of "
                                             "the size that fits")
     max_edge_trials: int = json_field(0, always=True, doc="the most sizes the edge search tries")
+    edge_bound: int | None = json_field(None, omit_none=True,
+                                        doc="the size the edge search took to run out of memory while none had (the "
+                                            "device's capacity at 1/1.25 of the line's bytes a sample); no size "
+                                            "above it was tried unless one at it fitted; absent: none was needed")
+    prediction_low: bool | None = json_field(None, omit_none=True,
+                                             doc="true: a size at or above the predicted edge fitted, and the search "
+                                                 "then halved the gap toward the first OOM or the bound; absent "
+                                                 "otherwise")
     extra: Mapping[str, Any] = extra_field()
 
 

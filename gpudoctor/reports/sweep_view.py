@@ -91,7 +91,11 @@ def trial_rows(report: SweepReport) -> list[dict[str, str]]:
         notes = list(labels.get(size, [])) if trial.status == "ok" else []
         if budget and timing is not None and _num(timing.latency_p50_s) and timing.latency_p50_s > budget:
             notes.append("over latency budget")
-        if trial.fit_probe:
+        if trial.fit_probe and trial.fit_check is not None:
+            autotune = (", cuDNN autotuning off" if trial.fit_check.cudnn_benchmark_target
+                        and not trial.fit_check.cudnn_benchmark else "")
+            notes.append(f"fit check: memory only ({trial.fit_check.steps} steps, not timed{autotune})")
+        elif trial.fit_probe:
             notes.append("fit probe: memory only, throughput not measured")
         elif trial.status == "ok" and not (timing is not None and timing.stable):
             notes.append("not stable")

@@ -140,6 +140,43 @@ def warm_up(step: Callable[[], None], timer: Timer, rule: WarmupRule) -> Warmup:
                                                  f"falling ({times[-1] * 1e3:.3g} ms last)")
 
 
+def fit_check(step: Callable[[], None], timer: Timer, steps: int, batch_size: int) -> Timing:
+    """`steps` steps, each synchronised, to learn whether the size fits: the first step
+    allocates what autotuners and workspaces take, the ones after it what the optimizer
+    adds (its state is made in the first step's update). No warm-up rule, no timed window:
+    the host times below are for the record, not a throughput measurement."""
+    times: list[float] = []
+    start = time.perf_counter()
+    for _ in range(max(1, steps)):
+        before = time.perf_counter()
+        step()
+        timer.sync()
+        times.append(time.perf_counter() - before)
+    wall = time.perf_counter() - start
+    after = times[1:] or times
+    measured = sum(after)
+    median = percentile(after, 50) or 0.0
+    return Timing(
+        timer="perf_counter",
+        iterations=len(after),
+        measured_s=measured,
+        wall_s=wall,
+        warmup_iterations=len(times) - len(after),
+        warmup_s=times[0] if len(times) > len(after) else 0.0,
+        step_time_mean_s=measured / len(after),
+        step_time_median_s=median,
+        latency_p50_s=median,
+        latency_p90_s=percentile(after, 90) or 0.0,
+        latency_p99_s=percentile(after, 99) or 0.0,
+        samples_per_s=batch_size * len(after) / measured if measured > 0 else 0.0,
+        stable=False,
+        rel_ci_half_width=None,
+        drift=None,
+        stop_reason=f"fit check: {len(times)} steps to the peak memory, not timed",
+        warmup_stop_reason="fit check: no warm-up (the first step is one of the steps)",
+    )
+
+
 def timed_loop(
     step: Callable[[], None],
     timer: Timer,

@@ -49,6 +49,12 @@ class TrialSpec:
     drift_target: float = 0.05  # first-half vs second-half median, relative
     tail_target: float = 2.0  # p90 / median: above it a size is not stable
     sample_gpu: bool = True
+    # > 0: a fit check, run only to learn whether the size fits: this many steps (the first
+    # included), each synchronised, to the peak memory; no warm-up rule, no timed window
+    fit_check_steps: int = 0
+    # a fit check's cuDNN autotuning: None leaves torch.backends.cudnn.benchmark as the
+    # target set it; False turns it off for the check only (restored afterwards)
+    fit_check_cudnn_benchmark: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -107,6 +113,16 @@ class Memory:
 
 
 @dataclass
+class FitCheck:
+    """How a size run only to learn whether it fits was run (no timed window)."""
+
+    steps: int  # the steps run, the first included (where autotuners and workspaces allocate)
+    cudnn_benchmark: bool | None  # torch.backends.cudnn.benchmark during the check (None: no cuDNN)
+    cudnn_benchmark_target: bool | None  # ... as the target had set it
+    note: str  # in words
+
+
+@dataclass
 class GpuActivity:
     """What NVML saw during the timed window of one size."""
 
@@ -145,6 +161,9 @@ class TrialResult:
     # a size past the knee run only to learn whether it fits (few timed iterations): its
     # memory counts, its timing is not a throughput or latency measurement
     fit_probe: bool = False
+    # set when the size ran as a fit check (TrialSpec.fit_check_steps): a few steps to the
+    # peak memory, untimed; None: timed as usual (warm-up, then the timed window)
+    fit_check: FitCheck | None = None
     # True: ran in a process that had already run an earlier size (gpudoctor.sweep.reuse);
     # False: in a fresh one; None: not said (a result from before processes were reused)
     process_reused: bool | None = None
@@ -169,6 +188,8 @@ class TrialResult:
         values["memory"] = Memory(**_known(Memory, values.get("memory") or {}))
         if values.get("gpu") is not None:
             values["gpu"] = GpuActivity(**_known(GpuActivity, values["gpu"]))
+        if values.get("fit_check") is not None:
+            values["fit_check"] = FitCheck(**_known(FitCheck, values["fit_check"]))
         if values.get("status") not in STATUSES:
             raise ValueError(f"unknown trial status {values.get('status')!r}")
         return cls(**values)

@@ -69,6 +69,7 @@ def search_summary(plan: SearchPlan, outcome: SearchOutcome) -> SearchSummary:
             sizes=list(predicted.sizes),
         ) if predicted is not None else None,
         predict_edge=plan.predict_edge, edge_resolution=EDGE_RESOLUTION, max_edge_trials=plan.max_edge_trials,
+        edge_bound=outcome.edge_bound, prediction_low=True if outcome.prediction_low else None,
     )
 
 

@@ -166,7 +166,8 @@ class SubprocessRunner:
         return self._trial(replace(self.base, batch_size=batch_size), "")
 
     def probe(self, batch_size: int) -> TrialResult:
-        """A fit probe: the sweep's warm-up, then a few timed iterations."""
+        """A fit probe: with `probe_base` from gpudoctor.commands.sweep.probe_spec, a fit
+        check (a few steps to the peak memory, untimed)."""
         return self._trial(replace(self.probe_base, batch_size=batch_size), ".probe")
 
     def close(self) -> None:

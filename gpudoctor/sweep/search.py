@@ -6,22 +6,29 @@ Search mode:
    knee: gpudoctor.sweep.analysis) and the largest size measured was stable, a size
    runs out of memory, reaches `max_batch`, or its p50 latency exceeds the budget.
 2. Past the knee only the memory edge is left to find, and sizes past the knee run as
-   fit probes (the warm-up, where memory peaks, then a few timed iterations:
-   `probe_runner`); their throughput is not measured. A straight line through the peak
-   memory of the largest sizes measured (`predict_edge`) predicts where memory runs
-   out; the search jumps there instead of doubling through every size: a probe just
-   below the predicted edge (2% under it), then one just above (2% over it), each
-   prediction refitted with the peaks the probes add. Without a usable fit it doubles
-   (as probes). With a latency budget it keeps doubling in full (the latency limit
-   needs measured sizes), as it does while no knee is found.
+   fit probes (a few steps, to the peak memory, untimed: `probe_runner`); their
+   throughput is not measured. A straight line through the peak memory of the largest
+   sizes measured (`predict_edge`) predicts where memory runs out; the search jumps
+   there instead of doubling through every size: a probe just below the predicted edge
+   (2% under it), then one just above it (5% above the largest size that fit: an OOM
+   there resolves the edge), each prediction refitted with the peaks the probes add.
+   A size at or above the predicted edge that fits proves the line low (near the edge
+   the caching allocator gives back the slack its peaks carried at smaller sizes, and
+   cuDNN settles for smaller workspaces): from then on each size halves the gap between
+   the largest size that fit and the smallest known or taken to fail: the first OOM,
+   or while there is none `upper_bound` (the size that would fill the device's whole
+   memory at 1/BOUND_FACTOR of the line's bytes a sample). No size goes above that
+   bound unless one at the bound fits (the bound then doubles). Without a usable fit it
+   doubles (as probes). With a latency budget it keeps doubling in full (the latency
+   limit needs measured sizes), as it does while no knee is found.
 3. Once one size fits and a larger one does not, the bracket is narrowed until the
    edge is known within EDGE_RESOLUTION (5%) of the size that fits (sizes above 64 are
    multiples of 8, which tensor cores like: no multiple of 8 between the two also ends
    it), by the prediction where it has one (alternating with plain midpoints when it
-   misses) and by midpoints otherwise. Steps 2 and 3 together try at most
-   `max_edge_trials` (5) sizes. When the knee lies below a size it runs as a fit
-   probe; otherwise (the throughput still climbs: the edge may be the recommendation)
-   it is measured in full.
+   overshoots; only midpoints once it proved low) and by midpoints otherwise. Steps 2
+   and 3 together try at most `max_edge_trials` (5) sizes. When the knee lies below a
+   size it runs as a fit probe; otherwise (the throughput still climbs: the edge may be
+   the recommendation) it is measured in full.
 `predict_edge=False` is the previous search: doubling in full to the first OOM, then
 midpoints. `bisect=False` keeps only the doubling in full, to the first OOM.
 
@@ -50,6 +57,13 @@ EDGE_RESOLUTION = 0.05  # the edge search stops once hi - lo <= 5% of lo
 MAX_EDGE_TRIALS = 5  # ... or after this many sizes past the knee / in the bracket
 EDGE_MARGIN = 0.02  # probes 2% below and 2% above a predicted edge: a 4% bracket if it is right
 FIT_POINTS = 3  # the peak-memory line goes through the largest sizes measured (small ones are mostly fixed cost)
+# While no size has run out of memory, the edge search takes a size to fail once the
+# device's whole memory would be full at 1/BOUND_FACTOR of the line's bytes a sample. The
+# line overstates the bytes a sample needs near the edge: on the H200 (ResNet-50 fp32
+# training) it said 91.4 MiB a sample from sizes 128-512, and sizes fitted up to 80.6 MiB a
+# sample (allocated; the allocator's cached slack, about 15% of its reserve at mid sizes, is
+# given back under pressure). 1.25 leaves room for 20% more than that.
+BOUND_FACTOR = 1.25
 ROUND_ABOVE = 64
 ROUND_TO = 8
 MAX_CONSECUTIVE_ERRORS = 3
@@ -88,6 +102,8 @@ class SearchOutcome:
     failed: bool = False  # stopped on a failure of the target (not OOM, not a limit)
     interrupted: bool = False
     edge_prediction: EdgePrediction | None = None  # the first prediction the edge search used
+    edge_bound: int | None = None  # the size taken to fail while no OOM was seen (the last one used)
+    prediction_low: bool = False  # a size at or above the predicted edge fitted: halving toward the bound
 
 
 class TargetRejected(Exception):
@@ -153,6 +169,16 @@ def predict_edge(trials: Sequence[TrialResult]) -> EdgePrediction | None:
     return EdgePrediction(edge, slope, intercept, limit, tuple(s for s, _ in points))
 
 
+def upper_bound(predicted: EdgePrediction, trials: Sequence[TrialResult]) -> int:
+    """The smallest size the edge search takes to run out of memory while none has: where
+    the device's whole memory (its capacity, not the free memory the prediction is made
+    against) would be full at 1/BOUND_FACTOR of the line's bytes a sample, beyond the
+    line's fixed bytes; never below BOUND_FACTOR times the predicted edge."""
+    capacity = max((t.memory.capacity_bytes for t in trials if t.memory.capacity_bytes), default=0)
+    room = (max(capacity, predicted.limit_bytes) - max(0.0, predicted.fixed_bytes)) / predicted.per_sample_bytes
+    return on_grid(max(room, predicted.batch_size) * BOUND_FACTOR, up=True)
+
+
 class _Search:
     def __init__(self, plan: SearchPlan, runner: Callable[[int], TrialResult],
                  progress: Callable[[TrialResult], None] | None,
@@ -167,6 +193,9 @@ class _Search:
         self._missed = False  # ... and it did the opposite: a midpoint next
         self.first_prediction: EdgePrediction | None = None
         self._doubled = False  # the last unbracketed edge size was a plain doubling (no prediction)
+        self._guess: float | None = None  # the predicted edge the last edge size was chosen by
+        self.low = False  # a size at or above the predicted edge fitted: the line is low, halve the gap
+        self.bound: int | None = None  # while no OOM is known: the size taken to fail (upper_bound)
 
     def run(self, size: int, probe: bool = False) -> TrialResult:
         if probe and self.probe_runner is not None:
@@ -267,26 +296,38 @@ class _Search:
 
     def next_size(self, lo: int, hi: int | None) -> int | None:
         """The next size of the edge search; None when the edge is resolved or the limit fits."""
+        self._guess = None
         if hi is not None:
             return self._inside(lo, hi)
         if lo >= self.plan.max_batch:
             return None
         predicted = self.prediction()
-        self._doubled = predicted is None
-        if predicted is None:
-            size = 2 * lo
+        if predicted is not None and self.bound is None:
+            self.bound = upper_bound(predicted, self.outcome.trials)
+        self._doubled = predicted is None and self.bound is None
+        if self.bound is None:
+            return min(2 * lo, self.plan.max_batch)  # no line to predict from: doubling
+        if self.bound <= lo:  # a size at the bound fitted: the bound was wrong, double it
+            self.bound = on_grid(2 * lo, up=True)
+        if predicted is not None and predicted.batch_size < lo:
+            self.low = True  # the refitted line says a size that fitted does not fit
+        if self.low or predicted is None:
+            return self._toward(lo, self.bound)
+        below = on_grid(predicted.batch_size * (1 - EDGE_MARGIN), up=False)
+        if below - lo > max(1.0, lo * EDGE_RESOLUTION):
+            size = below  # jump to just below the predicted edge
         else:
-            below = on_grid(predicted.batch_size * (1 - EDGE_MARGIN), up=False)
-            if below - lo > max(1.0, lo * EDGE_RESOLUTION):
-                size = below  # jump to just below the predicted edge
-            else:  # at the prediction already (or past it): just above it, where an OOM resolves the edge
-                highest = on_grid(lo * (1 + EDGE_RESOLUTION), up=False)
-                size = min(on_grid(predicted.batch_size * (1 + EDGE_MARGIN), up=True), highest)
-                past = predicted.batch_size * (1 + EDGE_MARGIN) <= lo  # the line says lo should not fit: step up
-                size = max(size, highest if past else on_grid(lo + 1, up=True))
-                if size <= lo:
-                    size = on_grid(lo + 1, up=True)
-        return min(size, self.plan.max_batch)
+            # at the prediction already (or past it): the largest size where an OOM still
+            # resolves the edge; a fit there proves the line low
+            size = max(on_grid(lo * (1 + EDGE_RESOLUTION), up=False), on_grid(lo + 1, up=True))
+        self._guess = predicted.batch_size
+        return min(size, self.bound, self.plan.max_batch)
+
+    def _toward(self, lo: int, hi: int) -> int:
+        """Halve the gap between a fitting `lo` and the size `hi` taken to fail; the bound
+        itself once `lo` is within the resolution of it."""
+        mid = midpoint(lo, hi)
+        return min(mid if mid is not None else hi, self.plan.max_batch)
 
     def _inside(self, lo: int, hi: int) -> int | None:
         """A size strictly between a fitting `lo` and a failing `hi`: the predicted edge
@@ -295,7 +336,7 @@ class _Search:
         if mid is None:
             return None
         predicted = self.prediction()
-        if predicted is None or self._missed:
+        if predicted is None or self._missed or self.low:
             return mid
         lowest = lo * (1 + EDGE_RESOLUTION)  # an OOM at or below it resolves the bracket
         highest = hi / (1 + EDGE_RESOLUTION)  # a fit at or above it does
@@ -309,6 +350,7 @@ class _Search:
         if not lo < size < hi:
             return mid
         self._expect_fit = expect_fit
+        self._guess = edge
         return size
 
     def edge(self, lo: int, hi: int | None) -> None:
@@ -324,6 +366,8 @@ class _Search:
             result = self.run(size, probe=self.past_the_knee(size))
             self._missed = self._expect_fit is not None and result.ok != self._expect_fit
             self._expect_fit = None
+            if result.ok and self._guess is not None and size >= self._guess:
+                self.low = True  # fits at or above the predicted edge: halve the gap from now on
             if result.ok:
                 lo = size
             elif result.status == records.OOM:
@@ -338,6 +382,9 @@ class _Search:
         predicted = self.first_prediction
         basis = (f"; predicted at ~{predicted.batch_size:.0f} from {format_bytes(int(predicted.per_sample_bytes))} "
                  f"a sample" if predicted is not None else "")
+        if predicted is not None and self.low:
+            bound = f" from the bound {self.bound}" if self.bound is not None else ""
+            basis += f", which proved low: then halving the gap{bound}"
         sizes = f"{tried} edge size{'s' if tried != 1 else ''}{basis}"
         if hi is None and lo >= self.plan.max_batch:
             return f"; reached the size limit ({self.plan.max_batch}), which fits ({sizes})"
@@ -389,4 +436,6 @@ def run_search(
         search.outcome.interrupted = True
         search.outcome.stop_reason = "interrupted (Ctrl-C or SIGTERM)"
     search.outcome.edge_prediction = search.first_prediction
+    search.outcome.edge_bound = search.bound
+    search.outcome.prediction_low = search.low
     return search.outcome

@@ -17,6 +17,7 @@ from gpudoctor.sweep import records
 from gpudoctor.sweep.analysis import analyze
 from gpudoctor.sweep.records import Memory, TrialResult
 from gpudoctor.sweep.search import (
+    BOUND_FACTOR,
     EDGE_RESOLUTION,
     MAX_EDGE_TRIALS,
     SearchPlan,
@@ -112,14 +113,15 @@ def test_the_h200_resnet50_curve_jumps_to_the_predicted_edge() -> None:
     outcome = run_search(plan, gpu.full, probe_runner=gpu.probe)
     # measured in full until the knee (256) shows, i.e. up to twice the knee ...
     assert gpu.sizes("full") == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
-    # ... then one probe just below the predicted edge (1700, minus 2%) and one just above
-    assert gpu.sizes("probe") == [1664, 1736]
+    # ... then one probe just below the predicted edge (1700, minus 2%) and one just above,
+    # 5% above the size that fit (an OOM there resolves the edge; a fit would prove the line low)
+    assert gpu.sizes("probe") == [1664, 1744]
     assert len(gpu.log) == 12  # the previous search ran 16: 1..2048 in full, then 4 bisection probes
-    assert check_edge(gpu, outcome.trials) == (1664, 1736)
+    assert check_edge(gpu, outcome.trials) == (1664, 1744)
     assert analyze(outcome.trials, 0.1, None).knee.batch_size == exhaustive(gpu, plan)[0] == 256
     assert all(t.fit_probe for t in outcome.trials if t.batch_size > 512)
     assert outcome.edge_prediction is not None and int(outcome.edge_prediction.batch_size) == 1700
-    assert "memory edge bisected to between 1664 and 1736 (2 edge sizes" in outcome.stop_reason
+    assert "memory edge bisected to between 1664 and 1744 (2 edge sizes" in outcome.stop_reason
     assert outcome.stop_reason.startswith("knee at batch 256 (sizes measured in full up to 512)")
 
 
@@ -224,7 +226,7 @@ def test_a_knee_on_unstable_sizes_keeps_measuring_in_full() -> None:
 
     run_search(SearchPlan(max_batch=4096), noisy, probe_runner=gpu.probe)
     assert gpu.sizes("full") == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]  # 1024 stable: the knee holds
-    assert gpu.sizes("probe") == [1664, 1736]
+    assert gpu.sizes("probe") == [1664, 1744]
 
 
 def test_a_latency_budget_keeps_measuring_in_full() -> None:
@@ -257,3 +259,120 @@ def test_the_prediction_fits_the_largest_sizes() -> None:
 def test_sizes_on_the_grid() -> None:
     assert on_grid(1666.5, up=False) == 1664 and on_grid(1734.5, up=True) == 1736
     assert on_grid(1664.0, up=True) == 1664 and on_grid(37.4, up=True) == 38 and on_grid(37.4, up=False) == 37
+
+
+# The H200 run of 2026-12-04 (issue 27): ResNet-50 fp32 training, knee 256, the line through
+# the peaks of 128-512 said 91.4 MiB a sample and an edge at ~1507, while sizes fitted up to
+# 1664-1727 (1728 ran out of memory). Near the edge the caching allocator gives back the
+# slack its reserve carried at smaller sizes (measured on the H200: 97.5 GiB reserved for
+# 83.0 GiB allocated at 1024, 137.4 GiB for 134.7 GiB at 1664), so the reserved peak of a
+# size that fits sits at the limit instead of on the line, and each refitted prediction
+# stays just above the last size that fitted. The previous search crept up in 2-5% steps
+# (1472, 1528, 1560, 1632, 1712: all fit, no bracket after five probes).
+H200_FREE = int(137.9 * GIB)
+H200_CAPACITY = int(139.8 * GIB)
+LINE_PER_SAMPLE = 91.4 * MIB
+LINE_FIXED = H200_FREE - 1507 * LINE_PER_SAMPLE  # the line through 128-512 meets the free memory at 1507
+TRUE_EDGE = 1700
+
+
+@dataclass
+class LowLineGpu(SyntheticGpu):
+    """SYNTHETIC: sizes up to `edge` fit; the peaks of the sizes measured in full lie on
+    the line (edge predicted at 1507). `shape` says what a size past 512 that fits reports:
+    "saturating" (the reserve squeezed to just under the free memory, as on the H200) or
+    "concave" (the true curve, bending down to meet the free memory at `edge`)."""
+
+    edge: int = TRUE_EDGE
+    shape: str = "saturating"
+
+    def fits(self, size: int) -> bool:
+        return size <= self.edge
+
+    def _trial(self, size: int, kind: str) -> TrialResult:
+        result = super()._trial(size, kind)
+        if result.ok:
+            result.memory.peak_reserved_bytes = int(self.reported(size))
+        return result
+
+    def reported(self, size: int) -> float:
+        on_the_line = LINE_FIXED + LINE_PER_SAMPLE * size
+        if size <= 512:
+            return on_the_line
+        if self.shape == "saturating":
+            return min(on_the_line, self.free - 0.3 * GIB)
+        at_512 = LINE_FIXED + LINE_PER_SAMPLE * 512
+        return at_512 + (self.free - at_512) * (size - 512) / (self.edge + 0.5 - 512)
+
+
+def low_line_gpu(shape: str, edge: int = TRUE_EDGE, rate: Callable[[int], float] | None = None) -> LowLineGpu:
+    return LowLineGpu(rate or flat_after(256), lambda b: 0.0, free=H200_FREE, capacity=H200_CAPACITY,
+                      edge=edge, shape=shape)
+
+
+@pytest.mark.parametrize("shape", ["saturating", "concave"])
+def test_a_low_prediction_halves_the_gap_toward_the_bound(shape: str) -> None:
+    gpu = low_line_gpu(shape)
+    outcome = run_search(SearchPlan(max_batch=4096), gpu.full, probe_runner=gpu.probe)
+    assert gpu.sizes("full") == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    assert outcome.edge_prediction is not None and round(outcome.edge_prediction.batch_size) == 1507
+    probes = gpu.sizes("probe")
+    assert len(probes) <= MAX_EDGE_TRIALS
+    # no out-of-memory was seen: the bound, where the whole device would be full at 1/1.25
+    # of the line's bytes a sample, is the size taken to fail; nothing above it is tried
+    assert outcome.edge_bound == on_grid((H200_CAPACITY - LINE_FIXED) * BOUND_FACTOR / LINE_PER_SAMPLE, up=True)
+    assert max(probes) <= outcome.edge_bound
+    lo, hi = check_edge(gpu, outcome.trials)  # the edge, within 5%
+    if shape == "concave":
+        # the peaks the probes add refit the line: the jump from the first probe lands near the edge
+        assert probes == [1472, 1648, 1728] and not outcome.prediction_low
+        return
+    # the peaks at the limit leave each refitted prediction just above the last fit: the size
+    # 5% above it fits too, which proves the line low; from then on no small steps, each size
+    # halves the gap between the largest fit and the smallest size known or taken to fail
+    assert outcome.prediction_low and "which proved low" in outcome.stop_reason
+    assert probes == [1472, 1544, (1544 + 1912) // 2, 1632, 1680] and outcome.edge_bound == 1912
+    assert (lo, hi) == (1680, 1728)
+
+
+@pytest.mark.parametrize("shape", ["saturating", "concave"])
+def test_a_low_prediction_inside_a_bracket_halves_toward_the_oom(shape: str) -> None:
+    """Throughput still climbing: every size is measured in full, to the OOM at 2048."""
+    gpu = low_line_gpu(shape, rate=lambda b: 10.0 * b)
+    gpu.reported = lambda size: LINE_FIXED + LINE_PER_SAMPLE * size if size <= 1024 else LowLineGpu.reported(gpu, size)
+    outcome = run_search(SearchPlan(max_batch=4096), gpu.full, probe_runner=gpu.probe)
+    ran = [size for size, _ in gpu.log]
+    assert ran[:12] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
+    edge_sizes = ran[12:]
+    assert len(edge_sizes) <= MAX_EDGE_TRIALS and max(edge_sizes) < 2048  # never at or above the known OOM
+    check_edge(gpu, outcome.trials)
+    if shape == "saturating":
+        # 1472 fits as predicted, 1544 (above the line's edge) fits too: midpoints from then on
+        assert edge_sizes == [1472, 1544, 1792, 1664, 1728] and outcome.prediction_low
+        assert outcome.edge_bound is None  # an OOM was known: no bound derived
+    else:
+        assert edge_sizes == [1472, 1624, 1704]
+
+
+@pytest.mark.parametrize("shape", ["saturating", "concave"])
+@pytest.mark.parametrize("edge", [1480, 1520, 1600, 1700, 1800, 1900])
+def test_an_edge_anywhere_up_to_the_bound_is_found_in_five_probes(shape: str, edge: int) -> None:
+    gpu = low_line_gpu(shape, edge=edge)
+    outcome = run_search(SearchPlan(max_batch=4096), gpu.full, probe_runner=gpu.probe)
+    probes = gpu.sizes("probe")
+    assert len(probes) <= MAX_EDGE_TRIALS and max(probes) <= (outcome.edge_bound or 0)
+    check_edge(gpu, outcome.trials)
+
+
+@pytest.mark.parametrize("shape", ["saturating", "concave"])
+def test_an_edge_past_the_bound_moves_the_bound(shape: str) -> None:
+    """A line that overstates the bytes a sample by more than BOUND_FACTOR: the size at the
+    bound fits, the bound doubles; the search stops at its five sizes with what it knows."""
+    gpu = low_line_gpu(shape, edge=2600)
+    outcome = run_search(SearchPlan(max_batch=4096), gpu.full, probe_runner=gpu.probe)
+    probes = gpu.sizes("probe")
+    assert len(probes) <= MAX_EDGE_TRIALS and all(gpu.fits(size) or size > 2600 for size in probes)
+    trials = outcome.trials
+    edge = analyze(trials, 0.1, None).memory
+    assert edge.largest_fit is not None and edge.largest_fit <= 2600
+    assert edge.smallest_oom is None or edge.smallest_oom > 2600

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpudoctor.sweep import records
@@ -153,12 +155,17 @@ def test_the_bisection_is_bounded() -> None:
     assert outcome.stop_reason.endswith("memory edge bisected to between 1024 and 1280 (at most 2 edge sizes)")
 
 
-def test_a_fit_probe_runs_few_iterations() -> None:
-    from gpudoctor.commands.sweep import PROBE_ITERS, probe_spec
+def test_a_fit_probe_is_a_fit_check_without_a_steady_window() -> None:
+    """A size run only to learn whether it fits: the first step and two more, untimed; no
+    warm-up until the steps stop getting faster, no steady window, and cuDNN autotuning
+    off for the check only. The sizes timed in full keep the sweep's (and the target's)
+    settings."""
+    from gpudoctor.commands.sweep import FIT_CHECK_STEPS, probe_spec
     from gpudoctor.sweep.records import TrialSpec
 
     base = TrialSpec(target="m.py:build", mode="train", batch_size=1, max_time_s=10.0)
     probe = probe_spec(base)
-    assert (probe.min_iters, probe.max_iters, probe.max_time_s) == (PROBE_ITERS, PROBE_ITERS, 2.0)
-    # the warm-up, where memory peaks, is kept
-    assert (probe.warmup_min_iters, probe.warmup_min_s) == (base.warmup_min_iters, base.warmup_min_s)
+    assert FIT_CHECK_STEPS == 3 and probe.fit_check_steps == FIT_CHECK_STEPS
+    assert probe.fit_check_cudnn_benchmark is False
+    assert base.fit_check_steps == 0 and base.fit_check_cudnn_benchmark is None  # timed: as the target sets it
+    assert dataclasses.replace(probe, fit_check_steps=0, fit_check_cudnn_benchmark=None) == base

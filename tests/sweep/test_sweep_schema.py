@@ -81,3 +81,46 @@ def test_renderers_take_the_typed_model() -> None:
     model = SweepReport.from_dict(data)
     assert sweep_terminal.to_text(model, width=160) == sweep_terminal.to_text(data, width=160)
     assert sweep_html.render(model) == (GOLDEN / "gpu_infer_budget.sweep.html").read_text(encoding="utf-8")
+
+
+def test_fit_checked_sizes_are_told_apart_from_timed_ones(validator: Any) -> None:
+    """The edge search's fit checks (a few untimed steps) next to the sizes timed in full:
+    the JSON says which is which (fit_probe, fit_check), the table too, and it fits the schema."""
+    import dataclasses
+
+    from gpudoctor.reports.sweep_view import trial_rows
+    from gpudoctor.sweep.records import FitCheck, TrialSpec
+    from gpudoctor.sweep.report import build_sweep_report
+    from gpudoctor.sweep.search import SearchPlan, run_search
+
+    from .test_edge_search import low_line_gpu
+
+    gpu = low_line_gpu("saturating")
+
+    def check(size: int) -> Any:
+        result = gpu.probe(size)
+        return dataclasses.replace(result, fit_check=FitCheck(3, False, True, "cuDNN autotuning off for this check"))
+
+    plan = SearchPlan(max_batch=4096)
+    outcome = run_search(plan, gpu.full, probe_runner=check)
+    spec = TrialSpec(target="t.py:build", mode="train", batch_size=1, device="cuda")
+    report = build_sweep_report(target="t.py:build", spec=spec, plan=plan, outcome=outcome, headroom=0.1,
+                                command=["gpudoctor", "sweep", "t.py:build", "--mode", "train"], duration_s=1.0)
+    data = report.to_dict()
+    validator.validate(data)
+    assert SweepReport.from_dict(data).to_dict() == data
+    timed = [t["batch_size"] for t in data["trials"] if "fit_check" not in t and t["status"] == "ok"]
+    checked = [t["batch_size"] for t in data["trials"] if t.get("fit_check")]
+    assert timed == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    assert checked == [1472, 1544, 1632, 1680, 1728]  # 1728 ran out of memory in its check
+    first = next(t for t in data["trials"] if t.get("fit_check"))
+    assert first["fit_probe"] is True and first["fit_check"]["steps"] == 3
+    assert first["fit_check"]["cudnn_benchmark"] is False and first["fit_check"]["cudnn_benchmark_target"] is True
+    search = data["search"]
+    assert (search["sizes_measured"], search["sizes_probed"], search["sizes_failed"]) == (10, 4, 1)
+    assert search["edge_bound"] == 1912 and search["prediction_low"] is True
+    notes = {row["batch"]: row["notes"] for row in trial_rows(report)}
+    assert "fit check: memory only (3 steps, not timed, cuDNN autotuning off)" in notes["1472"]
+    assert "fit check" not in notes["512"]
+    older = synthetic_report()  # a report without the new fields still loads
+    assert "edge_bound" not in older["search"] and all("fit_check" not in t for t in older["trials"])

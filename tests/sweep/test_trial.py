@@ -192,3 +192,78 @@ def test_gpu_window_sampler_without_nvml_says_why() -> None:
     activity.start()
     result = activity.stop()
     assert result.sm_activity_percent is None and "NVML" in result.unavailable["nvml"]
+
+
+COUNTING_TARGET = """
+import os
+import torch
+from torch import nn
+
+
+class Counting(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 2)
+
+    def forward(self, x):
+        with open(os.environ["STEP_LOG"], "a") as log:
+            log.write("step\\n")
+        return self.linear(x)
+
+
+def build(batch_size=None):
+    return Counting(), lambda n: torch.randn(n, 4)
+"""
+
+
+@pytest.mark.parametrize("mode", ["infer", "train"])
+def test_a_fit_check_runs_three_steps_and_no_timed_window(
+    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "counting.py"
+    target.write_text(COUNTING_TARGET)
+    log = tmp_path / "steps.log"
+    monkeypatch.setenv("STEP_LOG", str(log))
+    # settings that would hold a timed size for seconds: a fit check ignores them
+    result = trial(f"{target}:build", mode=mode, warmup_min_s=5.0, min_time_s=5.0, min_iters=50,
+                   fit_check_steps=3, fit_check_cudnn_benchmark=False)
+    assert result.status == records.OK, result.message
+    assert log.read_text().count("step") == 3  # the first step and two more, nothing else
+    timing = result.timing
+    assert timing is not None and timing.iterations == 2 and timing.warmup_iterations == 1
+    assert not timing.stable and timing.stop_reason.startswith("fit check: 3 steps")
+    assert timing.warmup_stop_reason.startswith("fit check: no warm-up")
+    assert result.fit_check is not None and result.fit_check.steps == 3
+    assert result.fit_check.cudnn_benchmark is None  # CPU: no cuDNN to set
+    assert "fit_check" in result.phase_s and "warmup" not in result.phase_s and "measure" not in result.phase_s
+    assert result.gpu is None and result.gpu_unavailable == "fit check: no timed window"
+    assert result.memory.peak_rss_bytes and result.memory.peak_rss_bytes > 0
+    assert TrialResult.from_dict(result.to_dict()) == result
+
+
+class _FakeCudnn:
+    def __init__(self, benchmark: bool) -> None:
+        self.benchmark = benchmark
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+
+@pytest.mark.parametrize("target_set", [True, False])
+def test_a_fit_check_turns_cudnn_autotuning_off_and_back(target_set: bool) -> None:
+    from types import SimpleNamespace
+
+    from gpudoctor.sweep.trial import _cudnn_benchmark
+
+    cudnn = _FakeCudnn(target_set)
+    fake_torch = SimpleNamespace(backends=SimpleNamespace(cudnn=cudnn))
+    gpu = SimpleNamespace(type="cuda")
+    with _cudnn_benchmark(fake_torch, gpu, False) as (running, before):
+        assert (running, before, cudnn.benchmark) == (False, target_set, False)
+    assert cudnn.benchmark is target_set  # the target's setting again, for the sizes timed after it
+    with pytest.raises(RuntimeError), _cudnn_benchmark(fake_torch, gpu, False):
+        raise RuntimeError("CUDA out of memory (the check failed)")
+    assert cudnn.benchmark is target_set
+    with _cudnn_benchmark(fake_torch, gpu, None) as (running, before):  # None: as the target set it
+        assert running is before is target_set and cudnn.benchmark is target_set
