@@ -3,7 +3,7 @@
 ``json.loads`` of a Kineto trace builds a dict for every event and every ``args`` (about
 1.2 KiB an event, five times the file). Here the ``traceEvents`` array is cut into
 chunks of whole events as the (gzip) stream is read, and each chunk is decoded by
-msgspec into typed ``Event`` structs holding only the fields used (kernel launch
+msgspec into typed ``Complete`` structs holding only the fields used (kernel launch
 arguments, shapes and the rest are never materialised). Each chunk's events are then
 sorted by category into columns (EventColumns: numpy arrays, codes into tables of the
 names and ids, lists of correlation ids; about 100 bytes an event) that the statistics,
@@ -36,7 +36,7 @@ import stat
 from collections.abc import Callable, Iterator, Mapping
 from itertools import compress, repeat
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, Literal, NamedTuple, Union, cast, get_args
 
 import msgspec
 import numpy as np
@@ -65,8 +65,8 @@ MAX_CUT_TRIES = 16
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
-# the Chrome trace format's event phases: decoded as these very objects (no string per event);
-# any other value does not decode, and the trace is read the plain way
+# the Chrome trace format's event phases; any other value (or none) does not decode, and the
+# trace is read the plain way
 Phase = Literal["X", "B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "N", "O", "D", "M", "V", "v", "R",
                 "c", "(", ")"]
 
@@ -120,10 +120,29 @@ class Event(msgspec.Struct, gc=False):
         return self.args.external_id if self.args is not None else None
 
 
+class Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event (``ph`` "X") as decoded: the fields Event has before it is indexed.
+    Events of the other phases decode as empty structs of their own (`_DECODED`): their
+    fields are skipped, never made into objects (a third of a trace are flow arrows)."""
+
+    cat: Any = ""
+    name: str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    pid: Any = None
+    tid: Any = None
+    args: Args | None = None
+
+
+# an event of any phase, told by its "ph" (the first key in what Kineto writes: found at once)
+_DECODED = Union[(Complete, *(msgspec.defstruct(f"_Phase{ord(phase)}", [], tag_field="ph", tag=phase, gc=False)
+                              for phase in get_args(Phase) if phase != "X"))]  # type: ignore[valid-type]
+
+
 class _Meta(msgspec.Struct, gc=False):
     """The top level: what `analyze` reads besides the events."""
 
-    traceEvents: list[Event] | None = None
+    traceEvents: list[_DECODED] | None = None  # type: ignore[valid-type]
     host_name: Any = None
     cuda_runtime_version: Any = None
     deviceProperties: Any = None
@@ -339,11 +358,10 @@ class TraceIndex:
             known.append(_CATEGORY_KINDS.get(str(category).lower(), OTHER))
         return codes, np.array(known, dtype=np.int8)[codes]
 
-    def add(self, events: list[Event]) -> None:
-        """Sort a batch of decoded events into the columns (whole-list passes, no loop per event)."""
-        complete = [e.ph == "X" for e in events]
-        if not all(complete):
-            events = list(compress(events, complete))
+    def add(self, decoded: list[Any]) -> None:
+        """Sort a batch of decoded events (Complete structs, and those of other phases, dropped
+        here) into the columns (whole-list passes, no loop per event)."""
+        events: list[Complete] = [e for e in decoded if type(e) is Complete]
         count = len(events)
         if not count:
             return
@@ -485,9 +503,9 @@ def _number(value: Any) -> float | None:
     return number if number - number == 0 else None  # finite
 
 
-def _event_from_json(raw: Any) -> Event | None:
-    """The plain path's dict as an Event, with the meaning the typed decode gives."""
-    if not isinstance(raw, dict):
+def _event_from_json(raw: Any) -> Complete | None:
+    """The plain path's dict as a Complete event (None for any other), with the meaning the typed decode gives."""
+    if not isinstance(raw, dict) or raw.get("ph") != "X":
         return None
     args, parsed = raw.get("args"), None
     if isinstance(args, dict):
@@ -495,9 +513,8 @@ def _event_from_json(raw: Any) -> Event | None:
                       device=args.get("device", msgspec.UNSET), stream=args.get("stream", msgspec.UNSET),
                       bytes=args.get("bytes"))
     name = raw.get("name")
-    return Event(ph=raw.get("ph"), cat=raw.get("cat", ""), name=name if isinstance(name, str) else None,
-                 ts=_number(raw.get("ts")), dur=_number(raw.get("dur")), pid=raw.get("pid"), tid=raw.get("tid"),
-                 args=parsed)
+    return Complete(cat=raw.get("cat", ""), name=name if isinstance(name, str) else None, ts=_number(raw.get("ts")),
+                    dur=_number(raw.get("dur")), pid=raw.get("pid"), tid=raw.get("tid"), args=parsed)
 
 
 @contextlib.contextmanager
@@ -635,7 +652,7 @@ def _first_half(path: Path, split: Split, max_bytes: int, max_events: int) -> tu
                 lead, decoded = _decode_view(data, split.start - 1, split.cut + 1, index, max_events)
                 data[split.cut + 1] = 0x5D  # "]"
                 with memoryview(data) as view, view[lead:split.cut + 2] as chunk:
-                    events = msgspec.json.Decoder(list[Event]).decode(chunk)
+                    events = msgspec.json.Decoder(list[_DECODED]).decode(chunk)
                 index.add(events)
                 return index, decoded + len(events)
         with open(path, "rb") as fh:
@@ -643,7 +660,7 @@ def _first_half(path: Path, split: Split, max_bytes: int, max_events: int) -> tu
             buffer, decoded = _decode_events(_blocks(fh, split.cut + 1 - split.start), bytearray(b"["), index,
                                              max_events)
         buffer += b"]"
-        events = msgspec.json.Decoder(list[Event]).decode(buffer)
+        events = msgspec.json.Decoder(list[_DECODED]).decode(buffer)
     except (_Unstreamable, msgspec.DecodeError, msgspec.ValidationError) as exc:
         log.debug("%s: the first half not decoded (%s)", path, exc)
         return None
@@ -747,7 +764,7 @@ def _decode_view(data: mmap.mmap, lead: int, stop: int, index: TraceIndex, max_e
     last event decoded) is made its ``[``, and _decode_whole_events makes the ``,`` after its
     last event its ``]`` (a private copy of the file: nothing is copied). (Where the events
     left begin: the ``[`` before them; how many were decoded.)"""
-    decoder = msgspec.json.Decoder(list[Event])
+    decoder = msgspec.json.Decoder(list[_DECODED])
     decoded = 0
     end = lead
     released = lead - lead % mmap.PAGESIZE
@@ -779,7 +796,7 @@ def _decode_events(blocks: Iterator[bytes], buffer: bytearray, index: TraceIndex
                    max_events: int) -> tuple[bytearray, int]:
     """Decode the whole events of `buffer` (``[`` then events) and `blocks` into `index`; (what
     is left undecoded, after its ``[``; how many events were decoded)."""
-    decoder = msgspec.json.Decoder(list[Event])
+    decoder = msgspec.json.Decoder(list[_DECODED])
     decoded = 0
     for block in blocks:
         buffer += block
