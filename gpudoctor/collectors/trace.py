@@ -65,6 +65,8 @@ from gpudoctor.collectors.trace_decode import (
     GPU_SET,
     TraceIndex,
     gc_paused,
+    id_list,
+    id_rows,
     index_events,
     read_trace,
 )
@@ -255,8 +257,7 @@ class _TraceStats:
         columns = self.columns
         assert columns is not None
         copies = np.flatnonzero(columns.gpu_kind == GPU_COPY)
-        copied = columns.index.gpu.bytes
-        values = [copied[i] for i in copies.tolist()]
+        values = id_list(id_rows(columns.index.gpu.bytes, copies))
         memcpy = _copy_totals(columns, copies, values) if _plain_sizes(values) else None
         if memcpy is None:  # sizes of every kind (or none): one copy after the other
             memcpy = {}

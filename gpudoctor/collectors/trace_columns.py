@@ -24,7 +24,7 @@ from gpudoctor.collectors.kineto_names import (
     STEP_PREFIX,
     SYNC_APIS,
 )
-from gpudoctor.collectors.trace_decode import OP, EventColumns, TraceIndex
+from gpudoctor.collectors.trace_decode import NO_ID, OP, EventColumns, Ids, TraceIndex, id_at, id_list, id_rows
 
 if TYPE_CHECKING:
     from gpudoctor.collectors.stacks import FrameStacks
@@ -122,7 +122,7 @@ class TraceColumns:
         tracked = np.array([k.tracked for k in self.api_kinds], dtype=bool)
         queued = np.flatnonzero(tracked[self.api_name_codes]).tolist() if count else []
         correlation = api.correlation
-        callers = correlation if len(queued) == count else [correlation[i] for i in queued]
+        callers = correlation if len(queued) == count else id_rows(correlation, np.array(queued, dtype=np.int64))
         # the calls that queued GPU work, one per correlation id (the last call) in the order
         # the ids first appear (a dict's order); each GPU event's entry among them, or -1
         self.launch_calls, self.gpu_caller = _match(callers, np.array(queued, dtype=np.int64), self.gpu_correlation)
@@ -183,7 +183,7 @@ class TraceColumns:
         if steps:
             is_step = np.array([name in steps for name in operators.distinct_names], dtype=bool)
             keep = ~is_step[named]
-            external = list(compress(external, keep.tolist()))
+            external = id_rows(external, keep)
             named = named[keep]
         from_gpu = self.gpu_external_id
         numeric = _int_array(external)
@@ -196,9 +196,7 @@ class TraceColumns:
             found = _lookup(distinct, gpu_ids[0], gpu_ids[1])
             missing = np.flatnonzero(found < 0)
             if len(missing):
-                api_external = self.index.api.external_id
-                fallback = [api_external[i] if i >= 0 else None for i in self.gpu_launch[missing].tolist()]
-                fallback_ids = _int_array(fallback)
+                fallback_ids = _int_array(_launch_ids(self.index.api.external_id, self.gpu_launch[missing]))
                 if fallback_ids is None:
                     return self._gpu_operators_by_dict(external, named)
                 found[missing] = _lookup(distinct, fallback_ids[0], fallback_ids[1])
@@ -210,15 +208,15 @@ class TraceColumns:
                     [operators.distinct_names[i] for i in name_of[order].tolist()])
         return self._gpu_operators_by_dict(external, named)
 
-    def _gpu_operators_by_dict(self, external: list[Any], named: np.ndarray) -> tuple[np.ndarray, list[Any], list[str]]:
+    def _gpu_operators_by_dict(self, external: Ids, named: np.ndarray) -> tuple[np.ndarray, list[Any], list[str]]:
         distinct_names = self.operators.distinct_names
-        table = dict(zip(external, named.tolist()))
+        table = dict(zip(id_list(external), named.tolist()))
         table.pop(None, None)
         api_external = self.index.api.external_id
-        attributed = [ext_id if ext_id in table else None for ext_id in self.gpu_external_id]
+        attributed = [ext_id if ext_id in table else None for ext_id in id_list(self.gpu_external_id)]
         for i in [i for i, ext_id in enumerate(attributed) if ext_id is None]:
             launch = int(self.gpu_launch[i])
-            ext_id = api_external[launch] if launch >= 0 else None
+            ext_id = id_at(api_external, launch) if launch >= 0 else None
             attributed[i] = ext_id if ext_id in table else None
         kept = [i for i, ext_id in enumerate(attributed) if ext_id is not None]
         code = np.full(len(attributed), -1, dtype=np.int64)
@@ -265,7 +263,7 @@ def coded_threads(events: EventColumns) -> tuple[np.ndarray, list[tuple[Any, Any
     return pair_codes, [(pids[pair // width], tids[pair % width]) for pair in pairs]
 
 
-def _match(keys: list[Any], positions: np.ndarray, lookups: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+def _match(keys: Ids, positions: np.ndarray, lookups: Ids) -> tuple[np.ndarray, np.ndarray]:
     """dict(zip(keys, positions)) without the None keys, as (its values in its order, the
     entry of each lookup or -1; None finds nothing); with numpy when all are ints."""
     numeric = _int_array(keys)
@@ -283,16 +281,26 @@ def _match(keys: list[Any], positions: np.ndarray, lookups: list[Any]) -> tuple[
         rank[by_first] = np.arange(len(distinct))
         at = _lookup(distinct, found[0], found[1])
         return positions[last][by_first], np.where(at >= 0, rank[np.maximum(at, 0)], -1)
-    table = {key: position for key, position in zip(keys, positions.tolist()) if key is not None}
+    table = {key: position for key, position in zip(id_list(keys), positions.tolist()) if key is not None}
     entry = {key: i for i, key in enumerate(table)}
     return (np.array(list(table.values()), dtype=np.int64),
-            np.fromiter([entry.get(v, -1) if v is not None else -1 for v in lookups], dtype=np.int64,
+            np.fromiter([entry.get(v, -1) if v is not None else -1 for v in id_list(lookups)], dtype=np.int64,
                         count=len(lookups)))
 
 
-def _int_array(values: list[Any]) -> tuple[np.ndarray, np.ndarray] | None:
-    """(the values as int64 with -1 for None, mask of those not None), or None when a value is
-    no plain int (a float, a bool, a string: the dict path keeps Python's equality for them)."""
+def _launch_ids(column: Ids, launches: np.ndarray) -> Ids:
+    """The Ids of the calls at `launches` (-1: none, an absent id)."""
+    if isinstance(column, np.ndarray):
+        return np.where(launches >= 0, column[np.maximum(launches, 0)], NO_ID) if len(column) \
+            else np.full(len(launches), NO_ID, dtype=np.int64)
+    return [column[i] if i >= 0 else None for i in launches.tolist()]
+
+
+def _int_array(values: Ids) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the values as int64, mask of those not None), or None when a value is no plain int (a
+    float, a bool, a string: the dict path keeps Python's equality for them)."""
+    if isinstance(values, np.ndarray):
+        return values, values != NO_ID
     types = set(map(type, values))
     try:
         if types == {int}:

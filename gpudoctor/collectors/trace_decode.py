@@ -3,7 +3,7 @@
 ``json.loads`` of a Kineto trace builds a dict for every event and every ``args`` (about
 1.2 KiB an event, five times the file). Here the ``traceEvents`` array is cut into
 chunks of whole events as the (gzip) stream is read, and each chunk is decoded by
-msgspec into typed ``Event`` structs holding only the fields used (kernel launch
+msgspec into typed ``Complete`` structs holding only the fields used (kernel launch
 arguments, shapes and the rest are never materialised). Each chunk's events are then
 sorted by category into columns (EventColumns: numpy arrays, codes into tables of the
 names and ids, lists of correlation ids; about 100 bytes an event) that the statistics,
@@ -24,6 +24,7 @@ gives the same result with the same limits and messages, only slower.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import gzip
 import logging
@@ -34,9 +35,9 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterator, Mapping
-from itertools import compress, repeat
+from itertools import repeat
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast, get_args
 
 import msgspec
 import numpy as np
@@ -65,8 +66,8 @@ MAX_CUT_TRIES = 16
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
-# the Chrome trace format's event phases: decoded as these very objects (no string per event);
-# any other value does not decode, and the trace is read the plain way
+# the Chrome trace format's event phases; any other value (or none) does not decode, and the
+# trace is read the plain way
 Phase = Literal["X", "B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "N", "O", "D", "M", "V", "v", "R",
                 "c", "(", ")"]
 
@@ -120,10 +121,33 @@ class Event(msgspec.Struct, gc=False):
         return self.args.external_id if self.args is not None else None
 
 
+class Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event (``ph`` "X") as decoded: the fields Event has before it is indexed.
+    Events of the other phases decode as empty structs of their own (`_Decoded`): their
+    fields are skipped, never made into objects (a third of a trace are flow arrows)."""
+
+    cat: Any = ""
+    name: str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    pid: Any = None
+    tid: Any = None
+    args: Args | None = None
+
+
+# an event of any phase, told by its "ph" (the first key in what Kineto writes: found at once)
+_OTHER_PHASES = tuple(msgspec.defstruct(f"_Phase{ord(phase)}", [], tag_field="ph", tag=phase, gc=False)
+                      for phase in get_args(Phase) if phase != "X")
+if TYPE_CHECKING:
+    _Decoded = Complete
+else:
+    _Decoded = functools.reduce(operator.or_, _OTHER_PHASES, Complete)  # Complete | _Phase66 | ...
+
+
 class _Meta(msgspec.Struct, gc=False):
     """The top level: what `analyze` reads besides the events."""
 
-    traceEvents: list[Event] | None = None
+    traceEvents: list[_Decoded] | None = None
     host_name: Any = None
     cuda_runtime_version: Any = None
     deviceProperties: Any = None
@@ -174,15 +198,79 @@ def _table(values: list[Any]) -> Table:
 
 _ENCODED = ("name", "cat", "pid", "tid", "device", "stream")  # codes into the index's tables
 _ARRAYS = ("kind", "pos", "ts", "dur", "has_args", *_ENCODED)
-_LISTS = ("correlation", "external_id", "bytes")  # values of any type, as decoded
+_LISTS = ("correlation", "external_id", "bytes")  # Ids: int64 arrays, or values of any type as decoded
 _DTYPES = {"kind": np.int8, "pos": np.int64, "ts": np.float64, "dur": np.float64, "has_args": np.bool_}
+
+NO_ID = int(np.iinfo(np.int64).min)  # an absent (or null) value in an int64 Ids column
+# a column of values read from `args` (correlation and External ids, copied bytes): int64 with
+# NO_ID for None when every value is a plain int (or None) that fits, as a real trace's are (no
+# object per value; the statistics match ids with numpy); else a list of the values as decoded
+Ids = np.ndarray | list[Any]
+
+
+def ids(values: list[Any]) -> Ids:
+    """The Ids column of `values` (as decoded, None for absent)."""
+    types = set(map(type, values))
+    if not types <= {int, type(None)}:
+        return values  # a float, a bool, a string: kept as they are
+    try:
+        if type(None) not in types:
+            column = np.fromiter(values, dtype=np.int64, count=len(values))
+            return values if NO_ID in column else column
+        absent = values.count(None)
+        if absent == len(values):
+            return no_ids(absent)
+        column = np.array([NO_ID if v is None else v for v in values], dtype=np.int64)
+    except OverflowError:
+        return values
+    return column if int(np.count_nonzero(column == NO_ID)) == absent else values
+
+
+def no_ids(count: int) -> np.ndarray:
+    """An Ids column of `count` absent values."""
+    return np.full(count, NO_ID, dtype=np.int64)
+
+
+def id_list(column: Ids) -> list[Any]:
+    """The values of an Ids column (None for absent)."""
+    if isinstance(column, list):
+        return column
+    return [None if v == NO_ID else v for v in column.tolist()]
+
+
+def id_at(column: Ids, i: int) -> Any:
+    """One value of an Ids column (None for absent)."""
+    value = column[i]
+    if isinstance(column, list):
+        return value
+    return None if value == NO_ID else int(value)
+
+
+def id_rows(column: Ids, rows: np.ndarray) -> Ids:
+    """The Ids at `rows` (positions or a mask)."""
+    if isinstance(column, np.ndarray):
+        picked: np.ndarray = column[rows]
+        return picked
+    picks = np.flatnonzero(rows).tolist() if rows.dtype == np.bool_ else rows.tolist()
+    return [column[i] for i in picks]
+
+
+def _joined(columns: list[Ids]) -> Ids:
+    """Ids columns one after the other (arrays while all are)."""
+    if all(isinstance(column, np.ndarray) for column in columns):
+        return np.concatenate(columns) if columns else no_ids(0)
+    values: list[Any] = []
+    for column in columns:
+        values += id_list(column)
+    return values
 
 
 class EventColumns:
     """One list of a TraceIndex (its GPU events, CUDA calls, operators or Python frames) as
     columns, file order: numpy arrays of the kinds, positions, times, and codes of the names,
     categories, process, thread, device and stream ids into the index's `tables` (one per
-    field); lists of the correlation and External ids and the copied bytes, as decoded.
+    field); the correlation and External ids and the copied bytes as Ids (int64 arrays while
+    they are plain ints).
 
     Indexing or iterating gives Events, made on demand (for the few events looked at one
     by one, and for the replay's part)."""
@@ -198,9 +286,9 @@ class EventColumns:
     tid: np.ndarray
     device: np.ndarray  # the args' (UNSET when absent)
     stream: np.ndarray
-    correlation: list[Any]
-    external_id: list[Any]
-    bytes: list[Any]
+    correlation: Ids
+    external_id: Ids
+    bytes: Ids
 
     def __init__(self, tables: dict[str, Table]) -> None:
         self.tables = tables  # one per encoded field, the index's
@@ -229,10 +317,10 @@ class EventColumns:
                 arrays.insert(0, columns[field])
             columns[field] = np.concatenate(arrays) if arrays else np.zeros(0, dtype=_DTYPES.get(field, np.int32))
         for field in _LISTS:
-            values = columns.get(field, [])
-            for part in parts:
-                values += part[field]
-            columns[field] = values
+            joined = [part[field] for part in parts]
+            if field in columns:
+                joined.insert(0, columns[field])
+            columns[field] = _joined(joined)
 
     def __len__(self) -> int:
         return self._length
@@ -248,10 +336,8 @@ class EventColumns:
         """The events at `rows` (positions or a mask), same tables."""
         chosen = EventColumns(self.tables)
         part: dict[str, Any] = {field: getattr(self, field)[rows] for field in _ARRAYS}
-        picks = np.flatnonzero(rows).tolist() if rows.dtype == np.bool_ else rows.tolist()
         for field in _LISTS:
-            column = getattr(self, field)
-            part[field] = [column[i] for i in picks]
+            part[field] = id_rows(getattr(self, field), rows)
         chosen.append(part)
         return chosen
 
@@ -285,8 +371,8 @@ class EventColumns:
 
     def __getitem__(self, i: int) -> Event:
         value = self.value
-        args = Args(correlation=self.correlation[i], external_id=self.external_id[i],
-                    device=value("device", i), stream=value("stream", i), bytes=self.bytes[i]) \
+        args = Args(correlation=id_at(self.correlation, i), external_id=id_at(self.external_id, i),
+                    device=value("device", i), stream=value("stream", i), bytes=id_at(self.bytes, i)) \
             if self.has_args[i] else None
         return Event(ph="X", cat=value("cat", i), name=value("name", i), ts=float(self.ts[i]),
                      dur=float(self.dur[i]), pid=value("pid", i), tid=value("tid", i), args=args,
@@ -339,11 +425,10 @@ class TraceIndex:
             known.append(_CATEGORY_KINDS.get(str(category).lower(), OTHER))
         return codes, np.array(known, dtype=np.int8)[codes]
 
-    def add(self, events: list[Event]) -> None:
-        """Sort a batch of decoded events into the columns (whole-list passes, no loop per event)."""
-        complete = [e.ph == "X" for e in events]
-        if not all(complete):
-            events = list(compress(events, complete))
+    def add(self, decoded: list[Any]) -> None:
+        """Sort a batch of decoded events (Complete structs, and those of other phases, dropped
+        here) into the columns (whole-list passes, no loop per event)."""
+        events: list[Complete] = [e for e in decoded if type(e) is Complete]
         count = len(events)
         if not count:
             return
@@ -393,17 +478,17 @@ class TraceIndex:
             if not n:
                 continue
             mine = group == number
-            nothing = [None] * n
+            nothing = no_ids(n)
             part: dict[str, Any] = {
                 "kind": kinds[mine], "pos": position[mine], "ts": ts[mine], "dur": dur[mine],
                 "name": name_codes[low:high], "cat": categories[mine], "pid": pid_codes[low:high],
                 "tid": tid_codes[low:high], "has_args": has_args[low:high],
-                "correlation": correlation[low:high] if high <= api_end else nothing,
-                "external_id": external[low:high] if high <= ops_end else nothing,
+                "correlation": ids(correlation[low:high]) if high <= api_end else nothing,
+                "external_id": ids(external[low:high]) if high <= ops_end else nothing,
             }
             if name == "gpu":
                 gpu_args = present[:gpu_end]
-                part["bytes"] = [a.bytes for a in gpu_args]
+                part["bytes"] = ids([a.bytes for a in gpu_args])
                 part["device"] = tables["device"].encode([a.device for a in gpu_args])
                 part["stream"] = tables["stream"].encode([a.stream for a in gpu_args])
             else:
@@ -485,9 +570,9 @@ def _number(value: Any) -> float | None:
     return number if number - number == 0 else None  # finite
 
 
-def _event_from_json(raw: Any) -> Event | None:
-    """The plain path's dict as an Event, with the meaning the typed decode gives."""
-    if not isinstance(raw, dict):
+def _event_from_json(raw: Any) -> Complete | None:
+    """The plain path's dict as a Complete event (None for any other), with the meaning the typed decode gives."""
+    if not isinstance(raw, dict) or raw.get("ph") != "X":
         return None
     args, parsed = raw.get("args"), None
     if isinstance(args, dict):
@@ -495,9 +580,8 @@ def _event_from_json(raw: Any) -> Event | None:
                       device=args.get("device", msgspec.UNSET), stream=args.get("stream", msgspec.UNSET),
                       bytes=args.get("bytes"))
     name = raw.get("name")
-    return Event(ph=raw.get("ph"), cat=raw.get("cat", ""), name=name if isinstance(name, str) else None,
-                 ts=_number(raw.get("ts")), dur=_number(raw.get("dur")), pid=raw.get("pid"), tid=raw.get("tid"),
-                 args=parsed)
+    return Complete(cat=raw.get("cat", ""), name=name if isinstance(name, str) else None, ts=_number(raw.get("ts")),
+                    dur=_number(raw.get("dur")), pid=raw.get("pid"), tid=raw.get("tid"), args=parsed)
 
 
 @contextlib.contextmanager
@@ -635,7 +719,7 @@ def _first_half(path: Path, split: Split, max_bytes: int, max_events: int) -> tu
                 lead, decoded = _decode_view(data, split.start - 1, split.cut + 1, index, max_events)
                 data[split.cut + 1] = 0x5D  # "]"
                 with memoryview(data) as view, view[lead:split.cut + 2] as chunk:
-                    events = msgspec.json.Decoder(list[Event]).decode(chunk)
+                    events = msgspec.json.Decoder(list[_Decoded]).decode(chunk)
                 index.add(events)
                 return index, decoded + len(events)
         with open(path, "rb") as fh:
@@ -643,7 +727,7 @@ def _first_half(path: Path, split: Split, max_bytes: int, max_events: int) -> tu
             buffer, decoded = _decode_events(_blocks(fh, split.cut + 1 - split.start), bytearray(b"["), index,
                                              max_events)
         buffer += b"]"
-        events = msgspec.json.Decoder(list[Event]).decode(buffer)
+        events = msgspec.json.Decoder(list[_Decoded]).decode(buffer)
     except (_Unstreamable, msgspec.DecodeError, msgspec.ValidationError) as exc:
         log.debug("%s: the first half not decoded (%s)", path, exc)
         return None
@@ -747,7 +831,7 @@ def _decode_view(data: mmap.mmap, lead: int, stop: int, index: TraceIndex, max_e
     last event decoded) is made its ``[``, and _decode_whole_events makes the ``,`` after its
     last event its ``]`` (a private copy of the file: nothing is copied). (Where the events
     left begin: the ``[`` before them; how many were decoded.)"""
-    decoder = msgspec.json.Decoder(list[Event])
+    decoder = msgspec.json.Decoder(list[_Decoded])
     decoded = 0
     end = lead
     released = lead - lead % mmap.PAGESIZE
@@ -779,7 +863,7 @@ def _decode_events(blocks: Iterator[bytes], buffer: bytearray, index: TraceIndex
                    max_events: int) -> tuple[bytearray, int]:
     """Decode the whole events of `buffer` (``[`` then events) and `blocks` into `index`; (what
     is left undecoded, after its ``[``; how many events were decoded)."""
-    decoder = msgspec.json.Decoder(list[Event])
+    decoder = msgspec.json.Decoder(list[_Decoded])
     decoded = 0
     for block in blocks:
         buffer += block

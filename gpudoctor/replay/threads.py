@@ -29,7 +29,7 @@ from gpudoctor.collectors.kineto_names import (
     SYNC_APIS,
     frame_kind,
 )
-from gpudoctor.collectors.trace_decode import ANNOTATION, API, FRAME, OP, EventColumns, TraceIndex
+from gpudoctor.collectors.trace_decode import ANNOTATION, API, FRAME, OP, EventColumns, TraceIndex, id_list, id_rows
 from gpudoctor.replay.items import CPU, DATA, DISPATCH, LAUNCH, PYTHON, SYNC, USER, GpuOp, HostColumns
 
 AGENT_WINDOW_FRAME = "gpudoctor/agent/profiler"  # gpudoctor closing its own window
@@ -132,8 +132,7 @@ class _Reading:
         """The calls sorted as tuples (ts, dur, api, correlation) sort."""
         codes = group.name[mine].tolist()
         apis = [self._api(code) for code in codes]
-        correlation = group.correlation
-        correlations = [correlation[i] for i in mine.tolist()]
+        correlations = id_list(id_rows(group.correlation, mine))
         ranks = {api: rank for rank, api in enumerate(sorted(set(apis)))}
         order = np.lexsort((np.array([ranks[api] for api in apis], dtype=np.int64), dur, ts))
         ts, dur = ts[order], dur[order]

@@ -126,7 +126,7 @@ def build(source: Any) -> Timeline | None:
 
 def _gpu_ops(trace_index: Any) -> tuple[list[GpuOp], dict[Any, list[int]]]:
     """The GPU operations in (start, end) order; the operations of each correlation id."""
-    from gpudoctor.collectors.trace_decode import GPU_KINDS
+    from gpudoctor.collectors.trace_decode import GPU_KINDS, id_list
 
     gpu = trace_index.gpu
     names = trace_index.strings.distinct
@@ -135,7 +135,7 @@ def _gpu_ops(trace_index: Any) -> tuple[list[GpuOp], dict[Any, list[int]]]:
     by_correlation: dict[Any, list[int]] = defaultdict(list)
     for kind_code, start, dur, code, device, stream, nbytes, correlation in zip(
             gpu.kind.tolist(), gpu.ts.tolist(), gpu.dur.tolist(), gpu.name.tolist(), gpu.resolved("device", "pid"),
-            gpu.resolved("stream", "tid"), gpu.bytes, gpu.correlation):
+            gpu.resolved("stream", "tid"), id_list(gpu.bytes), id_list(gpu.correlation)):
         kind = GPU_KINDS[kind_code]
         op = GpuOp(stream=(device, stream), kind=kind, start=start, dur=dur, name=names[code])
         if kind == "c":

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pytest
 
 from gpudoctor.bounded import InputTooLarge
@@ -226,3 +227,18 @@ def test_a_mapped_file_decodes_as_the_blocks_read_and_is_left_as_it_was(tmp_path
 @contextlib.contextmanager
 def _not_mapped(path: Path):
     yield None
+
+
+def test_ids_are_int64_only_while_every_value_is_a_plain_int_or_absent() -> None:
+    """An Ids column holds what was decoded: int64 (NO_ID for None) when nothing is lost, else the list."""
+    from gpudoctor.collectors.trace_decode import NO_ID, id_at, id_list, id_rows, ids
+
+    for values in ([3, 1, 2], [None, 5, None], [None, None], []):
+        column = ids(values)
+        assert isinstance(column, np.ndarray) and column.dtype == np.int64
+        assert id_list(column) == values and [id_at(column, i) for i in range(len(values))] == values
+        assert all(type(v) in (int, type(None)) for v in id_list(column))
+    for values in ([1, 2.0], [True, 2], ["7", 7], [1, 2**63], [NO_ID, None], [[1], 2]):
+        assert ids(values) is values  # a float, a bool, a string, too large, the marker itself, a list
+    assert id_list(id_rows(ids([4, None, 6]), np.array([True, False, True]))) == [4, 6]
+    assert id_rows([4.0, None, 6], np.array([2, 0])) == [6, 4.0]
