@@ -13,8 +13,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gpudoctor import __version__, exitcodes
-from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor import __version__
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def _internal_error(exc: BaseException, args_list: list[str]) -> int:
 
 def _printable(text: str) -> str:
     """An error line may quote a file's content or name: no terminal controls from it."""
-    from gpudoctor.text import printable
+    from gpudoctor.base.text import printable
 
     return str(printable(text))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from gpudoctor.status import StatusLine
+from gpudoctor.run.status import StatusLine
 
 
 def test_without_a_terminal_a_heartbeat_line_every_30_s() -> None:

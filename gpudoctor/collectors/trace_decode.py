@@ -41,7 +41,7 @@ from typing import Any, Literal, NamedTuple, cast
 import msgspec
 import numpy as np
 
-from gpudoctor.bounded import InputTooLarge
+from gpudoctor.base.bounded import InputTooLarge
 from gpudoctor.collectors import trace_file
 from gpudoctor.collectors.trace_file import load_trace, trace_events
 

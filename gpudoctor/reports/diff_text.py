@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpudoctor.diff_model import Diff, MetricChange, StepStats, as_diff
+from gpudoctor.diff.diff_model import Diff, MetricChange, StepStats, as_diff
 
 from ._common import format_number
 from .console import plain_text, printable, show

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpudoctor.agent.redact import redact_argv
-from gpudoctor.jsonmodel import nulled_non_finite, plain_numbers
-from gpudoctor.report_model import Report, as_report
+from gpudoctor.base.jsonmodel import nulled_non_finite, plain_numbers
 from gpudoctor.reports.formats import PLAIN, RenderOptions
+from gpudoctor.verdict.report_model import Report, as_report
 
 CONTRACT_KEYS = (
     "schema",

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpudoctor.sweep_model import SweepReport, SweepResults
-from gpudoctor.text import format_bytes
+from gpudoctor.base.text import format_bytes
+from gpudoctor.sweep.sweep_model import SweepReport, SweepResults
 
 DASH = "-"
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from gpudoctor import __version__
 from gpudoctor.agent.redact import redact_argv
-from gpudoctor.diff_model import (
+from gpudoctor.base.jsonmodel import is_real
+from gpudoctor.diff.diff_model import (
     DIFF_SCHEMA,
     Comparable,
     Diff,
@@ -30,9 +31,8 @@ from gpudoctor.diff_model import (
     Speedup,
     as_diff,
 )
-from gpudoctor.diff_stats import MIN_STEADY_STEPS, significance, steady_durations, step_time_stats
-from gpudoctor.jsonmodel import is_real
-from gpudoctor.report_model import Report, ReportFinding, Summary, Tool, as_report
+from gpudoctor.diff.diff_stats import MIN_STEADY_STEPS, significance, steady_durations, step_time_stats
+from gpudoctor.verdict.report_model import Report, ReportFinding, Summary, Tool, as_report
 
 __all__ = ["DIFF_SCHEMA", "comparability", "compare", "diff", "workload_identity"]
 # launchers whose own name says nothing about the workload they start

@@ -17,7 +17,7 @@ import copy
 from collections.abc import Sequence
 
 from gpudoctor.session import Session
-from gpudoctor.session_checks import MAX_ITEMS
+from gpudoctor.session.limits import MAX_ITEMS
 
 
 class MergeError(Exception):

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from gpudoctor.jsonmodel import decode, encode, extra_field, json_field, nulled_non_finite
+from gpudoctor.base.jsonmodel import decode, encode, extra_field, json_field, nulled_non_finite
 from gpudoctor.model import Severity
-from gpudoctor.report_model import Tool
+from gpudoctor.verdict.report_model import Tool
 
 DIFF_SCHEMA = "gpudoctor.diff/1"
 

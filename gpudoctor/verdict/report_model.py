@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gpudoctor.jsonmodel import decode, encode, extra_field, json_field, nulled_non_finite
+from gpudoctor.base.jsonmodel import decode, encode, extra_field, json_field, nulled_non_finite
 from gpudoctor.model import CheckStatus, Severity
 
 REPORT_SCHEMA = "gpudoctor.report/1"
