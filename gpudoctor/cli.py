@@ -1,7 +1,7 @@
 """Command line entry point: `gpudoctor <command> ...`.
 
 Errors the user can fix print one line on stderr and exit with a documented code
-(gpudoctor.exitcodes); they never show a traceback.
+(gpudoctor.base.exitcodes); they never show a traceback.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The published report schema: generated from the typed model, and every report fits it.
 
 Validated with `jsonschema` (a test-only dependency): an implementation independent of
-gpudoctor.jsonmodel, which generates the schema, so the two check each other.
+gpudoctor.base.jsonmodel, which generates the schema, so the two check each other.
 """
 
 from __future__ import annotations

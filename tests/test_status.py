@@ -1,4 +1,4 @@
-"""gpudoctor's own lines while the workload runs (gpudoctor.status)."""
+"""gpudoctor's own lines while the workload runs (gpudoctor.run.status)."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ def session_from_trace(path: str | Path, steps: int = 0, *, meanwhile: Callable[
     writes ``*.pt.trace.json[.gz]``): see session_from_trace_dir.
     Raises GpudoctorError (NOT_FOUND or BAD_DATA) for input that is not a readable trace.
     `meanwhile` is called once the statistics are done, while the replay may still run beside.
-    A long trace's replay runs in `helper` (gpudoctor.helper), or in one started here.
+    A long trace's replay runs in `helper` (gpudoctor.run.analyze_helper), or in one started here.
     """
     path = Path(path)
     if path.is_dir() and rank_traces(path):

@@ -1,7 +1,7 @@
 """Before/after comparison of two reports: the A/B check the playbook asks for.
 
-Pure functions from two reports (gpudoctor.report_model.Report, or their JSON dicts) to
-a typed `Diff` (gpudoctor.diff_model, schema gpudoctor.diff/1); rendering lives in
+Pure functions from two reports (gpudoctor.verdict.report_model.Report, or their JSON dicts) to
+a typed `Diff` (gpudoctor.diff.diff_model, schema gpudoctor.diff/1); rendering lives in
 gpudoctor.reports. A comparison is
 only meaningful on the same hardware and the same workload, so `comparability`
 says why two reports differ and the command refuses unless --force.

@@ -1,4 +1,4 @@
-"""Renderers: each takes the finished, typed report (gpudoctor.report_model.Report) and
+"""Renderers: each takes the finished, typed report (gpudoctor.verdict.report_model.Report) and
 returns text; the report's JSON dict is accepted too, and decoded first.
 
 They never see the engine or the Session object, only the report. Formatters are

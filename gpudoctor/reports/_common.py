@@ -1,6 +1,6 @@
 """Formatting shared by the renderers: numbers with units, severities, the command line.
 
-Everything here reads the finished, typed report only (gpudoctor.report_model.Report), so
+Everything here reads the finished, typed report only (gpudoctor.verdict.report_model.Report), so
 each renderer stays a thin layout over the same words and numbers.
 """
 

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from rich.console import Console
 
-# the escaping lives in gpudoctor.text (every layer uses it); named here for the renderers
+# the escaping lives in gpudoctor.base.text (every layer uses it); named here for the renderers
 from gpudoctor.base.text import one_line as one_line
 from gpudoctor.base.text import printable as printable
 

@@ -1,6 +1,6 @@
 """The JSON report: the machine-readable contract (schema gpudoctor.report/1).
 
-Written from the typed report (gpudoctor.report_model), so what is written is what the
+Written from the typed report (gpudoctor.verdict.report_model), so what is written is what the
 published schema (gpudoctor/schemas/report-v1.schema.json) describes. The contract keys
 come first and in the documented order; every other key the report builder added follows
 unchanged (fields are only ever added, never removed). Findings keep the engine's order:

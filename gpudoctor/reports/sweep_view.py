@@ -1,6 +1,6 @@
 """Words and numbers shared by the sweep renderers (terminal and HTML).
 
-Everything reads the finished report only (gpudoctor.sweep_model.SweepReport). "Not measured" prints as
+Everything reads the finished report only (gpudoctor.sweep.sweep_model.SweepReport). "Not measured" prints as
 "-" in tables (with the reason elsewhere), never as zero.
 """
 

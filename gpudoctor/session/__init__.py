@@ -474,7 +474,7 @@ class RankInfo:
     """One rank of a distributed job (torchrun, torch.multiprocessing.spawn, one per process).
 
     The Session's own steps, loaders and profile are the primary rank's (rank 0, see
-    gpudoctor/assemble.py); each rank's own numbers are here, so the multi-GPU checks
+    gpudoctor/run/assemble.py); each rank's own numbers are here, so the multi-GPU checks
     (GD5xx, gpudoctor/analysis/ranks.py) compare them and `gpudoctor merge` can join the
     Sessions of several nodes.
     """

@@ -191,7 +191,7 @@ def _waits_for_data(finding: Finding) -> bool:
 
 def _measured_note(findings: list[Finding]) -> str:
     """'; measured, not predicted: GD101's remedy (num_workers=8) gave 0.97x, demoted' for the
-    findings whose --try trial measured no gain (gpudoctor.engine_gains.measured_over_predicted)."""
+    findings whose --try trial measured no gain (gpudoctor.verdict.gains.measured_over_predicted)."""
     tried = [f for f in findings if f.measured_gain is not None]
     if not tried:
         return ""

@@ -4,7 +4,7 @@ Ordering: what ended the run first, then root causes before their consequences,
 problems before notes, then the predicted gain (the step time now over the step
 time without the cause, gpudoctor.analysis.prediction; a trial's measured gain
 where --try measured none), the playbook stage breaking near-ties (within 10%,
-gpudoctor.engine_gains): the verdict names the cause with the largest gain.
+gpudoctor.verdict.gains): the verdict names the cause with the largest gain.
 
 A finding is a consequence of another when removing that other cause removes
 it. Where the profiled window was replayed, the replay decides: a cause whose

@@ -5,7 +5,7 @@ judge with `judge(session, JudgeOptions(...))`: every installed check (plugins t
 that failed to load is said once on stderr, by `load_catalog`, and shows as an `error`
 outcome), the same report dict (schema gpudoctor.report/1). They all write with
 `write(report, WritePlan(...))`: the formats planned, the Session and the gzip profiler
-trace, with the same rules (gpudoctor.output: atomic, never overwriting, moved to `-N`
+trace, with the same rules (gpudoctor.verdict.output: atomic, never overwriting, moved to `-N`
 when a name is taken; with `elsewhere`, moved to ./gpudoctor-reports or the temporary
 directory when the planned directory stopped taking files during a long run).
 

@@ -2,7 +2,7 @@
 source "synthetic", a made-up CPU model, GPU UUID "GPU-synthetic-0").
 
 Sessions and engine results are built by hand, then turned into the report dict by
-the real gpudoctor.report.build_report, so the renderers see exactly what they
+the real gpudoctor.verdict.build.build_report, so the renderers see exactly what they
 will see in production.
 """
 

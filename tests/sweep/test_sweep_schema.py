@@ -1,6 +1,6 @@
-"""The published sweep schema (sweep-v1.schema.json): generated from gpudoctor.sweep_model,
+"""The published sweep schema (sweep-v1.schema.json): generated from gpudoctor.sweep.sweep_model,
 and every sweep fits it. Validated with `jsonschema` (test-only), independent of
-gpudoctor.jsonmodel, which generates it. (tests/test_report_schema.py keeps the committed
+gpudoctor.base.jsonmodel, which generates it. (tests/test_report_schema.py keeps the committed
 file equal to the generated one.)
 """
 
