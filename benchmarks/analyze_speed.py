@@ -157,8 +157,8 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
 # the written HTML and JSON; the renderers (matplotlib) are imported inside the clock
 REPORT_SCRIPT = """
 import sys, time, datetime, json
-from gpudoctor.judging import WritePlan, judge, write
-from gpudoctor.output import plan_outputs
+from gpudoctor.verdict.judge import WritePlan, judge, write
+from gpudoctor.verdict.output import plan_outputs
 from gpudoctor.session import Session
 data = json.loads(open(sys.argv[1], encoding="utf-8").read())
 start = time.perf_counter()

@@ -1,7 +1,7 @@
 """Command line entry point: `gpudoctor <command> ...`.
 
 Errors the user can fix print one line on stderr and exit with a documented code
-(gpudoctor.exitcodes); they never show a traceback.
+(gpudoctor.base.exitcodes); they never show a traceback.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gpudoctor import __version__, exitcodes
-from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor import __version__
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def _internal_error(exc: BaseException, args_list: list[str]) -> int:
 
 def _printable(text: str) -> str:
     """An error line may quote a file's content or name: no terminal controls from it."""
-    from gpudoctor.text import printable
+    from gpudoctor.base.text import printable
 
     return str(printable(text))
 

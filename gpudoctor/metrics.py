@@ -10,10 +10,10 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-# the formatting lives in gpudoctor.text (the renderers use it too); named here for the checks
-from gpudoctor.text import format_bytes as format_bytes
-from gpudoctor.text import format_duration as format_duration
-from gpudoctor.text import format_run_seconds as format_run_seconds
+# the formatting lives in gpudoctor.base.text (the renderers use it too); named here for the checks
+from gpudoctor.base.text import format_bytes as format_bytes
+from gpudoctor.base.text import format_duration as format_duration
+from gpudoctor.base.text import format_run_seconds as format_run_seconds
 
 if TYPE_CHECKING:
     from gpudoctor.session import CpuSample, GpuSample, LoaderInfo, Session

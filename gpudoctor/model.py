@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from gpudoctor.text import format_duration
+from gpudoctor.base.text import format_duration
 from gpudoctor.thresholds import AnyThreshold, CountThreshold, Threshold, fill_page, thresholds_in  # noqa: F401
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class Remedy:
     text: str  # what to change, in a sentence or two
     code: str | None = None  # a copyable snippet
     # the settings it advises on, and which way ({"num_workers": "more" | "fewer" | "keep"}): findings
-    # that disagree about one are reconciled by the engine before rendering (gpudoctor.engine.reconcile)
+    # that disagree about one are reconciled by the engine before rendering (gpudoctor.verdict.engine.reconcile)
     knobs: Mapping[str, str] = field(default_factory=dict, compare=False)
     # what to advise instead when another finding's advice on one of `knobs` prevails
     without_knobs: Remedy | None = field(default=None, compare=False)
@@ -151,7 +151,7 @@ class Finding:
     consequence_of: str | None = None
     # the profiled window it comes from, when it comes from one ("profiled window 2 (phase, ...)")
     window: str | None = None
-    # set by the engine when a --try trial measured its remedy under 1.05x (gpudoctor.engine_gains):
+    # set by the engine when a --try trial measured its remedy under 1.05x (gpudoctor.verdict.gains):
     # what it measured, and with which change; the finding then ranks by it, never critical
     measured_gain: float | None = None
     measured_with: str | None = None
@@ -189,11 +189,11 @@ class Check:
     # Threshold constants bound in its module, they are what `gpudoctor explain` prints (thresholds_of)
     thresholds: tuple[AnyThreshold, ...] = ()
     # its findings are the GPU's idle time itself (GD201): in a replayed window, a cause explains
-    # them when removing that cause takes away at least half of the idle time (gpudoctor.engine)
+    # them when removing that cause takes away at least half of the idle time (gpudoctor.verdict.engine)
     measures_idle: bool = False
     # the main question it answers ("data wait": is the loop waiting for data; "GPU activity": is
     # the GPU busy). When it could not run, the verdict says this is unknown instead of "no
-    # bottleneck found" (gpudoctor.report). `decides_on_gpu_runs`: only on runs that used CUDA.
+    # bottleneck found" (gpudoctor.verdict.build). `decides_on_gpu_runs`: only on runs that used CUDA.
     decides: str | None = None
     decides_on_gpu_runs: bool = False
     # the settings (Remedy.knobs) it sizes from the run's measurements: where findings disagree about
@@ -203,7 +203,7 @@ class Check:
     # gpudoctor can apply from outside the code is known for it
     fix: Fix | None = None
     # its findings are the loop waiting for data in one form (workers, stall, CPU, storage): when
-    # one leads, the verdict gives the measured data wait rather than its title (gpudoctor.report)
+    # one leads, the verdict gives the measured data wait rather than its title (gpudoctor.verdict.build)
     data_wait: bool = False
     # its findings are the run's failure itself (a crash, a kill, a hang, a non-zero exit): where
     # the job failed, `preflight`'s exit item quotes the first one's title (gpudoctor.preflight.job)

@@ -18,18 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor import exitcodes
-from gpudoctor.engine import EngineResult, exit_status, gate_line, with_trials
-from gpudoctor.exitcodes import GpudoctorError
-from gpudoctor.judging import JudgeOptions, WritePlan, judge, load_catalog, write
-from gpudoctor.output import OutputPaths, WrittenOutputs, plan_outputs, shown
-from gpudoctor.process_tree import none_instrumented
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
 from gpudoctor.reports.formats import with_defaults
+from gpudoctor.run.process_tree import none_instrumented
+from gpudoctor.run.status import say as say_line
+from gpudoctor.run.supervisor import RunOptions, Supervisor
+from gpudoctor.run.workdir import LaunchError
 from gpudoctor.session import Session
-from gpudoctor.status import say as say_line
-from gpudoctor.supervisor import RunOptions, Supervisor
 from gpudoctor.trials.remedies import TryRequest
-from gpudoctor.workdir import LaunchError
+from gpudoctor.verdict.engine import EngineResult, exit_status, gate_line, with_trials
+from gpudoctor.verdict.judge import JudgeOptions, WritePlan, judge, load_catalog, write
+from gpudoctor.verdict.output import OutputPaths, WrittenOutputs, plan_outputs, shown
 
 if TYPE_CHECKING:
     from gpudoctor.trials.scratch import Listing, Workspace
@@ -185,7 +185,7 @@ def failed_before_running(session: Session) -> str | None:
                   and e.pid in mains), None)
     if error is None:
         return None
-    from gpudoctor.text import one_line
+    from gpudoctor.base.text import one_line
 
     return (f"the script failed before it ran: {error.type}: {one_line((error.message or '').strip())[:300]}; "
             "nothing was measured, so no report was written")
@@ -216,7 +216,7 @@ def _announce_end(session: Session, escalated: list[str] | None = None, then: st
         what = f"exited with code {code}"
     if escalated and code in (137, 143):
         what += f" (it ignored SIGINT: ended by {'SIGKILL' if code == 137 else 'SIGTERM'})"
-    from gpudoctor.text import printable
+    from gpudoctor.base.text import printable
 
     # the exception's type and text come from the workload: no terminal controls of theirs
     say_line(printable(f"gpudoctor: workload {what} after {session.duration_s:.1f}s; {then or 'writing the report'}"))

@@ -1,6 +1,6 @@
 """Replay a recorded session's profiler window again, with this checkout's replay.
 
-The replay runs when a Session is assembled (gpudoctor.supervisor). Sessions recorded
+The replay runs when a Session is assembled (gpudoctor.run.supervisor). Sessions recorded
 on the GPU machine are test fixtures; when the replay model changes, their stored
 `profile.replay` is recomputed from the trace recorded with them:
 

@@ -1,6 +1,6 @@
 """Write the published JSON Schemas (gpudoctor/schemas/*.schema.json) from the typed models.
 
-Run after changing gpudoctor/report_model.py, diff_model.py or sweep_model.py:
+Run after changing gpudoctor/verdict/report_model.py, diff/diff_model.py or sweep/sweep_model.py:
 
     python scripts/write_schemas.py          # rewrite the files
     python scripts/write_schemas.py --check  # exit 1 when a committed file is stale

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gpudoctor.engine import run_checks
 from gpudoctor.model import Check, CheckOutcome, Finding
 from gpudoctor.session import (
     CpuInfo,
@@ -25,6 +24,7 @@ from gpudoctor.session import (
     Steps,
     StorageProbe,
 )
+from gpudoctor.verdict.engine import run_checks
 
 MISSING_REASONS = {
     "loader": "no DataLoader was iterated",

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from gpudoctor import cli, exitcodes
+from gpudoctor import cli
+from gpudoctor.base import exitcodes
 from gpudoctor.commands import COMMANDS
 
 pytestmark = pytest.mark.integration  # worker processes / the CLI in a subprocess
@@ -55,8 +56,8 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
 
 
 # what the catalog commands never need: they read each check's declaration, never run one
-NOT_FOR_THE_CATALOG = ("gpudoctor.session", "gpudoctor.replay", "gpudoctor.report_model", "gpudoctor.engine",
-                       "gpudoctor.collectors", "importlib.metadata", "rich.markdown")
+NOT_FOR_THE_CATALOG = ("gpudoctor.session", "gpudoctor.replay", "gpudoctor.verdict.report_model",
+                       "gpudoctor.verdict.engine", "gpudoctor.collectors", "importlib.metadata", "rich.markdown")
 
 
 @pytest.mark.parametrize("argv", [["checks", "--plain"], ["checks"], ["explain", "GD101"], ["explain", "GD304"]])
@@ -64,7 +65,7 @@ def test_the_catalog_imports_no_session_replay_or_metadata(argv: list[str]) -> N
     """`gpudoctor checks` and `explain` (into a pipe) import every check but none of what running
     one needs (issue 16: the catalog in under 150 ms; benchmarks/analyze_speed.py times it).
     importlib.metadata stays out while no installed distribution declares a check plugin."""
-    code = ("import sys\nbefore = set(sys.modules)\nfrom gpudoctor import cli, registry\n"
+    code = ("import sys\nbefore = set(sys.modules)\nfrom gpudoctor import cli\nfrom gpudoctor.verdict import registry\n"
             f"code = cli.main({argv!r})\n"
             "print(code, registry._may_declare(registry.GROUP))\n"
             "print(' '.join(sorted(set(sys.modules) - before)))")

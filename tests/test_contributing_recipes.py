@@ -17,15 +17,15 @@ from helpers import make_session, make_steps
 sys.path.insert(0, str(Path(__file__).resolve().parent / "replay"))
 from timelines import Gpu, Host, trace
 
-from gpudoctor import registry
 from gpudoctor.collectors.trace import trace_events
-from gpudoctor.engine import run_checks
 from gpudoctor.replay import SCENARIOS, replay_trace
-from gpudoctor.report import verdict
 from gpudoctor.session import ProfileSummary
 from gpudoctor.trials import remedies
 from gpudoctor.trials.plan import plan_trials
 from gpudoctor.trials.remedies import KINDS, TryRequest, parse_try
+from gpudoctor.verdict import registry
+from gpudoctor.verdict.build import verdict
+from gpudoctor.verdict.engine import run_checks
 
 # the whole recipe: one module, as a plugin package would ship it
 SAMPLE = '''
@@ -155,7 +155,7 @@ def test_every_builtin_prediction_names_a_scenario_its_check_declares():
     scenario declares it (kept true by the built-ins' own code, checked here)."""
     import re
 
-    root = Path(registry.__file__).resolve().parent / "checks"
+    root = Path(registry.__file__).resolve().parents[1] / "checks"
     for check in registry.load_checks()[0]:
         if check.fix is None:
             continue

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from gpudoctor import cli, exitcodes
-from gpudoctor.diff import DIFF_SCHEMA, comparability, compare, workload_identity
+from gpudoctor import cli
+from gpudoctor.base import exitcodes
+from gpudoctor.diff.compare import DIFF_SCHEMA, comparability, compare, workload_identity
 from gpudoctor.reports import render_diff
 
 
@@ -240,7 +241,7 @@ def test_a_difference_inside_the_noise_is_not_called_real() -> None:
 
 
 def test_step_time_stats_interval_of_the_median() -> None:
-    from gpudoctor.diff_stats import step_time_stats
+    from gpudoctor.diff.diff_stats import step_time_stats
 
     stats = step_time_stats([float(i) for i in range(1, 11)])  # 1..10
     assert stats["steady_steps"] == 10 and stats["median_s"] == 5.5
@@ -301,7 +302,7 @@ def test_a_bursty_loaders_fix_is_a_gain_though_its_median_step_got_slower() -> N
 
 
 def test_throughput_windows_grow_with_the_run_and_need_three() -> None:
-    from gpudoctor.diff_stats import throughput_stats
+    from gpudoctor.diff.diff_stats import throughput_stats
 
     assert throughput_stats([0.1] * 14)["steps_per_s_ci95"] is None  # two windows of 5
     stats = throughput_stats([0.1] * 200)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from helpers import make_session, make_steps
 
 from gpudoctor.analysis.prediction import Prediction
-from gpudoctor.engine import EngineResult, order, run_checks, with_trials
 from gpudoctor.model import Check, Finding, Remedy
-from gpudoctor.report import build_report
 from gpudoctor.trials.records import TrialResult, Trials
+from gpudoctor.verdict.build import build_report
+from gpudoctor.verdict.engine import EngineResult, order, run_checks, with_trials
 
 WORKERS = Remedy(text="Set num_workers=8.", knobs={"num_workers": "more"})
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpudoctor.engine import reconcile
 from gpudoctor.model import Check, Finding, Remedy
+from gpudoctor.verdict.engine import reconcile
 
 
 def _check(check_id: str, owns: tuple[str, ...] = ()) -> Check:
@@ -47,10 +47,10 @@ def test_agreeing_findings_are_left_alone():
 def test_a_skipped_check_that_decides_the_main_question_is_named_in_the_verdict_unless_ignored():
     from helpers import make_session, make_steps
 
-    from gpudoctor.engine import run_checks
     from gpudoctor.model import Skip
-    from gpudoctor.report import build_report
     from gpudoctor.session import Session
+    from gpudoctor.verdict.build import build_report
+    from gpudoctor.verdict.engine import run_checks
 
     def never(session: Session) -> list[Finding]:
         raise Skip("no DataLoader was iterated")
@@ -69,7 +69,7 @@ def test_the_built_in_checks_never_advise_both_ways_on_the_workers():
     from helpers import make_cpu_samples, make_loader, make_session, make_steps
 
     from gpudoctor.checks import gd101_workers, gd102_input_stall, gd103_cpu_saturation
-    from gpudoctor.engine import run_checks
+    from gpudoctor.verdict.engine import run_checks
 
     session = make_session(
         steps=make_steps(50, 0.100, 0.070),

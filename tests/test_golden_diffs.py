@@ -16,10 +16,10 @@ import os
 import pytest
 from test_golden_reports import FIXTURES, GOLDEN
 
-from gpudoctor.diff import compare
-from gpudoctor.judging import judge
+from gpudoctor.diff.compare import compare
 from gpudoctor.reports import json_report, render_diff
 from gpudoctor.session import Session
+from gpudoctor.verdict.judge import judge
 
 PAIRS = [
     ("h200/loader_starved_gpu", "h200/loader_starved_gpu+workers15"),
@@ -71,7 +71,7 @@ def test_golden_diffs_fit_the_published_schema_and_round_trip() -> None:
     import jsonschema
 
     from gpudoctor import schemas
-    from gpudoctor.diff_model import Diff
+    from gpudoctor.diff.diff_model import Diff
 
     schema = schemas.load("diff-v1.schema.json")
     validator = jsonschema.validators.validator_for(schema)(schema)

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from gpudoctor.judging import judge
 from gpudoctor.reports import json_report
 from gpudoctor.session import Session
+from gpudoctor.verdict.judge import judge
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 GOLDEN = FIXTURES / "golden"

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import helper as helper_module
 from gpudoctor import reports
 from gpudoctor.cli import main
 from gpudoctor.commands import analyze
-from gpudoctor.helper import Helper
 from gpudoctor.replay import background
+from gpudoctor.run import analyze_helper as helper_module
+from gpudoctor.run.analyze_helper import Helper
 
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
 WINDOWS = Path(__file__).resolve().parent / "fixtures" / "h200" / "windows"

@@ -28,28 +28,25 @@ PACKAGE = ROOT / "gpudoctor"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("commands", ("gpudoctor.cli", "gpudoctor.__main__", "gpudoctor.commands", "gpudoctor.inprocess",
                   "gpudoctor.integrations")),
-    ("pipeline", ("gpudoctor.pipeline", "gpudoctor.judging", "gpudoctor.attach", "gpudoctor.supervisor",
-                  "gpudoctor.assemble", "gpudoctor.trials", "gpudoctor.output", "gpudoctor.helper",
-                  "gpudoctor.merge", "gpudoctor.diff", "gpudoctor.sweep", "gpudoctor.preflight", "gpudoctor.demo",
-                  "gpudoctor.gpu", "gpudoctor.process_tree", "gpudoctor.signals", "gpudoctor.workdir",
-                  "gpudoctor.status", "gpudoctor.agent")),
-    ("judging", ("gpudoctor.engine", "gpudoctor.engine_gains", "gpudoctor.registry", "gpudoctor.plugins",
-                 "gpudoctor.checks", "gpudoctor.report", "gpudoctor.trials.report")),
+    ("pipeline", ("gpudoctor.pipeline", "gpudoctor.run", "gpudoctor.verdict.judge", "gpudoctor.verdict.output",
+                  "gpudoctor.trials", "gpudoctor.diff", "gpudoctor.sweep", "gpudoctor.preflight", "gpudoctor.demo",
+                  "gpudoctor.agent")),
+    ("judging", ("gpudoctor.verdict", "gpudoctor.checks", "gpudoctor.trials.report")),
     ("analysis", ("gpudoctor.analysis",)),
     ("replay", ("gpudoctor.replay",)),
     ("collectors", ("gpudoctor.collectors",)),
     ("renderers", ("gpudoctor.reports",)),
-    ("session model", ("gpudoctor.session", "gpudoctor.session_codec", "gpudoctor.session_checks",
-                       "gpudoctor.model", "gpudoctor.metrics", "gpudoctor.trials.records", "gpudoctor.report_model",
-                       "gpudoctor.diff_model", "gpudoctor.diff_stats", "gpudoctor.sweep_model", "gpudoctor.schemas")),
-    ("foundation", ("gpudoctor", "gpudoctor.bounded", "gpudoctor.fsutil", "gpudoctor.exitcodes",
-                    "gpudoctor.forking", "gpudoctor.text", "gpudoctor.idle_causes", "gpudoctor.jsonmodel",
-                    "gpudoctor.thresholds", "gpudoctor.agent.protocol", "gpudoctor.agent.redact")),
+    ("session model", ("gpudoctor.session", "gpudoctor.model", "gpudoctor.metrics", "gpudoctor.trials.records",
+                       "gpudoctor.verdict.report_model", "gpudoctor.diff.diff_model", "gpudoctor.diff.diff_stats",
+                       "gpudoctor.sweep.sweep_model", "gpudoctor.schemas")),
+    ("foundation", ("gpudoctor", "gpudoctor.base", "gpudoctor.thresholds", "gpudoctor.agent.protocol",
+                    "gpudoctor.agent.redact")),
 ]
 
 # what a renderer may import besides gpudoctor.reports itself: the Report and its vocabulary
-RENDERER_READS = ("gpudoctor.report_model", "gpudoctor.diff_model", "gpudoctor.sweep_model", "gpudoctor.model",
-                  "gpudoctor.jsonmodel", "gpudoctor.text", "gpudoctor.idle_causes", "gpudoctor.agent.redact")
+RENDERER_READS = ("gpudoctor.verdict.report_model", "gpudoctor.diff.diff_model", "gpudoctor.sweep.sweep_model",
+                  "gpudoctor.model", "gpudoctor.base.jsonmodel", "gpudoctor.base.text", "gpudoctor.base.idle_causes",
+                  "gpudoctor.agent.redact")
 
 # (importer, imported): the known exceptions, each a larger move than the layer fix it blocks,
 # with why it is there and what removes it. None today: the last three (the Prediction type,

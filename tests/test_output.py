@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from gpudoctor import exitcodes, output
-from gpudoctor.exitcodes import GpudoctorError
-from gpudoctor.output import plan_outputs, write_outputs
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
+from gpudoctor.verdict import output
+from gpudoctor.verdict.output import plan_outputs, write_outputs
 
 NOW = datetime(2025, 1, 2, 3, 4, 5)
 REPORT: dict[str, Any] = {
@@ -193,9 +194,9 @@ def test_json_copy_that_exists_is_refused_before_the_run(in_tmp: Path) -> None:
 
 
 def test_real_renderers_by_default(in_tmp: Path) -> None:
-    from gpudoctor.engine import EngineResult
-    from gpudoctor.report import build_report
     from gpudoctor.session import Session
+    from gpudoctor.verdict.build import build_report
+    from gpudoctor.verdict.engine import EngineResult
 
     report = build_report(Session(source="synthetic", command=["python", "train.py"]), EngineResult([], []), docs={})
     written = write_outputs(plan_outputs(None, "train", NOW, ["html", "json", "junit"]), report, SESSION)

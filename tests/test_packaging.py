@@ -63,7 +63,7 @@ def test_wheel_contains_everything_and_runs(tmp_path):
     )
     env = dict(os.environ, PYTHONPATH=str(target))
     code = (
-        "import gpudoctor, gpudoctor.checks; from gpudoctor.registry import load_checks;"
+        "import gpudoctor, gpudoctor.checks; from gpudoctor.verdict.registry import load_checks;"
         "checks, errors = load_checks(); assert not errors, errors;"
         "from gpudoctor import schemas; assert schemas.load('report-v1.schema.json') == schemas.report_schema();"
         "print(gpudoctor.__file__); print(len(checks)); print(checks[1].run.__module__)"

@@ -9,9 +9,10 @@ import sys
 import pytest
 from helpers import make_loader, make_session, make_steps
 
-from gpudoctor import exitcodes, pipeline
-from gpudoctor.output import plan_outputs
+from gpudoctor import pipeline
+from gpudoctor.base import exitcodes
 from gpudoctor.session import ErrorEvent, ProcessInfo
+from gpudoctor.verdict.output import plan_outputs
 
 
 def starved_session():

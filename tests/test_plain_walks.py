@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.jsonmodel import DecodeError, finite_numbers, nulled_non_finite, plain_numbers
+from gpudoctor.base.jsonmodel import DecodeError, finite_numbers, nulled_non_finite, plain_numbers
 from gpudoctor.reports.console import printable
 from gpudoctor.session import Session
-from gpudoctor.session_codec import plain
+from gpudoctor.session.codec import plain
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 Pair = namedtuple("Pair", "a b")
@@ -67,7 +67,7 @@ def test_number_lists_are_told_apart_from_the_rest():
 
 
 def test_typed_float_lists_decode_and_refuse_as_before():
-    from gpudoctor.jsonmodel import decode
+    from gpudoctor.base.jsonmodel import decode
 
     @dataclasses.dataclass(frozen=True)
     class Doc:

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from helpers import make_session, make_steps
 
-from gpudoctor import registry
-from gpudoctor.judging import judge
 from gpudoctor.reports import render
 from gpudoctor.session import CpuSample
+from gpudoctor.verdict import registry
+from gpudoctor.verdict.judge import judge
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "gpudoctor-example-check"
@@ -227,7 +227,7 @@ def guests(plugins, tmp_path):
 
 
 def test_a_plugin_that_hangs_is_stopped_by_the_time_limit(guests, monkeypatch):
-    from gpudoctor import engine
+    from gpudoctor.verdict import engine
 
     monkeypatch.setattr(engine, "PLUGIN_TIME_LIMIT_S", 0.5, raising=False)
     guests(HANG1="guest_plugins:HANGS", EX401="gpudoctor_example_check:run")
@@ -256,7 +256,7 @@ def test_a_keyboard_interrupt_while_judging_keeps_what_was_judged(guests, monkey
     import signal
     import threading
 
-    from gpudoctor import engine
+    from gpudoctor.verdict import engine
 
     monkeypatch.setattr(engine, "PLUGIN_TIME_LIMIT_S", 60.0, raising=False)
     guests(HANG1="guest_plugins:HANGS", MUT01="guest_plugins:MUTATES")

@@ -8,8 +8,8 @@ from typing import Any
 
 import psutil
 
-from gpudoctor import process_tree
-from gpudoctor.process_tree import _shown, leftover_note
+from gpudoctor.run import process_tree
+from gpudoctor.run.process_tree import _shown, leftover_note
 
 
 def test_a_command_line_cannot_forge_a_gpudoctor_line() -> None:

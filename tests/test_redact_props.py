@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpudoctor.agent.redact import MASK, redact_argv, redact_text
-from gpudoctor.engine import EngineResult
 from gpudoctor.model import CheckOutcome, Finding, Remedy
-from gpudoctor.report import build_report
 from gpudoctor.reports import render
 from gpudoctor.session import ErrorEvent, ProcessInfo, Session
+from gpudoctor.verdict.build import build_report
+from gpudoctor.verdict.engine import EngineResult
 
 ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 # a credential: distinctive ("Zq" prefix, 16+ characters) so it cannot occur in a report by chance

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import registry
 from gpudoctor.analysis import shared
-from gpudoctor.engine import run_checks
 from gpudoctor.model import Check, Finding, check, thresholds_of
 from gpudoctor.session import Session
 from gpudoctor.thresholds import CountThreshold, Threshold
+from gpudoctor.verdict import registry
+from gpudoctor.verdict.engine import run_checks
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS_DIR = ROOT / "gpudoctor" / "checks"
@@ -50,7 +50,7 @@ def test_a_plain_checkout_finds_the_builtins_without_metadata(tmp_path):
     code = (
         "import importlib.metadata as md; real = md.entry_points;"
         "md.entry_points = lambda **kw: [] if kw.get('group') == 'gpudoctor.checks' else real(**kw);"
-        "from gpudoctor import registry; registry.entry_points = md.entry_points;"
+        "from gpudoctor.verdict import registry; registry.entry_points = md.entry_points;"
         "checks, errors = registry.load_checks(); assert not errors, errors;"
         "import gpudoctor; print(gpudoctor.__file__); print(' '.join(c.id for c in checks))"
     )
@@ -94,7 +94,7 @@ def test_a_check_imports_no_other_check(module):
 
 
 def test_the_engine_names_no_check():
-    tree = ast.parse((ROOT / "gpudoctor" / "engine.py").read_text())
+    tree = ast.parse((ROOT / "gpudoctor" / "verdict" / "engine.py").read_text())
     docstrings = {id(n.body[0].value) for n in ast.walk(tree)
                   if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
                   and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}

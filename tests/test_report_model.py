@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from test_golden_reports import GOLDEN, SESSIONS, golden_name
 
-from gpudoctor import cli, exitcodes
-from gpudoctor.jsonmodel import DecodeError, is_real
+from gpudoctor import cli
+from gpudoctor.base import exitcodes
+from gpudoctor.base.jsonmodel import DecodeError, is_real
 from gpudoctor.model import SEVERITIES, severity_rank
-from gpudoctor.report_model import Report, ReportFinding, as_report
+from gpudoctor.verdict.report_model import Report, ReportFinding, as_report
 
 
 def golden(name: str = "starved_loader") -> dict[str, Any]:
@@ -143,7 +144,7 @@ def test_a_report_with_more_findings_than_gpudoctor_writes_is_refused_by_count(
 
 
 def test_every_list_is_capped_free_json_too() -> None:
-    from gpudoctor.jsonmodel import MAX_ITEMS
+    from gpudoctor.base.jsonmodel import MAX_ITEMS
 
     data = golden()
     data["evidence"]["timeline"] = {"t": list(range(MAX_ITEMS + 1))}

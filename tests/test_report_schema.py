@@ -1,7 +1,7 @@
 """The published report schema: generated from the typed model, and every report fits it.
 
 Validated with `jsonschema` (a test-only dependency): an implementation independent of
-gpudoctor.jsonmodel, which generates the schema, so the two check each other.
+gpudoctor.base.jsonmodel, which generates the schema, so the two check each other.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import pytest
 from test_golden_reports import GOLDEN, SESSIONS, golden_name
 
 from gpudoctor import schemas
-from gpudoctor.judging import judge
-from gpudoctor.report import REPORT_SCHEMA
-from gpudoctor.report_model import Report
 from gpudoctor.reports import json_report
 from gpudoctor.session import Session
+from gpudoctor.verdict.build import REPORT_SCHEMA
+from gpudoctor.verdict.judge import judge
+from gpudoctor.verdict.report_model import Report
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,10 @@
-"""gpudoctor's own lines while the workload runs (gpudoctor.status)."""
+"""gpudoctor's own lines while the workload runs (gpudoctor.run.status)."""
 
 from __future__ import annotations
 
 import io
 
-from gpudoctor.status import StatusLine
+from gpudoctor.run.status import StatusLine
 
 
 def test_without_a_terminal_a_heartbeat_line_every_30_s() -> None:

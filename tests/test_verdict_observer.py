@@ -2,7 +2,7 @@
 failed run (a torchrun job under load headlined "Run failed: the run slowed down ...")."""
 
 from gpudoctor.model import Finding
-from gpudoctor.report import verdict
+from gpudoctor.verdict.build import verdict
 
 
 def _finding(check_id: str, title: str) -> Finding:

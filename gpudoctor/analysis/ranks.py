@@ -252,7 +252,7 @@ def ranks_per_node(session: Session) -> int | None:
     return None
 
 
-# the report's `ranks` section (gpudoctor.report): built here, from the Session; the
+# the report's `ranks` section (gpudoctor.verdict.build): built here, from the Session; the
 # renderers (gpudoctor/reports/ranks.py) read it from the Report
 RANK_TIMELINE_MAX_POINTS = 400
 

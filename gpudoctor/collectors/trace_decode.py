@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast, get_args
 import msgspec
 import numpy as np
 
-from gpudoctor.bounded import InputTooLarge
+from gpudoctor.base.bounded import InputTooLarge
 from gpudoctor.collectors import trace_file
 from gpudoctor.collectors.trace_file import load_trace, trace_events
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.bounded import InputTooLarge, Limits, read_bounded
-from gpudoctor.fsutil import unreadable_reason
+from gpudoctor.base.bounded import InputTooLarge, Limits, read_bounded
+from gpudoctor.base.fsutil import unreadable_reason
 
 # uncompressed; parsed, a real Kineto trace takes about 2.6 times its bytes in memory (300
 # bytes an event), a hostile one of tiny events far more: objects and values are bounded too

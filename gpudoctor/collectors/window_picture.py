@@ -24,11 +24,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from gpudoctor.base.idle_causes import IDLE_CAUSES
 from gpudoctor.collectors.intervals import blocks, sequential_sum
 from gpudoctor.collectors.kineto_names import DATA_ANNOTATION, OPTIMIZER_ANNOTATION, STEP_PREFIX
 from gpudoctor.collectors.trace_columns import HostEvents, TraceColumns, str_codes
 from gpudoctor.collectors.trace_decode import ANNOTATION, GPU_COPY, TraceIndex
-from gpudoctor.idle_causes import IDLE_CAUSES
 from gpudoctor.session import PictureRow, WindowPicture
 
 DATA, SYNC, COPIES, OPTIMIZER, LAUNCH, UNEXPLAINED = range(len(IDLE_CAUSES))

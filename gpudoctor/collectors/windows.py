@@ -2,7 +2,7 @@
 
 Each window the agent kept (gpudoctor/agent/profiler.py: "start", then "phase" and
 "later" ones) is summarised (collectors.trace) and replayed by the `replay` its caller hands
-in (the assembly's gpudoctor.assemble.replay_window: the replay sits above the collectors). The
+in (the assembly's gpudoctor.run.assemble.replay_window: the replay sits above the collectors). The
 primary window, `Session.profile` as before, is the first one steps drove (else the
 first: a run without steps). A window's replay is calibrated to the step time
 measured outside it: the whole run's steady steps for the primary window; for a later

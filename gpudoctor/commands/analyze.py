@@ -28,9 +28,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor import __version__, exitcodes
+from gpudoctor import __version__
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
 from gpudoctor.commands.argtypes import non_negative_int
-from gpudoctor.exitcodes import GpudoctorError
 from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS, choices
 from gpudoctor.reports.formats import file_formats as file_formats_of
 from gpudoctor.session import (
@@ -46,7 +47,7 @@ from gpudoctor.session import (
 
 if TYPE_CHECKING:
     from gpudoctor.collectors.trace_loader import TraceLoaderSteps
-    from gpudoctor.helper import Helper
+    from gpudoctor.run.analyze_helper import Helper
 
 # what one trace file gives: its statistics, its metadata, the pids that ran operators, its loader steps
 Summarized = tuple[ProfileSummary, dict[str, Any], list[int], "TraceLoaderSteps | None"]
@@ -104,14 +105,14 @@ def session_from_trace(path: str | Path, steps: int = 0, *, meanwhile: Callable[
     writes ``*.pt.trace.json[.gz]``): see session_from_trace_dir.
     Raises GpudoctorError (NOT_FOUND or BAD_DATA) for input that is not a readable trace.
     `meanwhile` is called once the statistics are done, while the replay may still run beside.
-    A long trace's replay runs in `helper` (gpudoctor.helper), or in one started here.
+    A long trace's replay runs in `helper` (gpudoctor.run.analyze_helper), or in one started here.
     """
     path = Path(path)
     if path.is_dir() and rank_traces(path):
         return session_from_trace_dir(path, steps)
     own = helper is None and _long_trace(path)
     if own:
-        from gpudoctor.helper import Helper
+        from gpudoctor.run.analyze_helper import Helper
 
         helper = Helper.start(trace=path)
     try:
@@ -134,7 +135,7 @@ def session_from_trace_dir(directory: Path, steps: int = 0) -> Session:
     the first trace (by name: rank 0 with the handler's names) is the primary window the
     checks judge; every trace is a window of its own in `profiles`, named after its file."""
     paths = rank_traces(directory)
-    from gpudoctor.forking import usable_cores
+    from gpudoctor.run.forking import usable_cores
 
     workers = min(len(paths), usable_cores())
     if workers > 1:
@@ -302,10 +303,10 @@ def _prepare(formats: list[str], done: tuple[str, ...]) -> None:
     """Import what judging and the report need (matplotlib for the HTML's charts above all;
     not the formats in `done`, made ready elsewhere) while a long trace's replay finishes in
     its own process: that time is otherwise waited."""
-    import gpudoctor.engine
-    import gpudoctor.report  # noqa: F401
-    from gpudoctor.registry import load_checks
+    import gpudoctor.verdict.build
+    import gpudoctor.verdict.engine  # noqa: F401
     from gpudoctor.reports import renderer
+    from gpudoctor.verdict.registry import load_checks
 
     load_checks()
     for fmt in formats:
@@ -336,7 +337,7 @@ def _long_trace(path: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor.helper import Helper  # the rest once the helper is forked: it imports what it needs
+    from gpudoctor.run.analyze_helper import Helper  # the rest once the helper is forked: it imports what it needs
 
     path = Path(args.trace)
     formats = list(dict.fromkeys(args.formats or []))
@@ -353,10 +354,10 @@ def run(args: argparse.Namespace) -> int:
     helper = Helper.start(("html",) if html else (), args.fail_on, trace=path) if _long_trace(path) \
         else Helper((), args.fail_on)
     from gpudoctor.commands.argtypes import split_ids
-    from gpudoctor.judging import JudgeOptions, WritePlan, judge, write
     from gpudoctor.model import severity_rank
-    from gpudoctor.output import plan_outputs
     from gpudoctor.reports import render, show, terminal
+    from gpudoctor.verdict.judge import JudgeOptions, WritePlan, judge, write
+    from gpudoctor.verdict.output import plan_outputs
 
     with helper:
         session = session_from_trace(path, steps=args.steps, helper=helper,

@@ -17,7 +17,7 @@ import logging
 import signal
 from typing import Any
 
-from gpudoctor import exitcodes
+from gpudoctor.base import exitcodes
 from gpudoctor.commands.argtypes import positive_float, split_ids
 from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS, choices, with_defaults
 
@@ -57,7 +57,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace, nvml: Any = None) -> int:
 
-    from gpudoctor.attach import (
+    from gpudoctor.base.exitcodes import GpudoctorError
+    from gpudoctor.pipeline import show_summary
+    from gpudoctor.run.attacher import (
         NO_AGENT,
         Attacher,
         AttachOptions,
@@ -65,12 +67,10 @@ def run(args: argparse.Namespace, nvml: Any = None) -> int:
         open_target,
         runnable_without_agent,
     )
-    from gpudoctor.engine import exit_status, gate_line
-    from gpudoctor.exitcodes import GpudoctorError
-    from gpudoctor.judging import JudgeOptions, WritePlan, judge, write
-    from gpudoctor.output import plan_outputs, safe_stem
-    from gpudoctor.pipeline import show_summary
-    from gpudoctor.status import say
+    from gpudoctor.run.status import say
+    from gpudoctor.verdict.engine import exit_status, gate_line
+    from gpudoctor.verdict.judge import JudgeOptions, WritePlan, judge, write
+    from gpudoctor.verdict.output import plan_outputs, safe_stem
 
     process = open_target(args.pid)
     plan = plan_outputs(args.out, safe_stem(f"attach-{_name(process)}"), datetime.datetime.now(),

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpudoctor import exitcodes
-from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
 from gpudoctor.model import STAGES, Check, thresholds_of
-from gpudoctor.registry import find_check, load_checks
 from gpudoctor.reports.console import is_terminal, one_line, show
+from gpudoctor.verdict.registry import find_check, load_checks
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

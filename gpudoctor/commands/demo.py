@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpudoctor.pipeline import DiagnoseRequest, diagnose_and_report
-    from gpudoctor.supervisor import RunOptions
+    from gpudoctor.run.supervisor import RunOptions
 
     command = [sys.executable, "-m", "gpudoctor.demo.workload", "--workers", str(args.workers),
                "--steps", str(args.steps)]

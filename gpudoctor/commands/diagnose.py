@@ -19,7 +19,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpudoctor import exitcodes
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
+from gpudoctor.base.fsutil import unreadable_reason
 from gpudoctor.commands.argtypes import (
     float_between,
     non_negative_int,
@@ -27,13 +29,11 @@ from gpudoctor.commands.argtypes import (
     positive_int,
     split_ids,
 )
-from gpudoctor.exitcodes import GpudoctorError
-from gpudoctor.fsutil import unreadable_reason
 from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS, choices
 
 if TYPE_CHECKING:
     from gpudoctor.pipeline import Misplaced, ReportOptions
-    from gpudoctor.supervisor import RunOptions
+    from gpudoctor.run.supervisor import RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ def resolve_command(args: argparse.Namespace) -> tuple[list[str], str]:
 def report_stem(command: list[str]) -> str:
     """The report's name for a command: its script or module (`-- python train.py name 12`
     gives `train`, not `12`), else the program's name."""
-    from gpudoctor.diff import workload_identity
+    from gpudoctor.diff.compare import workload_identity
 
     identity = workload_identity(command)
     if identity is None:
@@ -259,7 +259,7 @@ def misplaced_options(args: argparse.Namespace) -> Misplaced | None:
 
 def run_options(args: argparse.Namespace, command: list[str]) -> RunOptions:
     """What add_run_options' flags ask for (diagnose, preflight)."""
-    from gpudoctor.supervisor import RunOptions
+    from gpudoctor.run.supervisor import RunOptions
 
     return RunOptions(
         command=command,

@@ -16,8 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import exitcodes
-from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
 from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS, choices, file_formats
 from gpudoctor.session import Session
 
@@ -52,10 +52,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from gpudoctor.commands.report import load_report, render_saved
-    from gpudoctor.diff import comparability, diff
-    from gpudoctor.output import plan_outputs, write_outputs
+    from gpudoctor.diff.compare import comparability, diff
     from gpudoctor.reports import diff_text, render_diff, show_diff
     from gpudoctor.reports.console import printable, show
+    from gpudoctor.verdict.output import plan_outputs, write_outputs
 
     before_path, after_path = Path(args.before), Path(args.after)
     before, before_session = load_report(before_path)

@@ -14,8 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import exitcodes
-from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
 from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS, choices
 from gpudoctor.session import Session, SessionError
 
@@ -39,10 +39,10 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from gpudoctor.commands.argtypes import split_ids
     from gpudoctor.commands.report import exit_code
-    from gpudoctor.judging import JudgeOptions, WritePlan, judge, write
-    from gpudoctor.merge import MergeError, merge_sessions
-    from gpudoctor.output import plan_outputs
     from gpudoctor.reports import terminal
+    from gpudoctor.session.merge_nodes import MergeError, merge_sessions
+    from gpudoctor.verdict.judge import JudgeOptions, WritePlan, judge, write
+    from gpudoctor.verdict.output import plan_outputs
 
     sessions = []
     for name in args.inputs:

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import exitcodes
-from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
 
 DEFAULT_STEPS = 40
 DEFAULT_DURATION_S = 180.0
@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _output(path: str | None, force: bool) -> Path | None:
     """Check an output path up front, so a long job never ends with nowhere to write."""
-    from gpudoctor.output import ensure_writable
+    from gpudoctor.verdict.output import ensure_writable
 
     if not path or path == "-":
         return None
@@ -75,7 +75,7 @@ def _split(values: list[str]) -> tuple[list[str], list[str]]:
     """--ignore values: (preflight items, diagnose checks). Unknown names are a usage error."""
     from gpudoctor.commands.argtypes import split_ids
     from gpudoctor.preflight.items import find
-    from gpudoctor.registry import find_check
+    from gpudoctor.verdict.registry import find_check
 
     items, checks = [], []
     for name in split_ids(values):
@@ -157,7 +157,7 @@ def _run_job(args: argparse.Namespace, resolved: tuple[list[str], str], ignore_c
     from gpudoctor.pipeline import DiagnoseRequest, ReportOptions, diagnose_and_report
     from gpudoctor.preflight.job import JobRun
     from gpudoctor.preflight.link_watch import LinkWatcher
-    from gpudoctor.status import say
+    from gpudoctor.run.status import say
 
     command, stem = resolved
     say(f"gpudoctor preflight: running the job under diagnose for at most {args.steps} steps or {args.duration:g} s")
@@ -177,7 +177,7 @@ def _run_job(args: argparse.Namespace, resolved: tuple[list[str], str], ignore_c
 
 
 def _write(report: dict[str, Any], outputs: dict[str, Path | None], args: argparse.Namespace) -> dict[str, str]:
-    from gpudoctor.fsutil import write_atomic
+    from gpudoctor.base.fsutil import write_atomic
     from gpudoctor.reports import preflight_html, preflight_junit
 
     renderers = {

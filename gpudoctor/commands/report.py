@@ -17,16 +17,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import exitcodes
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
+from gpudoctor.base.fsutil import unreadable_reason
+from gpudoctor.base.jsonmodel import DecodeError
 from gpudoctor.commands.argtypes import split_ids
-from gpudoctor.diff import workload_identity
-from gpudoctor.exitcodes import GpudoctorError
-from gpudoctor.fsutil import unreadable_reason
-from gpudoctor.jsonmodel import DecodeError
-from gpudoctor.report_model import CheckRecord, Report, ReportFinding, as_report
+from gpudoctor.diff.compare import workload_identity
 from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS, choices
 from gpudoctor.reports.formats import file_formats as file_formats_of
 from gpudoctor.session import Session, SessionError
+from gpudoctor.verdict.report_model import CheckRecord, Report, ReportFinding, as_report
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def register(subparsers: Any) -> None:
 
 
 def _read_json(path: Path) -> Any:
-    from gpudoctor.fsutil import InputTooLarge, read_limited
+    from gpudoctor.base.fsutil import InputTooLarge, read_limited
 
     try:
         raw = read_limited(path)
@@ -111,7 +111,7 @@ def _load_session(path: Path) -> Session:
 def load_report(path: Path, ignore: list[str] | None = None) -> tuple[dict[str, Any], Session | None]:
     """The report for `path`: re-judged from its Session when there is one, else as saved
     (with --ignore applied to the saved findings)."""
-    from gpudoctor.judging import JudgeOptions, judge
+    from gpudoctor.verdict.judge import JudgeOptions, judge
 
     session, saved = load_session_or_report(path)
     if session is not None:
@@ -174,9 +174,9 @@ def default_stem(report: dict[str, Any], path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor.judging import WritePlan, write
-    from gpudoctor.output import plan_outputs
     from gpudoctor.reports import render, show, terminal
+    from gpudoctor.verdict.judge import WritePlan, write
+    from gpudoctor.verdict.output import plan_outputs
 
     path = Path(args.input)
     formats: list[str] = list(dict.fromkeys(args.formats or []))

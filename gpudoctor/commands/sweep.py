@@ -27,12 +27,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor import exitcodes
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
 from gpudoctor.commands.argtypes import positive_float, positive_int
-from gpudoctor.exitcodes import GpudoctorError
 
 if TYPE_CHECKING:
-    from gpudoctor.sweep_model import SweepReport
+    from gpudoctor.sweep.sweep_model import SweepReport
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def _html_copy(path: str | None, force: bool) -> Path | None:
     """Check `--html PATH` up front, the way plan_outputs checks the rest."""
-    from gpudoctor.output import ensure_writable
+    from gpudoctor.verdict.output import ensure_writable
 
     if not path:
         return None
@@ -157,10 +157,10 @@ def _html_copy(path: str | None, force: bool) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpudoctor.output import plan_outputs
     from gpudoctor.sweep.records import TrialSpec
     from gpudoctor.sweep.search import SearchPlan
     from gpudoctor.sweep.target import TargetProblem, parse_target_spec, precheck
+    from gpudoctor.verdict.output import plan_outputs
 
     _check(args)
     try:
@@ -327,10 +327,10 @@ def progress_line(result: Any) -> str:
 def _finish(
     args: argparse.Namespace, report: SweepReport, paths: Any, html_copy: Path | None, to_stdout: bool
 ) -> int:
-    from gpudoctor.fsutil import write_atomic
-    from gpudoctor.output import write_outputs
+    from gpudoctor.base.fsutil import write_atomic
     from gpudoctor.reports import sweep_html, sweep_terminal
     from gpudoctor.reports.console import output_console
+    from gpudoctor.verdict.output import write_outputs
 
     def render(data: Any, fmt: str) -> str:
         return sweep_html.render(data) if fmt == "html" else json.dumps(data, indent=1, allow_nan=False)

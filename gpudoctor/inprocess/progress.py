@@ -104,7 +104,7 @@ class NotebookProgress(ProgressDisplay):
 
 class TerminalProgress(ProgressDisplay):
     def __init__(self) -> None:
-        from gpudoctor.status import StatusLine
+        from gpudoctor.run.status import StatusLine
 
         self.line = StatusLine(enabled=None)
 

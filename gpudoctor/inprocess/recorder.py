@@ -29,7 +29,7 @@ from gpudoctor.agent.redact import redact_argv
 from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.events import EventReader
 from gpudoctor.collectors.storage import probe_in_background
-from gpudoctor.gpu import GpuMonitor
+from gpudoctor.run.gpu_monitor import GpuMonitor
 from gpudoctor.session import Environment, Session, StorageProbe
 
 log = logging.getLogger(__name__)
@@ -126,8 +126,8 @@ class Recorder:
     def session(self, gpu_result: object, duration: float, *, exit_code: int | None, stop_reason: str,
                 command: list[str] | None = None, torch_error: str | None = None) -> Session:
         """The Session of this watch, assembled like the supervisor's (see supervisor._assemble)."""
-        from gpudoctor.assemble import replay_window
         from gpudoctor.collectors.windows import apply_windows
+        from gpudoctor.run.assemble import replay_window
 
         session = Session(
             tool_version=__version__,

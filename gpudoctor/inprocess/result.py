@@ -20,7 +20,7 @@ from gpudoctor.reports.formats import DEFAULT_FILE_FORMATS
 from gpudoctor.session import Session
 
 if TYPE_CHECKING:
-    from gpudoctor.output import OutputPaths
+    from gpudoctor.verdict.output import OutputPaths
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class Report(Mapping[str, Any]):
              name: str = "watch", force: bool = False) -> dict[str, Path]:
         """Write the report set (HTML, JSON, the Session, the trace) like diagnose does;
         kind -> path. `out`: a directory or a file stem (default ./gpudoctor-reports/)."""
-        from gpudoctor.judging import WritePlan, write
+        from gpudoctor.verdict.judge import WritePlan, write
 
         if self.session is None:
             raise ValueError("this report has no Session to save beside it")
@@ -141,10 +141,10 @@ def _plan(out: str | None, name: str, formats: tuple[str, ...], force: bool) -> 
     import dataclasses
     import datetime
 
-    from gpudoctor import exitcodes
-    from gpudoctor.exitcodes import GpudoctorError
-    from gpudoctor.output import DEFAULT_DIR, plan_outputs
+    from gpudoctor.base import exitcodes
+    from gpudoctor.base.exitcodes import GpudoctorError
     from gpudoctor.reports.formats import with_defaults
+    from gpudoctor.verdict.output import DEFAULT_DIR, plan_outputs
 
     fmts = with_defaults(formats)
     # force=True only skips plan_outputs' "already exists" refusal: the write itself never

@@ -180,7 +180,7 @@ class Watch:
 
     def _conclude(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                   tb: TracebackType | None) -> Report:
-        from gpudoctor.judging import JudgeOptions, gzip_trace, judge
+        from gpudoctor.verdict.judge import JudgeOptions, gzip_trace, judge
 
         agent, recorder = self._agent, self._recorder
         how = agent.record_exit(exc_type, exc, tb)

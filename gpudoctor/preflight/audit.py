@@ -19,8 +19,9 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from gpudoctor import __version__, exitcodes
+from gpudoctor import __version__
 from gpudoctor.agent.redact import redact_argv
+from gpudoctor.base import exitcodes
 from gpudoctor.preflight import env, gpu, health, host, job, links
 from gpudoctor.preflight.context import Context
 from gpudoctor.preflight.items import SPECS, find

@@ -59,7 +59,7 @@ def _exit(job: JobRun) -> ItemResult:
 
 def _run_failure_checks() -> set[str]:
     """The IDs of the checks whose findings are the run's failure itself (Check.run_failure)."""
-    from gpudoctor.registry import checks_by_id
+    from gpudoctor.verdict.registry import checks_by_id
 
     return {c.id for c in checks_by_id().values() if c.run_failure}
 

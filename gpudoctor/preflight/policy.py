@@ -25,8 +25,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import exitcodes
-from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
 
 UNLIMITED = -1  # min_memlock_bytes = "unlimited"
 # a policy is a few dozen lines: a file far larger (a 300 MB comment, /dev/zero) is refused

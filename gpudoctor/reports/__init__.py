@@ -1,4 +1,4 @@
-"""Renderers: each takes the finished, typed report (gpudoctor.report_model.Report) and
+"""Renderers: each takes the finished, typed report (gpudoctor.verdict.report_model.Report) and
 returns text; the report's JSON dict is accepted too, and decoded first.
 
 They never see the engine or the Session object, only the report. Formatters are
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from gpudoctor.reports.formats import FORMATS, PLAIN, Renderer, RenderOptions, diff_renderer, renderer
 
 if TYPE_CHECKING:
-    from gpudoctor.diff_model import Diff
-    from gpudoctor.report_model import Report
+    from gpudoctor.diff.diff_model import Diff
+    from gpudoctor.verdict.report_model import Report
 
 __all__ = ["FORMATS", "PLAIN", "RenderOptions", "Renderer", "render", "render_diff", "renderer", "show", "show_diff"]
 
@@ -27,7 +27,7 @@ def render(report: Report | Mapping[str, Any], fmt: str, *, fail_on: str | None 
     findings count as failures); the others show every finding. A dict that does not
     fit the report model raises jsonmodel.DecodeError (a ValueError, one line)."""
     # not at import: `gpudoctor checks` reaches this package for reports.console alone
-    from gpudoctor.report_model import as_report
+    from gpudoctor.verdict.report_model import as_report
 
     fn = renderer(fmt)
     return fn(as_report(report), RenderOptions(fail_on=fail_on) if fail_on is not None else PLAIN)
@@ -35,7 +35,7 @@ def render(report: Report | Mapping[str, Any], fmt: str, *, fail_on: str | None 
 
 def render_diff(diff: Diff | Mapping[str, Any], fmt: str) -> str:
     """Render a before/after comparison (schema gpudoctor.diff/1) in one format."""
-    from gpudoctor.diff_model import as_diff
+    from gpudoctor.diff.diff_model import as_diff
 
     return diff_renderer(fmt)(as_diff(diff))
 
@@ -48,7 +48,7 @@ def show(report: Report | Mapping[str, Any], fmt: str, stream: TextIO, *, fail_o
 
     show_fn = shower(fmt)
     if show_fn is not None:
-        from gpudoctor.report_model import as_report
+        from gpudoctor.verdict.report_model import as_report
 
         show_fn(as_report(report), stream)
     elif text is not None:
@@ -59,7 +59,7 @@ def show(report: Report | Mapping[str, Any], fmt: str, stream: TextIO, *, fail_o
 
 def show_diff(diff: Diff | Mapping[str, Any], fmt: str, stream: TextIO) -> None:
     """A comparison as `gpudoctor diff`'s output in one format: shown (terminal), or its text."""
-    from gpudoctor.diff_model import as_diff
+    from gpudoctor.diff.diff_model import as_diff
     from gpudoctor.reports.formats import diff_shower
 
     show_fn = diff_shower(fmt)

@@ -1,6 +1,6 @@
 """Formatting shared by the renderers: numbers with units, severities, the command line.
 
-Everything here reads the finished, typed report only (gpudoctor.report_model.Report), so
+Everything here reads the finished, typed report only (gpudoctor.verdict.report_model.Report), so
 each renderer stays a thin layout over the same words and numbers.
 """
 
@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpudoctor.agent.redact import redact_argv
-from gpudoctor.jsonmodel import is_real
+from gpudoctor.base.jsonmodel import is_real
+from gpudoctor.base.text import format_bytes, format_duration
 from gpudoctor.model import STAGES, severity_rank
-from gpudoctor.report_model import CheckRecord, Report, ReportFinding, as_report
 from gpudoctor.reports.console import printable
-from gpudoctor.text import format_bytes, format_duration
+from gpudoctor.verdict.report_model import CheckRecord, Report, ReportFinding, as_report
 
 __all__ = ["as_report", "severity_rank"]  # re-exported for the renderers
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpudoctor.jsonmodel import is_real
-from gpudoctor.report_model import Report
-from gpudoctor.text import format_duration
+from gpudoctor.base.jsonmodel import is_real
+from gpudoctor.base.text import format_duration
+from gpudoctor.verdict.report_model import Report
 
 NAME_CHARS = 48
 

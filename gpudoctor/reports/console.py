@@ -19,9 +19,9 @@ from typing import Any, TextIO
 
 from rich.console import Console
 
-# the escaping lives in gpudoctor.text (every layer uses it); named here for the renderers
-from gpudoctor.text import one_line as one_line
-from gpudoctor.text import printable as printable
+# the escaping lives in gpudoctor.base.text (every layer uses it); named here for the renderers
+from gpudoctor.base.text import one_line as one_line
+from gpudoctor.base.text import printable as printable
 
 # wide enough that no line of a summary is ever wrapped; lines are right-stripped after
 UNWRAPPED_WIDTH = 100_000

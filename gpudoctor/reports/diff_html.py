@@ -12,7 +12,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from gpudoctor.diff_model import Diff
+from gpudoctor.diff.diff_model import Diff
 
 from . import charts
 from ._common import argv_line, format_number

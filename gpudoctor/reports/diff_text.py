@@ -1,7 +1,7 @@
 """Renderers for a before/after diff (schema gpudoctor.diff/1): terminal, JSON, Markdown.
 
 Like the report renderers they receive only the finished, typed diff
-(gpudoctor.diff_model.Diff, or its JSON dict); strings from the runs are never parsed as markup.
+(gpudoctor.diff.diff_model.Diff, or its JSON dict); strings from the runs are never parsed as markup.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpudoctor.diff_model import Diff, MetricChange, StepStats, as_diff
+from gpudoctor.diff.diff_model import Diff, MetricChange, StepStats, as_diff
 
 from ._common import format_number
 from .console import plain_text, printable, show

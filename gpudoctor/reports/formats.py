@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 if TYPE_CHECKING:
-    from gpudoctor.diff_model import Diff
-    from gpudoctor.report_model import Report
+    from gpudoctor.diff.diff_model import Diff
+    from gpudoctor.verdict.report_model import Report
 
 
 @dataclass(frozen=True)

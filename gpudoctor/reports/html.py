@@ -20,9 +20,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from gpudoctor.jsonmodel import is_real
-from gpudoctor.report_model import Report, ReportFinding, Summary
-from gpudoctor.text import format_bytes, format_duration
+from gpudoctor.base.jsonmodel import is_real
+from gpudoctor.base.text import format_bytes, format_duration
+from gpudoctor.verdict.report_model import Report, ReportFinding, Summary
 
 from . import charts
 from ._common import (

@@ -1,6 +1,6 @@
 """The JSON report: the machine-readable contract (schema gpudoctor.report/1).
 
-Written from the typed report (gpudoctor.report_model), so what is written is what the
+Written from the typed report (gpudoctor.verdict.report_model), so what is written is what the
 published schema (gpudoctor/schemas/report-v1.schema.json) describes. The contract keys
 come first and in the documented order; every other key the report builder added follows
 unchanged (fields are only ever added, never removed). Findings keep the engine's order:
@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpudoctor.agent.redact import redact_argv
-from gpudoctor.jsonmodel import nulled_non_finite, plain_numbers
-from gpudoctor.report_model import Report, as_report
+from gpudoctor.base.jsonmodel import nulled_non_finite, plain_numbers
 from gpudoctor.reports.formats import PLAIN, RenderOptions
+from gpudoctor.verdict.report_model import Report, as_report
 
 CONTRACT_KEYS = (
     "schema",

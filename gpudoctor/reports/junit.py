@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
-from gpudoctor.report_model import CheckRecord, Report, ReportFinding
+from gpudoctor.verdict.report_model import CheckRecord, Report, ReportFinding
 
 from ._common import as_report, command_line, fails, key_numbers, stage_name
 from .formats import PLAIN, RenderOptions

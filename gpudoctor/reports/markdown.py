@@ -12,8 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gpudoctor.report_model import Report
-from gpudoctor.text import format_run_seconds
+from gpudoctor.base.text import format_run_seconds
+from gpudoctor.verdict.report_model import Report
 
 from ._common import (
     command_line,

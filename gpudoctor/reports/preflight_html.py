@@ -12,7 +12,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from gpudoctor.text import format_bytes
+from gpudoctor.base.text import format_bytes
 
 from ._common import format_number
 from .console import printable

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.report_model import RanksSection, Report
+from gpudoctor.verdict.report_model import RanksSection, Report
 
 
 def _ms(value: Any) -> str:

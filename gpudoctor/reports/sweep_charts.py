@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
-from gpudoctor.sweep_model import SweepReport, SweepTrial, TrialTiming
+from gpudoctor.sweep.sweep_model import SweepReport, SweepTrial, TrialTiming
 
 from .charts import _RC, COLORS, to_svg
 

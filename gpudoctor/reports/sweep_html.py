@@ -15,8 +15,8 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from gpudoctor.sweep_model import SweepReport, as_sweep
-from gpudoctor.text import format_duration
+from gpudoctor.base.text import format_duration
+from gpudoctor.sweep.sweep_model import SweepReport, as_sweep
 
 from . import sweep_charts, sweep_view
 from ._common import argv_line

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpudoctor.sweep_model import SweepReport, as_sweep
+from gpudoctor.sweep.sweep_model import SweepReport, as_sweep
 
 from . import sweep_view
 

@@ -1,6 +1,6 @@
 """Words and numbers shared by the sweep renderers (terminal and HTML).
 
-Everything reads the finished report only (gpudoctor.sweep_model.SweepReport). "Not measured" prints as
+Everything reads the finished report only (gpudoctor.sweep.sweep_model.SweepReport). "Not measured" prints as
 "-" in tables (with the reason elsewhere), never as zero.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpudoctor.sweep_model import SweepReport, SweepResults
-from gpudoctor.text import format_bytes
+from gpudoctor.base.text import format_bytes
+from gpudoctor.sweep.sweep_model import SweepReport, SweepResults
 
 DASH = "-"
 

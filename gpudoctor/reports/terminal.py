@@ -18,8 +18,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from gpudoctor.report_model import Report, ReportFinding
-from gpudoctor.text import format_run_seconds
+from gpudoctor.base.text import format_run_seconds
+from gpudoctor.verdict.report_model import Report, ReportFinding
 
 from ._common import (
     command_line,

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpudoctor.idle_causes import CAUSE_LABELS, IDLE_CAUSES, SCENARIO_CAUSES
-from gpudoctor.jsonmodel import finite_numbers, is_real
-from gpudoctor.report_model import Report, ReportFinding
-from gpudoctor.text import format_duration
+from gpudoctor.base.idle_causes import CAUSE_LABELS, IDLE_CAUSES, SCENARIO_CAUSES
+from gpudoctor.base.jsonmodel import finite_numbers, is_real
+from gpudoctor.base.text import format_duration
+from gpudoctor.verdict.report_model import Report, ReportFinding
 
 WIDTH = 1000.0
 ROW = 14.0  # row height

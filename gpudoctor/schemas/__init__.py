@@ -17,8 +17,8 @@ from typing import Any
 
 
 def report_schema() -> dict[str, Any]:
-    from gpudoctor import jsonmodel
-    from gpudoctor.report_model import REPORT_SCHEMA, SCHEMA_ID, Report
+    from gpudoctor.base import jsonmodel
+    from gpudoctor.verdict.report_model import REPORT_SCHEMA, SCHEMA_ID, Report
 
     return jsonmodel.schema(
         Report, title=REPORT_SCHEMA, schema_id=SCHEMA_ID,
@@ -28,8 +28,8 @@ def report_schema() -> dict[str, Any]:
 
 
 def diff_schema() -> dict[str, Any]:
-    from gpudoctor import jsonmodel
-    from gpudoctor.diff_model import DIFF_SCHEMA, Diff
+    from gpudoctor.base import jsonmodel
+    from gpudoctor.diff.diff_model import DIFF_SCHEMA, Diff
 
     return jsonmodel.schema(
         Diff, title=DIFF_SCHEMA, schema_id="https://gpudoctor.dev/schemas/diff-v1.schema.json",
@@ -38,8 +38,8 @@ def diff_schema() -> dict[str, Any]:
 
 
 def sweep_schema() -> dict[str, Any]:
-    from gpudoctor import jsonmodel
-    from gpudoctor.sweep_model import SCHEMA_ID, SWEEP_SCHEMA, SweepReport
+    from gpudoctor.base import jsonmodel
+    from gpudoctor.sweep.sweep_model import SCHEMA_ID, SWEEP_SCHEMA, SweepReport
 
     return jsonmodel.schema(
         SweepReport, title=SWEEP_SCHEMA, schema_id=SCHEMA_ID,

@@ -12,15 +12,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpudoctor import __version__
-from gpudoctor.jsonmodel import decode
-from gpudoctor.report_model import Tool
+from gpudoctor.base.jsonmodel import decode
 from gpudoctor.sweep import records
 from gpudoctor.sweep.analysis import Analysis, analyze
 from gpudoctor.sweep.recommend import observations, offline, online
 from gpudoctor.sweep.records import TrialResult, TrialSpec
 from gpudoctor.sweep.search import EDGE_RESOLUTION, SearchOutcome, SearchPlan
 from gpudoctor.sweep.stability import DEFAULT_MIN_TIME_S, MIN_TIGHT_ITERS
-from gpudoctor.sweep_model import (
+from gpudoctor.sweep.sweep_model import (
     SWEEP_SCHEMA,
     EdgePrediction,
     Recommendation,
@@ -32,6 +31,7 @@ from gpudoctor.sweep_model import (
     SweepTarget,
     SweepTrial,
 )
+from gpudoctor.verdict.report_model import Tool
 
 __all__ = ["SWEEP_SCHEMA", "analysis_dict", "build_sweep_report", "search_summary", "stability_text"]
 

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.fsutil import write_atomic
+from gpudoctor.base.fsutil import write_atomic
 from gpudoctor.sweep import records
 from gpudoctor.sweep.gpu_sampler import GpuWindowSampler, driver_version
 from gpudoctor.sweep.measure import (

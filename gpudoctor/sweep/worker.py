@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gpudoctor.fsutil import write_atomic
+from gpudoctor.base.fsutil import write_atomic
 from gpudoctor.metrics import format_bytes
 from gpudoctor.sweep import records
 from gpudoctor.sweep.records import TrialResult, TrialSpec

@@ -15,13 +15,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from gpudoctor import metrics, registry
+from gpudoctor import metrics
 from gpudoctor.analysis.input_pipeline import DEEPER_PREFETCH, worker_plan
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Check, Finding, Fix
 from gpudoctor.session import LoaderInfo, Session
 from gpudoctor.trials.records import Untried
 from gpudoctor.trials.remedies import DEFAULT_PREFETCH, KINDS, TryRequest, alloc_conf_env, label
+from gpudoctor.verdict import registry
 
 CONV_KERNEL = re.compile(r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|cudnn", re.IGNORECASE)
 NO_FIX = "no remedy gpudoctor can apply from outside the code is known for this check"

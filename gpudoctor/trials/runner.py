@@ -20,19 +20,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpudoctor import metrics
-from gpudoctor.judging import JudgeOptions, WritePlan, judge, write
 from gpudoctor.model import Finding, severity_rank
-from gpudoctor.output import DEFAULT_FORMATS, OutputPaths, plan_outputs
+from gpudoctor.run.status import say
+from gpudoctor.run.supervisor import RunOptions, Supervisor
+from gpudoctor.run.workdir import LaunchError
 from gpudoctor.session import Session
-from gpudoctor.status import say
-from gpudoctor.supervisor import RunOptions, Supervisor
 from gpudoctor.trials.plan import TrialPlan, plan_trials
 from gpudoctor.trials.records import TrialResult, Trials
 from gpudoctor.trials.remedies import TryRequest
 from gpudoctor.trials.report import outcome_line
 from gpudoctor.trials.scratch import SHOWN, Workspace
 from gpudoctor.trials.trust import after_queue, inconclusive, prefetch_queue
-from gpudoctor.workdir import LaunchError
+from gpudoctor.verdict.judge import JudgeOptions, WritePlan, judge, write
+from gpudoctor.verdict.output import DEFAULT_FORMATS, OutputPaths, plan_outputs
 
 log = logging.getLogger(__name__)
 

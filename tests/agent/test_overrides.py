@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpudoctor.supervisor import SITE_DIR
+from gpudoctor.run.supervisor import SITE_DIR
 
 PROBE = Path(__file__).resolve().parent.parent / "workloads" / "overrides_probe.py"
 DEFAULTS = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from helpers import make_gpu_samples, make_loader, make_session, make_steps
 
-from gpudoctor import exitcodes
 from gpudoctor.analysis.gpu_state import fully_used
 from gpudoctor.analysis.prediction import predict, severity_for
-from gpudoctor.engine import exit_status, order, run_checks
+from gpudoctor.base import exitcodes
 from gpudoctor.model import Check, Finding
-from gpudoctor.report import build_report
 from gpudoctor.session import ProfileSummary, ReplayScenario, ReplaySummary
+from gpudoctor.verdict.build import build_report
+from gpudoctor.verdict.engine import exit_status, order, run_checks
 
 # the idle GPU, declared as such (measures_idle) and explaining nothing: only the replay relates findings
 IDLE_ONLY = {"GD201": Check(id="GD201", slug="gpu-idle", stage=2, title="GPU idle", run=lambda s: [],

@@ -71,7 +71,7 @@ def test_more_workers_pay_the_hand_off_and_share_the_cores_with_the_loop():
 
 
 def test_one_number_for_the_workers_on_both_findings():
-    from gpudoctor.engine import run_checks
+    from gpudoctor.verdict.engine import run_checks
 
     session = _worker_run(workers_now=2, main_percent=25.0)
     result = run_checks(session, [gd101_workers.run.check, gd102_input_stall.run.check])

@@ -5,10 +5,10 @@ from __future__ import annotations
 from helpers import make_cpu_samples, make_session, make_steps, run_check
 
 from gpudoctor.checks import gd001_run_failed
-from gpudoctor.engine import order
 from gpudoctor.model import Finding
-from gpudoctor.report import verdict
 from gpudoctor.session import ErrorEvent, ProcessInfo
+from gpudoctor.verdict.build import verdict
+from gpudoctor.verdict.engine import order
 
 CHECK = gd001_run_failed.run.check  # type: ignore[attr-defined]
 

@@ -225,9 +225,9 @@ def test_many_sleeping_workers_are_not_called_too_many():
 
 def test_key_numbers_read_as_sentences() -> None:
     """Issue 27, item 19: key numbers read "num_workers to set 1 workers" and "DataLoader 20115:0 0 workers"."""
-    from gpudoctor.jsonmodel import decode
-    from gpudoctor.report_model import ReportFinding
+    from gpudoctor.base.jsonmodel import decode
     from gpudoctor.reports._common import key_numbers
+    from gpudoctor.verdict.report_model import ReportFinding
 
     loader = make_loader(num_workers=0, batches=50, batch_size=64, fetch_s_per_batch=0.060, fetch_cpu_ratio=0.9,
                          pid=20115)

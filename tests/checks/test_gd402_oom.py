@@ -7,8 +7,8 @@ from helpers import make_session, run_check
 from gpudoctor.analysis.memory import parse_oom_message
 from gpudoctor.checks import gd401_fragmentation
 from gpudoctor.checks.gd402_oom import run
-from gpudoctor.engine import run_checks
 from gpudoctor.session import AllocatorSnapshot, ErrorEvent
+from gpudoctor.verdict.engine import run_checks
 
 GIB = 2**30
 MIB = 2**20

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from gpudoctor.engine import run_checks
 from gpudoctor.model import Finding
-from gpudoctor.registry import load_checks
 from gpudoctor.session import Session
+from gpudoctor.verdict.engine import run_checks
+from gpudoctor.verdict.registry import load_checks
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 GOLDEN = FIXTURES / "golden_findings"

@@ -13,10 +13,10 @@ import pytest
 
 from gpudoctor import metrics
 from gpudoctor.commands.analyze import session_from_trace
-from gpudoctor.engine import run_checks
-from gpudoctor.registry import load_checks
-from gpudoctor.report import build_report
 from gpudoctor.session import Session
+from gpudoctor.verdict.build import build_report
+from gpudoctor.verdict.engine import run_checks
+from gpudoctor.verdict.registry import load_checks
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "h200"
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from gpudoctor.checks import gd301_launch_bound, gd302_host_sync, gd303_copies, gd304_fp32_matmul
 from gpudoctor.model import Skip
-from gpudoctor.registry import load_checks
 from gpudoctor.session import KernelStat, ProfileSummary, SyncSite
+from gpudoctor.verdict.registry import load_checks
 
 CHECKS = [gd301_launch_bound.run.check, gd302_host_sync.run.check, gd303_copies.run.check, gd304_fp32_matmul.run.check]
 

@@ -8,10 +8,10 @@ import json
 import pytest
 from helpers import make_cpu_samples, make_gpu_samples, make_loader, make_session, make_steps
 
-from gpudoctor.engine import run_checks
 from gpudoctor.model import Check
-from gpudoctor.report import finding_to_dict
 from gpudoctor.session import ProfileSummary, Session, StorageProbe
+from gpudoctor.verdict.build import finding_to_dict
+from gpudoctor.verdict.engine import run_checks
 
 STAGE1 = {
     "gd101_workers": ("GD101", "loader-workers"),

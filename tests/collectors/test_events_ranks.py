@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpudoctor.assemble import assemble_ranks
 from gpudoctor.collectors.events import EventReader
+from gpudoctor.run.assemble import assemble_ranks
 from gpudoctor.session import Environment, Session
 
 

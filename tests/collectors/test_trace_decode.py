@@ -12,7 +12,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from gpudoctor.bounded import InputTooLarge
+from gpudoctor.base.bounded import InputTooLarge
 from gpudoctor.collectors import trace_decode, trace_file
 from gpudoctor.collectors.trace_decode import decode_rest, index_events, read_trace
 from gpudoctor.collectors.trace_file import load_trace

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.commands.analyze import session_from_trace
-from gpudoctor.helper import Helper
+from gpudoctor.run.analyze_helper import Helper
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GOLDEN = FIXTURES / "golden_traces" / "profiles.json.gz"

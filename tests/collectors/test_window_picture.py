@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from test_trace import TraceBuilder
 
+from gpudoctor.base.idle_causes import IDLE_CAUSES
 from gpudoctor.collectors.trace import summarize_trace
-from gpudoctor.idle_causes import IDLE_CAUSES
 from gpudoctor.session import Session
 
 

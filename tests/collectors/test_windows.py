@@ -5,8 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from gpudoctor.assemble import replay_window
 from gpudoctor.collectors.windows import apply_windows, phase_words
+from gpudoctor.run.assemble import replay_window
 from gpudoctor.session import Session
 
 WINDOWS = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "windows"
@@ -70,7 +70,7 @@ def test_analyze_without_a_dependency_says_which_in_one_line(tmp_path, monkeypat
     """Issue 27, item 18: `analyze` without msgspec was an "internal error" (exit 70)."""
     import sys
 
-    from gpudoctor import exitcodes
+    from gpudoctor.base import exitcodes
     from gpudoctor.cli import main
 
     for name in [m for m in sys.modules if m.startswith(("gpudoctor.collectors.trace", "gpudoctor.commands.analyze"))]:

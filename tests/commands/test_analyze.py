@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.base import exitcodes
 from gpudoctor.cli import main
 from gpudoctor.collectors import trace_file
 from gpudoctor.commands.analyze import session_from_trace

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import exitcodes, forking
+from gpudoctor.base import exitcodes
 from gpudoctor.cli import main
 from gpudoctor.commands.analyze import session_from_trace
+from gpudoctor.run import forking
 
 pytestmark = pytest.mark.integration  # worker processes / the CLI in a subprocess
 

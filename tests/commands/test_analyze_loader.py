@@ -16,7 +16,7 @@ import pytest
 from gpudoctor.collectors.trace_decode import index_events
 from gpudoctor.collectors.trace_loader import loader_steps
 from gpudoctor.commands.analyze import session_from_trace
-from gpudoctor.judging import judge
+from gpudoctor.verdict.judge import judge
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CPU = FIXTURES / "cpu_traces"

@@ -14,8 +14,10 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from gpudoctor import attach, cli, exitcodes
+from gpudoctor import cli
+from gpudoctor.base import exitcodes
 from gpudoctor.commands import attach as attach_command
+from gpudoctor.run import attacher
 
 _spec = importlib.util.spec_from_file_location(
     "fake_pynvml", Path(__file__).resolve().parent.parent / "collectors" / "fake_pynvml.py")
@@ -100,13 +102,13 @@ def test_a_process_that_exits_ends_the_attach_early(tmp_path, monkeypatch):
     # the target lives until its stdin closes, and that happens once the attach has begun:
     # no race between the target's end and the attach's start, however loaded the machine
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    run = attach.Attacher.run
+    run = attacher.Attacher.run
 
     def run_then_end_the_target(self):
         proc.stdin.close()
         return run(self)
 
-    monkeypatch.setattr(attach.Attacher, "run", run_then_end_the_target)
+    monkeypatch.setattr(attacher.Attacher, "run", run_then_end_the_target)
     assert _run([str(proc.pid), "--duration", "30", "--out", str(tmp_path) + "/", "--quiet"]) == 0
     proc.wait()
     report = _report(tmp_path)
@@ -133,14 +135,14 @@ def test_no_permission_is_one_line_and_77(monkeypatch, capsys, target):
 
 
 def test_not_linux_is_one_line_and_69(monkeypatch, capsys):
-    monkeypatch.setattr(attach.sys, "platform", "darwin")
+    monkeypatch.setattr(attacher.sys, "platform", "darwin")
     assert cli.main(["attach", str(os.getppid())]) == exitcodes.NOT_RUNNABLE
     assert "attach needs Linux" in capsys.readouterr().err
 
 
 def test_attaching_to_itself_is_a_usage_error():
     with pytest.raises(Exception) as caught:
-        attach.open_target(os.getpid())
+        attacher.open_target(os.getpid())
     assert getattr(caught.value, "code", None) == exitcodes.USAGE
 
 

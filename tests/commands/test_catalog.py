@@ -8,7 +8,7 @@ import pytest
 
 from gpudoctor.commands import catalog
 from gpudoctor.model import Check
-from gpudoctor.registry import PluginError
+from gpudoctor.verdict.registry import PluginError
 
 HOSTILE = "Evil\x1b]0;pwned\x07\x1b[2J\nGD999 fake line"
 

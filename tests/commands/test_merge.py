@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from helpers import make_session, make_steps
 
-from gpudoctor import cli, exitcodes
-from gpudoctor.merge import MergeError, merge_sessions
+from gpudoctor import cli
+from gpudoctor.base import exitcodes
 from gpudoctor.session import RankInfo, Session, StepRecord, Steps
+from gpudoctor.session.merge_nodes import MergeError, merge_sessions
 
 
 def _node(host: str, ranks: list[int], *, world: int = 4, job: str | None = "job-1",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.base import exitcodes
 
 from .conftest import WORKLOADS, cli, main
 

@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudoctor import exitcodes
-from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
 from gpudoctor.reports import formats
 from gpudoctor.session import Session
 
@@ -110,8 +110,8 @@ def mutated_fixture(draw: Any) -> dict[str, Any]:
 
 
 def judge_and_render(session: Session) -> None:
-    from gpudoctor.judging import judge
     from gpudoctor.reports import render
+    from gpudoctor.verdict.judge import judge
 
     report = judge(session).report
     broken = [c for c in report["checks"] if c["status"] == "error"]

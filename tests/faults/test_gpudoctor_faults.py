@@ -23,7 +23,7 @@ import pynvml
 import pytest
 
 from gpudoctor.collectors import nvml as nvml_module
-from gpudoctor.supervisor import LaunchError, RunOptions, Supervisor
+from gpudoctor.run.supervisor import LaunchError, RunOptions, Supervisor
 
 from .conftest import GPUDOCTOR, WORKLOADS, run_gpudoctor
 
@@ -59,7 +59,7 @@ def use_fake_nvml(monkeypatch, gpus: list) -> None:
 
 
 def judged(session) -> dict:
-    from gpudoctor.judging import judge
+    from gpudoctor.verdict.judge import judge
 
     report = judge(session).report
     assert not [c for c in report["checks"] if c["status"] == "error"], report["checks"]
@@ -223,7 +223,7 @@ def test_temporary_directory_unusable_falls_back_to_the_report_directory(tmp_pat
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(*args, dir=dir, **kwargs)
 
-    monkeypatch.setattr("gpudoctor.workdir.tempfile.mkdtemp", mkdtemp)
+    monkeypatch.setattr("gpudoctor.run.workdir.tempfile.mkdtemp", mkdtemp)
     session, supervisor = supervise(0.3, code=0, scratch_dirs=[str(tmp_path)])
     assert supervisor.workdir.parent == tmp_path and supervisor.workdir.name.startswith(".gpudoctor-session-")
     assert session.exit_code == 0 and session.processes, "the agent wrote its events there"
@@ -260,7 +260,7 @@ def test_session_directory_full_or_unwritable(tmp_path, monkeypatch, fault):
         else:
             timer = threading.Timer(0.6, subprocess.run, [["mount", "-o", "remount,ro", str(disk)]])
             timer.start()
-        monkeypatch.setattr("gpudoctor.supervisor.make_workdir",
+        monkeypatch.setattr("gpudoctor.run.supervisor.make_workdir",
                             lambda fallbacks: Path(__import__("tempfile").mkdtemp(dir=disk)))
         session, _ = supervise(1.2, code=7)
         assert session.exit_code == 7  # the workload ran as if gpudoctor were not there
@@ -289,14 +289,15 @@ def test_report_directory_gone_at_the_end_writes_elsewhere(tmp_path):
 
 
 def test_report_directory_unwritable_everywhere_still_prints_the_diagnosis(tmp_path, monkeypatch, capsys):
-    from gpudoctor import exitcodes, pipeline
-    from gpudoctor.exitcodes import GpudoctorError
-    from gpudoctor.output import plan_outputs
+    from gpudoctor import pipeline
+    from gpudoctor.base import exitcodes
+    from gpudoctor.base.exitcodes import GpudoctorError
+    from gpudoctor.verdict.output import plan_outputs
 
     def refuse(paths, *args, **kwargs):
         raise GpudoctorError(f"cannot write {paths.directory}: Read-only file system", exitcodes.CANNOT_WRITE)
 
-    monkeypatch.setattr("gpudoctor.output.write_outputs", refuse)
+    monkeypatch.setattr("gpudoctor.verdict.output.write_outputs", refuse)
     monkeypatch.chdir(tmp_path)
     session, _ = supervise(0.2, code=1)
     plan = plan_outputs(str(tmp_path / "out") + "/", "run", __import__("datetime").datetime.now())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.agent.redact import MASK, redact_argv, redact_text
-from gpudoctor.supervisor import RunOptions, Supervisor
+from gpudoctor.run.supervisor import RunOptions, Supervisor
 
 from .conftest import WORKLOADS
 

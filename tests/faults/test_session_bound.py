@@ -90,7 +90,7 @@ def long_run(tmp_path: Path, seconds: float) -> Session:
     reader = events_for(tmp_path, seconds)
     reader.apply(session)
     session.cpu_samples, session.cpu_sample_interval_s = cpu_samples_for(seconds)
-    from gpudoctor.gpu import GpuMonitor
+    from gpudoctor.run.gpu_monitor import GpuMonitor
 
     GpuMonitor.apply(gpu_result_for(seconds), session)
     # DataLoader workers re-created every epoch (no persistent_workers): one entry each

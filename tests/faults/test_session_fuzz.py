@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudoctor import exitcodes
+from gpudoctor.base import exitcodes
 from gpudoctor.session import Session, SessionError
 
 from .test_bad_input_props import FIXTURE_SESSIONS, judge_and_render

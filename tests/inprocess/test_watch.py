@@ -10,7 +10,7 @@ import pytest
 
 import gpudoctor
 from gpudoctor.inprocess import watch as watch_module
-from gpudoctor.report import REPORT_SCHEMA
+from gpudoctor.verdict.build import REPORT_SCHEMA
 
 from .conftest import state_changes, torch, torch_state, train
 
@@ -88,7 +88,7 @@ def test_gpudoctors_own_failures_never_reach_the_loop(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("judge exploded")
 
-    monkeypatch.setattr("gpudoctor.judging.judge", broken)
+    monkeypatch.setattr("gpudoctor.verdict.judge.judge", broken)
     before = torch_state()
     with gpudoctor.watch(interval=0.1) as w:
         value = train(10)

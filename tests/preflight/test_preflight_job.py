@@ -66,7 +66,7 @@ def test_a_crashed_job_fails_pf901() -> None:
 
 def test_a_crashed_job_quotes_the_finding_of_a_check_declared_run_failure() -> None:
     """Which finding says why is the checks' declaration (Check.run_failure), not an ID in preflight."""
-    from gpudoctor.registry import checks_by_id
+    from gpudoctor.verdict.registry import checks_by_id
 
     declared = sorted(c.id for c in checks_by_id().values() if c.run_failure)
     assert declared == ["GD001"]

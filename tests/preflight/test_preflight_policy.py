@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import exitcodes
-from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
 from gpudoctor.preflight import policy
 from gpudoctor.preflight.policy import UNLIMITED, Policy
 

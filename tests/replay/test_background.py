@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import helper as helper_module
 from gpudoctor.collectors.trace_decode import read_trace
-from gpudoctor.helper import Helper
 from gpudoctor.replay import background
 from gpudoctor.replay.scenarios import replay_or_error
 from gpudoctor.replay.window import latest_stretch, profiler_steps
+from gpudoctor.run import analyze_helper as helper_module
+from gpudoctor.run.analyze_helper import Helper
 
 WINDOWS = Path(__file__).resolve().parents[1] / "fixtures" / "h200" / "windows"
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")

@@ -2,7 +2,7 @@
 source "synthetic", a made-up CPU model, GPU UUID "GPU-synthetic-0").
 
 Sessions and engine results are built by hand, then turned into the report dict by
-the real gpudoctor.report.build_report, so the renderers see exactly what they
+the real gpudoctor.verdict.build.build_report, so the renderers see exactly what they
 will see in production.
 """
 
@@ -11,9 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpudoctor.engine import EngineResult, order
 from gpudoctor.model import CheckOutcome, Evidence, Finding, Remedy
-from gpudoctor.report import build_report
 from gpudoctor.session import (
     AllocatorSnapshot,
     CallSite,
@@ -33,6 +31,8 @@ from gpudoctor.session import (
     StorageProbe,
     SyncSite,
 )
+from gpudoctor.verdict.build import build_report
+from gpudoctor.verdict.engine import EngineResult, order
 
 DOCS = {
     "GD102": "Input pipeline stall.\n\nThe training loop waits for the DataLoader a large share of each step.",

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 from synthetic import make_session
 
-from gpudoctor import cli, output
-from gpudoctor.judging import WritePlan, judge, write
-from gpudoctor.report_model import Report
+from gpudoctor import cli
 from gpudoctor.reports import formats, render, show
 from gpudoctor.reports.formats import PLAIN, RenderOptions, ReportFormat
+from gpudoctor.verdict import output
+from gpudoctor.verdict.judge import WritePlan, judge, write
+from gpudoctor.verdict.report_model import Report
 
 WRITING_COMMANDS = ("diagnose", "report", "analyze", "merge", "attach")
 

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from synthetic import make_session
 
-from gpudoctor import cli, exitcodes, registry
+from gpudoctor import cli
+from gpudoctor.base import exitcodes
 from gpudoctor.model import Check, Evidence, Finding, Remedy
 from gpudoctor.session import Session
+from gpudoctor.verdict import registry
 
 
 def _stall(session: Session) -> list[Finding]:

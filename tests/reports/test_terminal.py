@@ -54,7 +54,7 @@ def test_markup_in_run_strings_is_printed_literally(report_factory: Any) -> None
 
 
 def test_no_findings_says_so(report_factory: Any) -> None:
-    from gpudoctor.engine import EngineResult
+    from gpudoctor.verdict.engine import EngineResult
 
     out = _render(report_factory(result=EngineResult(findings=[], outcomes=[])))
     assert "No findings." in out

@@ -20,9 +20,9 @@ import pytest
 from test_browser import ARTIFACTS, DevTools, _evaluate, _open, _screenshot
 from test_browser import browser as browser
 
-from gpudoctor.judging import judge
 from gpudoctor.reports import html
 from gpudoctor.session import Session
+from gpudoctor.verdict.judge import judge
 
 pytestmark = pytest.mark.integration  # every test here starts a process
 

@@ -13,14 +13,14 @@ import pytest
 from markupsafe import escape
 
 from gpudoctor.commands.analyze import session_from_trace
-from gpudoctor.helper import Helper
 from gpudoctor.inprocess.result import Report as NotebookReport
-from gpudoctor.judging import judge
-from gpudoctor.report_model import as_report
 from gpudoctor.reports import html
 from gpudoctor.reports._common import prediction_headline, prediction_steps
 from gpudoctor.reports.timeline_view import timeline_views
+from gpudoctor.run.analyze_helper import Helper
 from gpudoctor.session import Session
+from gpudoctor.verdict.judge import judge
+from gpudoctor.verdict.report_model import as_report
 
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "h200"
 HOSTILE = '<script>alert(1)</script>"><img src=x onerror=alert(1)>'

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.base import exitcodes
 from gpudoctor.cli import main
 
 TINY = str(Path(__file__).with_name("tiny_model.py"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import exitcodes
+from gpudoctor.base import exitcodes
 from gpudoctor.cli import main
 
 torch = pytest.importorskip("torch")

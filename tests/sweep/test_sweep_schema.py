@@ -1,6 +1,6 @@
-"""The published sweep schema (sweep-v1.schema.json): generated from gpudoctor.sweep_model,
+"""The published sweep schema (sweep-v1.schema.json): generated from gpudoctor.sweep.sweep_model,
 and every sweep fits it. Validated with `jsonschema` (test-only), independent of
-gpudoctor.jsonmodel, which generates it. (tests/test_report_schema.py keeps the committed
+gpudoctor.base.jsonmodel, which generates it. (tests/test_report_schema.py keeps the committed
 file equal to the generated one.)
 """
 
@@ -15,9 +15,9 @@ import jsonschema
 import pytest
 
 from gpudoctor import schemas
-from gpudoctor.jsonmodel import DecodeError
+from gpudoctor.base.jsonmodel import DecodeError
 from gpudoctor.reports import sweep_html, sweep_terminal
-from gpudoctor.sweep_model import SWEEP_SCHEMA, SweepReport, as_sweep
+from gpudoctor.sweep.sweep_model import SWEEP_SCHEMA, SweepReport, as_sweep
 
 from .test_golden_sweep import CASES, GOLDEN, pinned
 from .test_reports import synthetic_report

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.engine import run_checks
-from gpudoctor.exitcodes import GpudoctorError
-from gpudoctor.registry import load_checks
+from gpudoctor.base.exitcodes import GpudoctorError
 from gpudoctor.session import Session
 from gpudoctor.trials.plan import plan_trials
 from gpudoctor.trials.remedies import alloc_conf_env, label, parse_try
+from gpudoctor.verdict.engine import run_checks
+from gpudoctor.verdict.registry import load_checks
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "h200"
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpudoctor.engine import run_checks
-from gpudoctor.registry import load_checks
-from gpudoctor.report import build_report
 from gpudoctor.reports import render
 from gpudoctor.session import Session
 from gpudoctor.trials.records import AppliedOverride, TrialResult, Trials, Untried
 from gpudoctor.trials.report import finding_line, measured_text
+from gpudoctor.verdict.build import build_report
+from gpudoctor.verdict.engine import run_checks
+from gpudoctor.verdict.registry import load_checks
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "fp32_matmul.session.json"
 

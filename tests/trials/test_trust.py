@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from helpers import make_gpu_samples, make_loader, make_session, make_steps
 
-from gpudoctor.engine import run_checks
-from gpudoctor.registry import load_checks
 from gpudoctor.session import Session, StepRecord
 from gpudoctor.trials.plan import TrialPlan, plan_trials
 from gpudoctor.trials.remedies import parse_try
 from gpudoctor.trials.report import finding_line
 from gpudoctor.trials.runner import _result
+from gpudoctor.verdict.engine import run_checks
+from gpudoctor.verdict.registry import load_checks
 
 PLAN = TrialPlan("cudnn_benchmark", {"cudnn_benchmark": True}, [], None)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpudoctor.jsonmodel import plain_numbers
+from gpudoctor.base.jsonmodel import plain_numbers
 
 # C0 controls but tab and newline, DEL, C1 controls (0x9b is CSI on many terminals), and
 # the bidirectional overrides that reorder what a reader sees

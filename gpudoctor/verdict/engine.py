@@ -4,7 +4,7 @@ Ordering: what ended the run first, then root causes before their consequences,
 problems before notes, then the predicted gain (the step time now over the step
 time without the cause, gpudoctor.analysis.prediction; a trial's measured gain
 where --try measured none), the playbook stage breaking near-ties (within 10%,
-gpudoctor.engine_gains): the verdict names the cause with the largest gain.
+gpudoctor.verdict.gains): the verdict names the cause with the largest gain.
 
 A finding is a consequence of another when removing that other cause removes
 it. Where the profiled window was replayed, the replay decides: a cause whose
@@ -50,13 +50,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.shared import Analyses, shared_for
-from gpudoctor.engine_gains import by_gain, clearly_larger, gain_of, measured_over_predicted, one_number_per_remedy
 from gpudoctor.model import Check, CheckOutcome, Finding, Remedy, Skip, severity_rank
-from gpudoctor.plugins import PluginOutputError, load_error_outcomes, validated_findings
 from gpudoctor.session import Session
+from gpudoctor.verdict.gains import by_gain, clearly_larger, gain_of, measured_over_predicted, one_number_per_remedy
+from gpudoctor.verdict.plugins import PluginOutputError, load_error_outcomes, validated_findings
 
 if TYPE_CHECKING:
-    from gpudoctor.registry import PluginError
+    from gpudoctor.verdict.registry import PluginError
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +309,7 @@ def _scenario(f: Finding) -> str | None:
 
 def _declared() -> dict[str, Check]:
     """The installed checks by ID, for what each declares it explains."""
-    from gpudoctor.registry import checks_by_id
+    from gpudoctor.verdict.registry import checks_by_id
 
     return checks_by_id()
 
@@ -332,7 +332,7 @@ def exit_status(workload_exit: int | None, findings: list[Finding], fail_on: str
                 measured: bool = True) -> int:
     """gpudoctor's exit code: the workload's, unless --fail-on trips on a clean run. A run
     that measured nothing steady trips --fail-on too: a gate must not pass on no evidence."""
-    from gpudoctor import exitcodes
+    from gpudoctor.base import exitcodes
 
     code = workload_exit if workload_exit is not None else exitcodes.WORKLOAD_UNKNOWN
     if code == 0 and fail_on:

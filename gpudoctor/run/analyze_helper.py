@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.forking import pipe, spare_core, start_child
+from gpudoctor.run.forking import pipe, spare_core, start_child
 
 if TYPE_CHECKING:
     from gpudoctor.collectors.trace_decode import TraceIndex

@@ -28,13 +28,14 @@ from typing import Any
 
 import psutil
 
-from gpudoctor import __version__, exitcodes
+from gpudoctor import __version__
 from gpudoctor.agent.redact import redact_argv
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
 from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.nvml_procs import ProcessGpuWatcher
-from gpudoctor.exitcodes import GpudoctorError
-from gpudoctor.gpu import GpuMonitor
 from gpudoctor.model import Check
+from gpudoctor.run.gpu_monitor import GpuMonitor
 from gpudoctor.session import Environment, ProcessInfo, Session, StorageProbe
 
 log = logging.getLogger(__name__)

@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 from gpudoctor import __version__, metrics
 from gpudoctor.agent.redact import redact_argv, redact_text
 from gpudoctor.analysis.windows import hotspots
-from gpudoctor.engine import EngineResult
 from gpudoctor.model import Finding, severity_rank
 from gpudoctor.session import Session
 from gpudoctor.trials.report import attach as attach_trials
+from gpudoctor.verdict.engine import EngineResult
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def verdict(findings: list[Finding], summary: dict[str, Any], skipped: int = 0, 
 
 def _run_failure(finding: Finding) -> bool:
     """Its check declares its findings the run's failure itself (Check.run_failure)."""
-    from gpudoctor.registry import checks_by_id
+    from gpudoctor.verdict.registry import checks_by_id
 
     check = checks_by_id().get(finding.id)
     return check is None or check.run_failure
@@ -183,7 +183,7 @@ def _no_bottleneck(skipped: int, total: int, unknown: list[str] | None) -> str:
 
 def _waits_for_data(finding: Finding) -> bool:
     """Its check declares its findings a form of the loop waiting for data (Check.data_wait)."""
-    from gpudoctor.registry import checks_by_id
+    from gpudoctor.verdict.registry import checks_by_id
 
     declared = checks_by_id().get(finding.id)
     return declared is not None and declared.data_wait
@@ -191,7 +191,7 @@ def _waits_for_data(finding: Finding) -> bool:
 
 def _measured_note(findings: list[Finding]) -> str:
     """'; measured, not predicted: GD101's remedy (num_workers=8) gave 0.97x, demoted' for the
-    findings whose --try trial measured no gain (gpudoctor.engine_gains.measured_over_predicted)."""
+    findings whose --try trial measured no gain (gpudoctor.verdict.gains.measured_over_predicted)."""
     tried = [f for f in findings if f.measured_gain is not None]
     if not tried:
         return ""
@@ -264,7 +264,7 @@ def check_docs(ids: Iterable[str]) -> dict[str, str]:
     """
     wanted = set(ids)
     try:
-        from gpudoctor.registry import load_checks
+        from gpudoctor.verdict.registry import load_checks
 
         checks, _ = load_checks()
     except Exception as exc:  # noqa: BLE001  (docs are a nicety; the report must still be built)

@@ -24,21 +24,21 @@ from typing import Any
 import psutil
 
 from gpudoctor.agent import STOP_MARKER
-from gpudoctor.assemble import Recorded, assemble
+from gpudoctor.base.text import printable
 from gpudoctor.collectors.cpu import CpuSampler
 from gpudoctor.collectors.events import EventReader
 from gpudoctor.collectors.storage import probe_in_background
-from gpudoctor.gpu import GpuMonitor
-from gpudoctor.process_tree import TreeWatch, leftover_note, process_group_members
+from gpudoctor.run.assemble import Recorded, assemble
+from gpudoctor.run.gpu_monitor import GpuMonitor
+from gpudoctor.run.process_tree import TreeWatch, leftover_note, process_group_members
+from gpudoctor.run.signals import InterruptWatch, foreground_tty
+from gpudoctor.run.status import HEARTBEAT_S, StatusLine, say
+from gpudoctor.run.workdir import LaunchError, make_workdir
 from gpudoctor.session import Session, StorageProbe
-from gpudoctor.signals import InterruptWatch, foreground_tty
-from gpudoctor.status import HEARTBEAT_S, StatusLine, say
-from gpudoctor.text import printable
-from gpudoctor.workdir import LaunchError, make_workdir
 
 log = logging.getLogger(__name__)
 
-SITE_DIR = Path(__file__).resolve().parent / "agent" / "_site"
+SITE_DIR = Path(__file__).resolve().parents[1] / "agent" / "_site"
 POLL_S = 0.25
 
 

@@ -1,8 +1,8 @@
 """The before/after comparison as typed data: schema ``gpudoctor.diff/1``.
 
-`gpudoctor.diff.compare` builds a `Diff` from two reports; its renderers
+`gpudoctor.diff.compare.compare` builds a `Diff` from two reports; its renderers
 (gpudoctor.reports.diff_text, diff_html) read it; `Diff.to_dict` is its JSON, through the
-same codec as the report (gpudoctor.jsonmodel). Fields are only ever added.
+same codec as the report (gpudoctor.base.jsonmodel). Fields are only ever added.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from gpudoctor.jsonmodel import decode, encode, extra_field, json_field, nulled_non_finite
+from gpudoctor.base.jsonmodel import decode, encode, extra_field, json_field, nulled_non_finite
 from gpudoctor.model import Severity
-from gpudoctor.report_model import Tool
+from gpudoctor.verdict.report_model import Tool
 
 DIFF_SCHEMA = "gpudoctor.diff/1"
 

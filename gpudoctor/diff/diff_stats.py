@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpudoctor.report_model import Report, as_report
+from gpudoctor.verdict.report_model import Report, as_report
 
 MIN_STEADY_STEPS = 10
 CONFIDENCE = 0.95

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from typing import Any, get_args, get_origin, get_type_hints
 
-from gpudoctor.jsonmodel import finite_numbers, nulled_non_finite
+from gpudoctor.base.jsonmodel import finite_numbers, nulled_non_finite
 
 clean = nulled_non_finite  # NaN/inf (not valid JSON) become None, recursively
 _ATOMS = (str, int, bool, type(None))

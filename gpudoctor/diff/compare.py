@@ -1,7 +1,7 @@
 """Before/after comparison of two reports: the A/B check the playbook asks for.
 
-Pure functions from two reports (gpudoctor.report_model.Report, or their JSON dicts) to
-a typed `Diff` (gpudoctor.diff_model, schema gpudoctor.diff/1); rendering lives in
+Pure functions from two reports (gpudoctor.verdict.report_model.Report, or their JSON dicts) to
+a typed `Diff` (gpudoctor.diff.diff_model, schema gpudoctor.diff/1); rendering lives in
 gpudoctor.reports. A comparison is
 only meaningful on the same hardware and the same workload, so `comparability`
 says why two reports differ and the command refuses unless --force.
@@ -17,7 +17,8 @@ from typing import Any
 
 from gpudoctor import __version__
 from gpudoctor.agent.redact import redact_argv
-from gpudoctor.diff_model import (
+from gpudoctor.base.jsonmodel import is_real
+from gpudoctor.diff.diff_model import (
     DIFF_SCHEMA,
     Comparable,
     Diff,
@@ -30,9 +31,8 @@ from gpudoctor.diff_model import (
     Speedup,
     as_diff,
 )
-from gpudoctor.diff_stats import MIN_STEADY_STEPS, significance, steady_durations, step_time_stats
-from gpudoctor.jsonmodel import is_real
-from gpudoctor.report_model import Report, ReportFinding, Summary, Tool, as_report
+from gpudoctor.diff.diff_stats import MIN_STEADY_STEPS, significance, steady_durations, step_time_stats
+from gpudoctor.verdict.report_model import Report, ReportFinding, Summary, Tool, as_report
 
 __all__ = ["DIFF_SCHEMA", "comparability", "compare", "diff", "workload_identity"]
 # launchers whose own name says nothing about the workload they start

@@ -27,7 +27,7 @@ from gpudoctor.model import STAGES, Check, CheckOutcome, Evidence, Finding, Fix,
 from gpudoctor.thresholds import THRESHOLD_TYPES
 
 if TYPE_CHECKING:
-    from gpudoctor.registry import PluginError
+    from gpudoctor.verdict.registry import PluginError
 
 MAX_FINDINGS = 100  # more from one check is a runaway loop, not a diagnosis
 ID_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{1,31}$")

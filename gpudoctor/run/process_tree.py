@@ -20,7 +20,7 @@ from collections.abc import Container, Iterable, Mapping
 import psutil
 
 from gpudoctor.agent.redact import env_secrets, redact_argv
-from gpudoctor.text import one_line
+from gpudoctor.base.text import one_line
 
 MAX_NAMED = 5
 SHOWN_CHARS = 120

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.session_codec import build, plain
+from gpudoctor.session.codec import build, plain
 
 
 # What `--try` keeps in the Session: the overrides a run saw, and each trial's outcome
@@ -474,7 +474,7 @@ class RankInfo:
     """One rank of a distributed job (torchrun, torch.multiprocessing.spawn, one per process).
 
     The Session's own steps, loaders and profile are the primary rank's (rank 0, see
-    gpudoctor/assemble.py); each rank's own numbers are here, so the multi-GPU checks
+    gpudoctor/run/assemble.py); each rank's own numbers are here, so the multi-GPU checks
     (GD5xx, gpudoctor/analysis/ranks.py) compare them and `gpudoctor merge` can join the
     Sessions of several nodes.
     """
@@ -556,7 +556,7 @@ class Session:
             raise SessionError(f"not a gpudoctor session (schema {schema!r})")
         if schema != SESSION_SCHEMA:
             raise SessionError(f"unsupported session schema {schema!r} (this gpudoctor reads {SESSION_SCHEMA})")
-        from gpudoctor.session_checks import validate
+        from gpudoctor.session.limits import validate
 
         try:
             session = build(cls, data)
@@ -566,13 +566,13 @@ class Session:
         return session  # type: ignore[no-any-return]
 
     def save(self, path: Path) -> None:
-        from gpudoctor.fsutil import write_atomic
+        from gpudoctor.base.fsutil import write_atomic
 
         write_atomic(path, json.dumps(self.to_dict(), indent=1, allow_nan=False).encode())
 
     @classmethod
     def load(cls, path: Path) -> Session:
-        from gpudoctor.fsutil import InputTooLarge, read_limited, unreadable_reason
+        from gpudoctor.base.fsutil import InputTooLarge, read_limited, unreadable_reason
 
         try:
             raw = read_limited(Path(path))

@@ -1,6 +1,6 @@
 """The report as typed data: schema ``gpudoctor.report/1``, the JSON contract (docs/architecture.md).
 
-`gpudoctor.report.build_report` writes the report's JSON dict; `Report.from_dict` reads it
+`gpudoctor.verdict.build.build_report` writes the report's JSON dict; `Report.from_dict` reads it
 (or a saved report file) into these frozen dataclasses, refusing with one line what does
 not fit; `Report.to_dict` writes it back, unchanged. Renderers take a `Report`.
 
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gpudoctor.jsonmodel import decode, encode, extra_field, json_field, nulled_non_finite
+from gpudoctor.base.jsonmodel import decode, encode, extra_field, json_field, nulled_non_finite
 from gpudoctor.model import CheckStatus, Severity
 
 REPORT_SCHEMA = "gpudoctor.report/1"

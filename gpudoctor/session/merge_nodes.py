@@ -2,12 +2,12 @@
 
 Each node's Session holds that node's ranks (`Session.ranks`). The merged Session is
 the Session of the node that holds the lowest rank (rank 0: the primary view, see
-gpudoctor/assemble.py) with every node's ranks, errors and notes added, so the
+gpudoctor/run/assemble.py) with every node's ranks, errors and notes added, so the
 single-GPU checks read rank 0's node as before and the multi-GPU checks (GD5xx) see
 all ranks. Bad input is refused with one line (`MergeError`): a Session without
 ranks, Sessions of different jobs or world sizes, a rank recorded twice or outside the
 world size. The merged Session stays within what a loaded Session may hold
-(gpudoctor/session_checks.py), however many nodes: the notes and errors past those
+(gpudoctor/session/limits.py), however many nodes: the notes and errors past those
 limits are counted, not kept, so `gpudoctor report` reads what `merge` wrote.
 """
 
@@ -17,7 +17,7 @@ import copy
 from collections.abc import Sequence
 
 from gpudoctor.session import Session
-from gpudoctor.session_checks import MAX_ITEMS
+from gpudoctor.session.limits import MAX_ITEMS
 
 
 class MergeError(Exception):

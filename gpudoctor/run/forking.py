@@ -1,6 +1,6 @@
 """Work beside the main process: the cores this process may use, and a forked helper.
 
-`gpudoctor analyze` of a long trace forks one helper (gpudoctor.helper) before decoding
+`gpudoctor analyze` of a long trace forks one helper (gpudoctor.run.analyze_helper) before decoding
 it, while the process is small: the helper replays the window and renders the HTML while
 this process decodes the trace and computes the statistics.
 """

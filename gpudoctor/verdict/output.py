@@ -21,9 +21,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import exitcodes
-from gpudoctor.exitcodes import GpudoctorError
-from gpudoctor.fsutil import write_atomic
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
+from gpudoctor.base.fsutil import write_atomic
 from gpudoctor.reports import formats as report_formats
 
 log = logging.getLogger(__name__)

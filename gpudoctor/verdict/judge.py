@@ -5,7 +5,7 @@ judge with `judge(session, JudgeOptions(...))`: every installed check (plugins t
 that failed to load is said once on stderr, by `load_catalog`, and shows as an `error`
 outcome), the same report dict (schema gpudoctor.report/1). They all write with
 `write(report, WritePlan(...))`: the formats planned, the Session and the gzip profiler
-trace, with the same rules (gpudoctor.output: atomic, never overwriting, moved to `-N`
+trace, with the same rules (gpudoctor.verdict.output: atomic, never overwriting, moved to `-N`
 when a name is taken; with `elsewhere`, moved to ./gpudoctor-reports or the temporary
 directory when the planned directory stopped taking files during a long run).
 
@@ -24,15 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gpudoctor import exitcodes, output, registry
-from gpudoctor.engine import EngineResult, run_checks
-from gpudoctor.exitcodes import GpudoctorError
+from gpudoctor.base import exitcodes
+from gpudoctor.base.exitcodes import GpudoctorError
 from gpudoctor.model import Check, CheckOutcome
-from gpudoctor.output import DEFAULT_DIR, OutputPaths, WrittenOutputs, shown
-from gpudoctor.registry import PluginError
-from gpudoctor.report import build_report
+from gpudoctor.run.status import say
 from gpudoctor.session import Session
-from gpudoctor.status import say
+from gpudoctor.verdict import output, registry
+from gpudoctor.verdict.build import build_report
+from gpudoctor.verdict.engine import EngineResult, run_checks
+from gpudoctor.verdict.output import DEFAULT_DIR, OutputPaths, WrittenOutputs, shown
+from gpudoctor.verdict.registry import PluginError
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from gpudoctor.model import Check, declared_check
-from gpudoctor.plugins import check_problem
+from gpudoctor.verdict.plugins import check_problem
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint

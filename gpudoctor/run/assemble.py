@@ -33,8 +33,8 @@ from gpudoctor.agent.redact import env_secrets, redact_argv, redact_text
 from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.events import EventReader
 from gpudoctor.collectors.windows import apply_windows, rank_window
-from gpudoctor.gpu import GpuMonitor
-from gpudoctor.process_tree import leftover_note, none_instrumented
+from gpudoctor.run.gpu_monitor import GpuMonitor
+from gpudoctor.run.process_tree import leftover_note, none_instrumented
 from gpudoctor.session import Environment, RankInfo, ReplaySummary, Session, StorageProbe
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from gpudoctor.bounded import InputTooLarge, Limits, read_bounded
+from gpudoctor.base.bounded import InputTooLarge, Limits, read_bounded
 
 __all__ = ["InputTooLarge", "read_limited", "unreadable_reason", "write_atomic"]
 

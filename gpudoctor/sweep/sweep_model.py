@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpudoctor.jsonmodel import decode, encode, extra_field, json_field, nulled_non_finite
-from gpudoctor.report_model import Tool
+from gpudoctor.base.jsonmodel import decode, encode, extra_field, json_field, nulled_non_finite
+from gpudoctor.verdict.report_model import Tool
 
 SWEEP_SCHEMA = "gpudoctor.sweep/1"
 SCHEMA_ID = "https://gpudoctor.dev/schemas/sweep-v1.schema.json"
