@@ -55,7 +55,8 @@ WORKLOADS: dict[str, tuple[list[str], dict[str, str]]] = {
     "loader_new_workers": ([str(GPU / "loader_reiter.py"), "--workers", "2", "--steps", "200", "--no-persistent",
                             "--item", "int"], {}),
     "loader_overlap_w0": ([str(GPU / "loader_overlap.py"), "--workers", "0", "--steps", "150"], {}),
-    "compiled_mlp": ([str(GPU / "compiled_mlp.py"), "--steps", "1500"], {}),  # ~3 s of steps: 300 (0.6 s) spread 473-585 steps/s plain
+    # about 3 s of steps: 300 (0.6 s) spread 473-585 steps/s between two plain runs
+    "compiled_mlp": ([str(GPU / "compiled_mlp.py"), "--steps", "1500"], {}),
     "ddp_2ranks": (["torchrun", "--standalone", "--nproc-per-node", "2", str(GPU / "ddp_ranks.py")],
                    {"DDP_BACKEND": "gloo", "DDP_SHARE_GPU": "1", "DDP_STEPS": "150"}),
     "infer_stepless": ([str(GPU / "infer_10s.py"), "--seconds", "6"], {"STEPRATE_FORWARD": "1"}),

@@ -11,7 +11,7 @@ the hotspots and the replay read; the chunk's structs are freed, and events noth
 reads (flow arrows, metadata, overhead) are dropped at once.
 
 A plain file of SPLIT_MIN_BYTES or more is decoded in two halves when a helper process
-can take the second (split_point, decode_rest; gpudoctor.helper): the halves' columns
+can take the second (split_point, decode_rest; gpudoctor.run.analyze_helper): the halves' columns
 are joined in file order, with the same result as one pass.
 
 A chunk boundary is a ``},`` between two events: a guess that a string or a nested

@@ -2,7 +2,7 @@
 
 `gpudoctor analyze` of one long trace spends about as long replaying the window as on
 all its statistics; both only read the decoded events. With a helper process running
-(gpudoctor.helper, forked before the decode), the part of the window to replay is chosen
+(gpudoctor.run.analyze_helper, forked before the decode), the part of the window to replay is chosen
 here (replay.window) and sent to it, and this process goes on with the statistics.
 Otherwise the replay runs in this process when its result is asked for: the same code on
 the same events, the same result.
@@ -22,7 +22,7 @@ PARALLEL_MIN_EVENTS = 150_000  # smaller traces replay in half a second or less:
 
 
 class Helper(Protocol):
-    """What the replay asks of a helper process (gpudoctor.helper.Helper, one layer up)."""
+    """What the replay asks of a helper process (gpudoctor.run.analyze_helper.Helper, one layer up)."""
 
     @property
     def active(self) -> bool: ...

@@ -1,8 +1,8 @@
 """The published JSON Schemas of gpudoctor's documents, generated from the typed models.
 
-``report-v1.schema.json`` describes schema ``gpudoctor.report/1`` (gpudoctor.report_model),
+``report-v1.schema.json`` describes schema ``gpudoctor.report/1`` (gpudoctor.verdict.report_model),
 ``diff-v1.schema.json`` schema ``gpudoctor.diff/1`` (gpudoctor.diff_model),
-``sweep-v1.schema.json`` schema ``gpudoctor.sweep/1`` (gpudoctor.sweep_model).
+``sweep-v1.schema.json`` schema ``gpudoctor.sweep/1`` (gpudoctor.sweep.sweep_model).
 The files are package data, so ``importlib.resources`` finds them in an installed
 gpudoctor; scripts/write_schemas.py regenerates them and a test keeps them equal to
 what the models say.

@@ -1,6 +1,6 @@
 """The sweep's finished report: a typed `SweepReport`, schema `gpudoctor.sweep/1` (docs/sweep.md).
 
-Renderers (gpudoctor.reports.sweep_*) receive only the report (gpudoctor.sweep_model).
+Renderers (gpudoctor.reports.sweep_*) receive only the report (gpudoctor.sweep.sweep_model).
 Units are SI in the JSON (seconds, bytes, watts, samples per second); fields are only ever added.
 """
 
