@@ -10,7 +10,11 @@ says what the windows cost and whether the run came back to its speed afterwards
 - the step rate before the first window against the rate after it, in chunks of the
   same number of steps as before it: a run whose every later chunk is slower than
   before the window by more than ``SLOWDOWN`` did not come back (the chunks are the
-  noise: a bursty loader's rate moves from chunk to chunk);
+  noise: a bursty loader's rate moves from chunk to chunk), and only when the gap is
+  larger than the chunks' own spread: the steps before the window are one chunk of the
+  same run, and a run whose chunks after the window differ among themselves by 20%
+  (a loaded 2-core machine, a loader that drains its prefetch queue) shows a first chunk
+  5% faster than the fastest later one by chance, not because a window slowed it;
 - DataLoader workers that found torch.profiler on at their first batch: forked inside
   a window, they pay its tracing for every batch they make.
 """
@@ -52,9 +56,18 @@ class Overhead:
         return 1.0 - self.after_steps_per_s[1] / self.before_steps_per_s
 
     @property
+    def spread(self) -> float | None:
+        """How much slower the slowest chunk after the first window ran than the fastest one:
+        the run's own chunk-to-chunk variation (None when not compared)."""
+        if self.after_steps_per_s is None:
+            return None
+        low, high = self.after_steps_per_s
+        return 1.0 - low / high if high > 0 else None
+
+    @property
     def slowed(self) -> bool:
-        slowdown = self.slowdown
-        return slowdown is not None and slowdown > SLOWDOWN
+        slowdown, spread = self.slowdown, self.spread
+        return slowdown is not None and slowdown > SLOWDOWN and slowdown > (spread or 0.0)
 
     def to_dict(self) -> dict[str, object]:
         slowdown = self.slowdown

@@ -3,7 +3,8 @@
 What it detects
     The steps after gpudoctor's first profiler window ran slower than the steps
     before it, by more than {{SLOWDOWN}} in every chunk of steps that followed
-    (the run did not come back to its speed); or DataLoader workers ran with
+    (the run did not come back to its speed) and by more than those chunks differ
+    among themselves (the run's own noise); or DataLoader workers ran with
     torch.profiler on because they were forked while a profiler window ran.
 
 Why it matters
