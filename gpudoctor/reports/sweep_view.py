@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from gpudoctor.base.text import format_bytes
-from gpudoctor.sweep.sweep_model import SweepReport, SweepResults
+from gpudoctor.sweep.sweep_model import SweepReport, SweepResults, SweepTrial, TrialGpu, TrialTiming
 
 DASH = "-"
 
@@ -79,6 +79,44 @@ def short_message(status: str, message: str) -> str:
     return first if len(first) <= SHORT_MESSAGE_CHARS else first[: SHORT_MESSAGE_CHARS - 3] + "..."
 
 
+def _trial_notes(trial: SweepTrial, labels: list[str], budget: float | None) -> list[str]:
+    """The notes cell: the curve's marks, a latency over budget, and how the size was run."""
+    timing = trial.timing if not trial.fit_probe else None
+    notes = list(labels) if trial.status == "ok" else []
+    if budget and timing is not None and _num(timing.latency_p50_s) and timing.latency_p50_s > budget:
+        notes.append("over latency budget")
+    if trial.fit_probe and trial.fit_check is not None:
+        autotune = (", cuDNN autotuning off" if trial.fit_check.cudnn_benchmark_target
+                    and not trial.fit_check.cudnn_benchmark else "")
+        notes.append(f"fit check: memory only ({trial.fit_check.steps} steps, not timed{autotune})")
+    elif trial.fit_probe:
+        notes.append("fit probe: memory only, throughput not measured")
+    elif trial.status == "ok" and not (timing is not None and timing.stable):
+        notes.append("not stable")
+    return notes
+
+
+def _timing_cells(timing: TrialTiming | None) -> dict[str, str]:
+    """Throughput, latency percentiles, iterations and stability (dashes for a size not timed)."""
+    if timing is None:
+        return {"throughput": rate(None), "p50": ms(None), "p90": ms(None), "p99": ms(None),
+                "iterations": DASH, "stable": DASH}
+    return {"throughput": rate(timing.samples_per_s), "p50": ms(timing.latency_p50_s),
+            "p90": ms(timing.latency_p90_s), "p99": ms(timing.latency_p99_s),
+            "iterations": str(timing.iterations), "stable": "yes" if timing.stable else "no"}
+
+
+def _gpu_cells(gpu: TrialGpu | None) -> dict[str, str]:
+    """SM activity, utilization and power (dashes where the GPU was not read)."""
+    power = gpu.power_w_mean if gpu is not None else None
+    fraction = gpu.power_fraction if gpu is not None else None
+    return {
+        "sm": percent(gpu.sm_activity_percent if gpu is not None else None),
+        "util": percent(gpu.util_percent_mean if gpu is not None else None),
+        "power": (f"{power:.0f} W" + (f" ({fraction:.0%})" if _num(fraction) else "")) if _num(power) else DASH,
+    }
+
+
 def trial_rows(report: SweepReport) -> list[dict[str, str]]:
     budget = report.settings.latency_p50_budget_s
     labels = marks(report)
@@ -86,39 +124,25 @@ def trial_rows(report: SweepReport) -> list[dict[str, str]]:
     for trial in report.trials:
         timing = trial.timing if not trial.fit_probe else None  # a probe's few iterations are no measurement
         memory = trial.memory
-        gpu = trial.gpu
-        size = trial.batch_size
-        notes = list(labels.get(size, [])) if trial.status == "ok" else []
-        if budget and timing is not None and _num(timing.latency_p50_s) and timing.latency_p50_s > budget:
-            notes.append("over latency budget")
-        if trial.fit_probe and trial.fit_check is not None:
-            autotune = (", cuDNN autotuning off" if trial.fit_check.cudnn_benchmark_target
-                        and not trial.fit_check.cudnn_benchmark else "")
-            notes.append(f"fit check: memory only ({trial.fit_check.steps} steps, not timed{autotune})")
-        elif trial.fit_probe:
-            notes.append("fit probe: memory only, throughput not measured")
-        elif trial.status == "ok" and not (timing is not None and timing.stable):
-            notes.append("not stable")
-        power = gpu.power_w_mean if gpu is not None else None
-        fraction = gpu.power_fraction if gpu is not None else None
+        cells = {**_timing_cells(timing), **_gpu_cells(trial.gpu)}
         rows.append({
-            "batch": str(size),
+            "batch": str(trial.batch_size),
             "status": str(trial.status),
             "message": str(trial.message or ""),
             "short_message": short_message(str(trial.status), str(trial.message or "")),
-            "throughput": rate(timing.samples_per_s if timing is not None else None),
-            "p50": ms(timing.latency_p50_s if timing is not None else None),
-            "p90": ms(timing.latency_p90_s if timing is not None else None),
-            "p99": ms(timing.latency_p99_s if timing is not None else None),
+            "throughput": cells["throughput"],
+            "p50": cells["p50"],
+            "p90": cells["p90"],
+            "p99": cells["p99"],
             "allocated": size_bytes(memory.peak_allocated_bytes),
             "reserved": size_bytes(memory.peak_reserved_bytes),
             "peak": size_bytes(memory.peak_bytes),
-            "sm": percent(gpu.sm_activity_percent if gpu is not None else None),
-            "util": percent(gpu.util_percent_mean if gpu is not None else None),
-            "power": (f"{power:.0f} W" + (f" ({fraction:.0%})" if _num(fraction) else "")) if _num(power) else DASH,
-            "iterations": str(timing.iterations) if timing is not None else DASH,
-            "stable": ("yes" if timing.stable else "no") if timing is not None else DASH,
-            "notes": ", ".join(notes),
+            "sm": cells["sm"],
+            "util": cells["util"],
+            "power": cells["power"],
+            "iterations": cells["iterations"],
+            "stable": cells["stable"],
+            "notes": ", ".join(_trial_notes(trial, labels.get(trial.batch_size, []), budget)),
         })
     return rows
 
