@@ -156,19 +156,28 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 def markdown(results: dict[str, Any]) -> str:
     head = (f"`benchmarks/overhead.py`, {results['machine']}, {results['date']}; medians of "
             f"{results['pairs']} alternated pair(s); ratio = throughput under `diagnose` / plain.")
-    columns = ("| workload | plain | diagnose, outside the windows | ratio (outside) | ratio (whole run) "
-               "| steps in windows |")
-    lines = [head, "", columns, "|---|---|---|---|---|---|"]
+    columns = ("| workload | plain | plain runs' spread | diagnose, outside the windows | ratio (outside) "
+               "| ratio (whole run) | steps in windows |")
+    lines = [head, "", columns, "|---|---|---|---|---|---|---|"]
     for name, entry in results["workloads"].items():
         runs, summary = entry["runs"], entry["summary"].get("diagnose", {})
         plain = statistics.median([r["outside"] for r in runs.get("plain", []) if r.get("outside")] or [0])
         diag = [r for r in runs.get("diagnose", []) if r.get("outside")]
         unit = (runs.get("plain") or [{}])[0].get("unit", "steps/s")
-        lines.append(f"| {name} | {plain:.3g} {unit} | "
+        lines.append(f"| {name} | {plain:.3g} {unit} | {_spread(runs.get('plain', []))} | "
                      f"{statistics.median([r['outside'] for r in diag]) if diag else float('nan'):.3g} | "
                      f"{_ratio(summary.get('outside'))} | {_ratio(summary.get('whole'))} | "
                      f"{diag[0]['profiled_steps'] if diag else '-'} |")
     return "\n".join(lines) + "\n"
+
+
+def _spread(runs: list[dict[str, Any]]) -> str:
+    """How far apart the plain runs of one command were ((fastest - slowest) / median): the
+    noise floor, below which no ratio of the table says anything."""
+    rates = [r["outside"] for r in runs if r.get("outside")]
+    if len(rates) < 2:
+        return "-"
+    return f"{(max(rates) - min(rates)) / statistics.median(rates):.0%}"
 
 
 def _ratio(value: float | None) -> str:
@@ -199,8 +208,10 @@ def main() -> None:
                                "workloads": {}}
     for name in args.workloads.split(","):
         runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
-        for _ in range(args.pairs):
-            for config in configs:
+        for pair in range(args.pairs):
+            # alternated: plain first in even pairs, last in odd ones, so that whatever the
+            # order favours (a GPU or CPU still warm from the run before) falls on both sides
+            for config in (configs if pair % 2 == 0 else configs[::-1]):
                 runs[config].append(run_once(name, config, args.out, diagnose_env))
         results["workloads"][name] = {"runs": runs, "summary": summarize(runs)}
         print(name, json.dumps(results["workloads"][name]["summary"]), flush=True)
