@@ -47,7 +47,8 @@ def main() -> None:
         data = json.loads(path.read_text())
         assert session.profile is not None
         session.profile.replay = replay
-        data["profile"] = session.to_dict()["profile"]
+        # the replay only: the rest of the profile stays as recorded, to the byte (whole numbers too)
+        data["profile"]["replay"] = session.to_dict()["profile"]["replay"]
         path.write_text(json.dumps(data, separators=(",", ":"), allow_nan=False))  # compact, as written by diagnose
 
 

@@ -37,9 +37,10 @@ Thresholds, and where they come from
       step. Nsight Systems' expert rules flag every synchronising API call; gpudoctor reports
       them when they repeat or cost GPU time.
     Severity by the predicted gain ({{GAIN_WARNING}} warning, {{GAIN_CRITICAL}} critical): the profiled
-    window replayed with the workload's syncs no longer blocking and operators that
-    only read a value back (``.item()``, ``.cpu()`` of a result) gone, so the host runs
-    ahead and the GPU's queue stays full; never more than a host-side fix can buy
+    window replayed with the workload's syncs no longer blocking, so the host runs ahead
+    and the GPU's queue stays full; the operators that read the values (``.item()``,
+    ``.cpu()`` of a result) keep their host cost, since the remedy still dispatches one
+    operator to consume each value on the GPU; never more than a host-side fix can buy
     while the GPU was busy. Without a replay: span / (span - idle after syncs). Measured on
     an H200: a small MLP step with ``.item()``, ``.cpu()`` and ``torch.cuda.synchronize()``
     left the GPU idle 22% of its span after those syncs; 50 blocking ``.to("cuda")`` copies

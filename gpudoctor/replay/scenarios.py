@@ -2,7 +2,8 @@
 
 - ``data``: every DataLoader wait gone (batches arrive instantly).
 - ``sync``: the workload's synchronisations and blocking device-to-host copies no
-  longer block the host (values read rarely, kept on the GPU).
+  longer block the host (values read rarely, kept on the GPU); the operators that read the
+  values keep their host cost (the remedy still dispatches one to consume each on the GPU).
 - ``launch``: each chain of launches outside ``optimizer.step()`` (operators that
   launched GPU work and the Python between them, up to the next blocking call,
   data wait or long user code) issued as one captured graph: one launch call's

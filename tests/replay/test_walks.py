@@ -225,21 +225,15 @@ def _walk_small_copies(timeline: Timeline, plan: Plan) -> int:
 
 
 def _walk_sync(timeline: Timeline, plan: Plan) -> int:
-    changed, reads = 0, {}
+    changed = 0
     for i, item in enumerate(timeline.items):
         if item.agent:
             continue
-        if item.kind == SYNC or (item.kind == BLOCKING_COPY and _copies(timeline, item, "DtoH")):
-            if plan.blocks[i]:
-                plan.blocks[i] = False
-                plan.cost[i] = min(item.dur, item.post) if item.waited else item.dur
-                changed += 1
-            if item.read is not None:
-                reads.setdefault(item.thread, []).append(item.read)
-    for i, item in enumerate(timeline.items):
-        spans = reads.get(item.thread, [])
-        if item.tag in (DISPATCH, PYTHON) and any(a <= item.ts < b for a, b in spans):
-            plan.cost[i], plan.blocks[i] = 0.0, False
+        if (item.kind == SYNC or (item.kind == BLOCKING_COPY and _copies(timeline, item, "DtoH"))) \
+                and plan.blocks[i]:
+            plan.blocks[i] = False
+            plan.cost[i] = min(item.dur, item.post) if item.waited else item.dur
+            changed += 1
     return changed
 
 

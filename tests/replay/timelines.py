@@ -76,6 +76,20 @@ class Host:
         self.t = returns
         self._x("cpu_op", "aten::copy_", start, self.t - start)
 
+    def item(self, *, dispatch_us: float = 5.0, call_us: float = 5.0, stream: int = 7) -> None:
+        """``tensor.item()``: an operator that copies one value to pinned host memory after the
+        stream's work (a device-to-host copy of 4 bytes), waits for it and returns the value."""
+        start = self.t
+        Host.corr += 1
+        self.t += dispatch_us
+        self.gpu.run(self.t + LATENCY_US, 1.0, Host.corr, stream=stream, kind="gpu_memcpy",
+                     name="Memcpy DtoH (Device -> Pinned)", nbytes=4)
+        self._x("cuda_runtime", "cudaMemcpyAsync", self.t, call_us, correlation=Host.corr)
+        self.t += call_us
+        self.sync(stream)
+        self.t += dispatch_us
+        self._x("cpu_op", "aten::item", start, self.t - start)
+
     def sync(self, stream: int = 7) -> None:
         done = max(self.t, self.gpu.tail.get(stream, 0.0) + POST_US)
         dur = max(2.0, done - self.t)
