@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing.util
 import os
+import platform
 import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,6 +35,12 @@ _PROCESS_STARTERS: list[tuple[Any, str]] = [
     (os, "system"),
     (multiprocessing.util, "spawnv_passfds"),
 ]
+
+
+# platform.uname() runs `uname -p` once per process and caches it; gpudoctor's host facts read
+# it (preflight, the environment), so a fast test that happened to be the first to ask would
+# start that process, and pass or fail by test order. Asked once here, before any test.
+platform.uname()
 
 
 class UnmarkedProcessStart(RuntimeError):
