@@ -40,7 +40,7 @@ _PROCESS_STARTERS: list[tuple[Any, str]] = [
 # platform.uname() runs `uname -p` once per process and caches it; gpudoctor's host facts read
 # it (preflight, the environment), so a fast test that happened to be the first to ask would
 # start that process, and pass or fail by test order. Asked once here, before any test.
-platform.uname()
+platform.platform()  # uname() and its lazily read processor field, both cached
 
 
 class UnmarkedProcessStart(RuntimeError):
