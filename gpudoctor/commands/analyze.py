@@ -284,9 +284,11 @@ def _process_ids(index: Any) -> list[int]:
     """The processes that ran operators (cpu_op events)."""
     import numpy as np
 
+    from gpudoctor.collectors.intervals import distinct
+
     ops = index.ops
     operator_codes = [code for code, value in enumerate(index.tables["cat"].distinct) if value == "cpu_op"]
-    pids = set(index.tables["pid"].decode(np.unique(ops.pid[np.isin(ops.cat, operator_codes)])))
+    pids = set(index.tables["pid"].decode(distinct(ops.pid[np.isin(ops.cat, operator_codes)])))
     return sorted(p for p in pids if isinstance(p, int) and not isinstance(p, bool))
 
 

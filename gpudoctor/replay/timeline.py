@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.collectors.intervals import distinct
 from gpudoctor.collectors.kineto_names import (  # noqa: F401  (DATA_ANNOTATION: replay.window reads it here)
     DATA_ANNOTATION,
     OPTIMIZER_ANNOTATION,
@@ -235,7 +236,7 @@ def _last_launch_before(host: HostColumns, launches: np.ndarray, syncs: np.ndarr
     queued = launches[np.array([bool(host.ops[i]) for i in launches.tolist()], dtype=bool)] \
         if len(launches) else launches
     found = np.full(len(syncs), -1, dtype=np.int64)
-    for number in np.unique(thread[syncs]).tolist():
+    for number in distinct(thread[syncs]).tolist():
         mine = queued[thread[queued] == number]
         asked = np.flatnonzero(thread[syncs] == number)
         before = np.searchsorted(mine, syncs[asked], side="left") - 1
