@@ -380,7 +380,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             paths = plan_outputs(args.out, trace_stem(path), datetime.now(), file_formats, force=args.force,
                                  json_path=None if to_stdout else args.json_path, trace=False)
-            written = write(report, WritePlan(paths, session=session, fail_on=args.fail_on, render=helper.render))
+            written = write(report, WritePlan(paths, session=session, fail_on=args.fail_on, render=helper.render,
+                                                     render_ahead=helper.render_ahead))
             report = written.report
             if not args.quiet:  # the human summary: stderr, so stdout stays clean for scripts
                 terminal.show_summary(report, sys.stderr, written={k: str(p) for k, p in written.files.items()})
