@@ -48,7 +48,7 @@ from gpudoctor.collectors.trace_file import load_trace, trace_events
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 8 << 20  # decode this much of the event array at a time
+CHUNK_BYTES = 512 << 10  # decode this much of the event array at a time: its events stay in the caches while sorted
 HEAD_MAX_BYTES = 64 << 20  # no "traceEvents" key in this much: not Kineto's layout
 HEAD_SCAN_BYTES = 1 << 20  # metadata before the events longer than this: read the plain way
 # kinds of complete events, by lower-cased category
