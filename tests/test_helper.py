@@ -52,6 +52,36 @@ def test_a_lost_helper_renders_here(report, monkeypatch) -> None:
     helper.close()
 
 
+@pytest.mark.integration
+@needs_fork
+def test_the_json_begun_ahead_is_the_json_rendered_here(report, monkeypatch) -> None:
+    monkeypatch.setattr(helper_module, "spare_core", lambda: True)
+    with Helper.start() as helper:  # renders nothing of its own (a split trace's helper)
+        assert helper.render_ahead(report, "json")
+        assert not helper.render_ahead(report, "html")  # not one it takes: rendered here
+        assert helper.render(report, "html") == reports.render(report, "html")
+        assert helper.render(report, "json") == reports.render(report, "json")  # the helper's answer
+        assert helper.render_ahead({"schema": 3}, "json")
+        with pytest.raises(RuntimeError, match="DecodeError: 'schema' is not a string"):
+            helper.render({"schema": 3}, "json")  # the renderer's own error, raised here
+        assert helper.active
+    with Helper.start(("html",)) as helper:  # it renders the page: the JSON stays here
+        assert not helper.render_ahead(report, "json")
+
+
+@pytest.mark.integration
+@needs_fork
+def test_a_helper_lost_after_render_ahead_renders_here(report, monkeypatch) -> None:
+    monkeypatch.setattr(helper_module, "spare_core", lambda: True)
+    helper = Helper.start()
+    helper._process.kill()
+    helper._process.join()
+    helper.render_ahead(report, "json")  # sent, or the loss already seen
+    assert helper.render(report, "json") == reports.render(report, "json")
+    assert not helper.active
+    helper.close()
+
+
 def test_without_a_spare_core_everything_happens_here(report, monkeypatch) -> None:
     monkeypatch.setattr(helper_module, "spare_core", lambda: False)
     with Helper.start(("html",), fail_on="warning") as helper:  # a fork here would fail the test

@@ -176,6 +176,24 @@ def test_a_failing_renderer_costs_only_its_own_file(in_tmp: Path) -> None:
     assert "html" not in written.report["files"]
 
 
+def test_formats_begun_ahead_are_taken_after_the_rest(in_tmp: Path) -> None:
+    asked: list[str] = []
+
+    def ahead(report: Any, fmt: str) -> bool:
+        asked.append(f"ahead {fmt} {sorted(report['files'])}")  # the report as written: it names its files
+        return fmt == "json"
+
+    def render(report: Any, fmt: str) -> str:
+        asked.append(f"render {fmt}")
+        return fake_render(report, fmt)
+
+    written = write_outputs(plan_outputs(None, "train", NOW), REPORT, SESSION, render=render, render_ahead=ahead)
+    assert asked == ["ahead html ['html', 'json', 'session']", "ahead json ['html', 'json', 'session']",
+                     "render html", "render json"]
+    assert list(written.files) == ["html", "json", "session"]
+    assert json.loads(written.files["json"].read_text())["fmt"] == "json"
+
+
 def test_caller_written_trace_is_kept_and_json_copy_written(in_tmp: Path) -> None:
     paths = plan_outputs(None, "train", NOW, json_path="ci/report.json")
     assert paths.trace is not None

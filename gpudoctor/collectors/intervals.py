@@ -117,6 +117,19 @@ def tally(keys: np.ndarray, values: np.ndarray, groups: int) -> tuple[np.ndarray
     return counts, grouped_sums(keys, values, groups), grouped_max(keys, values, groups)
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """np.unique(values) of a 1-D integer array, sorted. Without numpy's own: since numpy 2.3 its
+    first plain call imports numpy.ma (tens of milliseconds, in each process that asks)."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    chosen: np.ndarray = ordered[keep]
+    return chosen
+
+
 def range_min(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
     """min(values[low[i]:high[i]]) for each i, inf for an empty range (a sparse table: the
     minimum of two overlapping power-of-two windows)."""
@@ -131,7 +144,7 @@ def range_min(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarr
     for step in range(1, int(level.max()) + 1):
         half = 1 << (step - 1)
         table.append(np.minimum(table[-1][:-half], table[-1][half:]))
-    for step in np.unique(level[some]).tolist():
+    for step in distinct(level[some]).tolist():
         chosen = some & (level == step)
         width = 1 << step
         result[chosen] = np.minimum(table[step][low[chosen]], table[step][high[chosen] - width])

@@ -99,7 +99,7 @@ class FrameStacks:
         whole = (tops >= 0) & (self.min_end[safe] >= times)
         codes[tops < 0] = stacks.setdefault((), len(stacks)) if (tops < 0).any() else 0
         if whole.any():
-            nodes, inverse = np.unique(self.node[tops[whole]], return_inverse=True)
+            nodes, inverse = _distinct(self.node[tops[whole]])  # node ids >= 0
             node_codes = [stacks.setdefault(self.names(node), len(stacks)) for node in nodes.tolist()]
             codes[whole] = np.array(node_codes, dtype=np.int64)[inverse.reshape(-1)]
         for i in np.flatnonzero((tops >= 0) & ~whole).tolist():

@@ -204,7 +204,7 @@ class TraceColumns:
             codes_in_order, order = coded_ints(found[hit])
             code = np.full(len(found), -1, dtype=np.int64)
             code[hit] = codes_in_order
-            return (code, [int(distinct[i]) for i in order],
+            return (code, distinct[np.array(order, dtype=np.int64)].tolist(),
                     [operators.distinct_names[i] for i in name_of[order].tolist()])
         return self._gpu_operators_by_dict(external, named)
 

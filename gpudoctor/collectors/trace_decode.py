@@ -48,7 +48,7 @@ from gpudoctor.collectors.trace_file import load_trace, trace_events
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 8 << 20  # decode this much of the event array at a time
+CHUNK_BYTES = 512 << 10  # decode this much of the event array at a time: its events stay in the caches while sorted
 HEAD_MAX_BYTES = 64 << 20  # no "traceEvents" key in this much: not Kineto's layout
 HEAD_SCAN_BYTES = 1 << 20  # metadata before the events longer than this: read the plain way
 # kinds of complete events, by lower-cased category
@@ -303,7 +303,7 @@ class EventColumns:
 
     def append(self, part: dict[str, Any]) -> None:
         """Add a part (a column's values per field, as the fields' types)."""
-        for field in (*_ARRAYS, *_LISTS):
+        for field in (*_ARRAYS, *_LISTS, "_resolved"):
             self.__dict__.pop(field, None)
         self._parts.append(part)
         self._length += len(part["ts"])
@@ -327,7 +327,7 @@ class EventColumns:
 
     def __getstate__(self) -> dict[str, Any]:
         self._join()
-        return self.__dict__
+        return {key: value for key, value in self.__dict__.items() if key != "_resolved"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -350,11 +350,16 @@ class EventColumns:
 
     def resolved(self, field: str, fallback: str) -> list[Any]:
         """Event.device (field "device", fallback "pid") or Event.stream ("stream", "tid") of
-        each event: the args' value when the key is there, else the event's own."""
-        values = self.values(field)
-        if msgspec.UNSET in values:
-            own = self.values(fallback)
-            values = [own[i] if v is msgspec.UNSET else v for i, v in enumerate(values)]
+        each event: the args' value when the key is there, else the event's own. Made once (the
+        statistics and the replay ask several times): not to be changed."""
+        made: dict[tuple[str, str], list[Any]] = self.__dict__.setdefault("_resolved", {})
+        values = made.get((field, fallback))
+        if values is None:
+            values = self.values(field)
+            if msgspec.UNSET in values:
+                own = self.values(fallback)
+                values = [own[i] if v is msgspec.UNSET else v for i, v in enumerate(values)]
+            made[(field, fallback)] = values
         return values
 
     @property

@@ -97,14 +97,14 @@ def register(sub: Any) -> None:
 
 
 
-def session_from_trace(path: str | Path, steps: int = 0, *, meanwhile: Callable[[], None] | None = None,
+def session_from_trace(path: str | Path, steps: int = 0, *, meanwhile: Callable[[ProfileSummary], None] | None = None,
                        helper: Helper | None = None) -> Session:
     """A Session (source="analyze") holding the trace's ProfileSummary and what its metadata says.
 
     `path` may be a directory of traces, one per rank (torch.profiler.tensorboard_trace_handler
     writes ``*.pt.trace.json[.gz]``): see session_from_trace_dir.
     Raises GpudoctorError (NOT_FOUND or BAD_DATA) for input that is not a readable trace.
-    `meanwhile` is called once the statistics are done, while the replay may still run beside.
+    `meanwhile` is called with the statistics once they are done, while the replay may still run beside.
     A long trace's replay runs in `helper` (gpudoctor.run.analyze_helper), or in one started here.
     """
     path = Path(path)
@@ -184,7 +184,7 @@ def _summarize_file_quietly(path: Path, steps: int) -> Summarized | str:
 
 
 def _summarize_file(path: Path, steps: int, *, helper: Helper | None = None,
-                    meanwhile: Callable[[], None] | None = None) -> Summarized:
+                    meanwhile: Callable[[ProfileSummary], None] | None = None) -> Summarized:
     """(ProfileSummary with its replay, the trace's metadata, the pids that ran operators, the
     loop's steps with their data wait).
 
@@ -204,7 +204,7 @@ def _summarize_file(path: Path, steps: int, *, helper: Helper | None = None,
             profile = summarize_trace(data, steps=steps)
             meta, pids, loader = data.meta, _process_ids(data), loader_steps(data)
             if meanwhile is not None:
-                meanwhile()
+                meanwhile(profile)
             del data  # freeing a million events takes a while: better while the replay runs in the helper
             profile.replay = replay()
     except TraceError as exc:
@@ -285,9 +285,11 @@ def _process_ids(index: Any) -> list[int]:
     """The processes that ran operators (cpu_op events)."""
     import numpy as np
 
+    from gpudoctor.collectors.intervals import distinct
+
     ops = index.ops
     operator_codes = [code for code, value in enumerate(index.tables["cat"].distinct) if value == "cpu_op"]
-    pids = set(index.tables["pid"].decode(np.unique(ops.pid[np.isin(ops.cat, operator_codes)])))
+    pids = set(index.tables["pid"].decode(distinct(ops.pid[np.isin(ops.cat, operator_codes)])))
     return sorted(p for p in pids if isinstance(p, int) and not isinstance(p, bool))
 
 
@@ -299,10 +301,11 @@ def trace_stem(path: Path) -> str:
     return name
 
 
-def _prepare(formats: list[str], done: tuple[str, ...]) -> None:
+def _prepare(formats: list[str], done: tuple[str, ...], profile: ProfileSummary | None = None) -> None:
     """Import what judging and the report need (matplotlib for the HTML's charts above all;
     not the formats in `done`, made ready elsewhere) while a long trace's replay finishes in
-    its own process: that time is otherwise waited."""
+    its own process: that time is otherwise waited. The HTML's template is compiled then, and
+    its kernel chart drawn from the `profile`'s statistics (the report's, once judged)."""
     import gpudoctor.verdict.build
     import gpudoctor.verdict.engine  # noqa: F401
     from gpudoctor.reports import renderer
@@ -312,6 +315,10 @@ def _prepare(formats: list[str], done: tuple[str, ...]) -> None:
     for fmt in formats:
         if fmt not in done:
             renderer(fmt)
+    if "html" in formats and "html" not in done:
+        from gpudoctor.reports import html
+
+        html.prepare(profile.kernel_duration_hist if profile is not None else None)
 
 
 def _long_trace(path: Path) -> bool:
@@ -361,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
 
     with helper:
         session = session_from_trace(path, steps=args.steps, helper=helper,
-                                     meanwhile=lambda: _prepare(file_formats, done=helper.formats))
+                                     meanwhile=lambda profile: _prepare(file_formats, helper.formats, profile))
         report = judge(session, JudgeOptions(ignore=tuple(split_ids(args.ignore)))).report
         if to_stdout:
             text = render(report, "json")
@@ -374,7 +381,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             paths = plan_outputs(args.out, trace_stem(path), datetime.now(), file_formats, force=args.force,
                                  json_path=None if to_stdout else args.json_path, trace=False)
-            written = write(report, WritePlan(paths, session=session, fail_on=args.fail_on, render=helper.render))
+            written = write(report, WritePlan(paths, session=session, fail_on=args.fail_on, render=helper.render,
+                                                     render_ahead=helper.render_ahead))
             report = written.report
             if not args.quiet:  # the human summary: stderr, so stdout stays clean for scripts
                 terminal.show_summary(report, sys.stderr, written={k: str(p) for k, p in written.files.items()})

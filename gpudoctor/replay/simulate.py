@@ -249,13 +249,18 @@ _MINUS_INF = float("-inf")
 
 def _result(timeline: Timeline, main_end: float, starts: list[float], ends: list[float | None], dur: list[float],
             record: bool, item_starts: dict[int, float]) -> Result:
-    placed = [j for j, end in enumerate(ends) if end is not None]
-    op_starts = np.array([starts[j] for j in placed], dtype=np.float64)
-    op_ends = np.array([ends[j] for j in placed], dtype=np.float64)
+    if None in ends:
+        placed = [j for j, end in enumerate(ends) if end is not None]
+        op_starts = np.array([starts[j] for j in placed], dtype=np.float64)
+        op_ends = np.array([ends[j] for j in placed], dtype=np.float64)
+        kernels = layout(timeline).kernels[placed]
+        durations = np.array([dur[j] for j in placed], dtype=np.float64)
+    else:  # every operation placed (the usual replay)
+        op_starts = np.array(starts, dtype=np.float64)
+        op_ends = np.array(ends, dtype=np.float64)
+        kernels = layout(timeline).kernels
+        durations = np.array(dur, dtype=np.float64)
     last_op = float(op_ends.max()) if len(op_ends) else timeline.start
-    kernels = layout(timeline).kernels
-    kernels = kernels[placed] if len(placed) != len(ends) else kernels
-    durations = np.array([dur[j] for j in placed], dtype=np.float64)
     return Result(span_us=max(main_end, last_op) - timeline.start, gpu_busy_us=_union_length(op_starts, op_ends),
                   kernel_busy_us=_union_length(op_starts[kernels], op_ends[kernels]),
                   op_starts=op_ends - durations if record else None, op_ends=op_ends if record else None,

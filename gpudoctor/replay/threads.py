@@ -242,20 +242,26 @@ def _user_spans(frames: Frames) -> Spans:
     cursor = float("-inf")
     order = np.lexsort((-ends, starts))
     for frame in zip(starts[order].tolist(), ends[order].tolist(), own[order].tolist()):
-        while stack and stack[-1][1] <= frame[0]:
+        start = frame[0]
+        while stack and stack[-1][1] <= start:
             top = stack.pop()
-            if top[2] and top[1] > cursor:
-                spans.append((cursor, top[1]))
-            cursor = max(cursor, top[1])
-        if stack and stack[-1][2] and frame[0] > cursor:
-            spans.append((cursor, frame[0]))
-        cursor = max(cursor, frame[0])
+            end = top[1]
+            if end > cursor:  # (the cursor only moves on: max(cursor, end), written out)
+                if top[2]:
+                    spans.append((cursor, end))
+                cursor = end
+        if start > cursor:
+            if stack and stack[-1][2]:
+                spans.append((cursor, start))
+            cursor = start
         stack.append(frame)
     while stack:
         top = stack.pop()
-        if top[2] and top[1] > cursor:
-            spans.append((cursor, top[1]))
-        cursor = max(cursor, top[1])
+        end = top[1]
+        if end > cursor:
+            if top[2]:
+                spans.append((cursor, end))
+            cursor = end
     if not spans:
         return np.zeros(0), np.zeros(0)
     return _merged(np.array([s for s, _ in spans]), np.array([e for _, e in spans]))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudoctor.collectors.intervals import distinct
 from gpudoctor.collectors.kineto_names import (  # noqa: F401  (DATA_ANNOTATION: replay.window reads it here)
     DATA_ANNOTATION,
     OPTIMIZER_ANNOTATION,
@@ -129,32 +131,37 @@ def _gpu_ops(trace_index: Any) -> tuple[list[GpuOp], dict[Any, list[int]]]:
     from gpudoctor.collectors.trace_decode import GPU_KINDS, id_list
 
     gpu = trace_index.gpu
+    count = len(gpu)
+    order = np.lexsort((gpu.ts + gpu.dur, gpu.ts)).tolist()  # stable: file order on ties
     names = trace_index.strings.distinct
+    codes = gpu.name.tolist()
+    streams = list(zip(gpu.resolved("device", "pid"), gpu.resolved("stream", "tid")))
+    kinds = list(map(GPU_KINDS.__getitem__, gpu.kind.tolist()))
+    pick = operator.itemgetter(*order) if count > 1 else lambda values: tuple(values[i] for i in order)
+    ops = list(map(GpuOp, pick(streams), pick(kinds), pick(gpu.ts.tolist()), pick(gpu.dur.tolist()),
+                   pick(list(map(names.__getitem__, codes)))))
     gemms: dict[int, str | None] = {}
-    ops: list[GpuOp] = []
-    by_correlation: dict[Any, list[int]] = defaultdict(list)
-    for kind_code, start, dur, code, device, stream, nbytes, correlation in zip(
-            gpu.kind.tolist(), gpu.ts.tolist(), gpu.dur.tolist(), gpu.name.tolist(), gpu.resolved("device", "pid"),
-            gpu.resolved("stream", "tid"), id_list(gpu.bytes), id_list(gpu.correlation)):
-        kind = GPU_KINDS[kind_code]
-        op = GpuOp(stream=(device, stream), kind=kind, start=start, dur=dur, name=names[code])
+    nbytes = id_list(gpu.bytes)
+    for new, old in enumerate(order):
+        kind = kinds[old]
         if kind == "c":
-            op.nbytes = _number(nbytes) or 0.0
+            op = ops[new]
+            op.nbytes = _number(nbytes[old]) or 0.0
             op.copy = copy_kind(op.name)
         elif kind == "k":
+            code = codes[old]
             if code not in gemms:
-                gemms[code] = classify_gemm(op.name)
-            op.gemm = gemms[code]
+                gemms[code] = classify_gemm(names[code])
+            ops[new].gemm = gemms[code]
+    rank = [0] * count
+    for new, old in enumerate(order):
+        rank[old] = new
+    by_correlation: dict[Any, list[int]] = defaultdict(list)
+    for old, correlation in enumerate(id_list(gpu.correlation)):
         if correlation is not None:
-            by_correlation[correlation].append(len(ops))
-        ops.append(op)
-    starts = np.array([op.start for op in ops], dtype=np.float64)
-    ends = starts + np.array([op.dur for op in ops], dtype=np.float64)
-    order = np.lexsort((ends, starts)).tolist()  # stable: file order on ties
-    remap = {old: new for new, old in enumerate(order)}
-    corr_ops = {c: [remap[idx[0]]] if len(idx) == 1 else sorted(remap[i] for i in idx)
-                for c, idx in by_correlation.items()}
-    return [ops[i] for i in order], corr_ops
+            by_correlation[correlation].append(rank[old])
+    corr_ops = {c: idx if len(idx) == 1 else sorted(idx) for c, idx in by_correlation.items()}
+    return ops, corr_ops
 
 
 def _number(value: Any) -> float | None:
@@ -235,7 +242,7 @@ def _last_launch_before(host: HostColumns, launches: np.ndarray, syncs: np.ndarr
     queued = launches[np.array([bool(host.ops[i]) for i in launches.tolist()], dtype=bool)] \
         if len(launches) else launches
     found = np.full(len(syncs), -1, dtype=np.int64)
-    for number in np.unique(thread[syncs]).tolist():
+    for number in distinct(thread[syncs]).tolist():
         mine = queued[thread[queued] == number]
         asked = np.flatnonzero(thread[syncs] == number)
         before = np.searchsorted(mine, syncs[asked], side="left") - 1

@@ -17,8 +17,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import matplotlib
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+import matplotlib.artist
+
+# As its modules are imported, matplotlib writes the docstring of each Artist subclass's set()
+# (matplotlib.artist.kwdoc inspects every setter and its valid values): a third of the import's
+# time, for help() text no chart reads. Left out while the figure's modules import, then restored.
+_KWDOC = matplotlib.artist.kwdoc
+setattr(matplotlib.artist, "kwdoc", lambda artist: "")  # noqa: B010  (a module's function replaced a while)
+try:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+finally:
+    setattr(matplotlib.artist, "kwdoc", _KWDOC)  # noqa: B010
 
 MAX_POINTS = 400
 COLORS = {  # Okabe-Ito: tells series apart for colour-blind readers and in print

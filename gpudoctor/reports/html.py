@@ -145,6 +145,36 @@ def environment() -> jinja2.Environment:
     return env
 
 
+# charts drawn ahead of their page (`prepare`), by (chart function, its data's items as repr shows them)
+_drawn: dict[tuple[str, str], str | None] = {}
+
+
+def prepare(kernel_hist: Mapping[str, Any] | None = None) -> None:
+    """Make ready what a page needs before its report is judged, while other work runs (analyze
+    does it while its helper process replays): the template compiled and, given the profile's
+    kernel duration histogram, its chart drawn (for the next page whose histogram is the same)."""
+    environment().get_template("report.html")
+    if kernel_hist:
+        try:
+            svg = charts.kernel_histogram(kernel_hist)
+        except Exception:  # noqa: BLE001  (drawn again with the page, which says what failed)
+            return
+        _drawn[_chart_key(charts.kernel_histogram, kernel_hist)] = svg
+
+
+def _chart_key(fn: Callable[[Any], str | None], data: Mapping[str, Any]) -> tuple[str, str]:
+    return (getattr(fn, "__qualname__", "?"), repr(list(data.items())))
+
+
+def _drawn_chart(fn: Callable[[Any], str | None], data: Any) -> str | None:
+    """The chart of `data`: drawn ahead by `prepare` (taken once), else now."""
+    if _drawn and isinstance(data, Mapping):
+        key = _chart_key(fn, data)
+        if key in _drawn:
+            return _drawn.pop(key)
+    return fn(data)
+
+
 def render(report: Report | Mapping[str, Any], options: RenderOptions = PLAIN) -> str:
     """The self-contained page (a formats.Renderer: every finding is shown, whatever the options)."""
     template = environment().get_template("report.html")
@@ -250,7 +280,7 @@ def _chart(fn: Callable[[Any], str | None], data: Any) -> Markup | None:
     """The SVG as trusted markup (matplotlib's output, checked by charts.to_svg), or
     None: a broken chart must cost the reader one picture, not the whole report."""
     try:
-        svg = fn(data)
+        svg = _drawn_chart(fn, data)
     except Exception as exc:  # noqa: BLE001  (one picture lost, never the report)
         log.warning("chart %s failed: %s", getattr(fn, "__name__", "?"), exc)
         return None

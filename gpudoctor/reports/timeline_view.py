@@ -13,6 +13,7 @@ so the page's script zooms and pans by changing its viewBox) and one unit per pi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 from gpudoctor.base.idle_causes import CAUSE_LABELS, IDLE_CAUSES, SCENARIO_CAUSES
@@ -66,11 +67,23 @@ class _Scale:
 
 
 def _path(spans: Sequence[float], scale: _Scale, y: float, height: float = ROW) -> str:
-    """One path of rectangles for start, length pairs."""
-    factor, top, tall = scale.factor, f"{y:g}", f"{height:g}"
-    # (scale.x) a span shorter than the width still shows; the pairs as zip gives them (an odd last value left out)
-    return "".join([f"M{round(start * factor, 3):g} {top}h{(w := max(round(length * factor, 3), 0.05)):g}"
-                    f"v{tall}h{-w:g}z" for start, length in zip(spans[0::2], spans[1::2])])
+    """One path of rectangles for start, length pairs (the pairs as zip gives them: an odd last
+    value left out). A span shorter than the width still shows (as scale.x, then 0.05 at least).
+
+    Tens of thousands of spans (a copy's) are only a few widths: each width's text is made once."""
+    factor = scale.factor
+    pairs = len(spans) // 2
+    starts = map("M%g".__mod__, map(round, map(factor.__mul__, spans[0:2 * pairs:2]), repeat(3)))
+    widths = map(max, map(round, map(factor.__mul__, spans[1:2 * pairs:2]), repeat(3)), repeat(0.05))
+    top, tall = f" {y:g}h", f"v{height:g}h"
+    shapes: dict[float, str] = {}  # the text after a rectangle's x, by its width
+
+    def shape(w: float) -> str:
+        text = shapes[w] = f"{top}{w:g}{tall}{-w:g}z"
+        return text
+
+    known = shapes.get
+    return "".join([start + (known(w) or shape(w)) for start, w in zip(starts, widths)])
 
 
 def _bars(pairs: Sequence[float], bin_us: float, scale: _Scale, y: float) -> str:

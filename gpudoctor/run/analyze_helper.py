@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# formats the helper renders beside the page this process renders, once the report is judged
+# (render_ahead): the JSON report, while the HTML is made here
+AHEAD_FORMATS = ("json",)
+
 
 class Helper:
     """Renders `formats` and replays in a forked process; anything else, or after a failure, here."""
@@ -40,6 +44,8 @@ class Helper:
         self.decoding = False  # the helper decodes the second half of a trace (trace_decode.decode_rest)
         self._conn: Any = None
         self._process: Any = None
+        self._ahead: list[str] = []  # formats asked of the helper by render_ahead, answers not yet read
+        self._answers: dict[str, tuple[str, str]] = {}  # read, not yet taken by render
 
     @classmethod
     def start(cls, formats: tuple[str, ...] = (), fail_on: str | None = None, trace: Path | None = None) -> Helper:
@@ -115,22 +121,61 @@ class Helper:
 
         return replay_or_error(part, steps)
 
+    def render_ahead(self, report: Mapping[str, Any], fmt: str) -> bool:
+        """Begin rendering `report` in `fmt` in the helper (one of AHEAD_FORMATS, the replay done,
+        when the helper renders nothing else) while this process renders the others; `render`
+        of the same report takes the text. Whether it began."""
+        if self._conn is None or self.formats or fmt not in AHEAD_FORMATS or fmt in self._ahead:
+            return False
+        try:
+            self._conn.send(("render", dict(report), fmt))
+        except (OSError, ValueError) as exc:
+            self._lost(exc)
+            return False
+        self._ahead.append(fmt)
+        return True
+
     def render(self, report: Mapping[str, Any], fmt: str) -> str:
-        if self._conn is not None and fmt in self.formats:
+        """The text of `report` in `fmt`: begun by render_ahead, rendered in the helper (its
+        formats), else here."""
+        answer = self._answer(fmt) if fmt in self._ahead or fmt in self._answers else None
+        if answer is None and self._conn is not None and fmt in self.formats:
             try:
+                self._read_ahead()  # the answers come in the order asked
                 self._conn.send(("render", dict(report), fmt))
-                status, text = self._conn.recv()
-                if status == "ok":
-                    return text  # type: ignore[no-any-return]
-                raise RuntimeError(text)  # the renderer's own error, as it would have been raised here
+                answer = self._conn.recv()
             except (EOFError, OSError) as exc:  # the process died: render here
                 self._lost(exc)
+        if answer is not None:
+            status, text = answer
+            if status == "ok":
+                return text
+            raise RuntimeError(text)  # the renderer's own error, as it would have been raised here
         from gpudoctor import reports
 
         return reports.render(report, fmt, fail_on=self.fail_on)
 
+    def _answer(self, fmt: str) -> tuple[str, str] | None:
+        """The helper's answer for `fmt` asked by render_ahead (None: lost), taken once."""
+        if fmt in self._ahead:
+            self._read_ahead(until=fmt)
+        return self._answers.pop(fmt, None)
+
+    def _read_ahead(self, until: str | None = None) -> None:
+        """Read the answers to render_ahead, in the order asked (up to `until`'s)."""
+        while self._ahead and self._conn is not None:
+            fmt = self._ahead.pop(0)
+            try:
+                self._answers[fmt] = self._conn.recv()
+            except (EOFError, OSError) as exc:
+                self._lost(exc)
+                return
+            if fmt == until:
+                return
+
     def _lost(self, exc: BaseException) -> int | None:
         log.debug("helper process lost: %s", exc)
+        self._ahead.clear()
         process = self._process
         self.close()
         return process.exitcode if process is not None else None
@@ -187,6 +232,7 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
             if request[0] == "replay":
                 _, steps, part = request
                 conn.send(("replay", _replay(part, steps)))
+                _import_renderers(AHEAD_FORMATS)  # while the report is judged there
             else:
                 _, report, fmt = request
                 try:
@@ -195,6 +241,17 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
                     conn.send(("error", f"{type(exc).__name__}: {exc}"))
         except (BrokenPipeError, EOFError):
             return
+
+
+def _import_renderers(formats: tuple[str, ...]) -> None:
+    """Import the renderers of `formats` (one that fails says so when asked to render)."""
+    from gpudoctor import reports
+
+    for fmt in formats:
+        try:
+            reports.renderer(fmt)
+        except Exception as exc:  # noqa: BLE001
+            log.debug("renderer %s not imported: %s", fmt, exc)
 
 
 def _decoder_installed() -> None:

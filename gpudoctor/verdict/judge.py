@@ -115,6 +115,9 @@ class WritePlan:
     # must never be lost for a path: diagnose, attach, the watch); False: the error is raised
     elsewhere: bool = False
     render: RenderFn | None = None  # None: gpudoctor.reports.render
+    # (report dict, format name) -> True when it began rendering that format elsewhere, for `render` to take
+    # once the rest is made (output.write_outputs)
+    render_ahead: Callable[[Mapping[str, Any], str], bool] | None = None
 
 
 def write(report: dict[str, Any], plan: WritePlan) -> WrittenOutputs:
@@ -132,7 +135,7 @@ def write(report: dict[str, Any], plan: WritePlan) -> WrittenOutputs:
         session_dict = session.to_dict()
     if not plan.elsewhere:
         return output.write_outputs(plan.paths, report, session_dict, trace_bytes=trace, fail_on=plan.fail_on,
-                             render=plan.render)
+                             render=plan.render, render_ahead=plan.render_ahead)
     return _write_anywhere(plan, report, session_dict, trace)
 
 
@@ -165,7 +168,8 @@ def _write_anywhere(plan: WritePlan, report: dict[str, Any], session_dict: dict[
     for directory in places:
         try:
             written = output.write_outputs(dataclasses.replace(main, directory=directory), report, session_dict,
-                                    trace_bytes=trace, fail_on=plan.fail_on, render=plan.render)
+                                    trace_bytes=trace, fail_on=plan.fail_on, render=plan.render,
+                                    render_ahead=plan.render_ahead)
         except GpudoctorError as exc:
             if exc.code != exitcodes.CANNOT_WRITE:
                 raise

@@ -226,8 +226,12 @@ def write_outputs(
     trace_bytes: bytes | None = None,
     fail_on: str | None = None,
     render: Callable[[Mapping[str, Any], str], str] | None = None,
+    render_ahead: Callable[[Mapping[str, Any], str], bool] | None = None,
 ) -> WrittenOutputs:
     """Write the report in every planned format, the session, and the trace.
+
+    `render_ahead(report, fmt)`, called for every format before any is rendered, may begin
+    rendering one elsewhere (analyze's helper process: True) for `render` to take, last.
 
     The trace is written from `trace_bytes`, or kept if the caller already wrote it
     at `paths.trace`. report["files"] is set to the sibling names (relative, so the
@@ -258,14 +262,14 @@ def write_outputs(
             written_report, session_out = _retarget_trace(
                 written_report, session_dict, paths.path("trace").name, final.path("trace").name
             )
-        blobs, failed = _render_all(final, written_report, session_out, trace_bytes, renderer)
+        blobs, failed = _render_all(final, written_report, session_out, trace_bytes, renderer, render_ahead)
         if failed:
             # keep what rendered (the session above all: `gpudoctor report` can redo
             # the rest later) and name only the files that exist
             paths = replace(paths, formats=tuple(f for f in paths.formats if f not in failed))
             final = replace(final, formats=paths.formats)
             written_report["files"] = _names(final, kept_trace)
-            blobs, _ = _render_all(final, written_report, session_out, trace_bytes, renderer)
+            blobs, _ = _render_all(final, written_report, session_out, trace_bytes, renderer, render_ahead)
         done: list[Path] = []
         try:
             for kind, data in blobs.items():
@@ -351,14 +355,20 @@ def _render_all(
     session_dict: Mapping[str, Any] | None,
     trace_bytes: bytes | None,
     render: Callable[[Mapping[str, Any], str], str],
+    ahead: Callable[[Mapping[str, Any], str], bool] | None = None,
 ) -> tuple[dict[str, bytes], list[str]]:
     """Everything rendered before the first byte is written. A renderer that fails
-    costs its own file only (logged), never the rest of a long run's diagnosis."""
-    blobs: dict[str, bytes] = {}
+    costs its own file only (logged), never the rest of a long run's diagnosis.
+
+    `ahead(report, fmt)`: True when it began rendering `fmt` elsewhere; those are taken
+    (`render`) once everything else is made here."""
+    begun = {fmt for fmt in paths.formats if ahead is not None and ahead(report, fmt)}
+    made: dict[str, bytes] = {}
     failed: list[str] = []
-    for fmt in paths.formats:
+
+    def rendered(fmt: str) -> None:
         try:
-            blobs[fmt] = _encode(render(report, fmt))
+            made[fmt] = _encode(render(report, fmt))
         except Exception as exc:
             log.warning(
                 "could not render the %s report: %s: %s",
@@ -368,9 +378,20 @@ def _render_all(
                 exc_info=log.isEnabledFor(logging.DEBUG),
             )
             failed.append(fmt)
+
+    for fmt in paths.formats:
+        if fmt not in begun:
+            rendered(fmt)
+    session = None
     if paths.with_session and session_dict is not None:
         # compact: the session is for machines (`gpudoctor report`), and long runs are big
-        blobs["session"] = _encode(json.dumps(session_dict, separators=(",", ":"), allow_nan=False))
+        session = _encode(json.dumps(session_dict, separators=(",", ":"), allow_nan=False))
+    for fmt in paths.formats:
+        if fmt in begun:
+            rendered(fmt)
+    blobs = {fmt: made[fmt] for fmt in paths.formats if fmt in made}
+    if session is not None:
+        blobs["session"] = session
     if paths.with_trace and trace_bytes is not None:
         blobs["trace"] = trace_bytes
     return blobs, failed
