@@ -127,50 +127,6 @@ class Prediction:
         return float(points[-1][1])
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"value": self.value}
-        if self.unit:
-            out["unit"] = self.unit
-        if self.window:
-            out["window"] = self.window
-        if self.label:
-            out["label"] = self.label
-        return out
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """What the step would cost without one cause, and how that was obtained
-    (gpudoctor.analysis.prediction.predict makes them)."""
-
-    gain: float  # step now / predicted step, >= 1
-    method: str  # replay | bound | rule
-    label: str  # "if batches arrived instantly"
-    detail: str  # how, in words (window, calibration, rates, the bound that applied)
-    scenario: str | None = None  # the replay scenario, when one was used
-    step_time_s: float | None = None  # steady step time now (unprofiled), when known
-    predicted_step_time_s: float | None = None
-    # a batch-size remedy: samples/s at m times the batch over now, (m, gain) rising in m
-    # (gpudoctor.analysis.batch_scaling), and the multiple `gain` is for; the step times are then
-    # per batch of today's size (step at m times the batch / m)
-    batch_curve: tuple[tuple[float, float], ...] = ()
-    batch_multiple: float | None = None
-
-    def gain_at(self, multiple: float) -> float | None:
-        """The gain at `multiple` times the batch from `batch_curve` (geometric between its points,
-        flat past its ends), None without a curve."""
-        points = sorted(self.batch_curve)
-        if not points:
-            return None
-        if multiple <= points[0][0]:
-            m0, g0 = points[0]
-            return max(1.0, g0 * multiple / m0) if multiple >= 1 else None
-        for (m0, g0), (m1, g1) in zip(points, points[1:]):
-            if m0 <= multiple <= m1:
-                t = math.log(multiple / m0) / math.log(m1 / m0)
-                return float(g0 * (g1 / g0) ** t) if g0 > 0 and g1 > 0 else g0 + (g1 - g0) * t
-        return points[-1][1]
-
-    def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "step_time_s": _round6(self.step_time_s),
             "predicted_step_time_s": _round6(self.predicted_step_time_s),

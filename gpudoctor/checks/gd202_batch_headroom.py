@@ -159,8 +159,10 @@ def run(session: Session) -> list[Finding]:
     if batch is None and model is None:
         raise Skip("batch size unknown (no DataLoader batch_size, Session.batch_size not set) and no steady step "
                    "time to predict a bigger batch from")
-    if batch is None and model is not None and model.gain(2) < GAIN_WARNING:
-        return []  # without the batch size, only a predicted gain says that a bigger one is the remedy
+    if batch is None and (busy is None or busy >= BUSY_WARNING or model is None or model.gain(2) < GAIN_WARNING):
+        # without the batch size, a bigger one is the remedy only for a GPU that idles (busy below
+        # GD201's 50% line: more work per step) where the model predicts a gain from it
+        return []
     return [_finding(session, batch, memory, model, peak, footprint, total, busy, busy_name,
                      act.window if act is not None else "whole run")]
 
@@ -220,13 +222,16 @@ def _finding(session: Session, batch: int | None, memory: _Memory, model: BatchS
         sizes = [start, 2 * start, 4 * start]
         code = f"gpudoctor sweep {shlex.quote(target)} --mode train --batch-sizes {','.join(map(str, sizes))}"
         title = f"Batch size {batch} uses {footprint / total:.0%} of GPU memory: about {bound} would fit"
+        if prediction is not None and multiple is not None:
+            title += f"; batch {round(batch * multiple)} predicted {prediction.gain:.2f}x the samples/s"
     else:
         pick = f"{multiple:g}" if multiple is not None else "2"
         code = (f"batch_size = {pick} * B  # B: the samples per step today; the model's pick, measured with\n"
                 f"# gpudoctor sweep {shlex.quote(target)} --mode train --batch-sizes <B*{pick}/2>,<B*{pick}>,"
                 f"<B*{pick}*2>")
-        title = (f"The GPU idles at this batch: {pick}x the samples per step would fit "
-                 f"({footprint / total:.0%} of GPU memory used, about {memory.max_multiple:.0f}x would fit)")
+        gain = f" predicted {prediction.gain:.2f}x the samples/s" if prediction is not None else ""
+        title = (f"More samples per step: {pick}x the batch{gain} (about {memory.max_multiple:.0f}x would fit in "
+                 "GPU memory)")
     remedy = Remedy(
         text=f"Measure before changing the run: the sweep runs a few steps at each batch size and reports "
         f"throughput, P50 step latency and peak memory. `{target.split(':')[0]}` must define "
