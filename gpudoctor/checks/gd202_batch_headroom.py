@@ -61,10 +61,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
-from gpudoctor.analysis.batch_scaling import BatchScaling, batch_scaling
+from gpudoctor.analysis.batch_scaling import KNEE_GROWTH, BatchScaling, batch_scaling
 from gpudoctor.analysis.gpu_state import GpuActivity, in_words
 from gpudoctor.analysis.memory import gpu_memory_total
-from gpudoctor.analysis.prediction import GAIN_WARNING, Prediction, severity_for
+from gpudoctor.analysis.prediction import Prediction, severity_for
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import Threshold
@@ -159,12 +159,20 @@ def run(session: Session) -> list[Finding]:
     if batch is None and model is None:
         raise Skip("batch size unknown (no DataLoader batch_size, Session.batch_size not set) and no steady step "
                    "time to predict a bigger batch from")
-    if batch is None and (busy is None or busy >= BUSY_WARNING or model is None or model.gain(2) < GAIN_WARNING):
-        # without the batch size, a bigger one is the remedy only for a GPU that idles (busy below
-        # GD201's 50% line: more work per step) where the model predicts a gain from it
+    if batch is None and not _fixed_cost_bound(busy, model):
         return []
     return [_finding(session, batch, memory, model, peak, footprint, total, busy, busy_name,
                      act.window if act is not None else "whole run")]
+
+
+def _fixed_cost_bound(busy: float | None, model: BatchScaling | None) -> bool:
+    """Without the batch size, a bigger one is the remedy only where the step is its fixed costs: the GPU
+    idles (busy below GD201's 50% line: more work per step) and twice the samples per step are predicted
+    nearly twice the samples per second (below the knee: the step barely grows, its time is the host's
+    launches and Python)."""
+    if busy is None or busy >= BUSY_WARNING or model is None:
+        return False
+    return model.gain(2) >= 2 / KNEE_GROWTH
 
 
 @dataclass(frozen=True)
