@@ -12,7 +12,13 @@ Why it matters
     then falls or fails when memory runs out. Raising the batch is the cheapest lever,
     but not the first one (fix the input pipeline first, stage 1), and not "bigger is
     better": memory capacity and, for online serving, the latency budget (P50) set
-    the ceiling. Gains are not linear, so none is promised: the sweep measures them.
+    the ceiling. Gains are not linear: the finding predicts samples per second at each
+    multiple of the batch (2x, 4x, ... up to what memory allows) from a model of the
+    measured step (gpudoctor.analysis.batch_scaling): the host's launches and Python do
+    not grow with the batch, kernels grow with the share of the SMs they fill (GPM SM
+    activity over duty cycle), copies and batch production grow with it. Its gain is the
+    one at the multiple it names: the curve's knee (doubling buys under 5%), at most where
+    the sweep starts. The sweep measures the real curve.
 
 How it is measured
     From PyTorch's caching allocator (``torch.cuda.memory_stats``) recorded by the
@@ -42,6 +48,11 @@ Thresholds, and where they come from
     - warning when the GPU's busy share is below {{BUSY_WARNING}} (GD201's line), info otherwise.
     - no finding after an out-of-memory (GD402) or when the bound is under twice the
       batch.
+    - without a known batch size (no DataLoader), in multiples of today's samples per step,
+      and only where a bigger batch is the remedy: the GPU idles (busy below {{BUSY_WARNING}}) and
+      twice the batch is predicted nearly twice the samples per second (at least 2 / {{KNEE_GROWTH}}:
+      below the knee, the step is its fixed costs); a warning at most.
+    - severity follows the predicted gain, as for every finding (1.053x a warning, 1.43x critical).
 
 What to do
     Run the sweep it prints; read throughput *and* P50 step latency per batch size;

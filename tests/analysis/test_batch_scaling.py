@@ -11,10 +11,10 @@ from gpudoctor.session import ProfileSummary
 
 
 def _model(**kw) -> BatchScaling:
-    base = dict(step_s=0.010, host_s=0.010, in_process_data_s=0.0, kernel_s=0.001, copy_s=0.0, fill=0.1,
-                fill_measured=True, sync_share=0.0, loader_s=None, max_multiple=None, sources=())
-    base.update(kw)
-    return BatchScaling(**base)
+    base = {"step_s": 0.010, "host_s": 0.010, "in_process_data_s": 0.0, "kernel_s": 0.001, "copy_s": 0.0,
+            "fill": 0.1, "fill_measured": True, "sync_share": 0.0, "loader_s": None, "max_multiple": None,
+            "sources": ()}
+    return BatchScaling(**{**base, **kw})
 
 
 def test_a_launch_bound_step_gains_the_whole_multiple_until_the_gpu_is_the_slower():
