@@ -233,10 +233,13 @@ def _finding(session: Session, batch: int | None, memory: _Memory, model: BatchS
         message += " " + _prediction_text(model, multiple, batch, prediction)
     if prediction is not None:
         severity = severity_for(prediction.gain)
-        if batch is None and severity == "critical":
-            severity = "warning"  # the batch was not seen: the multiple applies to whatever sets the samples
     else:
         severity = "warning" if busy is not None and busy < BUSY_WARNING else "info"
+    if batch is None:
+        # the batch was not seen: the multiple applies to whatever sets the samples per step, and a
+        # model's curve over an unseen batch is a note beside the run's causes, never one that explains
+        # them (a launch-bound loop stays GD301's, with a bigger batch as another way out)
+        severity = "info"
     if batch is not None:
         sizes = [start, 2 * start, 4 * start]
         code = f"gpudoctor sweep {shlex.quote(target)} --mode train --batch-sizes {','.join(map(str, sizes))}"
