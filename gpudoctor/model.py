@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -106,9 +108,26 @@ class Prediction:
     scenario: str | None = None  # the replay scenario, when one was used
     step_time_s: float | None = None  # steady step time now (unprofiled), when known
     predicted_step_time_s: float | None = None
+    # a batch-size remedy: samples/s at m times the batch over now, (m, gain) rising in m
+    # (gpudoctor.analysis.batch_scaling), and the multiple `gain` is for; the step times are then
+    # per batch of today's size (step at m times the batch / m)
+    batch_curve: tuple[tuple[float, float], ...] = ()
+    batch_multiple: float | None = None
+
+    def gain_at(self, multiple: float) -> float | None:
+        """The gain at `multiple` times the batch from `batch_curve` (geometric between its points,
+        from 1x at today's batch, flat past the last point); None without a curve or below 1x."""
+        if not self.batch_curve or multiple < 1:
+            return None
+        points = [(1.0, 1.0), *sorted(self.batch_curve)]
+        for (m0, g0), (m1, g1) in itertools.pairwise(points):
+            if m0 <= multiple <= m1 and m1 > m0:
+                t = math.log(multiple / m0) / math.log(m1 / m0)
+                return float(g0 * (g1 / g0) ** t) if g0 > 0 and g1 > 0 else g0 + (g1 - g0) * t
+        return float(points[-1][1])
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "step_time_s": _round6(self.step_time_s),
             "predicted_step_time_s": _round6(self.predicted_step_time_s),
             "gain": round(self.gain, 3),
@@ -117,6 +136,10 @@ class Prediction:
             "label": self.label,
             "detail": self.detail,
         }
+        if self.batch_curve:
+            out["batch_multiple"] = self.batch_multiple
+            out["batch_curve"] = [{"multiple": m, "gain": round(g, 3)} for m, g in self.batch_curve]
+        return out
 
     def sentence(self) -> str:
         """'step 15.2 ms now, 15.0 ms predicted if batches arrived instantly (replay)'."""

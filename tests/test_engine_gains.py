@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from helpers import make_session, make_steps
 
 from gpudoctor.analysis.prediction import Prediction
@@ -134,3 +136,57 @@ def test_trials_measured_after_the_judging_reorder_the_result():
     after = with_trials(before, session, checks)
     assert [f.id for f in after.findings] == ["GD301", "GD102"]
     assert after.findings[1].severity == "warning"
+
+
+# ---- a bound is not a remedy (syn_forloop_adamw, 2026-12-04 on the H200) ----
+def _idle_bound() -> Finding:
+    return _finding("GD201", 2, 5.34, method="bound", severity="critical", label="if the GPU never idled")
+
+
+def _symptom_check(finding: Finding) -> Check:
+    return Check(id="GD201", slug="gpu-idle", stage=2, title="GD201", run=lambda s: [finding], measures_idle=True)
+
+
+def test_the_idle_bound_follows_the_concrete_remedies_even_when_nothing_explains_it():
+    """GD201's 5.34x is "if the GPU never idled": no one change buys it. The headline goes to the
+    causes with remedies, the optimizer's 1.69x first."""
+    idle = _idle_bound()
+    optimizer = _finding("GD305", 3, 1.69)
+    launch = _finding("GD301", 3, 1.59)
+    checks = [_symptom_check(idle), _check("GD305", 3, finding=optimizer), _check("GD301", 3, finding=launch)]
+    session = make_session(steps=make_steps(50, 0.0167))
+    result = run_checks(session, checks)
+    assert [f.id for f in result.findings] == ["GD305", "GD301", "GD201"]
+    verdict = build_report(session, result, docs={})["summary"]["verdict"]
+    assert verdict.startswith("Kernel-bound: GD305 title")
+
+
+def test_two_causes_together_explain_the_idle_gpu_neither_explains_alone():
+    """syn_forloop_adamw's shape: 16.7 ms steps, 3.1 ms of kernels. Fused updates alone leave 6.85 ms
+    idle, captured launches alone 7.4 ms: each over half of the 13.6 ms idle now; both together
+    leave 1.5 ms. The idle GPU is their consequence, named after the larger gain of the two."""
+    from gpudoctor.session import ProfileSummary, ReplayScenario, ReplaySummary
+
+    replay = ReplaySummary(steps=1, baseline_span_us=16_700.0, baseline_gpu_busy_us=3_100.0,
+                           baseline_kernel_busy_us=3_100.0,
+                           scenarios=[ReplayScenario("optimizer", "fused", 9_950.0, 3_100.0, 3_100.0),
+                                      ReplayScenario("launch", "graphs", 10_500.0, 3_100.0, 3_100.0)],
+                           combined={"optimizer+launch": 4_600.0})
+    session = make_session(steps=make_steps(50, 0.0167), profile=ProfileSummary(steps=1, replay=replay))
+
+    def replayed(check_id: str, gain: float, scenario: str) -> Finding:
+        f = _finding(check_id, 3, gain)
+        assert f.prediction is not None
+        return dataclasses.replace(f, prediction=dataclasses.replace(f.prediction, scenario=scenario))
+
+    optimizer, launch = replayed("GD305", 1.69, "optimizer"), replayed("GD301", 1.59, "launch")
+    idle = _idle_bound()
+    checks = {"GD201": _symptom_check(idle), "GD305": _check("GD305", 3), "GD301": _check("GD301", 3)}
+    ordered = order([idle, optimizer, launch], session, checks)
+    by_id = {f.id: f for f in ordered}
+    assert by_id["GD201"].consequence_of == "GD305"
+    assert by_id["GD305"].consequence_of is None and by_id["GD301"].consequence_of is None
+    assert ordered[0].id == "GD305"
+    # without the pair's combined replay, neither cause explains the idle GPU (each leaves over half of it)
+    replay.combined.clear()
+    assert {f.id: f for f in order([idle, optimizer, launch], session, checks)}["GD201"].consequence_of is None

@@ -33,7 +33,7 @@ PUBLIC = CORPUS / ".public"
 
 # every cause gpudoctor's checks GD101-GD402 cover; the corpus holds at least one workload for each
 CAUSES = ("GD101", "GD102", "GD103", "GD104", "GD105", "GD201", "GD202", "GD203",
-          "GD301", "GD302", "GD303", "GD304", "GD401", "GD402")
+          "GD301", "GD302", "GD303", "GD304", "GD305", "GD401", "GD402")
 
 
 @dataclass(frozen=True)
@@ -345,8 +345,9 @@ def _synthetic() -> list[Workload]:
                                                                                     "reduce-overhead")),
                   Remedy("batch 32", ("GD202", "GD201"), _replace(infer, "--batch", "32"), step_scale=32.0)),
                  forward_steps=True),
-        Workload("syn_forloop_adamw", SYN, adam, ("GD301",),
-                 (Remedy("fused AdamW", ("GD301",), _replace(adam, "--optimizer", "adamw-fused")),)),
+        Workload("syn_forloop_adamw", SYN, adam, ("GD305", "GD301"),
+                 (Remedy("fused AdamW", ("GD305", "GD301"), _replace(adam, "--optimizer", "adamw-fused")),),
+                 note="per-parameter AdamW (foreach=False): the optimizer's launches one parameter at a time"),
         Workload("syn_item_per_layer", "{gpu}/item_per_layer.py", ("--steps", "300"), ("GD302",),
                  (Remedy("values kept on the GPU", ("GD302",), ("--steps", "300", "--no-item")),),
                  note="issue 25: 1.18x predicted, 1.05x realized"),

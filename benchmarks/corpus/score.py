@@ -6,6 +6,8 @@ tested without running anything.
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import platform
 import statistics
@@ -31,15 +33,40 @@ def top_finding(report: dict[str, Any]) -> dict[str, Any] | None:
     return _finding(chosen) if chosen else None
 
 
+def gain_at(curve: list[dict[str, Any]], multiple: float) -> float | None:
+    """The gain at MULTIPLE times the batch from a finding's ``batch_curve`` (as gpudoctor.model.Prediction.gain_at:
+    geometric between its points, from 1x at today's batch, flat past the last one); None below 1x."""
+    points = sorted((float(p["multiple"]), float(p["gain"])) for p in curve if p.get("multiple") and p.get("gain"))
+    if not points or multiple < 1:
+        return None
+    points = [(1.0, 1.0), *points]
+    for (m0, g0), (m1, g1) in itertools.pairwise(points):
+        if m0 <= multiple <= m1 and m1 > m0:
+            t = math.log(multiple / m0) / math.log(m1 / m0)
+            return round(g0 * (g1 / g0) ** t, 4)
+    return points[-1][1]
+
+
 def prediction(report: dict[str, Any], remedy: Remedy) -> dict[str, Any]:
-    """The gain the report predicts for REMEDY: the first target finding it names, the others as cross-checks."""
+    """The gain the report predicts for REMEDY: the first target finding it names, the others as cross-checks.
+    A remedy that changes the samples per step (``step_scale``) reads a finding's samples/s curve at that multiple."""
     named = [f for f in report.get("findings") or [] if f.get("id") in remedy.targets]
     if not named:
         return {"named": False, "predicted": 1.0, "method": "none named", "finding": None, "cross_checks": []}
-    # a cause before its consequences, a finding with a number before one without; else the report's order
-    chosen = min(named, key=lambda f: (f.get("estimated_gain") is None, bool(f.get("consequence_of"))))
-    return {"named": True, "predicted": chosen.get("estimated_gain"),
-            "method": (chosen.get("prediction") or {}).get("method"), "finding": _finding(chosen),
+    scaled = remedy.step_scale != 1.0
+
+    def curve(f: dict[str, Any]) -> list[dict[str, Any]]:
+        return (f.get("prediction") or {}).get("batch_curve") or []
+
+    # a batch remedy: a finding with a samples/s curve first; then a cause before its consequences, a
+    # finding with a number before one without; else the report's order
+    chosen = min(named, key=lambda f: (scaled and not curve(f), f.get("estimated_gain") is None,
+                                       bool(f.get("consequence_of"))))
+    predicted, method = chosen.get("estimated_gain"), (chosen.get("prediction") or {}).get("method")
+    at = gain_at(curve(chosen), remedy.step_scale) if scaled and curve(chosen) else None
+    if at is not None:
+        predicted, method = round(at, 2), f"{method}, at {remedy.step_scale:g}x the batch"
+    return {"named": True, "predicted": predicted, "method": method, "finding": _finding(chosen),
             "cross_checks": [_finding(f) for f in named if f is not chosen]}
 
 

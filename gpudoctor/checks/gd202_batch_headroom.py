@@ -12,7 +12,13 @@ Why it matters
     then falls or fails when memory runs out. Raising the batch is the cheapest lever,
     but not the first one (fix the input pipeline first, stage 1), and not "bigger is
     better": memory capacity and, for online serving, the latency budget (P50) set
-    the ceiling. Gains are not linear, so none is promised: the sweep measures them.
+    the ceiling. Gains are not linear: the finding predicts samples per second at each
+    multiple of the batch (2x, 4x, ... up to what memory allows) from a model of the
+    measured step (gpudoctor.analysis.batch_scaling): the host's launches and Python do
+    not grow with the batch, kernels grow with the share of the SMs they fill (GPM SM
+    activity over duty cycle), copies and batch production grow with it. Its gain is the
+    one at the multiple it names: the curve's knee (doubling buys under 5%), at most where
+    the sweep starts. The sweep measures the real curve.
 
 How it is measured
     From PyTorch's caching allocator (``torch.cuda.memory_stats``) recorded by the
@@ -42,6 +48,11 @@ Thresholds, and where they come from
     - warning when the GPU's busy share is below {{BUSY_WARNING}} (GD201's line), info otherwise.
     - no finding after an out-of-memory (GD402) or when the bound is under twice the
       batch.
+    - without a known batch size (no DataLoader), in multiples of today's samples per step,
+      and only where a bigger batch is the remedy: the GPU idles (busy below {{BUSY_WARNING}}) and
+      twice the batch is predicted nearly twice the samples per second (at least 2 / {{KNEE_GROWTH}}:
+      below the knee, the step is its fixed costs); a warning at most.
+    - severity follows the predicted gain, as for every finding (1.053x a warning, 1.43x critical).
 
 What to do
     Run the sweep it prints; read throughput *and* P50 step latency per batch size;
@@ -57,11 +68,14 @@ from __future__ import annotations
 import math
 import os
 import shlex
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
+from gpudoctor.analysis.batch_scaling import KNEE_GROWTH, BatchScaling, batch_scaling
 from gpudoctor.analysis.gpu_state import GpuActivity, in_words
 from gpudoctor.analysis.memory import gpu_memory_total
+from gpudoctor.analysis.prediction import Prediction, severity_for
 from gpudoctor.analysis.shared import analyses
 from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 from gpudoctor.thresholds import Threshold
@@ -133,8 +147,6 @@ def run(session: Session) -> list[Finding]:
     if analyses(session).oom_seen:
         raise Skip("the run hit out-of-memory (see GD402): there is no headroom to recommend")
     batch = batch_size(session)
-    if not batch:
-        raise Skip("batch size unknown (no DataLoader batch_size, Session.batch_size not set)")
     snapshots = [s for s in session.allocator if s.label != "oom"]
     if not snapshots:
         raise Skip("no allocator snapshot")
@@ -151,47 +163,128 @@ def run(session: Session) -> list[Finding]:
     busy, busy_name = _busy(act)
     if busy is not None and busy >= (BUSY_SM_ACTIVITY if busy_name == "SM activity" else BUSY_DUTY_CYCLE):
         return []
-    baseline = min(s.allocated_bytes for s in snapshots)
+    memory = _memory(snapshots, peak, total)
+    if memory.max_multiple < 2:
+        return []
+    model = batch_scaling(session, memory.max_multiple)
+    if batch is None and model is None:
+        raise Skip("batch size unknown (no DataLoader batch_size, Session.batch_size not set) and no steady step "
+                   "time to predict a bigger batch from")
+    if batch is None and not _fixed_cost_bound(busy, model):
+        return []
+    return [_finding(session, batch, memory, model, peak, footprint, total, busy, busy_name,
+                     act.window if act is not None else "whole run")]
+
+
+def _fixed_cost_bound(busy: float | None, model: BatchScaling | None) -> bool:
+    """Without the batch size, a bigger one is the remedy only where the step is its fixed costs: the GPU
+    idles (busy below GD201's 50% line: more work per step) and twice the samples per step are predicted
+    nearly twice the samples per second (below the knee: the step barely grows, its time is the host's
+    launches and Python)."""
+    if busy is None or busy >= BUSY_WARNING or model is None:
+        return False
+    return model.gain(2) >= 2 / KNEE_GROWTH
+
+
+@dataclass(frozen=True)
+class _Memory:
+    baseline: float  # bytes that do not grow with the batch
+    scaling: float  # bytes that grow with it, at today's batch
+    max_multiple: float  # the largest multiple of the batch that fits in the usable memory
+    assumed_all_scales: bool
+
+
+def _memory(snapshots: list[AllocatorSnapshot], peak: int, total: int) -> _Memory:
+    baseline = float(min(s.allocated_bytes for s in snapshots))
     scaling = peak - baseline
     assumed_all_scales = scaling < MIN_SCALING_SHARE * peak
     if assumed_all_scales:
-        baseline, scaling = 0, peak
-    per_sample = scaling / batch
-    usable = USABLE_SHARE * total
-    bound = math.floor((usable - baseline) / per_sample)
-    if bound < 2 * batch:
-        return []
-    start = round_start(bound, batch)
-    sizes = [start, 2 * start, 4 * start]
+        baseline, scaling = 0.0, float(peak)
+    return _Memory(baseline, scaling, (USABLE_SHARE * total - baseline) / scaling, assumed_all_scales)
+
+
+def recommended_multiple(model: BatchScaling, start_multiple: float) -> float:
+    """Where the model's curve reaches its knee, but no further than where the sweep starts
+    (half the memory bound: the playbook's "start measuring at half that bound")."""
+    knee = model.knee()
+    return max(1.0, min(knee, start_multiple) if knee is not None else start_multiple)
+
+
+def _finding(session: Session, batch: int | None, memory: _Memory, model: BatchScaling | None, peak: int,
+             footprint: int, total: int, busy: float | None, busy_name: str, window: str) -> Finding:
     target = script_target(session.command)
-    sweep = f"gpudoctor sweep {shlex.quote(target)} --mode train --batch-sizes {','.join(map(str, sizes))}"
-    window = act.window if act is not None else "whole run"
-    message = _message(batch, peak, footprint, total, baseline, per_sample, bound, start, busy, busy_name,
-                       assumed_all_scales, window)
-    evidence = {
-        "batch_size": Evidence(batch, "samples", "whole run", "batch size"),
-        "peak_allocated": Evidence(round(peak / GIB, 3), "GiB", "whole run", "max_memory_allocated"),
-        "peak_share": Evidence(round(footprint / total * 100, 1), "%", "whole run",
-                               "peak (allocated or reserved) / device"),
-        "device_total": Evidence(round(total / GIB, 2), "GiB", None, "device memory"),
-        "baseline": Evidence(round(baseline / GIB, 3), "GiB", "whole run", "memory assumed not to scale with batch"),
-        "per_sample": Evidence(round(per_sample / 2**20, 2), "MiB", "whole run", "estimated memory per sample"),
-        "max_batch_estimate": Evidence(bound, "samples", None, "largest batch estimated to fit in 90% of the device"),
-        "start_batch": Evidence(start, "samples", None, "where to start measuring (half the bound)"),
-    }
-    if busy is not None:
-        evidence["gpu_busy"] = Evidence(round(busy, 2), "%", window, f"GPU {busy_name}, mean")
-    severity = "warning" if busy is not None and busy < BUSY_WARNING else "info"
+    if batch is not None:
+        bound = math.floor((USABLE_SHARE * total - memory.baseline) / (memory.scaling / batch))
+        start = round_start(bound, batch)
+        start_multiple = start / batch
+    else:
+        bound = start = 0
+        start_multiple = float(2 ** max(1, math.floor(math.log2(memory.max_multiple / 2)))) \
+            if memory.max_multiple >= 4 else 2.0
+    prediction = None
+    multiple = None
+    if model is not None:
+        multiple = recommended_multiple(model, start_multiple)
+        prediction = _prediction(model, multiple, batch)
+    evidence = _evidence(batch, memory, peak, footprint, total, bound, start, busy, busy_name, window, model,
+                         multiple)
+    message = _message(batch, peak, footprint, total, memory, bound, start, busy, busy_name, window)
+    if model is not None and prediction is not None and multiple is not None:
+        message += " " + _prediction_text(model, multiple, batch, prediction)
+    if prediction is not None:
+        severity = severity_for(prediction.gain)
+    else:
+        severity = "warning" if busy is not None and busy < BUSY_WARNING else "info"
+    if batch is None:
+        # the batch was not seen: the multiple applies to whatever sets the samples per step, and a
+        # model's curve over an unseen batch is a note beside the run's causes, never one that explains
+        # them (a launch-bound loop stays GD301's, with a bigger batch as another way out)
+        severity = "info"
+    if batch is not None:
+        sizes = [start, 2 * start, 4 * start]
+        code = f"gpudoctor sweep {shlex.quote(target)} --mode train --batch-sizes {','.join(map(str, sizes))}"
+        title = f"Batch size {batch} uses {footprint / total:.0%} of GPU memory: about {bound} would fit"
+        if prediction is not None and multiple is not None:
+            title += f"; batch {round(batch * multiple)} predicted {prediction.gain:.2f}x the samples/s"
+    else:
+        pick = f"{multiple:g}" if multiple is not None else "2"
+        code = (f"batch_size = {pick} * B  # B: the samples per step today; the model's pick, measured with\n"
+                f"# gpudoctor sweep {shlex.quote(target)} --mode train --batch-sizes <B*{pick}/2>,<B*{pick}>,"
+                f"<B*{pick}*2>")
+        gain = f" predicted {prediction.gain:.2f}x the samples/s" if prediction is not None else ""
+        title = (f"More samples per step: {pick}x the batch{gain} (about {memory.max_multiple:.0f}x would fit in "
+                 "GPU memory)")
     remedy = Remedy(
         text=f"Measure before changing the run: the sweep runs a few steps at each batch size and reports "
         f"throughput, P50 step latency and peak memory. `{target.split(':')[0]}` must define "
         f"`build(batch_size)` (see `gpudoctor sweep --help`). The last size deliberately probes past the "
         "estimate to find the memory edge. Take the knee (throughput grows < 5% per step up), and scale the "
         "learning rate with the batch (linear or square-root rule, with warm-up).",
-        code=sweep,
+        code=code,
     )
-    return [Finding(severity=severity, title=f"Batch size {batch} uses {footprint / total:.0%} of GPU memory: "
-                    f"about {bound} would fit", message=message, evidence=evidence, remedy=remedy)]
+    return Finding(severity=severity, title=title, message=message, evidence=evidence, remedy=remedy,
+                   prediction=prediction)
+
+
+def _prediction(model: BatchScaling, multiple: float, batch: int | None) -> Prediction:
+    gain = model.gain(multiple)
+    at = f"{multiple:g}x the batch" + (f" ({round(batch * multiple)} samples per step)" if batch else "")
+    detail = ("samples/s at m times the batch over now, m * T(1) / T(m), T(m) the slowest of the host (launches, "
+              "Python: the same at any batch), the GPU (kernels grown by the share of the SMs they fill, copies "
+              "by m) and the loader: " + "; ".join(model.sources))
+    if model.max_multiple is not None:
+        detail += f"; memory allows about {model.max_multiple:.0f}x"
+    return Prediction(gain=gain, method="model", label=f"at {at}", detail=detail, step_time_s=model.step_s,
+                      predicted_step_time_s=model.step_s / gain if gain > 0 else None,
+                      batch_curve=model.curve(), batch_multiple=multiple)
+
+
+def _prediction_text(model: BatchScaling, multiple: float, batch: int | None, prediction: Prediction) -> str:
+    table = ", ".join(f"{m:g}x: {g:.2f}x" for m, g in model.curve())
+    at = f"{multiple:g}x the batch" + (f" ({round(batch * multiple)})" if batch else "")
+    return (f"Predicted samples per second, over now, at each multiple of the batch (a model of this step, not a "
+            f"measurement): {table}. At {at} the step is bound by {model.limit(multiple)}: "
+            f"{prediction.gain:.2f}x the samples per second (model).")
 
 
 def _busy(act: GpuActivity | None) -> tuple[float | None, str]:
@@ -202,14 +295,19 @@ def _busy(act: GpuActivity | None) -> tuple[float | None, str]:
     return act.duty_cycle, "utilization"
 
 
-def _message(batch: int, peak: int, footprint: int, total: int, baseline: float, per_sample: float,
-             bound: int, start: int, busy: float | None, busy_name: str, all_scales: bool, window: str) -> str:
+def _message(batch: int | None, peak: int, footprint: int, total: int, memory: _Memory, bound: int, start: int,
+             busy: float | None, busy_name: str, window: str) -> str:
     fmt = metrics.format_bytes
-    text = (f"At batch size {batch}, PyTorch's peak allocation was {fmt(peak)} (footprint {fmt(footprint)}, "
+    baseline = memory.baseline
+    at = f"At batch size {batch}" if batch else "At this batch (its size was not seen: no DataLoader)"
+    text = (f"{at}, PyTorch's peak allocation was {fmt(peak)} (footprint {fmt(footprint)}, "
             f"{footprint / total:.0%} of the {fmt(total)} device)")
     text += f", while the GPU's {busy_name} averaged {busy:.3g}% over {in_words(window)}. " if busy is not None else \
         " (GPU activity was not measured). "
-    if all_scales:
+    if batch is None:
+        return text + _multiple_text(memory)
+    per_sample = memory.scaling / batch
+    if memory.assumed_all_scales:
         text += (f"The snapshots show no batch-independent part, so all of it is assumed to grow with the batch: "
                  f"{fmt(per_sample)} per sample. That over-counts (weights, gradients and optimizer state do "
                  "not grow with the batch), so the bound below is conservative. ")
@@ -220,3 +318,47 @@ def _message(batch: int, peak: int, footprint: int, total: int, baseline: float,
              f"activation memory grows linearly with the batch. Start measuring at half of that, {start}, and "
              "climb to the stable edge. For online serving, the latency budget caps the batch, not memory.")
     return text
+
+
+def _multiple_text(memory: _Memory) -> str:
+    fmt = metrics.format_bytes
+    if memory.assumed_all_scales:
+        part = (f"The snapshots show no batch-independent part, so all {fmt(memory.scaling)} is assumed to grow with "
+                "the batch (conservative). ")
+    else:
+        part = (f"Memory that does not grow with the batch (taken as the lowest allocation seen, "
+                f"{fmt(memory.baseline)}) leaves {fmt(memory.scaling)} that does. ")
+    return part + (f"Keeping 10% of the device free, about {memory.max_multiple:.0f} times today's samples per step "
+                   "would fit: an estimate, assuming activation memory grows linearly with the batch. For online "
+                   "serving, the latency budget caps the batch, not memory.")
+
+
+def _evidence(batch: int | None, memory: _Memory, peak: int, footprint: int, total: int, bound: int, start: int,
+              busy: float | None, busy_name: str, window: str, model: BatchScaling | None,
+              multiple: float | None) -> dict[str, Evidence]:
+    evidence: dict[str, Evidence] = {}
+    if batch is not None:
+        evidence["batch_size"] = Evidence(batch, "samples", "whole run", "batch size")
+    evidence["peak_allocated"] = Evidence(round(peak / GIB, 3), "GiB", "whole run", "max_memory_allocated")
+    evidence["peak_share"] = Evidence(round(footprint / total * 100, 1), "%", "whole run",
+                                      "peak (allocated or reserved) / device")
+    evidence["device_total"] = Evidence(round(total / GIB, 2), "GiB", None, "device memory")
+    evidence["baseline"] = Evidence(round(memory.baseline / GIB, 3), "GiB", "whole run",
+                                    "memory assumed not to scale with batch")
+    if batch is not None:
+        evidence["per_sample"] = Evidence(round(memory.scaling / batch / 2**20, 2), "MiB", "whole run",
+                                          "estimated memory per sample")
+        evidence["max_batch_estimate"] = Evidence(bound, "samples", None,
+                                                  "largest batch estimated to fit in 90% of the device")
+        evidence["start_batch"] = Evidence(start, "samples", None, "where to start measuring (half the bound)")
+    if busy is not None:
+        evidence["gpu_busy"] = Evidence(round(busy, 2), "%", window, f"GPU {busy_name}, mean")
+    evidence["max_multiple"] = Evidence(round(memory.max_multiple, 1), "x", None,
+                                        "largest multiple of the batch estimated to fit in 90% of the device")
+    if model is not None and multiple is not None:
+        evidence["recommended_multiple"] = Evidence(multiple, "x", None,
+                                                    "the batch multiple the model picks (its knee, at most the start)")
+        evidence["sm_fill"] = Evidence(round(model.fill * 100, 1), "%", window,
+                                       "share of the SMs kernels fill while they run" +
+                                       ("" if model.fill_measured else " (not measured: assumed)"))
+    return evidence

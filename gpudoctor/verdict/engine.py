@@ -56,6 +56,7 @@ from gpudoctor.verdict.gains import by_gain, clearly_larger, gain_of, measured_o
 from gpudoctor.verdict.plugins import PluginOutputError, load_error_outcomes, validated_findings
 
 if TYPE_CHECKING:
+    from gpudoctor.session import ReplayScenario
     from gpudoctor.verdict.registry import PluginError
 
 log = logging.getLogger(__name__)
@@ -238,7 +239,7 @@ def order(findings: list[Finding], session: Session | None = None,
         checks = _declared()
     roots = sorted((f for f in findings if severity_rank(f.severity) >= severity_rank("warning")),
                    key=lambda f: -_gain(f))
-    relation = _Relation(session, checks)
+    relation = _Relation(session, checks, roots)
     marked = []
     for f in findings:
         causes = [r for r in roots if r.id != f.id and relation.explains(r, f)]
@@ -252,18 +253,29 @@ def order(findings: list[Finding], session: Session | None = None,
         # the run's end first, then root causes before consequences and problems before notes
         return (f.consequence_of is not None, f.severity == "info", not f.ended_run)
 
-    # within a group the largest gain leads (the trial's where one measured it); the stage breaks near-ties
-    return [f for key in sorted({group(f) for f in marked}) for f in by_gain(g for g in marked if group(g) == key)]
+    # within a group the largest gain leads (the trial's where one measured it); the stage breaks near-ties.
+    # A symptom's number (GD201's 1 / duty cycle) is a bound, not a remedy's: it follows the remedies
+    symptoms = {f.id for f in marked if _is_symptom(f, checks)}
+    return [f for key in sorted({group(f) for f in marked})
+            for f in by_gain((g for g in marked if group(g) == key), last=symptoms)]
+
+
+def _is_symptom(f: Finding, checks: Mapping[str, Check]) -> bool:
+    """Its check measures the GPU's idle time itself (Check.measures_idle): what it predicts is the
+    bound "if the GPU never idled", which no one change buys."""
+    declared = checks.get(f.id)
+    return declared is not None and declared.measures_idle
 
 
 class _Relation:
     """Does root finding A explain finding B? The replay where it can tell, else the declarations."""
 
-    def __init__(self, session: Session | None, checks: Mapping[str, Check]) -> None:
+    def __init__(self, session: Session | None, checks: Mapping[str, Check], roots: Iterable[Finding] = ()) -> None:
         from gpudoctor.analysis.prediction import replay_of
 
         self.replay = replay_of(session) if session is not None else None
         self.checks = checks
+        self.roots = list(roots)
 
     def explains(self, root: Finding, finding: Finding) -> bool:
         told = self._replayed(root, finding)
@@ -285,14 +297,7 @@ class _Relation:
             return None
         symptom = self.checks.get(finding.id)
         if symptom is not None and symptom.measures_idle:
-            # the idle GPU is about the SMs: time without a kernel (copies keep the copy engines busy, not the SMs)
-            scenario = spans[cause]
-            busy_now, busy_after = replay.baseline_kernel_busy_us, scenario.kernel_busy_us
-            if busy_now is None or busy_after is None:  # replays recorded before kernels were told apart
-                busy_now, busy_after = replay.baseline_gpu_busy_us, scenario.gpu_busy_us
-            idle_now = (replay.baseline_span_us or 0.0) - (busy_now or 0.0)
-            after = scenario.span_us - (busy_after or 0.0)
-            return idle_now > 0 and after <= IDLE_EXPLAINED * idle_now
+            return self._explains_idle(root, cause, spans)
         other = _scenario(finding)
         if other is None or other not in spans or other == cause:
             return None
@@ -300,6 +305,39 @@ class _Relation:
         if both is None or both <= 0:
             return None
         return spans[cause].span_us / both < MARGINAL_GAIN and _gain(root) >= _gain(finding)
+
+
+    def _explains_idle(self, root: Finding, cause: str, spans: Mapping[str, ReplayScenario]) -> bool:
+        """Does removing `cause` take away at least half of the GPU's idle time: alone, or together
+        with another replayed root cause for which `root` is the larger gain of the two (causes that
+        each leave the GPU idle, in series in the step: per-parameter optimizer kernels and the
+        model's launches)?"""
+        replay = self.replay
+        assert replay is not None
+        # the idle GPU is about the SMs: time without a kernel (copies keep the copy engines busy, not the SMs)
+        kernels = replay.baseline_kernel_busy_us is not None and all(
+            s.kernel_busy_us is not None for s in spans.values())
+        busy_now = replay.baseline_kernel_busy_us if kernels else replay.baseline_gpu_busy_us
+
+        def busy(name: str) -> float:
+            scenario = spans[name]
+            return (scenario.kernel_busy_us if kernels else scenario.gpu_busy_us) or 0.0
+
+        idle_now = (replay.baseline_span_us or 0.0) - (busy_now or 0.0)
+        if idle_now <= 0:
+            return False
+        if spans[cause].span_us - busy(cause) <= IDLE_EXPLAINED * idle_now:
+            return True
+        for other in self.roots:
+            partner = _scenario(other)
+            if other.id == root.id or partner is None or partner == cause or partner not in spans:
+                continue
+            both = replay.combined.get(f"{cause}+{partner}") or replay.combined.get(f"{partner}+{cause}")
+            if both is None or both <= 0 or _gain(other) > _gain(root):
+                continue
+            if both - min(busy(cause), busy(partner)) <= IDLE_EXPLAINED * idle_now:
+                return True
+        return False
 
 
 def _scenario(f: Finding) -> str | None:

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from gpudoctor.model import Check, Finding, severity_rank
@@ -36,9 +36,14 @@ def gain_of(f: Finding) -> float:
     return f.estimated_gain if f.estimated_gain is not None else 1.0
 
 
-def by_gain(findings: Iterable[Finding]) -> list[Finding]:
-    """Largest gain first; a near-tie (within NEAR_TIE of the largest left) in stage order."""
-    left = sorted(findings, key=lambda f: (-gain_of(f), f.stage, -severity_rank(f.severity), f.id))
+def by_gain(findings: Iterable[Finding], last: Collection[str] = ()) -> list[Finding]:
+    """Largest gain first; a near-tie (within NEAR_TIE of the largest left) in stage order. The
+    findings of the checks in `last` (symptoms whose number is a bound, not a remedy's) follow the
+    others, in the same order among themselves."""
+    pool = list(findings)
+    if last:
+        return by_gain(f for f in pool if f.id not in last) + by_gain(f for f in pool if f.id in last)
+    left = sorted(pool, key=lambda f: (-gain_of(f), f.stage, -severity_rank(f.severity), f.id))
     ordered: list[Finding] = []
     while left:
         top = gain_of(left[0])

@@ -64,6 +64,15 @@ class RemedyRecord:
 
 
 @dataclass(frozen=True)
+class BatchPoint:
+    """Samples per second at `multiple` times the batch, over now."""
+
+    multiple: float = json_field(1.0, always=True, minimum=0)
+    gain: float = json_field(1.0, always=True, minimum=0)
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
 class PredictionRecord:
     """The step time now and predicted without the cause, and how that was obtained."""
 
@@ -74,6 +83,11 @@ class PredictionRecord:
     scenario: str | None = None
     label: str | None = json_field(None, doc="'if batches arrived instantly', ...")
     detail: str | None = None
+    batch_multiple: float | None = json_field(None, omit_none=True,
+                                              doc="a batch-size remedy: the multiple of the batch `gain` is for")
+    batch_curve: list[BatchPoint] | None = json_field(
+        None, omit_none=True, max_items=64,
+        doc="a batch-size remedy: samples/s at each multiple of the batch over now (gpudoctor's model)")
     extra: Mapping[str, Any] = extra_field()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -52,6 +53,26 @@ def test_the_prediction_is_the_first_named_target_with_the_others_as_cross_check
     unnamed = score.prediction(REPORT, manifest.Remedy("compile", ("GD301",), ("--compile",)))
     assert (unnamed["named"], unnamed["predicted"], unnamed["method"]) == (False, 1.0, "none named")
     assert score.top_finding(REPORT)["id"] == "GD102"
+
+
+def test_a_batch_remedy_reads_the_finding_curve_at_its_step_scale() -> None:
+    """syn_small_batch: batch 2048 is 64x the samples per step; GD202's curve says what that buys,
+    not its gain at the multiple it recommends, nor GD201's bound."""
+    curve = [{"multiple": m, "gain": float(m)} for m in (2, 4, 8, 16, 32)] + [{"multiple": 64, "gain": 60.0}]
+    report = {"findings": [
+        {"id": "GD201", "severity": "critical", "estimated_gain": 10.0, "consequence_of": None,
+         "prediction": {"method": "bound"}},
+        {"id": "GD202", "severity": "warning", "estimated_gain": 16.0, "consequence_of": None,
+         "prediction": {"method": "model", "batch_multiple": 16, "batch_curve": curve}},
+    ]}
+    remedy = manifest.Remedy("batch 2048", ("GD201", "GD202"), ("--batch", "2048"), step_scale=64.0)
+    got = score.prediction(report, remedy)
+    assert (got["finding"]["id"], got["predicted"]) == ("GD202", 60.0)
+    assert got["method"] == "model, at 64x the batch"
+    assert score.gain_at(curve, 48) == pytest.approx(32 * (60 / 32) ** (math.log(1.5) / math.log(2)), rel=1e-3)
+    # a remedy that keeps the batch reads the finding's own number
+    same = manifest.Remedy("workers", ("GD202",), ("-j", "8"))
+    assert score.prediction(report, same)["predicted"] == 16.0
 
 
 def test_realized_is_the_median_of_the_pairs_ratios() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers import make_gpu_samples, make_loader, make_session, run_check
 
 from gpudoctor.checks.gd202_batch_headroom import round_start, run, script_target
@@ -106,3 +107,50 @@ def test_helpers():
     assert script_target(["python3", "/home/u/proj/train.py"]) == "train.py:build"
     assert script_target(["torchrun", "--nproc-per-node", "8", "train.py"]) == "train.py:build"
     assert script_target(["bash", "run.sh"]) == "<your_module>.py:build"
+
+
+# ---- the samples/s curve (gpudoctor.analysis.batch_scaling) ----
+def _launch_bound_profile():
+    from gpudoctor.session import ProfileSummary
+
+    # 10 steps of 5.4 ms (syn_launch_bound's shape): 0.5 ms of kernels a step, the rest launches and Python
+    return ProfileSummary(steps=10, kernel_total_us=5_000.0, gpu_busy_us=5_000.0, gpu_idle_us=49_000.0)
+
+
+def _launch_bound(batch: int | None, sm: float = 1.1, util: float = 8.8):
+    from helpers import make_steps
+
+    session = headroom_session(batch=batch, util=util, sm=sm, steps=make_steps(1000, 0.0054),
+                               profile=_launch_bound_profile(), step_source="optimizer")
+    session.allocator = snapshots(peak=0.08, steady=0.02, end=0.02, reserved=0.1)
+    return session
+
+
+def test_an_idle_launch_bound_gpu_without_a_known_batch_gets_the_curve_in_multiples():
+    (f,) = run(_launch_bound(batch=None))
+    p = f.prediction
+    assert p is not None and p.method == "model"
+    # kernels fill 1.1 / 8.8 = 12.5% of the SMs: at 16x, 0.5 ms * (1 + 0.125 * 15) = 1.4 ms, under the 5.4 ms step
+    assert p.gain_at(16) == pytest.approx(16.0, rel=1e-3)
+    # at 128x the kernels (0.5 ms * (1 + 0.125 * 127) = 8.44 ms) outgrow the 5.4 ms host: 128 * 5.4 / 8.44;
+    # doubling again buys under 5% (84.1x): the knee, the multiple the finding names
+    assert p.batch_multiple == 128 and p.gain == pytest.approx(128 * 5.4 / 8.4375, rel=1e-3)
+    assert f.severity == "info"  # the batch size was not seen: a note beside the causes, explaining none
+    assert "More samples per step" in f.title and "16x: 16.00x" in f.message
+    assert f.evidence["max_multiple"].value > 1000  # 0.06 GiB of 72 GiB scales
+
+
+def test_a_known_batch_names_the_batch_and_its_gain():
+    (f,) = run(_launch_bound(batch=64))
+    assert f.prediction is not None and f.prediction.batch_curve
+    multiple = f.prediction.batch_multiple
+    assert f"batch {round(64 * multiple)} predicted" in f.title
+    assert f.severity == "critical"  # severity follows the predicted gain, as for every finding
+
+
+def test_without_the_batch_size_a_busy_or_gpu_bound_step_gets_no_finding():
+    assert run(_launch_bound(batch=None, sm=60.0, util=70.0)) == []  # not idle: busy above GD201's 50% line
+    assert run(_launch_bound(batch=None, sm=8.8, util=8.8)) != []  # idle by the samples ...
+    gpu_bound = _launch_bound(batch=None, sm=8.8, util=8.8)
+    gpu_bound.profile.kernel_total_us = 54_000.0  # ... but the profile says the GPU is the step
+    assert run(gpu_bound) == []
