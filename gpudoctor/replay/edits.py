@@ -24,8 +24,8 @@ SMALL_COPY_BYTES = 64 * 1024  # Nsight Systems' line for small synchronous copie
 GLUE_MAX_US = 100.0  # without Python stacks: shorter Python between launches is glue a compiler removes
 # how an item takes part in a chain of launches: never, always, or when its own cost is short
 NEVER, ALWAYS, IF_SHORT = 0, 1, 2
-# how an item takes part in a run of small copies
-SMALL, BETWEEN, NEUTRAL, ENDS, KERNEL = 0, 1, 2, 3, 4
+# how an item takes part in a run of small copies (GLUE: the framework's Python, in a trace with Python stacks)
+SMALL, BETWEEN, NEUTRAL, ENDS, KERNEL, GLUE = 0, 1, 2, 3, 4, 5
 
 
 @dataclass
@@ -42,7 +42,8 @@ class Facts:
     op_ids: np.ndarray  # the operation of each pair
     pageable: list[tuple[int, list[int], bool]]  # items with big pageable copies: (item, copies, a launch?)
     kernel_launches: list[int]  # launch calls of kernels only
-    copy_runs: list[tuple[int, int, int]]  # (item, thread, SMALL | BETWEEN | KERNEL | ENDS), NEUTRAL left out
+    copy_runs: list[tuple[int, int, int]]  # (item, thread, SMALL | BETWEEN | GLUE | KERNEL | ENDS), NEUTRAL left out
+    copy_rates: dict[str, float]  # bytes/us of this trace's host-to-device copies of 64 KiB or more, by kind
     pinned_rate: float | None
     pinned_source: str
     fp32: list[int]  # fp32 GEMM kernels
@@ -77,7 +78,8 @@ class Facts:
         kernel_launch = (kinds == LAUNCH) & every(per_op.kernel)
         role = np.select([np.isin(kinds, (LAUNCH, BLOCKING_COPY)) & every(per_op.small_to_device),
                           (cpu & (tags == 1)) | ((kinds == SYNC) & ~agent), kernel_launch,
-                          cpu & ((tags == 2) | (tags == 3))], [SMALL, BETWEEN, KERNEL, NEUTRAL], ENDS)
+                          cpu & (tags == 2) & timeline.stacks, cpu & ((tags == 2) | (tags == 3))],
+                         [SMALL, BETWEEN, KERNEL, GLUE, NEUTRAL], ENDS)
         runs = np.flatnonzero(role != NEUTRAL)
         big = per_op.big_pageable[op_ids]
         pageable: dict[int, list[int]] = {}
@@ -94,7 +96,7 @@ class Facts:
             pageable=[(i, found, bool(kinds[i] == LAUNCH)) for i, found in pageable.items()],
             kernel_launches=np.flatnonzero(kernel_launch).tolist(),
             copy_runs=list(zip(runs.tolist(), thread[runs].tolist(), role[runs].tolist())),
-            pinned_rate=rate, pinned_source=source,
+            copy_rates=_copy_rates(ops), pinned_rate=rate, pinned_source=source,
             fp32=[j for j, op in enumerate(ops) if op.gemm == "fp32"],
         )
 
@@ -118,6 +120,17 @@ def facts(timeline: Timeline) -> Facts:
     if not isinstance(found, Facts):
         found = timeline.cache["facts"] = Facts.of(timeline)
     return found
+
+
+def _copy_rates(ops: list[GpuOp]) -> dict[str, float]:
+    """Bytes per us of the host-to-device copies of 64 KiB or more, by kind (HtoD_pageable, ...)."""
+    moved: dict[str, list[float]] = {}
+    for op in ops:
+        if op.copy and op.copy.startswith("HtoD") and op.nbytes >= SMALL_COPY_BYTES and op.dur > 0:
+            totals = moved.setdefault(op.copy, [0.0, 0.0])
+            totals[0] += op.nbytes
+            totals[1] += op.dur
+    return {kind: nbytes / us for kind, (nbytes, us) in moved.items()}
 
 
 def _pinned_rate(timeline: Timeline) -> tuple[float | None, str]:
@@ -272,57 +285,75 @@ def pinned(timeline: Timeline, plan: Plan) -> tuple[int, str]:
 def small_copies(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     """A burst of tiny host-to-device copies is launch and API cost: stacked on the host, one copy.
 
+    Each tiny copy is a whole ``.to()`` call: its Python binding (the framework's Python around
+    the operator), the operator's dispatch and allocation, the copy's API call and, from pageable
+    memory, the stream synchronisation it makes, for a GPU copy of under a microsecond. Stacked,
+    one such call remains, moving every byte.
+
     A run lasts from a thread's first small copy while only Python (the framework's or the
     user's own loop over the tensors), operator dispatch, syncs and at most one kernel (the
-    one consuming the tensor just copied) come between two copies. The copies after the first
-    ride with it (their bytes at the pinned rate); the dispatch and syncs between two copies go
-    with them (the per-tensor ``.to()``); the kernels stay, and the syncs before them no longer
-    block (the stacked copy was made before them)."""
+    one consuming the tensor just copied) come between two copies. The run's first copy is the
+    stacked one: its call keeps its measured cost, it blocks as measured and so does its own
+    sync (a copy from pageable memory still waits for the stream), its GPU copy carries every
+    byte of the run (the extra bytes at the rate this trace measured for copies of its kind of
+    64 KiB or more, else the link's pinned rate). Each later copy goes with its call: its API
+    call, the dispatch and syncs between it and the copy before, and, where the trace has Python
+    stacks, the framework's Python there (the per-tensor ``.to()`` binding); the user's own
+    Python stays. Kernels stay, and the syncs before them no longer block (the stacked copy was
+    made before them)."""
     known = facts(timeline)
-    rate = known.pinned_rate or rates.PINNED_BYTES_PER_US
-    cost = _launch_cost(timeline, plan)
     queued, ops, kinds = timeline.host.ops, timeline.ops, known.kinds
     changed = runs = 0
     head: dict[int, int] = {}  # thread -> the first small copy of its current run
     folded: dict[int, int] = {}  # thread -> copies folded into that one so far
-    between: dict[int, list[int]] = {}  # dispatch items and syncs since the last small copy
+    between: dict[int, list[int]] = {}  # dispatch items, syncs and framework Python since the last small copy
     consumed: dict[int, bool] = {}  # a kernel came since the last small copy
-    for i, thread, role in known.copy_runs:  # Python between copies (NEUTRAL) changes nothing
+    own_sync: dict[int, bool] = {}  # the first copy's own sync (a pageable copy's) is still to come
+    rate: dict[int, float] = {}  # thread -> bytes/us of its stacked copy's extra bytes
+    for i, thread, role in known.copy_runs:  # the user's Python between copies (NEUTRAL) changes nothing
         if role == SMALL:
             consumed[thread] = False
             if thread not in head:
                 head[thread], folded[thread], between[thread] = i, 0, []
+                kind = ops[queued[i][0]].copy or ""
+                own_sync[thread] = kind.endswith("_pageable")
+                rate[thread] = known.copy_rates.get(kind) or known.pinned_rate or rates.PINNED_BYTES_PER_US
                 continue
             first = head[thread]
             for j in queued[i]:  # carried by the run's first copy
-                plan.dur[queued[first][0]] += ops[j].nbytes / rate
+                plan.dur[queued[first][0]] += ops[j].nbytes / rate[thread]
                 plan.dur[j], plan.gap[j], plan.launch_at[j] = 0.0, 0.0, first
             plan.cost[i], plan.blocks[i] = 0.0, False
-            for k in between[thread]:  # the per-tensor .to() dispatch and its stream sync go with the copy
+            for k in between[thread]:  # the per-tensor .to(): its binding, dispatch and stream sync go with it
                 plan.cost[k], plan.blocks[k] = 0.0, False
             between[thread] = []
+            own_sync[thread] = False
             changed += 1
             folded[thread] += 1
             if folded[thread] == 1:
                 runs += 1
-                plan.blocks[first] = False
-                plan.cost[first] = min(plan.cost[first], cost)
         elif thread not in head:
             continue
-        elif role == BETWEEN:
+        elif role == BETWEEN and kinds[i] == SYNC and own_sync[thread]:
+            own_sync[thread] = False  # the stacked copy's own sync: it stays, and waits for every byte
+        elif role in (BETWEEN, GLUE):
             between[thread].append(i)
         elif role == KERNEL and not consumed.get(thread):
             # one kernel between two copies consumes the tensor just copied: it stays, with its
             # dispatch, and the copy's sync before it no longer blocks. A second one is the step's
             # own work: the run ends there (the next step's tensors do not exist yet)
             consumed[thread] = True
+            own_sync[thread] = False
             for k in between[thread]:
                 if kinds[k] == SYNC:
                     plan.cost[k], plan.blocks[k] = 0.0, False
             between[thread] = []
         else:
             del head[thread]
-    return changed, f"{changed:,} small host-to-device copies folded into {runs:,} stacked copies"
+    return changed, (f"{changed:,} small host-to-device copies folded into {runs:,} stacked copies: each folded "
+                     "copy's call (its API call, dispatch and sync" + (", the framework's Python around it"
+                                                                       if timeline.stacks else "")
+                     + ") removed; the stacked copy keeps the first one's call and sync and moves every byte")
 
 
 def tf32(timeline: Timeline, plan: Plan) -> tuple[int, str]:

@@ -18,7 +18,9 @@
   depends on the host), their calls costing the host what a launch costs in this trace.
 - ``small_copies``: runs of host-to-device copies under 64 KiB (the user's loop over
   the tensors and the kernels consuming them may come between) stacked on the host
-  and copied once.
+  and copied once: each later copy's whole call goes (its API call, dispatch, sync and,
+  with Python stacks, the framework's Python binding around it), the first keeps its
+  call and its sync and moves every byte; the user's own Python stays.
 - ``tf32``: fp32 GEMM kernels at the TF32 rate (`rates.tf32_speedup`).
 
 Calibration: tracing (with Python stacks) slows the host. When the run's steady

@@ -226,9 +226,13 @@ def test_a_burst_of_tiny_copies_in_the_users_loop_folds_into_one_stacked_copy():
     summary = replay(data, steps=STEPS)
     scenario = next(s for s in summary.scenarios if s.name == "small_copies")
     assert scenario.changed == STEPS * 399
-    # per step: 400 copy calls of ~13 us each, 2 us of Python after each, then 3 kernels; stacked:
-    # one copy call at a launch's cost, the Python kept (400 x 2 us), the kernels after it
-    stacked = 400 * 2.0 + 5.0 + 3 * 10.0  # host-bound: the kernels run under the next step's Python
+    # per step: 400 copy calls of ~13 us each, 2 us of Python after each, then 3 kernels. Stacked: one
+    # copy call from pageable memory, which still waits for its stream: the step before left 130 us of
+    # kernels queued (3 x 50 us, the first ready 10 us after the launches began, which took 30 us),
+    # then the copy (2 us, and 399 x 256 bytes more at the link's pinned rate) and the call's 4 us
+    # return; the user's Python kept (400 x 2 us); the 3 launches
+    backlog = 3 * 50.0 + 10.0 - 3 * 10.0
+    stacked = backlog + 2.0 + 399 * 256 / rates.PINNED_BYTES_PER_US + 4.0 + 400 * 2.0 + 3 * 10.0
     assert gain(summary, "small_copies") == pytest.approx(span_of(data) / (STEPS * stacked), rel=0.05)
 
 
@@ -250,3 +254,84 @@ def test_tiny_copies_each_feeding_a_kernel_fold_and_the_kernels_stay():
     # (10 us of host each) remain: the step is at least their cost
     kernels = STEPS * 400 * 10.0
     assert span_of(data) / kernels > gain(summary, "small_copies") > 1.5
+
+
+def _to_call(host: Host, nbytes: int, *, binding_us: float, dispatch_us: float, call_us: float) -> None:
+    """``t.to(device)`` of a pageable tensor as torch makes it and a with_stack trace shows it: the
+    builtin's Python binding around the operator, whose dispatch issues cudaMemcpyAsync (returning
+    before the copy ran) and then synchronises the stream (the copy lands 5-7 us after the call began)."""
+    start = host.t
+    host.t += binding_us
+    op_start = host.t
+    host.t += dispatch_us
+    Host.corr += 1
+    host.gpu.run(host.t + 5.0, 2.0, Host.corr, kind="gpu_memcpy", name="Memcpy HtoD (Pageable -> Device)",
+                 nbytes=nbytes)
+    host._x("cuda_runtime", "cudaMemcpyAsync", host.t, call_us, correlation=Host.corr)
+    host.t += call_us
+    host.sync()
+    host.t += dispatch_us
+    host._x("cpu_op", "aten::to", op_start, host.t - op_start)
+    host.t += binding_us
+    host._x("python_function", "<built-in method to of Tensor object at 0x7f0000000000>", start, host.t - start)
+
+
+def test_a_folded_copy_takes_its_whole_call_and_the_stacked_copy_keeps_one_with_its_sync():
+    """400 ``t.to(device)`` of 256 bytes a step in the user's loop (with_stack): each call is 2 x 1.5 us of
+    Python binding, 2 x 4 us of dispatch, a 3 us cudaMemcpyAsync and a sync that returns 4 us after the
+    copy; the user's loop takes 0.5 us a tensor. Two 150 us kernels queued before the loop (the step's
+    own work, which ends a run) hold the stream. Stacked: one call, whose sync still waits for them."""
+    gpu = Gpu()
+    host = Host(gpu)
+    begin = host.t
+    for _ in range(STEPS):
+        host.launch(150.0)  # the step's own work, queued before its copies
+        host.launch(150.0)
+        for _ in range(400):
+            _to_call(host, 256, binding_us=1.5, dispatch_us=4.0, call_us=3.0)
+            host.python(0.5)
+    _user_frame(host, begin)
+    data = trace(host)
+    summary = replay(data, steps=STEPS)
+    scenario = next(s for s in summary.scenarios if s.name == "small_copies")
+    assert scenario.changed == STEPS * 399
+    assert "the framework's Python around it" in scenario.detail
+    # per step, stacked: two launches (10 us each); then one call: 1.5 us of binding, 4 us of dispatch, the
+    # 3 us copy call, its sync waiting for the kernels (the first ready 10 us after the launches began)
+    # and the copy (2 us, and 399 x 256 bytes more at the link's pinned rate) + 4 us, 4 + 1.5 us more;
+    # the user's 400 x 0.5 us of Python
+    copy_end = 10.0 + 300.0 + 2.0 + 399 * 256 / rates.PINNED_BYTES_PER_US
+    stacked = copy_end + 4.0 + 4.0 + 1.5 + 400 * 0.5
+    measured = span_of(data) / STEPS
+    assert gain(summary, "small_copies") == pytest.approx(measured / stacked, rel=0.02)
+
+
+def test_the_copies_trace_folds_each_tiny_copy_with_its_call_and_keeps_one_sync_per_run():
+    """The H200 copies trace (tests/fixtures/h200/traces/copies.json.gz, with_stack): 49 copies of 400
+    bytes a step after a 38 MB pinned copy. Folded, each takes its dispatch, sync and Python binding;
+    the user's loop stays; each run's first copy keeps its sync, which waits for the pinned copy."""
+    from pathlib import Path
+
+    from gpudoctor.collectors.trace_decode import read_trace
+    from gpudoctor.replay import edits
+    from gpudoctor.replay.simulate import Plan
+    from gpudoctor.replay.timeline import CPU, DISPATCH, PYTHON, SYNC, USER
+
+    timeline = build(read_trace(Path(__file__).resolve().parents[1] / "fixtures" / "h200" / "traces" /
+                                "copies.json.gz"))
+    assert timeline is not None and timeline.stacks
+    plan = Plan.measured(timeline)
+    changed, _ = edits.small_copies(timeline, plan)
+    assert changed == 245
+    host = timeline.host
+    folded = [i for i in range(len(host)) if host.ops[i] and plan.cost[i] == 0 and not plan.blocks[i]
+              and all(plan.dur[j] == 0 for j in host.ops[i])]
+    assert len(folded) == 245
+    first_fold, last_fold = folded[0], folded[48]  # the first run: its 2nd to 50th copies
+    inside = range(first_fold - 8, last_fold)
+    framework = [i for i in inside if host.kind[i] == CPU and host.tag[i] in (PYTHON, DISPATCH)]
+    assert framework and all(plan.cost[i] == 0 for i in framework)
+    users = [i for i in inside if host.kind[i] == CPU and host.tag[i] == USER]
+    assert users and all(plan.cost[i] == host.dur[i] for i in users)
+    blocking = [i for i in range(first_fold - 8, last_fold) if host.kind[i] == SYNC and plan.blocks[i]]
+    assert len(blocking) == 1 and host.dur[blocking[0]] > 600  # the run's own sync: it waits for the pinned copy

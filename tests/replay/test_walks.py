@@ -182,9 +182,9 @@ def _walk_collapse(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[int
 
 
 def _walk_small_copies(timeline: Timeline, plan: Plan) -> int:
-    rate = edits._pinned_rate(timeline)[0] or rates.PINNED_BYTES_PER_US
-    cost = edits._launch_cost(timeline, plan)
-    changed, head, folded, between, consumed = 0, {}, {}, {}, {}
+    rates_by_kind = edits._copy_rates(timeline.ops)
+    pinned = edits._pinned_rate(timeline)[0] or rates.PINNED_BYTES_PER_US
+    changed, head, between, consumed, own_sync, rate = 0, {}, {}, {}, {}, {}
     for i, item in enumerate(timeline.items):
         thread = item.thread
         small = item.kind in (LAUNCH, BLOCKING_COPY) and bool(item.ops) and all(
@@ -193,28 +193,31 @@ def _walk_small_copies(timeline: Timeline, plan: Plan) -> int:
         if small:
             consumed[thread] = False
             if thread not in head:
-                head[thread], folded[thread], between[thread] = i, 0, []
+                head[thread], between[thread] = i, []
+                kind = timeline.ops[item.ops[0]].copy or ""
+                own_sync[thread] = kind.endswith("_pageable")
+                rate[thread] = rates_by_kind.get(kind) or pinned
                 continue
             first = head[thread]
             for j in item.ops:
-                plan.dur[timeline.items[first].ops[0]] += timeline.ops[j].nbytes / rate
+                plan.dur[timeline.items[first].ops[0]] += timeline.ops[j].nbytes / rate[thread]
                 plan.dur[j], plan.gap[j], plan.launch_at[j] = 0.0, 0.0, first
             plan.cost[i], plan.blocks[i] = 0.0, False
             for k in between[thread]:
                 plan.cost[k], plan.blocks[k] = 0.0, False
             between[thread] = []
+            own_sync[thread] = False
             changed += 1
-            folded[thread] += 1
-            if folded[thread] == 1:
-                plan.blocks[first] = False
-                plan.cost[first] = min(plan.cost[first], cost)
         elif thread not in head:
             continue
-        elif (item.kind == CPU and item.tag == DISPATCH) or (item.kind == SYNC and not item.agent):
+        elif item.kind == SYNC and not item.agent and own_sync[thread]:
+            own_sync[thread] = False
+        elif ((item.kind == CPU and item.tag == DISPATCH) or (item.kind == SYNC and not item.agent)
+              or (item.kind == CPU and item.tag == PYTHON and timeline.stacks)):
             between[thread].append(i)
         elif (item.kind == LAUNCH and item.ops and all(timeline.ops[j].kind == "k" for j in item.ops)
               and not consumed.get(thread)):
-            consumed[thread] = True
+            consumed[thread], own_sync[thread] = True, False
             for k in between[thread]:
                 if timeline.items[k].kind == SYNC:
                     plan.cost[k], plan.blocks[k] = 0.0, False
