@@ -45,7 +45,7 @@ DEFAULT_LIMIT_BYTES = 15 * 2**20
 def scrub(data: bytes, replacements: list[tuple[str, str]]) -> bytes:
     """DATA (JSON, gzip or not) as text scrubbed of machine paths, gzip-compressed."""
     raw = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
-    text = scrub_fixture.scrub(raw.decode(), replacements)
+    text = str(scrub_fixture.scrub(raw.decode(), replacements))
     return gzip.compress(text.encode(), compresslevel=6, mtime=0)
 
 
@@ -64,7 +64,7 @@ TMP_DIRECTORY = re.compile("/[^\"\\s']*/gd-corpus-[^/\"\\s']+")  # a run's scrat
 def scrub_record(text: str) -> str:
     """corpus.json or .md text without machine paths: error tails quote the workloads' stderr."""
     text = TMP_DIRECTORY.sub("{tmp}", text)
-    return scrub_fixture.scrub(text, replacements(None, manifest.PUBLIC))
+    return str(scrub_fixture.scrub(text, replacements(None, manifest.PUBLIC)))
 
 
 @dataclass

@@ -49,6 +49,7 @@ def replay_primary(session: Any, trace: Path) -> str:
         return "no profiler window: nothing to replay"
     # the Session holds the primary window twice (profile, and among profiles): both get the new replay
     twins = [p for p in session.profiles if p == profile]
+    replay: ReplaySummary | None
     if profile.kernel_count == 0 and profile.gpu_busy_us <= 0:
         replay = ReplaySummary(steps=profile.steps, error="a CPU-only window: no GPU work to replay")
         what = "not replayed: a CPU-only window"

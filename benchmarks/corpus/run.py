@@ -19,9 +19,10 @@ leaves its results, and keeps each diagnose's Session and profiler window trace,
 in OUT/sessions-STAMP.tar and OUT/traces-STAMP.tar (keep.py), which repredict.py reads to
 predict again, without the GPU, when the model changes. ``--resume`` keeps OUT/corpus.json's
 workloads that are done or failed and runs the others again (partial, not run, not yet
-in it). ``--budget-s`` bounds the whole run: no run starts that its workload's bound would carry past it. ``--gpus 0,1,...``
-runs that many workloads at once, one per GPU, each confined to its own ``--cores-per-gpu``
-cores (taskset), so that an 8-GPU host measures like eight one-GPU machines.
+in it). ``--budget-s`` bounds the whole run: no run starts that its workload's bound would
+carry past it. ``--gpus 0,1,...`` runs that many workloads at once, one per GPU, each
+confined to its own ``--cores-per-gpu`` cores (taskset), so that an 8-GPU host measures
+like eight one-GPU machines.
 
     python benchmarks/corpus/fetch.py --mirrors MIRRORS        # once: public scripts and data
     python benchmarks/corpus/run.py --out DIR --budget-s 560 [--pairs 2] [--only a,b] [--resume]

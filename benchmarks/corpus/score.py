@@ -132,9 +132,9 @@ def _provenance(results: dict[str, Any]) -> list[str]:
     again = results["meta"].get("repredicted")
     lines = []
     if again:
-        lines += ["", f"Predictions made again from the kept sessions (`benchmarks/corpus/repredict.py`), {again['date']}, "
-                      f"gpudoctor {again['gpudoctor']} ({again.get('commit') or 'commit unknown'}): "
-                      f"{', '.join(again['workloads']) or 'none'}."]
+        lines += ["", (f"Predictions made again from the kept sessions (`benchmarks/corpus/repredict.py`), "
+                       f"{again['date']}, gpudoctor {again['gpudoctor']} ({again.get('commit') or 'commit unknown'}): "
+                       f"{', '.join(again['workloads']) or 'none'}.")]
     unkept = [e for e in results["workloads"] if not (e.get("kept") or {}).get("session")
               and not e["status"].startswith("not run")]
     if unkept:
@@ -165,5 +165,5 @@ def device(entries: list[dict[str, Any]]) -> tuple[str, str | None]:
         if gpus and gpus[0].get("name"):
             # the cores the workload had (a slot's share of the host), not those of the machine writing this
             cores = (env.get("cpu") or {}).get("usable_cores") or os.cpu_count()
-            return f"{gpus[0]['name']}, {cores} cores", env.get("torch")
+            return f"{gpus[0]['name']}, {cores:g} cores", env.get("torch")
     return f"CPU only ({platform.machine()}, {os.cpu_count()} cores)", torch_version
