@@ -43,6 +43,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -199,11 +200,12 @@ def diagnose(workload: Workload, public: Path, slot: Slot, timeout: float, bundl
         reports = [p for p in (tmp / "report").glob("*.json") if not p.name.endswith(".session.json")]
         if not reports:
             return {"error": f"no report (exit {proc.returncode}{', stopped' if stopped else ''}): "
-                             f"{stderr.strip()[-400:]}", "wall_s": round(time.time() - start, 1)}
+                             f"{stderr.strip()[-400:]}", "wall_s": round(time.time() - start, 1),
+                    "kept": {"why": "diagnose wrote no report"}}
         wall_s = round(time.time() - start, 1)
         try:
             kept = bundles.keep(workload.name, tmp / "report", replacements(tmp, public))
-        except (OSError, ValueError) as exc:  # the prediction stands without them; it cannot be re-made
+        except (OSError, ValueError, tarfile.TarError) as exc:  # the prediction stands; it cannot be re-made
             kept = {"why": f"not kept: {type(exc).__name__}: {exc}"}
         return {"report": json.loads(reports[0].read_text()), "wall_s": wall_s, "stopped": stopped, "kept": kept}
 

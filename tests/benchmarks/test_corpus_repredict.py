@@ -215,3 +215,19 @@ def test_the_record_is_scrubbed_of_machine_paths(tmp_path: Path) -> None:
     scrubbed = keep.scrub_record(text)
     assert str(tmp_path) not in scrubbed and str(CORPUS) not in scrubbed and "/opt/venv" not in scrubbed
     assert '{tmp}/train.py' in scrubbed and "{corpus}/synthetic.py" in scrubbed and '"gpu-host"' in scrubbed
+
+
+def test_the_primary_window_is_replayed_again_in_both_places_the_session_holds_it() -> None:
+    data = json.loads((H200 / f"{NAME}.session.json").read_text())
+    data["profile"]["index"] = 1
+    data["profiles"] = [data["profile"], {**data["profile"], "index": 2, "label": "phase"}]
+    session = Session.from_dict(data)
+    other = session.profiles[1]
+    recorded = other.replay
+    assert len(session.windows()) == 2
+    how = repredict.replay_primary(session, H200 / "windows" / f"{NAME}.trace.json.gz")
+    assert how == "primary window replayed again; 1 other window(s) as recorded (no trace kept)"
+    assert session.profile is not None and session.profile.replay is session.profiles[0].replay
+    assert session.profile.replay is not recorded and other.replay is recorded
+    assert len(session.windows()) == 2  # the primary still found among the windows, not listed twice
+    assert session.profile.replay.baseline_span_us == pytest.approx(recorded.baseline_span_us, rel=1e-6)
