@@ -15,14 +15,19 @@ defining ``WORKLOADS``):
 
 Writes OUT/corpus.json and OUT/corpus.md (workload, remedy, predicted (method), realized,
 error, and the issue's goal checks) after every workload, so that a run cut short still
-leaves its results; ``--resume`` runs only the workloads the last run did not start. ``--budget-s`` bounds the
-whole run: no run starts that its workload's bound would carry past it. ``--gpus 0,1,...``
-runs that many workloads at once, one per GPU, each confined to its own ``--cores-per-gpu``
-cores (taskset), so that an 8-GPU host measures like eight one-GPU machines.
+leaves its results, and keeps each diagnose's Session and profiler window trace, scrubbed,
+in OUT/sessions-STAMP.tar and OUT/traces-STAMP.tar (keep.py), which repredict.py reads to
+predict again, without the GPU, when the model changes. ``--resume`` keeps OUT/corpus.json's
+workloads that are done or failed and runs the others again (partial, not run, not yet
+in it). ``--budget-s`` bounds the whole run: no run starts that its workload's bound would
+carry past it. ``--gpus 0,1,...`` runs that many workloads at once, one per GPU, each
+confined to its own ``--cores-per-gpu`` cores (taskset), so that an 8-GPU host measures
+like eight one-GPU machines.
 
     python benchmarks/corpus/fetch.py --mirrors MIRRORS        # once: public scripts and data
     python benchmarks/corpus/run.py --out DIR --budget-s 560 [--pairs 2] [--only a,b] [--resume]
     python benchmarks/corpus/run.py --list                    # the manifest as a table
+    python benchmarks/corpus/repredict.py DIR                 # predict again from the kept sessions
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -47,6 +53,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import manifest
+from keep import Bundles, replacements, scrub_record
 from manifest import Remedy, Workload
 from score import device, goal, judge, listing, markdown, prediction, realized, top_finding, x_gain
 
@@ -173,8 +180,9 @@ def plain_run(workload: Workload, remedy: Remedy | None, public: Path, slot: Slo
         return result
 
 
-def diagnose(workload: Workload, public: Path, slot: Slot, timeout: float, keep: Path) -> dict[str, Any]:
-    """`gpudoctor diagnose` on the baseline: its JSON report (kept under KEEP) or why there is none."""
+def diagnose(workload: Workload, public: Path, slot: Slot, timeout: float, bundles: Bundles) -> dict[str, Any]:
+    """`gpudoctor diagnose` on the baseline: its JSON report or why there is none; its Session and
+    window trace appended to BUNDLES (`kept` says where, or why not)."""
     with tempfile.TemporaryDirectory(prefix="gd-corpus-") as scratch:
         tmp = Path(scratch)
         argv = [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", "--out", f"{tmp}/report/",
@@ -192,20 +200,25 @@ def diagnose(workload: Workload, public: Path, slot: Slot, timeout: float, keep:
         reports = [p for p in (tmp / "report").glob("*.json") if not p.name.endswith(".session.json")]
         if not reports:
             return {"error": f"no report (exit {proc.returncode}{', stopped' if stopped else ''}): "
-                             f"{stderr.strip()[-400:]}", "wall_s": round(time.time() - start, 1)}
-        keep.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(reports[0], keep)
-        return {"report": json.loads(reports[0].read_text()), "wall_s": round(time.time() - start, 1),
-                "stopped": stopped}
+                             f"{stderr.strip()[-400:]}", "wall_s": round(time.time() - start, 1),
+                    "kept": {"why": "diagnose wrote no report"}}
+        wall_s = round(time.time() - start, 1)
+        try:
+            kept = bundles.keep(workload.name, tmp / "report", replacements(tmp, public))
+        except (OSError, ValueError, tarfile.TarError) as exc:  # the prediction stands; it cannot be re-made
+            kept = {"why": f"not kept: {type(exc).__name__}: {exc}"}
+        return {"report": json.loads(reports[0].read_text()), "wall_s": wall_s, "stopped": stopped, "kept": kept}
 
 
-def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadline: float) -> dict[str, Any]:
+def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadline: float,
+                 bundles: Bundles) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "workload": workload.name, "public": workload.source is not None,
         "source": ({"repo": workload.source.repo, "commit": workload.source.commit, "path": workload.source.paths[0]}
                    if workload.source else None),
-        "causes": list(workload.causes), "slot": {"gpu": slot.gpu, "cores": slot.cores}, "status": "done",
-        "notes": [], "diagnose": None, "runs": [], "remedies": []}
+        "causes": list(workload.causes), "slot": {"gpu": slot.gpu, "cores": slot.cores}, "stamp": bundles.stamp,
+        "status": "done",
+        "notes": [], "diagnose": None, "kept": None, "runs": [], "remedies": []}
     started = time.time()
     run_bound = workload.max_seconds + STARTUP_S
 
@@ -218,9 +231,9 @@ def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadl
             entry["status"] = "not run: time budget"
             return entry
         result = diagnose(workload, args.public, slot,
-                          min(DIAGNOSE_SETUP_S + run_bound + SLOW_START_S, deadline - time.time()),
-                          args.out / "reports" / f"{workload.name}.json")
+                          min(DIAGNOSE_SETUP_S + run_bound + SLOW_START_S, deadline - time.time()), bundles)
         report = result.pop("report", None)
+        entry["kept"] = result.pop("kept", None)
         entry["diagnose"] = {**result, "top": top_finding(report) if report else None,
                              "verdict": ((report or {}).get("summary") or {}).get("verdict"),
                              "environment": (report or {}).get("environment")}
@@ -271,7 +284,7 @@ def write(results: dict[str, Any], out: Path) -> None:
     results["meta"]["torch"] = torch_version or results["meta"].get("torch")
     for name, text in (("corpus.json", json.dumps(results, indent=1, default=str)), ("corpus.md", markdown(results))):
         partial = out / f".{name}.tmp"
-        partial.write_text(text)
+        partial.write_text(scrub_record(text))
         partial.replace(out / name)
 
 
@@ -286,7 +299,8 @@ def slots(args: argparse.Namespace) -> list[Slot]:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, help="directory for corpus.json, corpus.md, reports/")
+    parser.add_argument("--out", type=Path, help="directory for corpus.json, corpus.md and the bundles of kept "
+                                                  "sessions and traces (sessions-*.tar, traces-*.tar)")
     parser.add_argument("--public", type=Path, default=manifest.PUBLIC, help="materialised public sources "
                                                                              "(fetch.py's --out; default: %(default)s)")
     parser.add_argument("--manifest", type=Path, help="a Python file defining WORKLOADS (default: manifest.py)")
@@ -295,7 +309,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pairs", type=int, default=2, help="alternated baseline/remedy pairs (default 2)")
     parser.add_argument("--budget-s", type=float, default=560.0, help="seconds for everything (default 560)")
     parser.add_argument("--resume", action="store_true",
-                        help="keep OUT/corpus.json's workloads that ran (done, failed or partial), run the others")
+                        help="keep OUT/corpus.json's workloads that are done or failed, run the others "
+                             "(partial, not run, or not in it) again")
+    parser.add_argument("--bundle-limit-mb", type=float, default=15.0,
+                        help="start another traces bundle past this size (default 15)")
     parser.add_argument("--no-diagnose", action="store_true", help="realized gains only")
     parser.add_argument("--gpus", help="comma-separated GPU indices: one workload at a time on each")
     parser.add_argument("--cores-per-gpu", type=int, default=0, help="cores each GPU's workload may use (taskset)")
@@ -326,20 +343,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corpus: unknown workloads: {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
     previous = args.out / "corpus.json"
-    kept: list[dict[str, Any]] = []
-    if args.resume and previous.exists():
-        kept = [e for e in json.loads(previous.read_text())["workloads"]
-                if not str(e.get("status", "not run")).startswith("not run")]
+    earlier = json.loads(previous.read_text()) if args.resume and previous.exists() else None
+    kept = resumable(earlier)
     done = {e["workload"] for e in kept}
     queue = [w for w in workloads if (only is None or w.name in only) and w.name not in skip and w.name not in done]
     if args.max_seconds:
         queue = [dataclasses.replace(w, max_seconds=min(w.max_seconds, args.max_seconds)) for w in queue]
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    bundles = Bundles(args.out, stamp, int(args.bundle_limit_mb * 2**20))
     results: dict[str, Any] = {
         "schema": SCHEMA,
         "meta": {"date": datetime.date.today().isoformat(), "pairs": args.pairs, "budget_s": args.budget_s,
                  "warmup_share": args.warmup_share, "max_seconds": args.max_seconds or None,
                  "python": platform.python_version(), "cpu_count": os.cpu_count(),
-                 "slots": [s.__dict__ for s in slots(args)], "gpudoctor": _version(), "torch": None},
+                 "slots": [s.__dict__ for s in slots(args)], "gpudoctor": gpudoctor_version(),
+                 "commit": checkout_commit(), "torch": None, "stamp": stamp,
+                 "resumed": len(kept) if args.resume else None, "earlier": earlier_runs(earlier)},
         "workloads": kept,
     }
     lock = threading.Lock()
@@ -350,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not queue:
                     return
                 workload = queue.pop(0)
-            entry = run_workload(workload, args, slot, deadline)
+            entry = run_workload(workload, args, slot, deadline, bundles)
             with lock:
                 results["workloads"].append(entry)
                 write(results, args.out)
@@ -369,13 +388,43 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _version() -> str | None:
+def resumable(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The entries of a previous corpus.json that --resume keeps: done or failed (a failure is a
+    result); a partial or unrun one is measured again."""
+    if previous is None:
+        return []
+    return [e for e in previous.get("workloads") or [] if e.get("status") in ("done", "failed")]
+
+
+def earlier_runs(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The meta of every run a resumed corpus.json carries results of, the oldest first."""
+    if previous is None:
+        return []
+    meta = dict(previous.get("meta") or {})
+    return [*(meta.pop("earlier", None) or []), meta]
+
+
+def gpudoctor_version() -> str | None:
     try:
         from gpudoctor import __version__
 
         return str(__version__)
     except ImportError:
         return None
+
+
+def checkout_commit() -> str | None:
+    """The commit of this checkout (with '+changes' when the tree differs from it), where git can tell."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=manifest.ROOT, capture_output=True, text=True,
+                              timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=manifest.ROOT,
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip()[:12] + ("+changes" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
 
 if __name__ == "__main__":

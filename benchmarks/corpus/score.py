@@ -145,12 +145,29 @@ def markdown(results: dict[str, Any]) -> str:
               f"- off by more than 2x: {', '.join(g['off_by_2x']) or 'none'}",
               f"- critical findings whose remedy realized under 1.1x: {', '.join(g['critical_under_1_1']) or 'none'}",
               f"- remedies realizing over 1.5x that the report does not name: {unnamed}"]
+    lines += _provenance(results)
     unfinished = [e for e in results["workloads"] if e["status"] != "done"]
     if unfinished:
         lines += ["", "Not measured in full:"]
         lines += [f"- {e['workload']}: {e['status']}{'; ' if e['notes'] else ''}{_cell('; '.join(e['notes']))}"
                   for e in unfinished]
     return "\n".join(lines) + "\n"
+
+
+def _provenance(results: dict[str, Any]) -> list[str]:
+    """Which predictions were made again from the kept sessions, by which gpudoctor; which cannot be."""
+    again = results["meta"].get("repredicted")
+    lines = []
+    if again:
+        lines += ["", (f"Predictions made again from the kept sessions (`benchmarks/corpus/repredict.py`), "
+                       f"{again['date']}, gpudoctor {again['gpudoctor']} ({again.get('commit') or 'commit unknown'}): "
+                       f"{', '.join(again['workloads']) or 'none'}.")]
+    unkept = [e for e in results["workloads"] if not (e.get("kept") or {}).get("session")
+              and not e["status"].startswith("not run")]
+    if unkept:
+        lines += ["", "No session kept (these predictions cannot be made again without the GPU):"]
+        lines += [f"- {e['workload']}: {_cell(str((e.get('kept') or {}).get('why') or 'not kept'))}" for e in unkept]
+    return lines
 
 
 def listing(workloads: tuple[Workload, ...]) -> str:
@@ -173,5 +190,7 @@ def device(entries: list[dict[str, Any]]) -> tuple[str, str | None]:
         torch_version = torch_version or env.get("torch")
         gpus = env.get("gpus") or []
         if gpus and gpus[0].get("name"):
-            return f"{gpus[0]['name']}, {os.cpu_count()} cores", env.get("torch")
+            # the cores the workload had (a slot's share of the host), not those of the machine writing this
+            cores = (env.get("cpu") or {}).get("usable_cores") or os.cpu_count()
+            return f"{gpus[0]['name']}, {cores:g} cores", env.get("torch")
     return f"CPU only ({platform.machine()}, {os.cpu_count()} cores)", torch_version

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import math
 import statistics
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -136,7 +138,7 @@ def test_the_runner_end_to_end_on_two_cpu_workloads(tmp_path: Path) -> None:
     for entry in results["workloads"]:
         assert entry["status"] == "done", entry["notes"]
         assert entry["diagnose"] is not None and "wall_s" in entry["diagnose"]
-        assert (out / "reports" / f"{entry['workload']}.json").exists() or "error" in entry["diagnose"]
+        _assert_kept(out, entry, str(tmp_path))
         runs = entry["runs"]
         # two pairs, alternated: baseline first, then last
         assert [r["variant"] for r in runs] == ["baseline", entry["remedies"][0]["remedy"],
@@ -158,6 +160,70 @@ def test_the_runner_end_to_end_on_two_cpu_workloads(tmp_path: Path) -> None:
     assert "| workload | remedy | finding | predicted (method) | realized | error |" in table
     assert "| cpu_loader | 1 worker |" in table and "| cpu_small_batch | batch 32 |" in table
     assert "Goal (issue 25)" in table and "within 30% of the realized gain" in table
+    assert not (out / "reports").exists()
+    assert sorted(p.name.split("-")[0] for p in out.iterdir()) == ["corpus.json", "corpus.md", "sessions", "traces"]
+    assert str(ROOT) not in (out / "corpus.json").read_text()
+
+    # the same model predicts the same from the kept sessions, without running anything
+    again = tmp_path / "again"
+    proc = subprocess.run([sys.executable, str(CORPUS / "repredict.py"), str(out), "--out", str(again),
+                           "--manifest", str(Path(__file__).with_name("cpu_corpus.py"))],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    repredicted = json.loads((again / "corpus.json").read_text())
+    assert sorted(repredicted["meta"]["repredicted"]["workloads"]) == ["cpu_loader", "cpu_small_batch"]
+    for before, after in zip(results["workloads"], repredicted["workloads"]):
+        assert after["prediction"]["replay"] == ("not replayed: a CPU-only window" if before["kept"]["trace"] else
+                                                 "replay as recorded: " + before["kept"]["why_no_trace"])
+        assert after["diagnose"]["top"] == before["diagnose"]["top"]
+        for row, row_again in zip(before["remedies"], after["remedies"]):
+            assert {k: row_again[k] for k in ("predicted", "method", "finding", "named", "cross_checks", "error",
+                                              "realized")} == \
+                {k: row[k] for k in ("predicted", "method", "finding", "named", "cross_checks", "error", "realized")}
+
+    # --resume keeps a done entry as it is and measures a partial one again
+    results["workloads"][1]["status"] = "partial: time budget"
+    (out / "corpus.json").write_text(json.dumps(results))
+    kept_entry = results["workloads"][0]
+    proc = subprocess.run([sys.executable, str(CORPUS / "run.py"), "--out", str(out), "--manifest",
+                           str(Path(__file__).with_name("cpu_corpus.py")), "--pairs", "1", "--budget-s", "300",
+                           "--resume"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    resumed = json.loads((out / "corpus.json").read_text())
+    assert resumed["workloads"][0] == kept_entry
+    rerun = resumed["workloads"][1]
+    assert (rerun["workload"], rerun["status"], len(rerun["runs"])) == (results["workloads"][1]["workload"], "done", 2)
+    assert rerun["stamp"] != kept_entry["stamp"] == resumed["meta"]["earlier"][-1]["stamp"]
+    assert resumed["meta"]["resumed"] == 1
+    _assert_kept(out, rerun, str(tmp_path))
+    assert len(list(out.glob("sessions-*.tar"))) == 2  # one per run: the first run's bundle is left as it is
+
+
+def _assert_kept(out: Path, entry: dict[str, Any], machine_path: str) -> None:
+    """ENTRY's session and window trace are in the bundles it names, scrubbed of the run's paths."""
+    from gpudoctor.session import Session
+
+    kept = entry["kept"]
+    assert kept["sessions"] == f"sessions-{entry['stamp']}.tar"
+    members = [(kept["sessions"], kept["session"])]
+    if kept["traces"] is None:  # a short CPU run on a loaded machine may end before its window closes
+        assert kept["why_no_trace"] and kept["trace"] is None
+    else:
+        assert kept["traces"].startswith(f"traces-{entry['stamp']}")
+        members.append((kept["traces"], kept["trace"]))
+    for bundle, member in members:
+        with tarfile.open(out / bundle) as tar:
+            handle = tar.extractfile(member)
+            assert handle is not None
+            text = gzip.decompress(handle.read()).decode()
+        assert machine_path not in text and str(ROOT) not in text and sys.executable not in text
+        assert "gd-corpus-" not in text  # the run's scratch directory became {tmp}
+        if member.endswith("session.json.gz"):
+            session = Session.from_dict(json.loads(text))
+            assert session.cwd == "{tmp}"
+            assert (session.profile is not None and session.profile.trace_file is not None) == bool(kept["traces"])
+        else:
+            assert json.loads(text)["traceEvents"]
 
 
 @pytest.mark.integration
