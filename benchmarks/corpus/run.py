@@ -223,20 +223,14 @@ def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadl
     run_bound = workload.max_seconds + STARTUP_S
 
     def fits() -> bool:
-        return time.time() + run_bound <= deadline
+        return bool(time.time() + run_bound <= deadline)
 
     report: dict[str, Any] | None = None
     if not args.no_diagnose:
         if not fits():
             entry["status"] = "not run: time budget"
             return entry
-        result = diagnose(workload, args.public, slot,
-                          min(DIAGNOSE_SETUP_S + run_bound + SLOW_START_S, deadline - time.time()), bundles)
-        report = result.pop("report", None)
-        entry["kept"] = result.pop("kept", None)
-        entry["diagnose"] = {**result, "top": top_finding(report) if report else None,
-                             "verdict": ((report or {}).get("summary") or {}).get("verdict"),
-                             "environment": (report or {}).get("environment")}
+        report = _diagnose_into(entry, workload, args, slot, deadline, bundles)
     variants: list[Remedy | None] = [None, *workload.remedies]
     pairs: list[dict[str, dict[str, Any]]] = []
     for i in range(args.pairs):
@@ -275,6 +269,52 @@ def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadl
         entry["notes"].append(f"baseline: {baselines[0]['error'][:300]}")
     entry["seconds"] = round(time.time() - started, 1)
     return entry
+
+
+def _diagnose_into(entry: dict[str, Any], workload: Workload, args: argparse.Namespace, slot: Slot, deadline: float,
+                   bundles: Bundles) -> dict[str, Any] | None:
+    """Diagnose the baseline once; ENTRY's diagnose and kept say how it went. The report, or None."""
+    run_bound = workload.max_seconds + STARTUP_S
+    result = diagnose(workload, args.public, slot,
+                      min(DIAGNOSE_SETUP_S + run_bound + SLOW_START_S, deadline - time.time()), bundles)
+    report: dict[str, Any] | None = result.pop("report", None)
+    entry["kept"] = result.pop("kept", None)
+    entry["diagnose"] = {**result, "top": top_finding(report) if report else None,
+                         "verdict": ((report or {}).get("summary") or {}).get("verdict"),
+                         "environment": (report or {}).get("environment")}
+    return report
+
+
+def rediagnose(entry: dict[str, Any], workload: Workload, args: argparse.Namespace, slot: Slot, deadline: float,
+               bundles: Bundles) -> None:
+    """A kept entry without a kept session (measured before sessions were kept): diagnose its baseline
+    again, keep the session, and read each remedy's prediction from the new report; the realized gains
+    stay as measured. An entry the budget leaves no room for, or whose diagnose gives no report, is
+    left as it was."""
+    if time.time() + workload.max_seconds + STARTUP_S + DIAGNOSE_SETUP_S > deadline:
+        return
+    before = {key: entry.get(key) for key in ("diagnose", "kept")}
+    report = _diagnose_into(entry, workload, args, slot, deadline, bundles)
+    if report is None:
+        entry.update(before)
+        entry["notes"].append("rediagnose gave no report: the earlier prediction stays")
+        return
+    remedies = {r.name: r for r in workload.remedies}
+    for row in entry["remedies"]:
+        remedy = remedies.get(row["remedy"])
+        if remedy is None:
+            continue
+        row.setdefault("diagnosed", {key: row.get(key) for key in ("predicted", "method", "finding")})
+        row.update(prediction(report, remedy))
+        row["targets"] = list(remedy.targets)
+        judge(row)
+    entry["stamp"] = bundles.stamp
+    entry["notes"].append(f"diagnosed again ({bundles.stamp}): the realized gains are the earlier run's")
+
+
+def needs_rediagnose(entry: dict[str, Any]) -> bool:
+    """A kept entry whose prediction cannot be made again offline: no session of it was kept."""
+    return not (entry.get("kept") or {}).get("session")
 
 
 def write(results: dict[str, Any], out: Path) -> None:
@@ -319,6 +359,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-seconds", type=float, default=0.0,
                         help="cap every workload's bound on a run (seconds of run; default: the manifest's)")
     parser.add_argument("--list", action="store_true", help="print the manifest as a markdown table and exit")
+    parser.add_argument("--rediagnose", action="store_true",
+                        help="with --resume: diagnose again, first, the kept workloads that have no kept session "
+                             "(their realized gains stay; predicting them again offline needs the session)")
     parser.add_argument("--warmup-share", type=float, default=0.2, help="share of each run's first steps left out")
     return parser.parse_args(argv)
 
@@ -362,8 +405,21 @@ def main(argv: list[str] | None = None) -> int:
         "workloads": kept,
     }
     lock = threading.Lock()
+    by_name = {w.name: (dataclasses.replace(w, max_seconds=min(w.max_seconds, args.max_seconds))
+                        if args.max_seconds else w) for w in workloads}
+    again = [e for e in kept if args.rediagnose and not args.no_diagnose and e["workload"] in by_name
+             and (only is None or e["workload"] in only) and needs_rediagnose(e)]
 
     def worker(slot: Slot) -> None:
+        while True:
+            with lock:
+                entry = again.pop(0) if again else None
+            if entry is None:
+                break
+            rediagnose(entry, by_name[entry["workload"]], args, slot, deadline, bundles)
+            with lock:
+                write(results, args.out)
+            print(f"corpus: {entry['workload']} diagnosed again", file=sys.stderr, flush=True)
         while True:
             with lock:
                 if not queue:

@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -236,3 +237,43 @@ def test_the_runner_keeps_to_its_budget_and_still_writes(tmp_path: Path) -> None
     results = json.loads((out / "corpus.json").read_text())
     assert {e["status"] for e in results["workloads"]} == {"not run: time budget"}
     assert "not run: time budget" in (out / "corpus.md").read_text()
+
+
+def test_rediagnose_reads_new_predictions_and_keeps_the_realized_gains(tmp_path: Path, monkeypatch) -> None:
+    """An entry measured before sessions were kept is diagnosed again: its prediction comes from the
+    new report, its realized gain and pairs stay, and the first prediction is kept beside it."""
+    remedy = manifest.Remedy("12 workers", ("GD101", "GD102"), ("-j", "12"))
+    workload = manifest.Workload("w", "script.py", (), ("GD101",), (remedy,))
+    row = {"workload": "w", "remedy": "12 workers", "targets": ["GD101"], "step_scale": 1.0,
+           "pairs": [{"ratio": 8.0}], "realized": 8.0, "ratios": [8.0], "named": True, "predicted": 2.0,
+           "method": "rule", "finding": {"id": "GD101"}, "cross_checks": []}
+    score.judge(row)
+    entry = {"workload": "w", "status": "done", "notes": [], "kept": {"why": "before sessions were kept"},
+             "diagnose": None, "runs": [{"variant": "baseline"}], "remedies": [row]}
+    assert run.needs_rediagnose(entry) and row["off_by_2x"]
+    calls = []
+
+    def fake_diagnose(workload, public, slot, timeout, bundles):
+        calls.append(workload.name)
+        return {"report": REPORT, "wall_s": 1.0, "stopped": False,
+                "kept": {"sessions": "sessions-S.tar", "session": "w/session.json.gz"}}
+
+    monkeypatch.setattr(run, "diagnose", fake_diagnose)
+    args = run.parse(["--out", str(tmp_path), "--resume", "--rediagnose"])
+    bundles = run.Bundles(tmp_path, "S", 2**20)
+    run.rediagnose(entry, workload, args, run.Slot(None, None), time.time() + 600, bundles)
+    assert calls == ["w"] and not run.needs_rediagnose(entry)
+    (after,) = entry["remedies"]
+    assert (after["predicted"], after["method"], after["finding"]["id"]) == (6.0, "replay", "GD102")
+    assert (after["realized"], after["pairs"]) == (8.0, [{"ratio": 8.0}])  # as measured
+    assert after["diagnosed"] == {"predicted": 2.0, "method": "rule", "finding": {"id": "GD101"}}
+    assert after["error"] == pytest.approx(6.0 / 8.0 - 1) and after["within_30"] and not after["off_by_2x"]
+    assert entry["diagnose"]["top"]["id"] == "GD102"
+
+    # no room left in the budget, or no report: the entry stays as it was
+    untouched = json.loads(json.dumps({**entry, "kept": None}))
+    run.rediagnose(untouched, workload, args, run.Slot(None, None), time.time(), bundles)
+    assert calls == ["w"] and untouched["remedies"][0]["predicted"] == 6.0
+    monkeypatch.setattr(run, "diagnose", lambda *a: {"error": "no report", "wall_s": 1.0, "kept": {"why": "x"}})
+    run.rediagnose(untouched, workload, args, run.Slot(None, None), time.time() + 600, bundles)
+    assert untouched["kept"] is None and "earlier prediction stays" in untouched["notes"][-1]
