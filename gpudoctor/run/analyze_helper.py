@@ -51,12 +51,13 @@ class Helper:
     def start(cls, formats: tuple[str, ...] = (), fail_on: str | None = None, trace: Path | None = None) -> Helper:
         """`trace`: a trace file whose second half the helper decodes (see `rest`) if it can be
         split; then the helper renders nothing: its core decodes and replays while this
-        process imports the renderers. The helper is forked first, before either process
-        imports the decoder: both then import it at once, and each asks whether the trace
-        splits (the same answer)."""
+        process imports the renderers. The decoder (numpy, msgspec) is imported before the
+        fork, once for both: each process starts decoding as soon as it is forked (a missing
+        package is one line from the command), and each asks whether the trace splits (the
+        same answer)."""
         helper = cls(formats, fail_on)
         if trace is not None:
-            _decoder_installed()
+            import gpudoctor.collectors.trace_decode  # noqa: F401
         if spare_core():
             try:
                 ours, theirs = pipe(duplex=True)
@@ -252,16 +253,6 @@ def _import_renderers(formats: tuple[str, ...]) -> None:
             reports.renderer(fmt)
         except Exception as exc:  # noqa: BLE001
             log.debug("renderer %s not imported: %s", fmt, exc)
-
-
-def _decoder_installed() -> None:
-    """ModuleNotFoundError, before any fork, when a package the trace decoder needs is missing
-    (one line from the command, not a traceback from each process): found, not imported."""
-    import importlib.util
-
-    for name in ("numpy", "msgspec"):
-        if importlib.util.find_spec(name) is None:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
 def _splits(trace: Path) -> bool:
