@@ -18,6 +18,7 @@ work is done here when its result is asked for: the same code on the same data.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ class Helper:
         self._process: Any = None
         self._ahead: list[str] = []  # formats asked of the helper by render_ahead, answers not yet read
         self._answers: dict[str, tuple[str, str]] = {}  # read, not yet taken by render
+        self._half_file: int | None = None  # the memory file the decoded half comes through (trace_share)
 
     @classmethod
     def start(cls, formats: tuple[str, ...] = (), fail_on: str | None = None, trace: Path | None = None) -> Helper:
@@ -54,14 +56,19 @@ class Helper:
         process imports the renderers. The decoder (numpy, msgspec) is imported before the
         fork, once for both: each process starts decoding as soon as it is forked (a missing
         package is one line from the command), and each asks whether the trace splits (the
-        same answer)."""
+        same answer). The memory file the decoded half comes back through is made then too
+        (trace_share)."""
         helper = cls(formats, fail_on)
         if trace is not None:
-            import gpudoctor.collectors.trace_decode  # noqa: F401
+            from gpudoctor.collectors.trace_share import memory_file  # and the decoder with it
+
+            if spare_core():
+                helper._half_file = memory_file()
         if spare_core():
             try:
                 ours, theirs = pipe(duplex=True)
-                helper._process = start_child(_serve, (theirs, formats, fail_on, trace), "gpudoctor-helper")
+                helper._process = start_child(_serve, (theirs, formats, fail_on, trace, helper._half_file),
+                                              "gpudoctor-helper")
                 theirs.close()
                 helper._conn = ours
             except (OSError, ValueError) as exc:
@@ -88,10 +95,30 @@ class Helper:
             try:
                 status, index = self._conn.recv()
                 if status == "decoded":
-                    return index  # type: ignore[no-any-return]
+                    return self._restored(index)
             except (EOFError, OSError) as exc:
                 self._lost(exc)
         return None
+
+    def _restored(self, half: Any) -> TraceIndex | None:
+        """The decoded half as sent: the TraceIndex itself, or a trace_share.SharedHalf read
+        from the memory file (None if it cannot be read: then the trace is read whole here)."""
+        from gpudoctor.collectors.trace_share import SharedHalf, restore
+
+        try:
+            if isinstance(half, SharedHalf):
+                return restore(half, self._half_file) if self._half_file is not None else None
+            return half  # type: ignore[no-any-return]
+        except (OSError, ValueError) as exc:
+            log.debug("the decoded half not read: %s", exc)
+            return None
+        finally:
+            self._close_half_file()
+
+    def _close_half_file(self) -> None:
+        if self._half_file is not None:
+            os.close(self._half_file)
+            self._half_file = None
 
     def replay(self, part: TraceIndex, steps: int) -> Callable[[], ReplaySummary | None]:
         """Start replaying `part` (a TraceIndex whose part to replay is chosen: replay.window) in
@@ -182,6 +209,7 @@ class Helper:
         return process.exitcode if process is not None else None
 
     def close(self) -> None:
+        self._close_half_file()
         if self._conn is not None:
             try:
                 self._conn.send(None)
@@ -203,7 +231,8 @@ class Helper:
         self.close()
 
 
-def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path | None) -> None:
+def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path | None,
+           half_file: int | None = None) -> None:
     import signal
 
     from gpudoctor import reports
@@ -216,7 +245,7 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
         from gpudoctor.collectors.trace_decode import decode_rest
 
         try:
-            conn.send(("decoded", decode_rest(trace)))
+            conn.send(("decoded", _shared(decode_rest(trace), half_file)))
         except (BrokenPipeError, EOFError):
             return
     else:
@@ -253,6 +282,21 @@ def _import_renderers(formats: tuple[str, ...]) -> None:
             reports.renderer(fmt)
         except Exception as exc:  # noqa: BLE001
             log.debug("renderer %s not imported: %s", fmt, exc)
+
+
+def _shared(half: TraceIndex | None, half_file: int | None) -> Any:
+    """What to send of the decoded half: where its columns lie in the memory file, written
+    there (trace_share), or the half itself (pickled) when there is no file or it fails."""
+    if half_file is None:
+        return half
+    try:
+        if half is None:
+            return None
+        from gpudoctor.collectors.trace_share import export
+
+        return export(half, half_file) or half
+    finally:
+        os.close(half_file)  # this process's copy: the file lives on in the main process
 
 
 def _splits(trace: Path) -> bool:
