@@ -1,17 +1,18 @@
-"""A decoded half of a trace handed to another process through a memory file, not pickled.
+"""A decoded trace (TraceIndex) handed to another process through a memory file, not pickled.
 
 A long trace's second half is decoded in a helper process (trace_decode.decode_rest,
-gpudoctor.run.analyze_helper). Its columns, tens of MB, were joined there, pickled, written
-through the pipe, read and unpickled here: about a tenth of a second this process waited
-for. Instead, the helper writes each column into a memory file (os.memfd_create, made
-before the fork, so both processes hold it), its parts one after the other in a few
-system calls (the join and the copy at once); what it sends is small (the tables, the
-counts, where each column lies). This process maps the file, privately, and reads the
-columns in place: its own join later copies them into the whole trace's columns, as it
-copied the unpickled ones.
+gpudoctor.run.analyze_helper), and the part of the window to replay goes the other way.
+The half's columns, tens of MB, were joined there, pickled, written through the pipe, read
+and unpickled here: about a tenth of a second this process waited for. Instead, the
+sender writes each column into a memory file (os.memfd_create, made before the fork, so
+both processes hold it), its parts one after the other in a few system calls (the join
+and the copy at once); what it sends is small (the tables, the counts, where each column
+lies). The receiver maps the file, privately, and reads the columns in place (the main
+process's own join later copies them into the whole trace's columns, as it copied the
+unpickled ones).
 
 The same columns either way (the parts of a column are one array in the file, as a join
-makes them). No memory file (not Linux), or one that cannot be written: the half is
+makes them). No memory file (not Linux), or one that cannot be written: the index is
 pickled as before.
 """
 
@@ -34,7 +35,7 @@ MAX_BUFFERS = 1024  # buffers per writev call (IOV_MAX on Linux)
 
 
 @dataclass
-class SharedHalf:
+class SharedIndex:
     """A TraceIndex whose columns lie in a memory file: `index` holds all but the columns
     (its lists are empty), `columns` where each group's columns lie."""
 
@@ -44,26 +45,26 @@ class SharedHalf:
     columns: dict[str, dict[str, tuple[int, str, int] | list[Any]]] = field(default_factory=dict)
 
 
-def memory_file() -> int | None:
+def memory_file(name: str) -> int | None:
     """A new memory file's descriptor (closed on exec), or None where there is none."""
     create = getattr(os, "memfd_create", None)
     if create is None:
         return None
     try:
-        return int(create("gpudoctor-trace-half", getattr(os, "MFD_CLOEXEC", 0)))
+        return int(create(f"gpudoctor-{name}", getattr(os, "MFD_CLOEXEC", 0)))
     except OSError as exc:
         log.debug("no memory file: %s", exc)
         return None
 
 
-def export(index: TraceIndex, fd: int) -> SharedHalf | None:
+def export(index: TraceIndex, fd: int) -> SharedIndex | None:
     """Write `index`'s columns into the memory file `fd`; what to send instead of the index
     (None if the file could not be written: then send the index)."""
     skeleton = TraceIndex.__new__(TraceIndex)
     skeleton.__dict__.update(index.__dict__)
     for name in index.groups():
         setattr(skeleton, name, EventColumns(index.tables))
-    shared = SharedHalf(index=skeleton, size=0)
+    shared = SharedIndex(index=skeleton, size=0)
     offset = 0
     try:
         for name, columns in index.groups().items():
@@ -81,13 +82,13 @@ def export(index: TraceIndex, fd: int) -> SharedHalf | None:
                 offset = _write(fd, array_pieces, offset)
             shared.columns[name] = placed
     except OSError as exc:
-        log.debug("the decoded half not shared: %s", exc)
+        log.debug("the trace index not shared: %s", exc)
         return None
     shared.size = offset
     return shared
 
 
-def restore(shared: SharedHalf, fd: int) -> TraceIndex:
+def restore(shared: SharedIndex, fd: int) -> TraceIndex:
     """The TraceIndex `export` wrote into the memory file `fd` (its columns read in place)."""
     index = shared.index
     if not shared.columns:

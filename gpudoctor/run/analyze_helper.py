@@ -47,7 +47,9 @@ class Helper:
         self._process: Any = None
         self._ahead: list[str] = []  # formats asked of the helper by render_ahead, answers not yet read
         self._answers: dict[str, tuple[str, str]] = {}  # read, not yet taken by render
-        self._half_file: int | None = None  # the memory file the decoded half comes through (trace_share)
+        # the memory files the decoded half comes through and the part to replay goes through (trace_share)
+        self._half_file: int | None = None
+        self._part_file: int | None = None
 
     @classmethod
     def start(cls, formats: tuple[str, ...] = (), fail_on: str | None = None, trace: Path | None = None) -> Helper:
@@ -56,19 +58,19 @@ class Helper:
         process imports the renderers. The decoder (numpy, msgspec) is imported before the
         fork, once for both: each process starts decoding as soon as it is forked (a missing
         package is one line from the command), and each asks whether the trace splits (the
-        same answer). The memory file the decoded half comes back through is made then too
-        (trace_share)."""
+        same answer). The memory files the decoded half comes back through and the part to
+        replay goes through are made then too (trace_share)."""
         helper = cls(formats, fail_on)
         if trace is not None:
             from gpudoctor.collectors.trace_share import memory_file  # and the decoder with it
 
             if spare_core():
-                helper._half_file = memory_file()
+                helper._half_file, helper._part_file = memory_file("half"), memory_file("part")
         if spare_core():
             try:
                 ours, theirs = pipe(duplex=True)
-                helper._process = start_child(_serve, (theirs, formats, fail_on, trace, helper._half_file),
-                                              "gpudoctor-helper")
+                files = (helper._half_file, helper._part_file)
+                helper._process = start_child(_serve, (theirs, formats, fail_on, trace, files), "gpudoctor-helper")
                 theirs.close()
                 helper._conn = ours
             except (OSError, ValueError) as exc:
@@ -94,31 +96,18 @@ class Helper:
         if self._conn is not None:
             try:
                 status, index = self._conn.recv()
-                if status == "decoded":
-                    return self._restored(index)
+                if status == "decoded":  # None if it cannot be read: then the trace is read whole here
+                    return _received(index, self._take_file("half"))
             except (EOFError, OSError) as exc:
                 self._lost(exc)
         return None
 
-    def _restored(self, half: Any) -> TraceIndex | None:
-        """The decoded half as sent: the TraceIndex itself, or a trace_share.SharedHalf read
-        from the memory file (None if it cannot be read: then the trace is read whole here)."""
-        from gpudoctor.collectors.trace_share import SharedHalf, restore
-
-        try:
-            if isinstance(half, SharedHalf):
-                return restore(half, self._half_file) if self._half_file is not None else None
-            return half  # type: ignore[no-any-return]
-        except (OSError, ValueError) as exc:
-            log.debug("the decoded half not read: %s", exc)
-            return None
-        finally:
-            self._close_half_file()
-
-    def _close_half_file(self) -> None:
-        if self._half_file is not None:
-            os.close(self._half_file)
-            self._half_file = None
+    def _take_file(self, name: str) -> int | None:
+        """The memory file `name` ("half", "part"), handed to whoever closes it."""
+        attribute = f"_{name}_file"
+        file: int | None = getattr(self, attribute)
+        setattr(self, attribute, None)
+        return file
 
     def replay(self, part: TraceIndex, steps: int) -> Callable[[], ReplaySummary | None]:
         """Start replaying `part` (a TraceIndex whose part to replay is chosen: replay.window) in
@@ -127,7 +116,7 @@ class Helper:
 
         if self._conn is not None:
             try:
-                self._conn.send(("replay", steps, part))  # columns: a few arrays and tables
+                self._conn.send(("replay", steps, _sent(part, self._take_file("part"))))
                 return lambda: self._replay_result(part, steps)
             except (OSError, ValueError) as exc:
                 self._lost(exc)
@@ -209,7 +198,10 @@ class Helper:
         return process.exitcode if process is not None else None
 
     def close(self) -> None:
-        self._close_half_file()
+        for name in ("half", "part"):
+            file = self._take_file(name)
+            if file is not None:
+                os.close(file)
         if self._conn is not None:
             try:
                 self._conn.send(None)
@@ -232,7 +224,7 @@ class Helper:
 
 
 def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path | None,
-           half_file: int | None = None) -> None:
+           files: tuple[int | None, int | None] = (None, None)) -> None:
     import signal
 
     from gpudoctor import reports
@@ -245,7 +237,7 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
         from gpudoctor.collectors.trace_decode import decode_rest
 
         try:
-            conn.send(("decoded", _shared(decode_rest(trace), half_file)))
+            conn.send(("decoded", _sent(decode_rest(trace), files[0])))
         except (BrokenPipeError, EOFError):
             return
     else:
@@ -260,7 +252,10 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
             return
         try:
             if request[0] == "replay":
-                _, steps, part = request
+                _, steps, message = request
+                part = _received(message, files[1])
+                if part is None:  # not readable: the main process replays it when this one is gone
+                    return
                 conn.send(("replay", _replay(part, steps)))
                 _import_renderers(AHEAD_FORMATS)  # while the report is judged there
             else:
@@ -284,19 +279,37 @@ def _import_renderers(formats: tuple[str, ...]) -> None:
             log.debug("renderer %s not imported: %s", fmt, exc)
 
 
-def _shared(half: TraceIndex | None, half_file: int | None) -> Any:
-    """What to send of the decoded half: where its columns lie in the memory file, written
-    there (trace_share), or the half itself (pickled) when there is no file or it fails."""
-    if half_file is None:
-        return half
+def _sent(index: TraceIndex | None, file: int | None) -> Any:
+    """What to send of `index`: where its columns lie in the memory file `file`, written there
+    (trace_share), or the index itself (pickled) when there is no file or it fails. `file`
+    is closed: the other process holds its own copy."""
+    if file is None:
+        return index
     try:
-        if half is None:
+        if index is None:
             return None
         from gpudoctor.collectors.trace_share import export
 
-        return export(half, half_file) or half
+        return export(index, file) or index
     finally:
-        os.close(half_file)  # this process's copy: the file lives on in the main process
+        os.close(file)
+
+
+def _received(message: Any, file: int | None) -> TraceIndex | None:
+    """The TraceIndex `message` carries: itself, or read from the memory file `file` (a
+    trace_share.SharedIndex); None when it cannot be read. `file` is closed (a map holds it)."""
+    from gpudoctor.collectors.trace_share import SharedIndex, restore
+
+    try:
+        if isinstance(message, SharedIndex):
+            return restore(message, file) if file is not None else None
+        return message  # type: ignore[no-any-return]
+    except (OSError, ValueError) as exc:
+        log.debug("the trace index sent not read: %s", exc)
+        return None
+    finally:
+        if file is not None:
+            os.close(file)
 
 
 def _splits(trace: Path) -> bool:

@@ -1,4 +1,5 @@
-"""A decoded half handed over through a memory file is the half pickled, column for column."""
+"""A decoded trace handed over through a memory file is the trace pickled, column for column:
+the second half of a long trace, and the part of it to replay."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from test_trace_decode import _events, _rows
 
 from gpudoctor.collectors import trace_decode, trace_share
 from gpudoctor.collectors.trace_decode import _ARRAYS, _LISTS, decode_rest, read_trace
+from gpudoctor.replay.window import latest_stretch
 
-pytestmark = pytest.mark.skipif(trace_share.memory_file() is None, reason="no memory files here (Linux only)")
+pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="no memory files here (Linux only)")
 
 
 def _half(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events: list[dict]) -> trace_decode.TraceIndex:
@@ -29,7 +31,7 @@ def _half(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events: list[dict]) -
 
 def _handed_over(half: trace_decode.TraceIndex) -> trace_decode.TraceIndex:
     """`half` as another process reads it: exported, pickled through the pipe, restored."""
-    fd = trace_share.memory_file()
+    fd = trace_share.memory_file("test")
     assert fd is not None
     try:
         shared = trace_share.export(half, fd)
@@ -58,6 +60,18 @@ def test_a_half_from_the_memory_file_is_the_half_pickled(tmp_path: Path, monkeyp
     assert (shared.events, shared.malformed, shared.first, shared.last, shared.decoded, shared.meta) == \
         (pickled.events, pickled.malformed, pickled.first, pickled.last, pickled.decoded, pickled.meta)
     assert shared.ops.ts.flags.writeable  # a private map: written here, never in the other process
+
+
+def test_the_part_to_replay_is_the_part_pickled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": _events(80), "host_name": "node-7"}))
+    part, _, what = latest_stretch(read_trace(path), 0, budget=100)
+    assert what and part.part is not None  # a part of the window, as a long trace's
+    shared = _handed_over(part)
+    pickled = pickle.loads(pickle.dumps(part))
+    assert _rows(shared) == _rows(pickled) and _columns(shared) == _columns(pickled)
+    assert (shared.part, shared.first, shared.last, shared.meta) == (pickled.part, pickled.first, pickled.last,
+                                                                     pickled.meta)
 
 
 def test_ids_that_are_not_plain_ints_travel_as_lists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,4 +107,4 @@ def test_a_file_that_cannot_be_written_leaves_the_half_to_the_pipe(tmp_path: Pat
 
 def test_no_memory_file_where_the_system_has_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(os, "memfd_create")
-    assert trace_share.memory_file() is None
+    assert trace_share.memory_file("test") is None
