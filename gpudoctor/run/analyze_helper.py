@@ -130,6 +130,7 @@ class Helper:
                 status, summary = self._conn.recv()
                 if status == "replay":
                     return summary if isinstance(summary, ReplaySummary) else None
+                # "unread": the part could not be read there (trace_share): replayed here
             except (EOFError, OSError) as exc:
                 code = self._lost(exc)
                 return ReplaySummary(steps=steps,
@@ -232,12 +233,13 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
     # Ctrl-C reaches the whole process group: the main process answers it (its message, its
     # exit code) and ends this one; here it would only print a traceback
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    half_file, part_file = files
 
     if trace is not None and _splits(trace):
         from gpudoctor.collectors.trace_decode import decode_rest
 
         try:
-            conn.send(("decoded", _sent(decode_rest(trace), files[0])))
+            conn.send(("decoded", _sent(decode_rest(trace), half_file)))
         except (BrokenPipeError, EOFError):
             return
     else:
@@ -253,9 +255,11 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
         try:
             if request[0] == "replay":
                 _, steps, message = request
-                part = _received(message, files[1])
-                if part is None:  # not readable: the main process replays it when this one is gone
-                    return
+                part = _received(message, part_file)
+                part_file = None  # closed: read once
+                if part is None:  # not readable: the main process replays it (Helper._replay_result)
+                    conn.send(("unread", None))
+                    continue
                 conn.send(("replay", _replay(part, steps)))
                 _import_renderers(AHEAD_FORMATS)  # while the report is judged there
             else:
