@@ -17,6 +17,7 @@ import multiprocessing.util
 import os
 import platform
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -41,6 +42,10 @@ _PROCESS_STARTERS: list[tuple[Any, str]] = [
 # it (preflight, the environment), so a fast test that happened to be the first to ask would
 # start that process, and pass or fail by test order. Asked once here, before any test.
 platform.platform()  # uname() and its lazily read processor field, both cached
+
+# the HTML templates' compiled code is cached under $XDG_CACHE_HOME (gpudoctor/reports/template_cache.py):
+# the tests' cache goes to a directory of their own, never the user's
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="gpudoctor-tests-cache-")
 
 
 class UnmarkedProcessStart(RuntimeError):

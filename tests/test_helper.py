@@ -98,7 +98,7 @@ def test_analyze_of_a_long_trace_writes_the_same_reports(tmp_path, monkeypatch, 
     one process."""
     import gzip
 
-    from gpudoctor.collectors import trace_decode
+    from gpudoctor.collectors import trace_decode, trace_share
 
     trace = WINDOWS / "item_per_layer.trace.json.gz"
     if not compressed:
@@ -108,12 +108,16 @@ def test_analyze_of_a_long_trace_writes_the_same_reports(tmp_path, monkeypatch, 
         halves = []
         real = trace_decode._halves
         monkeypatch.setattr(trace_decode, "_halves", lambda *a: halves.append(index := real(*a)) or index)
+        shared = []  # the second half read from the memory file, where there is one (trace_share)
+        restore = trace_share.restore
+        monkeypatch.setattr(trace_share, "restore", lambda *a: shared.append(True) or restore(*a))
     monkeypatch.setattr(helper_module, "spare_core", lambda: True)
     monkeypatch.setattr(analyze, "LONG_TRACE_BYTES", 0)
     monkeypatch.setattr(background, "PARALLEL_MIN_EVENTS", 0)
     assert main(["analyze", str(trace), "--out", str(tmp_path / "helped" / "r"), "--quiet"]) == 0
     if not compressed:
         assert len(halves) == 1 and halves[0] is not None  # decoded in two halves, joined
+        assert shared == ([True] if hasattr(os, "memfd_create") else [])
     monkeypatch.setattr(analyze, "LONG_TRACE_BYTES", 1 << 40)
     assert main(["analyze", str(trace), "--out", str(tmp_path / "here" / "r"), "--quiet"]) == 0
     helped, here = (json.loads((tmp_path / d / "r.json").read_text()) for d in ("helped", "here"))
@@ -123,6 +127,36 @@ def test_analyze_of_a_long_trace_writes_the_same_reports(tmp_path, monkeypatch, 
     helped_html, here_html = ((tmp_path / d / "r.html").read_text() for d in ("helped", "here"))
     assert helped_html.count("<svg") == here_html.count("<svg") > 0
     assert helped_html == here_html
+
+
+@pytest.mark.integration
+@needs_fork
+def test_columns_that_cannot_be_read_from_the_memory_files_are_made_here(tmp_path, monkeypatch) -> None:
+    """Neither the decoded half nor the part to replay can be read back (trace_share.restore
+    fails in both processes): the trace is decoded whole and replayed here, the same reports."""
+    import gzip
+
+    from gpudoctor.collectors import trace_decode, trace_share
+
+    trace = tmp_path / "item_per_layer.trace.json"
+    trace.write_bytes(gzip.decompress((WINDOWS / "item_per_layer.trace.json.gz").read_bytes()))
+    monkeypatch.setattr(trace_decode, "SPLIT_MIN_BYTES", 0)
+    monkeypatch.setattr(helper_module, "spare_core", lambda: True)
+    monkeypatch.setattr(analyze, "LONG_TRACE_BYTES", 0)
+    monkeypatch.setattr(background, "PARALLEL_MIN_EVENTS", 0)
+
+    def unreadable(*args):
+        raise OSError("no map")
+
+    monkeypatch.setattr(trace_share, "restore", unreadable)
+    assert main(["analyze", str(trace), "--out", str(tmp_path / "helped" / "r"), "--quiet"]) == 0
+    monkeypatch.setattr(analyze, "LONG_TRACE_BYTES", 1 << 40)
+    assert main(["analyze", str(trace), "--out", str(tmp_path / "here" / "r"), "--quiet"]) == 0
+    helped, here = (json.loads((tmp_path / d / "r.json").read_text()) for d in ("helped", "here"))
+    for data in (helped, here):
+        data["evidence"]["profile"]["replay"].pop("seconds")
+    assert helped == here
+    assert not helped["evidence"]["profile"]["replay"].get("error")  # replayed, here
 
 
 @pytest.mark.integration

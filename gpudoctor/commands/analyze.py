@@ -360,15 +360,15 @@ def run(args: argparse.Namespace) -> int:
     # a long trace: a helper process replays it and renders the HTML (imported while the trace is decoded)
     helper = Helper.start(("html",) if html else (), args.fail_on, trace=path) if _long_trace(path) \
         else Helper((), args.fail_on)
-    from gpudoctor.commands.argtypes import split_ids
-    from gpudoctor.model import severity_rank
-    from gpudoctor.reports import render, show, terminal
-    from gpudoctor.verdict.judge import JudgeOptions, WritePlan, judge, write
-    from gpudoctor.verdict.output import plan_outputs
-
     with helper:
+        # the trace first: what judging and writing need is imported once the decode is done
         session = session_from_trace(path, steps=args.steps, helper=helper,
                                      meanwhile=lambda profile: _prepare(file_formats, helper.formats, profile))
+        from gpudoctor.commands.argtypes import split_ids
+        from gpudoctor.reports import render, show
+        from gpudoctor.verdict.judge import JudgeOptions, WritePlan, judge, write
+        from gpudoctor.verdict.output import plan_outputs
+
         report = judge(session, JudgeOptions(ignore=tuple(split_ids(args.ignore)))).report
         if to_stdout:
             text = render(report, "json")
@@ -377,6 +377,8 @@ def run(args: argparse.Namespace) -> int:
             if not to_stdout:  # one format asked for, no --out: it is the output (pipe it, redirect it)
                 show(report, formats[0], sys.stdout, text=helper.render)
             elif not args.quiet:
+                from gpudoctor.reports import terminal
+
                 terminal.show_summary(report, sys.stderr)
         else:
             paths = plan_outputs(args.out, trace_stem(path), datetime.now(), file_formats, force=args.force,
@@ -385,7 +387,11 @@ def run(args: argparse.Namespace) -> int:
                                                      render_ahead=helper.render_ahead))
             report = written.report
             if not args.quiet:  # the human summary: stderr, so stdout stays clean for scripts
+                from gpudoctor.reports import terminal
+
                 terminal.show_summary(report, sys.stderr, written={k: str(p) for k, p in written.files.items()})
+    from gpudoctor.model import severity_rank
+
     threshold = severity_rank(args.fail_on) if args.fail_on else None
     if threshold is not None and any(severity_rank(f["severity"]) >= threshold for f in report["findings"]):
         return exitcodes.FAIL_ON

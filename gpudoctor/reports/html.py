@@ -24,7 +24,7 @@ from gpudoctor.base.jsonmodel import is_real
 from gpudoctor.base.text import format_bytes, format_duration
 from gpudoctor.verdict.report_model import Report, ReportFinding, Summary
 
-from . import charts
+from . import charts, template_cache
 from ._common import (
     command_line,
     environment_rows,
@@ -130,7 +130,8 @@ def content_security_policy(script: str = SCRIPT) -> str:
 
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    """One environment per process: templates compile once (jinja2 caches them in it)."""
+    """One environment per process: templates compile once (jinja2 caches them in it), or are
+    loaded compiled by an earlier run (template_cache)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=True,  # every template, whatever its file name
@@ -142,6 +143,7 @@ def environment() -> jinja2.Environment:
     env.filters["num"] = format_number
     env.filters["duration"] = lambda v: format_duration(float(v)) if is_real(v) else "not measured"
     env.filters["bytes"] = lambda v: format_bytes(float(v)) if is_real(v) else "not measured"
+    template_cache.attach(env)  # keyed by the environment as now made: last
     return env
 
 

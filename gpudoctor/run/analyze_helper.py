@@ -18,6 +18,7 @@ work is done here when its result is asked for: the same code on the same data.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,21 +47,30 @@ class Helper:
         self._process: Any = None
         self._ahead: list[str] = []  # formats asked of the helper by render_ahead, answers not yet read
         self._answers: dict[str, tuple[str, str]] = {}  # read, not yet taken by render
+        # the memory files the decoded half comes through and the part to replay goes through (trace_share)
+        self._half_file: int | None = None
+        self._part_file: int | None = None
 
     @classmethod
     def start(cls, formats: tuple[str, ...] = (), fail_on: str | None = None, trace: Path | None = None) -> Helper:
         """`trace`: a trace file whose second half the helper decodes (see `rest`) if it can be
         split; then the helper renders nothing: its core decodes and replays while this
-        process imports the renderers. The helper is forked first, before either process
-        imports the decoder: both then import it at once, and each asks whether the trace
-        splits (the same answer)."""
+        process imports the renderers. The decoder (numpy, msgspec) is imported before the
+        fork, once for both: each process starts decoding as soon as it is forked (a missing
+        package is one line from the command), and each asks whether the trace splits (the
+        same answer). The memory files the decoded half comes back through and the part to
+        replay goes through are made then too (trace_share)."""
         helper = cls(formats, fail_on)
         if trace is not None:
-            _decoder_installed()
+            from gpudoctor.collectors.trace_share import memory_file  # and the decoder with it
+
+            if spare_core():
+                helper._half_file, helper._part_file = memory_file("half"), memory_file("part")
         if spare_core():
             try:
                 ours, theirs = pipe(duplex=True)
-                helper._process = start_child(_serve, (theirs, formats, fail_on, trace), "gpudoctor-helper")
+                files = (helper._half_file, helper._part_file)
+                helper._process = start_child(_serve, (theirs, formats, fail_on, trace, files), "gpudoctor-helper")
                 theirs.close()
                 helper._conn = ours
             except (OSError, ValueError) as exc:
@@ -86,11 +96,18 @@ class Helper:
         if self._conn is not None:
             try:
                 status, index = self._conn.recv()
-                if status == "decoded":
-                    return index  # type: ignore[no-any-return]
+                if status == "decoded":  # None if it cannot be read: then the trace is read whole here
+                    return _received(index, self._take_file("half"))
             except (EOFError, OSError) as exc:
                 self._lost(exc)
         return None
+
+    def _take_file(self, name: str) -> int | None:
+        """The memory file `name` ("half", "part"), handed to whoever closes it."""
+        attribute = f"_{name}_file"
+        file: int | None = getattr(self, attribute)
+        setattr(self, attribute, None)
+        return file
 
     def replay(self, part: TraceIndex, steps: int) -> Callable[[], ReplaySummary | None]:
         """Start replaying `part` (a TraceIndex whose part to replay is chosen: replay.window) in
@@ -99,7 +116,7 @@ class Helper:
 
         if self._conn is not None:
             try:
-                self._conn.send(("replay", steps, part))  # columns: a few arrays and tables
+                self._conn.send(("replay", steps, _sent(part, self._take_file("part"))))
                 return lambda: self._replay_result(part, steps)
             except (OSError, ValueError) as exc:
                 self._lost(exc)
@@ -113,6 +130,7 @@ class Helper:
                 status, summary = self._conn.recv()
                 if status == "replay":
                     return summary if isinstance(summary, ReplaySummary) else None
+                # "unread": the part could not be read there (trace_share): replayed here
             except (EOFError, OSError) as exc:
                 code = self._lost(exc)
                 return ReplaySummary(steps=steps,
@@ -181,6 +199,10 @@ class Helper:
         return process.exitcode if process is not None else None
 
     def close(self) -> None:
+        for name in ("half", "part"):
+            file = self._take_file(name)
+            if file is not None:
+                os.close(file)
         if self._conn is not None:
             try:
                 self._conn.send(None)
@@ -202,7 +224,8 @@ class Helper:
         self.close()
 
 
-def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path | None) -> None:
+def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path | None,
+           files: tuple[int | None, int | None] = (None, None)) -> None:
     import signal
 
     from gpudoctor import reports
@@ -210,12 +233,13 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
     # Ctrl-C reaches the whole process group: the main process answers it (its message, its
     # exit code) and ends this one; here it would only print a traceback
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    half_file, part_file = files
 
     if trace is not None and _splits(trace):
         from gpudoctor.collectors.trace_decode import decode_rest
 
         try:
-            conn.send(("decoded", decode_rest(trace)))
+            conn.send(("decoded", _sent(decode_rest(trace), half_file)))
         except (BrokenPipeError, EOFError):
             return
     else:
@@ -230,7 +254,12 @@ def _serve(conn: Any, formats: tuple[str, ...], fail_on: str | None, trace: Path
             return
         try:
             if request[0] == "replay":
-                _, steps, part = request
+                _, steps, message = request
+                part = _received(message, part_file)
+                part_file = None  # closed: read once
+                if part is None:  # not readable: the main process replays it (Helper._replay_result)
+                    conn.send(("unread", None))
+                    continue
                 conn.send(("replay", _replay(part, steps)))
                 _import_renderers(AHEAD_FORMATS)  # while the report is judged there
             else:
@@ -254,14 +283,37 @@ def _import_renderers(formats: tuple[str, ...]) -> None:
             log.debug("renderer %s not imported: %s", fmt, exc)
 
 
-def _decoder_installed() -> None:
-    """ModuleNotFoundError, before any fork, when a package the trace decoder needs is missing
-    (one line from the command, not a traceback from each process): found, not imported."""
-    import importlib.util
+def _sent(index: TraceIndex | None, file: int | None) -> Any:
+    """What to send of `index`: where its columns lie in the memory file `file`, written there
+    (trace_share), or the index itself (pickled) when there is no file or it fails. `file`
+    is closed: the other process holds its own copy."""
+    if file is None:
+        return index
+    try:
+        if index is None:
+            return None
+        from gpudoctor.collectors.trace_share import export
 
-    for name in ("numpy", "msgspec"):
-        if importlib.util.find_spec(name) is None:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return export(index, file) or index
+    finally:
+        os.close(file)
+
+
+def _received(message: Any, file: int | None) -> TraceIndex | None:
+    """The TraceIndex `message` carries: itself, or read from the memory file `file` (a
+    trace_share.SharedIndex); None when it cannot be read. `file` is closed (a map holds it)."""
+    from gpudoctor.collectors.trace_share import SharedIndex, restore
+
+    try:
+        if isinstance(message, SharedIndex):
+            return restore(message, file) if file is not None else None
+        return message  # type: ignore[no-any-return]
+    except (OSError, ValueError) as exc:
+        log.debug("the trace index sent not read: %s", exc)
+        return None
+    finally:
+        if file is not None:
+            os.close(file)
 
 
 def _splits(trace: Path) -> bool:
