@@ -8,7 +8,11 @@ for facts that were not recorded ("not measured" is never zero).
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Iterable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from gpudoctor.model import Check, CheckOutcome, Finding
@@ -153,3 +157,18 @@ def run_check(check: Check, session: Session) -> tuple[CheckOutcome, list[Findin
     """Run one check through the engine: (its outcome, its findings)."""
     result = run_checks(session, [check])
     return result.outcomes[0], result.findings
+
+
+CORPUS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus"
+
+
+def load_corpus_module(name: str) -> ModuleType:
+    """A module of benchmarks/corpus/ (not a package: its modules import each other by name, so
+    their folder goes on sys.path), registered in sys.modules (dataclasses look their module up there)."""
+    sys.path.insert(0, str(CORPUS_DIR))
+    spec = importlib.util.spec_from_file_location(f"corpus_{name}", CORPUS_DIR / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

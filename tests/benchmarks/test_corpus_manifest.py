@@ -2,31 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from helpers import load_corpus_module
 
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
 
 
-def _load(name: str) -> ModuleType:
-    sys.path.insert(0, str(CORPUS))
-    spec = importlib.util.spec_from_file_location(f"corpus_{name}", CORPUS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
-manifest = _load("manifest")
-fetch = _load("fetch")
-handfix = _load("handfix")
+manifest = load_corpus_module("manifest")
+fetch = load_corpus_module("fetch")
+handfix = load_corpus_module("handfix")
 
 
 def test_the_corpus_has_30_workloads_half_of_them_public() -> None:

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import importlib.util
 import json
 import shutil
 import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from helpers import load_corpus_module
 
 from gpudoctor.session import Session
 from gpudoctor.verdict.judge import judge
@@ -23,18 +22,10 @@ from gpudoctor.verdict.judge import judge
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
 
 
-def _load(name: str) -> ModuleType:
-    sys.path.insert(0, str(CORPUS))
-    spec = importlib.util.spec_from_file_location(f"corpus_{name}", CORPUS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-keep = _load("keep")
-repredict = _load("repredict")
+keep = load_corpus_module("keep")
+repredict = load_corpus_module("repredict")
 run = sys.modules["run"]  # as repredict imports it: its write() is the one that writes
 score = sys.modules["score"]
 manifest = sys.modules["manifest"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import math
 import statistics
@@ -12,27 +11,19 @@ import sys
 import tarfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from helpers import load_corpus_module
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "benchmarks" / "corpus"
 
 
-def _load(name: str) -> ModuleType:
-    sys.path.insert(0, str(CORPUS))
-    spec = importlib.util.spec_from_file_location(f"corpus_{name}", CORPUS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-run = _load("run")
-score = _load("score")
+run = load_corpus_module("run")
+score = load_corpus_module("score")
 manifest = sys.modules["manifest"]
 
 REPORT: dict[str, Any] = {
