@@ -118,11 +118,7 @@ def test_analyze_of_a_long_trace_writes_the_same_reports(tmp_path, monkeypatch, 
     if not compressed:
         assert len(halves) == 1 and halves[0] is not None  # decoded in two halves, joined
         assert shared == ([True] if hasattr(os, "memfd_create") else [])
-    monkeypatch.setattr(analyze, "LONG_TRACE_BYTES", 1 << 40)
-    assert main(["analyze", str(trace), "--out", str(tmp_path / "here" / "r"), "--quiet"]) == 0
-    helped, here = (json.loads((tmp_path / d / "r.json").read_text()) for d in ("helped", "here"))
-    for data in (helped, here):
-        data["evidence"]["profile"]["replay"].pop("seconds")
+    helped, here = _and_without_the_helper(trace, tmp_path, monkeypatch)
     assert helped == here
     helped_html, here_html = ((tmp_path / d / "r.html").read_text() for d in ("helped", "here"))
     assert helped_html.count("<svg") == here_html.count("<svg") > 0
@@ -150,11 +146,7 @@ def test_columns_that_cannot_be_read_from_the_memory_files_are_made_here(tmp_pat
 
     monkeypatch.setattr(trace_share, "restore", unreadable)
     assert main(["analyze", str(trace), "--out", str(tmp_path / "helped" / "r"), "--quiet"]) == 0
-    monkeypatch.setattr(analyze, "LONG_TRACE_BYTES", 1 << 40)
-    assert main(["analyze", str(trace), "--out", str(tmp_path / "here" / "r"), "--quiet"]) == 0
-    helped, here = (json.loads((tmp_path / d / "r.json").read_text()) for d in ("helped", "here"))
-    for data in (helped, here):
-        data["evidence"]["profile"]["replay"].pop("seconds")
+    helped, here = _and_without_the_helper(trace, tmp_path, monkeypatch)
     assert helped == here
     assert not helped["evidence"]["profile"]["replay"].get("error")  # replayed, here
 
@@ -174,3 +166,14 @@ def test_ctrl_c_is_left_to_the_main_process(report, monkeypatch) -> None:
         time.sleep(0.2)
         assert helper._process.is_alive()
         assert helper.render(report, "html") == reports.render(report, "html")
+
+
+def _and_without_the_helper(trace, tmp_path, monkeypatch) -> tuple[dict, dict]:
+    """The JSON report of the run already written under helped/ and of the same trace analysed
+    with no helper (under here/), each without the replay's own timing."""
+    monkeypatch.setattr(analyze, "LONG_TRACE_BYTES", 1 << 40)
+    assert main(["analyze", str(trace), "--out", str(tmp_path / "here" / "r"), "--quiet"]) == 0
+    helped, here = (json.loads((tmp_path / d / "r.json").read_text()) for d in ("helped", "here"))
+    for data in (helped, here):
+        data["evidence"]["profile"]["replay"].pop("seconds")
+    return helped, here
