@@ -77,7 +77,12 @@ def test_without_a_terminal_lines_wrap_at_columns_and_code_is_never_reflowed(tmp
     lines = proc.stdout.splitlines()
     assert all(line == line.rstrip() for line in lines)
     code_lines = set()
-    for finding in report["findings"][:3]:  # the remedies shown: code pasteable line by line
+    # the remedies shown (root causes with a remedy, not notes: reports/_common.top_remedies): code
+    # pasteable line by line
+    shown = [f for f in report["findings"] if not f.get("consequence_of") and f.get("remedy")
+             and f["severity"] != "info"][:3]
+    assert shown
+    for finding in shown:
         code = (finding.get("remedy") or {}).get("code")
         for code_line in (code or "").splitlines():
             assert "   " + code_line in lines, (code_line, proc.stdout)

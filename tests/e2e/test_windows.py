@@ -68,9 +68,11 @@ def test_an_input_bound_loop_shows_where_a_worker_spends_its_time(diagnose):
 def test_workers_started_inside_a_window_are_never_traced(diagnose):
     # new worker processes for every 4 batches, and a window of 12 steps: several iterators
     # start their workers while it runs. A worker forked inside a window would keep
-    # torch.profiler's tracing for its whole life (issue 24); the fork closes the window first
+    # torch.profiler's tracing for its whole life (issue 24); the fork closes the window first.
+    # A CPU phase gets its window after 1 s or 50 steps (profile_warmup_s, ten times the warm-up
+    # steps): 48 steps of 5 ms ended about then and got none in some runs; 120 always reach it
     run = diagnose("--interval", "0.2", "--profile-steps", "12", str(WORKLOADS / "gpu" / "loader_reiter.py"),
-                   "--device", "cpu", "--no-persistent", "--item", "int", "--batch", "256", "--steps", "48",
+                   "--device", "cpu", "--no-persistent", "--item", "int", "--batch", "256", "--steps", "120",
                    "--warmup", "4", "--cpu-step-ms", "5")
     assert run.returncode == 0, run.stderr
     session = session_of(run)
