@@ -9,7 +9,10 @@ judged):
 - ``tf32``: ``torch.set_float32_matmul_precision("high")`` and cuDNN TF32;
 - ``cudnn-benchmark``: ``torch.backends.cudnn.benchmark = True``;
 - ``fused-optimizer``: SGD, Adam and AdamW built with ``fused=True`` where the script does
-  not choose (and its parameters are on the GPU);
+  not choose and its parameters are floating point on a CUDA or CPU device (torch has fused
+  kernels for both): scripts commonly build the optimizer before the model moves to the GPU
+  (the DDP tutorial, Fabric's ``setup``), and the GPU's fused kernel is the one each step
+  then runs;
 - ``pin-memory``: every DataLoader with ``pin_memory=True``;
 - ``workers=N``: every DataLoader with ``num_workers=N`` and ``persistent_workers=True``.
 """
@@ -48,7 +51,8 @@ def _fused_optimizers() -> None:
             params = [{**g, "params": [g["params"]] if isinstance(g["params"], torch.Tensor) else list(g["params"])}
                       if isinstance(g, dict) else g for g in params]
             tensors = [p for group in params for p in (group["params"] if isinstance(group, dict) else [group])]
-            if "fused" not in kwargs and "foreach" not in kwargs and tensors and all(t.is_cuda for t in tensors):
+            if "fused" not in kwargs and "foreach" not in kwargs and tensors and all(
+                    t.is_floating_point() and t.device.type in ("cuda", "cpu") for t in tensors):
                 kwargs["fused"] = True
             _original(self, params, *args, **kwargs)
 

@@ -139,8 +139,9 @@ NG = "{public}/karpathy+nanoGPT"
 TM = "{public}/huggingface+pytorch-image-models"
 LT = "{public}/Lightning-AI+pytorch-lightning"
 SYN = "{corpus}/synthetic.py"
-# timm's scripts import the checkout's timm, which needs what an installed timm brings along
-TIMM_NEEDS = ("torch", "torchvision", "huggingface_hub", "safetensors", "pyyaml")
+# timm's scripts import the checkout's timm, which needs what an installed timm brings along but
+# huggingface_hub (imported in a try: needed only to download weights, which no workload does)
+TIMM_NEEDS = ("torch", "torchvision", "safetensors", "pyyaml")
 
 TF32 = Remedy("TF32 matmuls", ("GD304",), handfix=("tf32",))  # set_float32_matmul_precision("high")
 EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
@@ -287,7 +288,7 @@ def _public() -> list[Workload]:
             (Remedy("batch 512", ("GD202", "GD301"), ("--epochs", "3", "--batch-size", "512"), step_scale=8.0),
              Remedy("4 workers", ("GD101", "GD102"), handfix=("workers=4",))),
             _lightning("examples/fabric/image_classifier/train_fabric.py"),
-            cwd=f"{LT}/examples/fabric/image_classifier", needs=("torch", "torchvision", "lightning"),
+            cwd=f"{LT}/examples/fabric/image_classifier", needs=("torch", "torchvision", "lightning", "torchmetrics"),
             data=("mnist-lightning",)),
     ]
 

@@ -37,8 +37,16 @@ def forward_hooks(module, stamp, stamps, calls):  # type: ignore[no-untyped-def]
     # count stuck above 0 and the steps uncounted)
     learnt: dict[tuple[int, int], int] = {}
     root: list[tuple[int, int]] = []
+    # under torch.compile the hooks of the modules inside a compiled module are traced: they
+    # do nothing there (the compiled module's own call, in eager, is the one counted), else
+    # Dynamo breaks the graph at each module and recompiles per module until its limit
+    import torch
+
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
     def pre(mod, args) -> None:  # type: ignore[no-untyped-def]
+        if compiling():
+            return
         calls[0] += 1
         key = (id(mod), threading.get_ident())
         if root:
@@ -55,6 +63,8 @@ def forward_hooks(module, stamp, stamps, calls):  # type: ignore[no-untyped-def]
                 stamp("forward")
 
     def post(mod, args, output) -> None:  # type: ignore[no-untyped-def]
+        if compiling():
+            return
         calls[1] += 1
         if not root:
             depth.n = max(0, getattr(depth, "n", 1) - 1)

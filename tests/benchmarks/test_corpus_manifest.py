@@ -65,6 +65,18 @@ def test_generated_data_and_hand_fixes_exist() -> None:
                 assert fix in fixes or re.fullmatch(r"workers=\d+", fix), f"{w.name}: {fix}"
 
 
+def test_the_fused_optimizer_fix_takes_an_optimizer_built_before_the_model_moves(monkeypatch) -> None:
+    # the DDP tutorial and Fabric's examples build the optimizer on CPU parameters, then move them
+    torch = pytest.importorskip("torch")
+    for cls in (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW):
+        monkeypatch.setattr(cls, "__init__", cls.__init__)  # restored after the test
+    handfix.apply(["fused-optimizer"])
+    params = list(torch.nn.Linear(4, 1).parameters())
+    assert torch.optim.SGD(params, lr=0.1).defaults["fused"] is True
+    assert torch.optim.AdamW(params).defaults["fused"] is True
+    assert not torch.optim.SGD(params, lr=0.1, foreach=True).defaults["fused"]  # the script's own choice stays
+
+
 def test_placeholders_expand(tmp_path: Path) -> None:
     for w in manifest.WORKLOADS:
         for text in (w.script, w.cwd, *w.args, *(a for r in w.remedies for a in (r.args or ()))):

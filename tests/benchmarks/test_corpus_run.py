@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -114,6 +115,31 @@ def test_a_variant_runs_under_steprate_handfix_and_torchrun(tmp_path: Path) -> N
                         f"{tmp_path}/o+n/train.py", "-b", "8"]
     env = run.environment(workload, workload.remedies[0], run.Slot("1", None))
     assert env["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+COMPILED = """
+import json, torch
+from torch._dynamo.utils import counters
+model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()) for _ in range(4)])
+compiled = torch.compile(model, backend="eager")
+with torch.no_grad():
+    for _ in range(12):
+        compiled(torch.randn(2, 8))
+print(json.dumps({"graph_breaks": sum(counters["graph_break"].values())}))
+"""
+
+
+@pytest.mark.integration
+def test_steprate_counts_forwards_of_a_compiled_module_without_breaking_its_graph(tmp_path: Path) -> None:
+    # the global forward hooks are traced inside a compiled module: there they must do nothing
+    # (Dynamo broke the graph at every module and recompiled per module until its limit)
+    (tmp_path / "infer.py").write_text(COMPILED)
+    proc = subprocess.run([sys.executable, str(run.STEPRATE), str(tmp_path / "s.json"), str(tmp_path / "infer.py")],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "STEPRATE_FORWARD": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"graph_breaks": 0}
+    stamps = json.loads((tmp_path / "s.json").read_text())
+    assert stamps["source"] == "forward" and len(stamps["t"]) == 12
 
 
 @pytest.mark.integration
