@@ -6,8 +6,6 @@ tested without running anything.
 
 from __future__ import annotations
 
-import itertools
-import math
 import os
 import platform
 import statistics
@@ -34,17 +32,14 @@ def top_finding(report: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def gain_at(curve: list[dict[str, Any]], multiple: float) -> float | None:
-    """The gain at MULTIPLE times the batch from a finding's ``batch_curve`` (as gpudoctor.model.Prediction.gain_at:
-    geometric between its points, from 1x at today's batch, flat past the last one); None below 1x."""
-    points = sorted((float(p["multiple"]), float(p["gain"])) for p in curve if p.get("multiple") and p.get("gain"))
-    if not points or multiple < 1:
-        return None
-    points = [(1.0, 1.0), *points]
-    for (m0, g0), (m1, g1) in itertools.pairwise(points):
-        if m0 <= multiple <= m1 and m1 > m0:
-            t = math.log(multiple / m0) / math.log(m1 / m0)
-            return round(g0 * (g1 / g0) ** t, 4)
-    return points[-1][1]
+    """The gain at MULTIPLE times the batch from a finding's ``batch_curve``, read as the report's own
+    model reads it (gpudoctor.model.Prediction.gain_at); None below 1x or without a curve."""
+    from gpudoctor.model import Prediction
+
+    points = tuple(sorted((float(p["multiple"]), float(p["gain"]))
+                          for p in curve if p.get("multiple") and p.get("gain")))
+    at = Prediction(gain=1.0, method="model", label="", detail="", batch_curve=points).gain_at(multiple)
+    return round(at, 4) if at is not None else None
 
 
 def prediction(report: dict[str, Any], remedy: Remedy) -> dict[str, Any]:
