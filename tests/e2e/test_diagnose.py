@@ -267,8 +267,12 @@ def test_in_memory_tensor_dataset_is_not_told_to_add_workers(diagnose):
         return
     stall = run.finding("GD102")
     if stall is not None:  # the loop does wait for its batches; the remedy is cheaper batches
-        assert "Workers would not help" in stall["remedy"]["text"]
-        assert "BatchSampler" in stall["remedy"]["code"] and "num_workers=" not in stall["remedy"]["code"]
+        # either the hand-off bound ("Workers would not help here: ...", with batched indexing) or a worker plan
+        # that found no count worth it ("more workers would not help (...)"): which one depends on timings
+        # measured on a shared machine; neither may advise adding workers
+        assert "workers would not help" in stall["remedy"]["text"].lower()
+        code = stall["remedy"]["code"] or ""
+        assert "num_workers=" not in code
     saturated = run.finding("GD103")
     assert saturated is None or "GPU" not in saturated["title"]  # a CPU-only run gets no GPU wording
 
