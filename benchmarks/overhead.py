@@ -69,6 +69,7 @@ CONFIGS = {
     "no-loader-profile": ["--no-loader-profile"],
     "no-profile": ["--no-profile", "--no-loader-profile"],
     "slow-sampling": ["--interval", "60"],  # the supervisor's CPU and NVML sampling almost off
+    "bare": ["--no-profile", "--no-loader-profile", "--interval", "60"],  # in-process hooks alone
 }
 
 
