@@ -14,7 +14,9 @@ workload, to two uncompressed tar files in the corpus output, each member gzip-c
 STAMP is the run's start (UTC), so the bundles of several runs (one per GPU call) sit side
 by side in one results directory, and each corpus.json entry names the files that hold
 its members (`entry["kept"]`). A traces bundle past `limit_bytes` goes on in
-`traces-STAMP-2.tar`, and so on: each file stays under what one transfer brings back.
+`traces-STAMP-2.tar`, and so on: each file stays under what one transfer brings back. A
+trace over that limit on its own (a main-process loader traced with Python stacks: 80 MB
+compressed) is not kept, and the record says so; the Session still is.
 gzip and not xz: xz saves a third but costs ~10x the time, on the GPU machine's clock.
 """
 
@@ -96,6 +98,10 @@ class Bundles:
             _append(self.directory / kept["sessions"], kept["session"], session)
             if trace is None:
                 kept["why_no_trace"] = "diagnose wrote no window trace (no profiler window)"
+                return kept
+            if len(trace) + 1024 > self.limit_bytes:
+                kept["why_no_trace"] = (f"the window trace is {len(trace) / 2**20:.0f} MiB compressed, over what one "
+                                        f"transfer brings back ({self.limit_bytes / 2**20:.0f} MiB)")
                 return kept
             path = self.directory / self._traces_name()
             if path.exists() and path.stat().st_size + len(trace) + 1024 > self.limit_bytes:

@@ -81,7 +81,10 @@ def predict_again(directory: Path, kept: dict[str, Any]) -> tuple[dict[str, Any]
     from gpudoctor.verdict.judge import judge as judge_session
 
     session = Session.from_dict(json.loads(read_member(directory, kept["sessions"], kept["session"])))
-    if kept.get("traces") and kept.get("trace"):
+    bundle = directory / str(kept.get("traces"))
+    if kept.get("traces") and kept.get("trace") and not bundle.exists():
+        how = f"replay as recorded: {bundle.name} did not come back from the GPU machine"
+    elif kept.get("traces") and kept.get("trace"):
         with tempfile.TemporaryDirectory(prefix="gd-repredict-") as scratch:
             trace = Path(scratch) / "window.trace.json"
             trace.write_bytes(read_member(directory, kept["traces"], kept["trace"]))

@@ -294,3 +294,32 @@ def test_rediagnose_reads_new_predictions_and_keeps_the_realized_gains(tmp_path:
     monkeypatch.setattr(run, "diagnose", lambda *a: {"error": "no report", "wall_s": 1.0, "kept": {"why": "x"}})
     run.rediagnose(untouched, workload, args, run.Slot(None, None), time.time() + 600, bundles)
     assert untouched["kept"] is None and "earlier prediction stays" in untouched["notes"][-1]
+
+
+def test_a_trace_over_the_transfer_limit_is_not_kept_and_repredict_says_so(tmp_path: Path) -> None:
+    """A window trace too big to come back from the GPU machine on its own is left out with the reason; a traces
+    bundle named in corpus.json that did not come back leaves the recorded replay standing."""
+    keep = load_corpus_module("keep")
+    repredict = load_corpus_module("repredict")
+
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "r.session.json").write_text(json.dumps({"schema": "x"}))
+    noise = os.urandom(64 * 1024).hex()  # ~64 KiB once compressed
+    (report / "r.trace.json.gz").write_bytes(gzip.compress(json.dumps({"traceEvents": [], "x": noise}).encode()))
+    out = tmp_path / "out"
+    out.mkdir()
+    kept = keep.Bundles(out, "S", limit_bytes=32 * 1024).keep("big", report, [])
+    assert kept["traces"] is None and kept["trace"] is None
+    assert "over what one transfer brings back" in kept["why_no_trace"]
+    assert not list(out.glob("traces-*"))  # no bundle was started for it
+    assert keep.read_member(out, kept["sessions"], kept["session"]) == b'{"schema": "x"}'
+
+    # a real kept Session (an H200 corpus run) whose traces bundle stayed on the GPU machine
+    results = ROOT / "benchmarks" / "corpus" / "results" / "h200"
+    entry = next(e for e in json.loads((results / "corpus.json").read_text())["workloads"]
+                 if e["workload"] == "syn_pageable_copies")
+    missing = dict(entry["kept"], traces="traces-never-came-back.tar")
+    report_again, how = repredict.predict_again(results, missing)
+    assert how == "replay as recorded: traces-never-came-back.tar did not come back from the GPU machine"
+    assert any(f["id"] == "GD105" for f in report_again["findings"])
