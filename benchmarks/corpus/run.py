@@ -18,11 +18,13 @@ error, and the issue's goal checks) after every workload, so that a run cut shor
 leaves its results, and keeps each diagnose's Session and profiler window trace, scrubbed,
 in OUT/sessions-STAMP.tar and OUT/traces-STAMP.tar (keep.py), which repredict.py reads to
 predict again, without the GPU, when the model changes. ``--resume`` keeps OUT/corpus.json's
-workloads that are done or failed and runs the others again (partial, not run, not yet
-in it). ``--budget-s`` bounds the whole run: no run starts that its workload's bound would
-carry past it. ``--gpus 0,1,...`` runs that many workloads at once, one per GPU, each
-confined to its own ``--cores-per-gpu`` cores (taskset), so that an 8-GPU host measures
-like eight one-GPU machines.
+workloads that are done or failed and goes on with the others (partial, not run, not yet
+in it): a partial one keeps its complete pairs and its diagnose (when its session was kept)
+and runs only the missing pairs. ``--budget-s`` bounds the whole run: no run starts that its
+workload's bound would carry past it, and no diagnose that a pair could not follow.
+``--gpus 0,1,...`` runs that many workloads at once, one per GPU, each confined to its own
+``--cores-per-gpu`` cores (taskset), so that an 8-GPU host measures like eight one-GPU
+machines.
 
     python benchmarks/corpus/fetch.py --mirrors MIRRORS        # once: public scripts and data
     python benchmarks/corpus/run.py --out DIR --budget-s 560 [--pairs 2] [--only a,b] [--resume]
@@ -210,8 +212,30 @@ def diagnose(workload: Workload, public: Path, slot: Slot, timeout: float, bundl
         return {"report": json.loads(reports[0].read_text()), "wall_s": wall_s, "stopped": stopped, "kept": kept}
 
 
+def carried_over(earlier: dict[str, Any] | None, workload: Workload) -> tuple[dict[str, Any] | None, list[
+        dict[str, dict[str, Any]]]]:
+    """What a partial or unrun entry of an earlier call still holds for WORKLOAD: its diagnose, when it
+    kept a session and a prediction for every remedy (else None: diagnose again), and its complete pairs
+    (every variant run in it). A pair's ratio compares two runs made back to back, so pairs of several
+    calls are compared alike; a remedy set changed since leaves nothing to carry over."""
+    if not earlier or [r["remedy"] for r in earlier.get("remedies") or []] not in (
+            [], [r.name for r in workload.remedies]):
+        return None, []
+    variants = {"baseline", *(r.name for r in workload.remedies)}
+    by_pair: dict[int, dict[str, dict[str, Any]]] = {}
+    for run in earlier.get("runs") or []:
+        by_pair.setdefault(int(run.get("pair", -1)), {})[run["variant"]] = run
+    pairs = [by_pair[i] for i in sorted(by_pair) if set(by_pair[i]) == variants]
+    rows = earlier.get("remedies") or []
+    diagnosed = (earlier if (earlier.get("kept") or {}).get("session") and earlier.get("diagnose")
+                 and len(rows) == len(workload.remedies) and all(r.get("method") for r in rows) else None)
+    return diagnosed, pairs
+
+
 def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadline: float,
-                 bundles: Bundles) -> dict[str, Any]:
+                 bundles: Bundles, earlier: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Diagnose WORKLOAD's baseline once and run the pairs; EARLIER (a partial or unrun entry of an
+    earlier call) lends its diagnose and complete pairs (carried_over), and only what is missing runs."""
     entry: dict[str, Any] = {
         "workload": workload.name, "public": workload.source is not None,
         "source": ({"repo": workload.source.repo, "commit": workload.source.commit, "path": workload.source.paths[0]}
@@ -226,14 +250,23 @@ def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadl
         return bool(time.time() + run_bound <= deadline)
 
     report: dict[str, Any] | None = None
-    if not args.no_diagnose:
-        if not fits():
+    diagnosed, pairs = carried_over(earlier, workload)
+    variants: list[Remedy | None] = [None, *workload.remedies]
+    for pair in pairs:
+        entry["runs"].extend(pair.values())
+    if pairs:
+        entry["notes"].append(f"{len(pairs)} pair(s) carried over from {earlier.get('stamp') if earlier else None}")
+    if diagnosed is not None:
+        entry.update(diagnose=diagnosed["diagnose"], kept=diagnosed["kept"])
+        entry["notes"].append(f"diagnose carried over from {diagnosed.get('stamp')}")
+    elif not args.no_diagnose:
+        # diagnose only where a pair can follow it in this call: a diagnose alone measures nothing
+        diagnose_bound = DIAGNOSE_SETUP_S + run_bound
+        if len(pairs) < args.pairs and time.time() + diagnose_bound + len(variants) * run_bound > deadline:
             entry["status"] = "not run: time budget"
             return entry
         report = _diagnose_into(entry, workload, args, slot, deadline, bundles)
-    variants: list[Remedy | None] = [None, *workload.remedies]
-    pairs: list[dict[str, dict[str, Any]]] = []
-    for i in range(args.pairs):
+    for i in range(len(pairs), args.pairs):
         order = variants if i % 2 == 0 else list(reversed(variants))
         if time.time() + len(order) * run_bound > deadline:
             entry["notes"].append(f"time budget: {i} of {args.pairs} pairs run")
@@ -259,6 +292,10 @@ def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadl
                                "step_scale": remedy.step_scale, "pairs": per_pair, **realized(per_pair)}
         if report is not None:
             row.update(prediction(report, remedy))
+        elif diagnosed is not None:
+            before = next(r for r in diagnosed["remedies"] if r["remedy"] == remedy.name)
+            row.update({key: before[key] for key in ("named", "predicted", "method", "finding", "cross_checks",
+                                                      "diagnosed") if key in before})
         else:
             row.update({"named": None, "predicted": None, "method": None, "finding": None, "cross_checks": []})
         judge(row)
@@ -389,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     earlier = json.loads(previous.read_text()) if args.resume and previous.exists() else None
     kept = resumable(earlier)
     done = {e["workload"] for e in kept}
+    unfinished = {e["workload"]: e for e in (earlier or {}).get("workloads") or [] if e["workload"] not in done}
     queue = [w for w in workloads if (only is None or w.name in only) and w.name not in skip and w.name not in done]
     if args.max_seconds:
         queue = [dataclasses.replace(w, max_seconds=min(w.max_seconds, args.max_seconds)) for w in queue]
@@ -425,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not queue:
                     return
                 workload = queue.pop(0)
-            entry = run_workload(workload, args, slot, deadline, bundles)
+            entry = run_workload(workload, args, slot, deadline, bundles, unfinished.get(workload.name))
             with lock:
                 results["workloads"].append(entry)
                 write(results, args.out)
@@ -446,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def resumable(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The entries of a previous corpus.json that --resume keeps: done or failed (a failure is a
-    result); a partial or unrun one is measured again."""
+    result); a partial or unrun one is measured again, from what it holds (carried_over)."""
     if previous is None:
         return []
     return [e for e in previous.get("workloads") or [] if e.get("status") in ("done", "failed")]

@@ -199,22 +199,40 @@ def test_the_runner_end_to_end_on_two_cpu_workloads(tmp_path: Path) -> None:
                                               "realized")} == \
                 {k: row[k] for k in ("predicted", "method", "finding", "named", "cross_checks", "error", "realized")}
 
-    # --resume keeps a done entry as it is and measures a partial one again
-    results["workloads"][1]["status"] = "partial: time budget"
+    # --resume keeps a done entry as it is; a partial one (cut short in its second pair) keeps its complete pair
+    # and its diagnose and runs the second pair again; one without a kept session is diagnosed again
+    partial = results["workloads"][1]
+    partial["status"] = "partial: time budget"
+    partial["runs"] = [r for r in partial["runs"] if r["pair"] == 0] + [partial["runs"][-1]]
+    undiagnosed = dict(results["workloads"][0], status="not run: time budget", kept={"why": "x"}, runs=[])
+    earlier_kept = dict(results["workloads"][0])
     (out / "corpus.json").write_text(json.dumps(results))
-    kept_entry = results["workloads"][0]
     proc = subprocess.run([sys.executable, str(CORPUS / "run.py"), "--out", str(out), "--manifest",
-                           str(Path(__file__).with_name("cpu_corpus.py")), "--pairs", "1", "--budget-s", "300",
+                           str(Path(__file__).with_name("cpu_corpus.py")), "--pairs", "2", "--budget-s", "300",
                            "--resume"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     resumed = json.loads((out / "corpus.json").read_text())
-    assert resumed["workloads"][0] == kept_entry
+    assert resumed["workloads"][0] == earlier_kept
     rerun = resumed["workloads"][1]
-    assert (rerun["workload"], rerun["status"], len(rerun["runs"])) == (results["workloads"][1]["workload"], "done", 2)
-    assert rerun["stamp"] != kept_entry["stamp"] == resumed["meta"]["earlier"][-1]["stamp"]
+    assert (rerun["workload"], rerun["status"]) == (partial["workload"], "done")
+    assert [(r["variant"], r["pair"]) for r in rerun["runs"]][:2] == [(r["variant"], 0) for r in partial["runs"][:2]]
+    assert [r["pair"] for r in rerun["runs"]] == [0, 0, 1, 1] and rerun["kept"] == partial["kept"]
+    assert rerun["diagnose"] == partial["diagnose"] and len(rerun["remedies"][0]["pairs"]) == 2
+    assert rerun["stamp"] != partial["stamp"] == resumed["meta"]["earlier"][-1]["stamp"]
     assert resumed["meta"]["resumed"] == 1
-    _assert_kept(out, rerun, str(tmp_path))
-    assert len(list(out.glob("sessions-*.tar"))) == 2  # one per run: the first run's bundle is left as it is
+    assert len(list(out.glob("sessions-*.tar"))) == 1  # nothing diagnosed: the first run's bundle only
+
+    results["workloads"] = [undiagnosed]
+    (out / "corpus.json").write_text(json.dumps(results))
+    proc = subprocess.run([sys.executable, str(CORPUS / "run.py"), "--out", str(out), "--manifest",
+                           str(Path(__file__).with_name("cpu_corpus.py")), "--pairs", "1", "--budget-s", "300",
+                           "--resume", "--only", undiagnosed["workload"]], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (again_entry,) = json.loads((out / "corpus.json").read_text())["workloads"]
+    assert again_entry["status"] == "done" and len(again_entry["runs"]) == 2
+    _assert_kept(out, again_entry, str(tmp_path))
+    assert len(list(out.glob("sessions-*.tar"))) == 2  # one per run that diagnosed
 
 
 def _assert_kept(out: Path, entry: dict[str, Any], machine_path: str) -> None:
@@ -323,3 +341,58 @@ def test_a_trace_over_the_transfer_limit_is_not_kept_and_repredict_says_so(tmp_p
     report_again, how = repredict.predict_again(results, missing)
     assert how == "replay as recorded: traces-never-came-back.tar did not come back from the GPU machine"
     assert any(f["id"] == "GD105" for f in report_again["findings"])
+
+
+def test_a_partial_workload_goes_on_from_its_complete_pairs_and_its_kept_diagnose(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """--resume on a workload cut short: its complete pairs and its diagnose (a session was kept) are carried
+    over, a half-run pair is not, and only the missing pair runs; without a kept session it is diagnosed again;
+    a budget that leaves no room for a pair after the diagnose runs nothing at all."""
+    remedy = manifest.Remedy("12 workers", ("GD101", "GD102"), ("-j", "12"))
+    workload = manifest.Workload("w", "script.py", (), ("GD101",), (remedy,), max_seconds=10.0)
+    runs = [{"variant": "baseline", "pair": 0, "throughput": 10.0}, {"variant": "12 workers", "pair": 0,
+                                                                      "throughput": 40.0},
+            {"variant": "12 workers", "pair": 1, "throughput": 41.0}]  # pair 1 lost its baseline: cut short
+    row = {"workload": "w", "remedy": "12 workers", "named": True, "predicted": 3.0, "method": "rule",
+           "finding": {"id": "GD101"}, "cross_checks": []}
+    earlier = {"workload": "w", "status": "partial: time budget", "stamp": "A", "runs": runs, "remedies": [row],
+               "diagnose": {"wall_s": 20.0, "top": {"id": "GD101"}},
+               "kept": {"sessions": "sessions-A.tar", "session": "w/session.json.gz"}}
+    ran, diagnosed = [], []
+
+    def fake_run(workload, remedy, public, slot, timeout, warmup_share):
+        ran.append(remedy.name if remedy else "baseline")
+        return {"variant": remedy.name if remedy else "baseline", "throughput": 50.0 if remedy else 10.0}
+
+    def fake_diagnose(workload, public, slot, timeout, bundles):
+        diagnosed.append(workload.name)
+        return {"report": REPORT, "wall_s": 1.0, "kept": {"sessions": "sessions-B.tar", "session": "w/session.json.gz"}}
+
+    monkeypatch.setattr(run, "plain_run", fake_run)
+    monkeypatch.setattr(run, "diagnose", fake_diagnose)
+    args = run.parse(["--out", str(tmp_path), "--resume", "--pairs", "2"])
+    bundles = run.Bundles(tmp_path, "B", 2**20)
+
+    entry = run.run_workload(workload, args, run.Slot(None, None), time.time() + 600, bundles, earlier)
+    assert diagnosed == [] and ran == ["12 workers", "baseline"]  # pair 1 only, in its alternated order
+    assert entry["status"] == "done" and entry["kept"] == earlier["kept"]
+    (after,) = entry["remedies"]
+    assert [p["ratio"] for p in after["pairs"]] == [4.0, 5.0] and after["realized"] == pytest.approx(4.5)
+    assert (after["predicted"], after["method"]) == (3.0, "rule")
+    assert after["error"] == pytest.approx(3.0 / 4.5 - 1, abs=1e-4)
+
+    # no kept session: diagnosed again, the complete pair still carried over
+    ran.clear()
+    entry = run.run_workload(workload, args, run.Slot(None, None), time.time() + 600, bundles,
+                             {**earlier, "kept": {"why": "diagnose wrote no session"}})
+    assert diagnosed == ["w"] and ran == ["12 workers", "baseline"]
+    assert entry["remedies"][0]["method"] == "replay" and len(entry["remedies"][0]["pairs"]) == 2
+
+    # a remedy set changed since: nothing carried over
+    assert run.carried_over({**earlier, "remedies": [{**row, "remedy": "8 workers"}]}, workload) == (None, [])
+
+    # room for the diagnose but not for a pair after it: nothing runs, not even the diagnose
+    ran.clear()
+    room = run.DIAGNOSE_SETUP_S + 10.0 + run.STARTUP_S + 1.0
+    entry = run.run_workload(workload, args, run.Slot(None, None), time.time() + room, bundles, None)
+    assert entry["status"] == "not run: time budget" and diagnosed == ["w"] and ran == []
