@@ -169,8 +169,7 @@ def _pinned_rate(timeline: Timeline) -> tuple[float | None, str]:
             nbytes, us = nbytes + op.nbytes, us + op.dur
     if us > 0 and nbytes > 0:
         return nbytes / us, f"at the pinned rate measured in this trace, {nbytes / us / 1e3:.1f} GB/s"
-    return None, (f"at {rates.PINNED_BYTES_PER_US / 1e3:.1f} GB/s, the pinned rate {rates.PINNED_SOURCE}; "
-                  "the copy calls' host cost replaced by a launch's, as measured in this trace")
+    return None, f"at {rates.PINNED_BYTES_PER_US / 1e3:.1f} GB/s, the pinned rate {rates.PINNED_SOURCE}"
 
 
 def _launch_cost(timeline: Timeline, plan: Plan) -> float:
@@ -318,9 +317,9 @@ def pinned(timeline: Timeline, plan: Plan) -> tuple[int, str]:
         if own_sync >= 0:
             plan.blocks[own_sync], plan.cost[own_sync] = False, 0.0
         changed += 1
-    return changed, (f"pageable host-to-device copies of 64 KiB or more pinned and asynchronous ({known.pinned_source}"
-                     "; the copy calls' host cost a launch's and the stream synchronisation after each copy no "
-                     "longer made, as measured in this trace)")
+    return changed, (f"pageable host-to-device copies of 64 KiB or more pinned and asynchronous ({known.pinned_source}; "
+                     "each copy call's host cost a launch's and its copy ready a launch's latency after it, as "
+                     "measured in this trace; the stream synchronisation after each copy no longer made)")
 
 
 def small_copies(timeline: Timeline, plan: Plan) -> tuple[int, str]:
