@@ -318,7 +318,8 @@ def pinned(timeline: Timeline, plan: Plan) -> tuple[int, str]:
             plan.blocks[own_sync], plan.cost[own_sync] = False, 0.0
         changed += 1
     return changed, ("pageable host-to-device copies of 64 KiB or more pinned and asynchronous "
-                     f"({known.pinned_source}; each copy call's host cost a launch's and its copy ready a launch's latency after it, as "
+                     f"({known.pinned_source}; each copy call's host cost a launch's and its copy ready a "
+                     "launch's latency after it, as "
                      "measured in this trace; the stream synchronisation after each copy no longer made)")
 
 
