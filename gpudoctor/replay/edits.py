@@ -41,6 +41,7 @@ class Facts:
     op_items: np.ndarray  # the item of each (item, operation) pair, by item
     op_ids: np.ndarray  # the operation of each pair
     pageable: list[tuple[int, list[int], bool]]  # items with big pageable copies: (item, copies, a launch?)
+    own_syncs: list[int]  # per item of `pageable`: its copy operator's own stream sync, -1 for none
     kernel_launches: list[int]  # launch calls of kernels only
     copy_runs: list[tuple[int, int, int]]  # (item, thread, SMALL | BETWEEN | GLUE | KERNEL | ENDS), NEUTRAL left out
     copy_rates: dict[str, float]  # bytes/us of this trace's host-to-device copies of 64 KiB or more, by kind
@@ -86,14 +87,16 @@ class Facts:
         for i, j in zip(op_items[big].tolist(), op_ids[big].tolist()):
             pageable.setdefault(i, []).append(j)
         rate, source = _pinned_rate(timeline)
+        threads = [np.flatnonzero(thread == t) for t in dict.fromkeys(thread.tolist())]
         return cls(
             data=np.flatnonzero(cpu & (tags == 0)).tolist(),
             syncs=np.flatnonzero(read_back).tolist(),
             chain=chain.astype(np.int8),
             optimizer=np.array(host.optimizer, dtype=bool),
-            threads=[np.flatnonzero(thread == t) for t in dict.fromkeys(thread.tolist())],
+            threads=threads,
             kinds=kinds, op_items=op_items, op_ids=op_ids,
             pageable=[(i, found, bool(kinds[i] == LAUNCH)) for i, found in pageable.items()],
+            own_syncs=_own_syncs(timeline, threads, list(pageable)),
             kernel_launches=np.flatnonzero(kernel_launch).tolist(),
             copy_runs=list(zip(runs.tolist(), thread[runs].tolist(), role[runs].tolist())),
             copy_rates=_copy_rates(ops), pinned_rate=rate, pinned_source=source,
@@ -133,6 +136,31 @@ def _copy_rates(ops: list[GpuOp]) -> dict[str, float]:
     return {kind: nbytes / us for kind, (nbytes, us) in moved.items()}
 
 
+def _own_syncs(timeline: Timeline, threads: list[np.ndarray], copies: list[int]) -> list[int]:
+    """For each copy call in `copies`, the stream synchronisation its own operator made after it, -1
+    for none: ``.to(device)`` (``non_blocking=False``) copies, then waits for the copy's stream
+    before it returns (``cudaStreamSynchronize`` inside ``aten::copy_``). It is the next blocking call
+    on the copy's thread with only that operator's dispatch between the two, on the copy's stream (or
+    every stream), and not one that reads a value back. ``non_blocking=True`` makes no such call."""
+    host, ops = timeline.host, timeline.ops
+    position = {int(i): (n, k) for n, mine in enumerate(threads) for k, i in enumerate(mine.tolist())}
+    found = []
+    for i in copies:
+        n, k = position[i]
+        mine = threads[n]
+        streams = {ops[j].stream for j in host.ops[i]}
+        own = -1
+        for later in mine[k + 1:].tolist():
+            if host.kind[later] == CPU and host.tag[later] == DISPATCH:
+                continue
+            if (host.kind[later] == SYNC and not host.agent[later] and host.read[later] is None
+                    and (host.scope[later] is None or host.scope[later] in streams)):
+                own = later
+            break
+        found.append(own)
+    return found
+
+
 def _pinned_rate(timeline: Timeline) -> tuple[float | None, str]:
     """Bytes per us of this trace's own pinned host-to-device copies, when it has some."""
     nbytes = us = 0.0
@@ -141,8 +169,7 @@ def _pinned_rate(timeline: Timeline) -> tuple[float | None, str]:
             nbytes, us = nbytes + op.nbytes, us + op.dur
     if us > 0 and nbytes > 0:
         return nbytes / us, f"at the pinned rate measured in this trace, {nbytes / us / 1e3:.1f} GB/s"
-    return None, (f"at {rates.PINNED_BYTES_PER_US / 1e3:.1f} GB/s, the pinned rate {rates.PINNED_SOURCE}; "
-                  "the copy calls' host cost replaced by a launch's, as measured in this trace")
+    return None, f"at {rates.PINNED_BYTES_PER_US / 1e3:.1f} GB/s, the pinned rate {rates.PINNED_SOURCE}"
 
 
 def _launch_cost(timeline: Timeline, plan: Plan) -> float:
@@ -266,20 +293,34 @@ def _collapse(timeline: Timeline, plan: Plan, *, optimizer: bool) -> tuple[int, 
 
 
 def pinned(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    """Big pageable host-to-device copies made pinned and asynchronous (``pin_memory=True``,
+    ``.to(device, non_blocking=True)``). Per copy, from this trace: the call costs the host what a
+    kernel launch costs it (the median launch call measured), not the staging through the driver's
+    buffer its pageable call took; the copy is ready the measured launch latency after its call, not
+    after the staging began; the stream synchronisation its operator made after it (a blocking
+    ``.to()``) is no longer made, so the host goes on with the step while the copy runs. The copy's
+    bytes move at the pinned rate this trace measured, else the link's (`rates`)."""
     known = facts(timeline)
     rate = known.pinned_rate or rates.PINNED_BYTES_PER_US
     changed = 0
     cost = _launch_cost(timeline, plan)
-    for i, big, is_launch in known.pageable:
+    latency = timeline.launch_latency_us
+    for (i, big, is_launch), own_sync in zip(known.pageable, known.own_syncs):
         for j in big:
             op = timeline.ops[j]
             # the bytes at the pinned rate, never slower than the pageable copy measured: the pageable
             # rate varies with the host (staging through its memory), the pinned one is the link's
             plan.dur[j] = min(op.dur, op.nbytes / rate)
+            plan.ready[j] = min(plan.ready[j], latency)
         plan.blocks[i] = False
         plan.cost[i] = min(plan.cost[i], cost) if is_launch else cost
+        if own_sync >= 0:
+            plan.blocks[own_sync], plan.cost[own_sync] = False, 0.0
         changed += 1
-    return changed, f"pageable host-to-device copies of 64 KiB or more pinned and asynchronous ({known.pinned_source})"
+    return changed, ("pageable host-to-device copies of 64 KiB or more pinned and asynchronous "
+                     f"({known.pinned_source}; each copy call's host cost a launch's and its copy ready a "
+                     "launch's latency after it, as "
+                     "measured in this trace; the stream synchronisation after each copy no longer made)")
 
 
 def small_copies(timeline: Timeline, plan: Plan) -> tuple[int, str]:

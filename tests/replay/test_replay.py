@@ -6,7 +6,7 @@ import pytest
 from timelines import Gpu, Host, trace
 
 from gpudoctor.collectors.trace import trace_events
-from gpudoctor.replay import rates, replay_trace
+from gpudoctor.replay import edits, rates, replay_trace
 from gpudoctor.replay.scenarios import gain
 from gpudoctor.replay.timeline import build
 
@@ -335,3 +335,78 @@ def test_the_copies_trace_folds_each_tiny_copy_with_its_call_and_keeps_one_sync_
     assert users and all(plan.cost[i] == host.dur[i] for i in users)
     blocking = [i for i in range(first_fold - 8, last_fold) if host.kind[i] == SYNC and plan.blocks[i]]
     assert len(blocking) == 1 and host.dur[blocking[0]] > 600  # the run's own sync: it waits for the pinned copy
+
+
+def test_a_blocking_to_from_pageable_memory_made_pinned_lets_the_host_run_on_with_the_step():
+    """Issue 25 (syn_pageable_copies on an H200): ``x = host.to("cuda")`` of 256 MiB from pageable memory
+    (33 ms at 8 GB/s), then 2.5 ms of the step's Python and two 700 us kernels. torch's blocking ``.to()``
+    stages the copy through the driver (the call lasts the copy) and then synchronises the stream. Pinned
+    and ``non_blocking=True``, the call costs a launch and no synchronisation is made: the host queues the
+    step's work while the copy runs, so a step takes its GPU time, the copy at the pinned rate plus the
+    kernels (6.25 ms), not the copy and then the host's 2.5 ms (7.4 ms: the model kept the copy's
+    stream synchronisation blocking, 4.3x predicted against 8.3x realized)."""
+    nbytes = 256 * 2**20
+    gpu = Gpu()
+    host = Host(gpu)
+    for _ in range(STEPS):
+        host.to_device(nbytes, nbytes / 8.0e3)
+        host.launch(700.0)
+        host.launch(700.0)
+        host.python(2500.0)
+    data = trace(host)
+    summary = replay(data, steps=STEPS)
+    per_step = nbytes / rates.PINNED_BYTES_PER_US + 2 * 700.0  # GPU-bound: the host needs about 2.5 ms a step
+    first = 5.0 + 5.0  # the first copy's dispatch, then a launch's latency on an idle GPU
+    assert gain(summary, "pinned") == pytest.approx(span_of(data) / (first + STEPS * per_step), rel=0.01)
+
+
+def test_a_pinned_copy_is_ready_a_launch_latency_after_its_call_not_after_the_staging_began():
+    """A pageable copy's DMA begins only once the driver has staged its first chunk (150 us after the
+    call here). Pinned, the copy is queued like a kernel: ready the trace's launch latency (5 us, its
+    kernels' median) after its call. With a read-back ending each step (``loss.item()``, which stays)
+    the step is serial, so the 145 us show. A step: a kernel's launch (5 + 5, its 20 us kernel done
+    long before the copy), 100 us of Python, the ``.to()`` (5 of dispatch, the call at a launch's 5 us,
+    its 2 + 5 of dispatch; the copy ready 5 us after the call, t = 120), the kernel queued behind the
+    copy (100 us), the read's 1 us copy and its sync waking 4 us after it, and the read's 5 of dispatch."""
+    nbytes = 4 * 2**20
+    gpu = Gpu()
+    host = Host(gpu)
+    for _ in range(STEPS):
+        host.launch(20.0)
+        host.python(100.0)
+        host.to_device(nbytes, nbytes / 8.0e3)
+        host.launch(100.0)
+        host.item()
+    data = trace(host)
+    assert build(trace_events(data)).launch_latency_us == pytest.approx(5.0)
+    summary = replay(data, steps=STEPS)
+    per_step = 120 + nbytes / rates.PINNED_BYTES_PER_US + 100 + 1 + 4 + 5
+    assert gain(summary, "pinned") == pytest.approx(span_of(data) / (STEPS * per_step), rel=0.01)
+
+
+def test_a_sync_of_the_users_own_after_a_pageable_copy_stays():
+    """Only the copy operator's own stream synchronisation goes: one the user's code makes after
+    some Python of its own (``torch.cuda.synchronize()`` to time the step) still waits for the copy."""
+    nbytes = 256 * 2**20
+    gpu = Gpu()
+    host = Host(gpu)
+    for _ in range(STEPS):
+        host.to_device(nbytes, nbytes / 8.0e3)
+        host.launch(700.0)
+        host.python(50.0)
+        host.sync()
+        host.python(2500.0)
+    data = trace(host)
+    timeline = build(trace_events(data))
+    assert timeline is not None
+    known = edits.facts(timeline)
+    assert len(known.own_syncs) == STEPS and all(i >= 0 for i in known.own_syncs)
+    user_syncs = [i for i in known.syncs if i not in known.own_syncs]
+    assert len(user_syncs) == STEPS
+    summary = replay(data, steps=STEPS)
+    # serial again: the dispatch, the copy (ready the trace's launch latency after its call), the kernel,
+    # the sync's wake-up, then the host's 2.5 ms and the next copy's 5 us of dispatch (the window ends
+    # with the last sync)
+    latency = timeline.launch_latency_us
+    per_step = 5.0 + latency + nbytes / rates.PINNED_BYTES_PER_US + 700.0 + 4.0 + 2500.0
+    assert gain(summary, "pinned") == pytest.approx(span_of(data) / (STEPS * per_step - 2500.0), rel=0.01)

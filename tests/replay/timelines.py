@@ -76,6 +76,25 @@ class Host:
         self.t = returns
         self._x("cpu_op", "aten::copy_", start, self.t - start)
 
+    def to_device(self, nbytes: int, gpu_us: float, *, staging_us: float = 150.0, early_us: float = 12.0,
+                  dispatch_us: float = 5.0) -> None:
+        """``host_tensor.to("cuda")`` from pageable memory, as torch makes it (non_blocking=False):
+        ``aten::copy_`` calls ``cudaMemcpyAsync``, which stages the bytes through the driver's pinned
+        buffer and returns once the last chunk is staged, `early_us` before the GPU copy ends (its DMA
+        began `staging_us` after the call, with the first chunk), then waits for the stream
+        (``cudaStreamSynchronize``) before the operator returns."""
+        start = self.t
+        Host.corr += 1
+        self.t += dispatch_us
+        end = self.gpu.run(self.t + staging_us, gpu_us, Host.corr, kind="gpu_memcpy",
+                           name="Memcpy HtoD (Pageable -> Device)", nbytes=nbytes)
+        returns = max(self.t + 5.0, end - early_us)
+        self._x("cuda_runtime", "cudaMemcpyAsync", self.t, returns - self.t, correlation=Host.corr)
+        self.t = returns + 2.0
+        self.sync()
+        self.t += dispatch_us
+        self._x("cpu_op", "aten::copy_", start, self.t - start)
+
     def item(self, *, dispatch_us: float = 5.0, call_us: float = 5.0, stream: int = 7) -> None:
         """``tensor.item()``: an operator that copies one value to pinned host memory after the
         stream's work (a device-to-host copy of 4 bytes), waits for it and returns the value."""
