@@ -10,7 +10,8 @@ defining ``WORKLOADS``):
 2. the realization, without gpudoctor: the baseline and each remedy variant run plainly
    under benchmarks/corpus/steprate.py, alternated in pairs (baseline first in even pairs,
    last in odd ones). Per run, the steady throughput: steps after the first 20% over their
-   time, times the remedy's samples per step (a bigger batch). Realized gain = the median
+   time (between two waits for the GPU, steprate's STEPRATE_SYNC_SHARE, where the run used
+   CUDA), times the remedy's samples per step (a bigger batch). Realized gain = the median
    over pairs of remedy / baseline of the same pair.
 
 Writes OUT/corpus.json and OUT/corpus.md (workload, remedy, predicted (method), realized,
@@ -139,8 +140,17 @@ def _prepare(workload: Workload, public: Path, tmp: Path) -> Path:
     return cwd
 
 
-def steady_rate(stamps: list[float], warmup_share: float) -> tuple[float | None, int]:
-    """Steps per second after the first WARMUP_SHARE of the steps, and how many steps that is."""
+def steady_rate(stamps: list[float], warmup_share: float,
+                synced: list[list[float]] | None = None) -> tuple[float | None, int]:
+    """Steps per second after the first WARMUP_SHARE of the steps, and how many steps that is.
+    Where steprate waited for the GPU after the warm-up and at the end (SYNCED, two [steps, time]),
+    the steps between the two waits over the time between them: what the device finished, not
+    what the host queued."""
+    if synced and len(synced) >= 2:
+        (first_n, first_t), (last_n, last_t) = synced[0], synced[-1]
+        steady = int(last_n - first_n)
+        if steady >= MIN_STEADY and last_t > first_t:
+            return steady / (last_t - first_t), steady
     first = max(1, int(len(stamps) * warmup_share))
     steady = len(stamps) - first
     if steady < MIN_STEADY or stamps[-1] <= stamps[first - 1]:
@@ -157,6 +167,7 @@ def plain_run(workload: Workload, remedy: Remedy | None, public: Path, slot: Slo
         env = environment(workload, remedy, slot)
         env["STEPRATE_MAX_STEPS"] = str(workload.max_steps)
         env["STEPRATE_MAX_S"] = str(workload.max_seconds)
+        env["STEPRATE_SYNC_SHARE"] = str(warmup_share)  # the steady steps measured on the GPU's clock
         start = time.time()
         proc = subprocess.Popen(command(workload, remedy, public, tmp, stamps, slot), env=env,
                                 cwd=_prepare(workload, public, tmp), stdout=subprocess.DEVNULL,
@@ -172,8 +183,10 @@ def plain_run(workload: Workload, remedy: Remedy | None, public: Path, slot: Slo
         if "error" in result:
             return result
         data = json.loads(files[0].read_text())
-        rate, steady = steady_rate(data["t"], warmup_share)
-        result.update(steps=len(data["t"]), steady_steps=steady, step_source=data["source"])
+        synced = data.get("synced") or []
+        rate, steady = steady_rate(data["t"], warmup_share, synced)
+        result.update(steps=len(data["t"]), steady_steps=steady, step_source=data["source"],
+                      clock="gpu" if len(synced) >= 2 else "host")
         if rate is None:
             result["error"] = f"too few steady steps ({steady} of {len(data['t'])})"
             return result

@@ -13,6 +13,15 @@ STEPRATE_MAX_STEPS and STEPRATE_MAX_S (optional) bound a run that would go on fo
 after that many steps, or at the first step that ends that many seconds after the first step
 (the script's set-up is not counted), the stamps are written and the process exits at once
 with status 0 (DataLoader workers notice their parent is gone and end).
+
+Host stamps alone overstate the rate of a loop that never waits for the GPU (pinned
+non-blocking copies, CUDA graphs): until CUDA's launch queue fills, the host runs hundreds
+of steps ahead of the device. With STEPRATE_SYNC_SHARE=S (run.py sets its warm-up share) the
+process waits for the GPU twice: at the first step past S of either bound (S x
+STEPRATE_MAX_STEPS steps, S x STEPRATE_MAX_S seconds), and when a bound ends the run. Both
+moments go to the output as `synced` ([steps stamped by then, time after the wait]): between
+them the device finished exactly the steps stamped, whatever the queue held. Two waits a run
+cost a loop one drained queue each, alike in every run compared.
 """
 
 from __future__ import annotations
@@ -87,11 +96,24 @@ def main() -> None:
 
     max_steps = int(os.environ.get("STEPRATE_MAX_STEPS") or 0)
     max_s = float(os.environ.get("STEPRATE_MAX_S") or 0)
+    sync_share = float(os.environ.get("STEPRATE_SYNC_SHARE") or 0)
+    synced: list[tuple[int, float]] = []  # (stamps so far, when the GPU had finished them)
+
+    def sync() -> None:
+        if not torch.cuda.is_initialized():
+            return  # a CPU run: its host stamps are its steps' ends
+        torch.cuda.synchronize()
+        synced.append((len(stamps), time.perf_counter()))
 
     def stamp(kind: str) -> None:
         now = time.perf_counter()
         stamps.append((now, bool(enabled()), kind))
+        if sync_share and not synced and ((max_steps and len(stamps) >= sync_share * max_steps)
+                                         or (max_s and now - stamps[0][0] >= sync_share * max_s)):
+            sync()
         if (max_steps and len(stamps) >= max_steps) or (max_s and now - stamps[0][0] >= max_s):
+            if sync_share and synced:
+                sync()
             write()
             sys.stdout.flush()
             sys.stderr.flush()
@@ -112,9 +134,11 @@ def main() -> None:
         ended = time.perf_counter()
         kind = "optimizer" if any(k == "optimizer" for _, _, k in stamps) else "forward"
         rows = [(t, on) for t, on, k in stamps if k == kind]
+        # each wait as [steps of the counted kind stamped by then, time]
+        waits = [[sum(1 for _, _, k in stamps[:n] if k == kind), t] for n, t in synced]
         with open(out, "w") as fh:
             json.dump({"began": began, "ended": ended, "source": kind, "t": [t for t, _ in rows],
-                       "profiled": [on for _, on in rows],
+                       "profiled": [on for _, on in rows], "synced": waits,
                        "forwards": {"begun": calls[0], "ended": calls[1]}}, fh)
 
     atexit.register(write)

@@ -106,6 +106,18 @@ def test_steady_rate_leaves_the_warmup_out() -> None:
     assert run.steady_rate([0.0, 1.0, 2.0], 0.2)[0] is None
 
 
+def test_steady_rate_between_the_waits_for_the_gpu_is_the_devices_rate() -> None:
+    """A loop that never waits for the GPU: the host queues 100 steps/s while the device finishes 40/s; the
+    host stamps say 100, the two waits (after 20 steps, when the bound ended the run at 100) say 40."""
+    stamps = [0.01 * i for i in range(1, 101)]
+    synced = [[20, 20 / 40.0], [100, 100 / 40.0]]  # the device had finished step n at n / 40 s
+    assert run.steady_rate(stamps, 0.2)[0] == pytest.approx(100.0)
+    rate, steady = run.steady_rate(stamps, 0.2, synced)
+    assert (steady, rate) == (80, pytest.approx(40.0))
+    # one wait only (the script ended on its own before its bound): the host stamps, as before
+    assert run.steady_rate(stamps, 0.2, synced[:1])[0] == pytest.approx(100.0)
+
+
 def test_a_variant_runs_under_steprate_handfix_and_torchrun(tmp_path: Path) -> None:
     workload = manifest.Workload("w", "{public}/o+n/train.py", ("-b", "8"), ("GD301",),
                                  (manifest.Remedy("tf32", ("GD304",), handfix=("tf32", "workers=2")),), torchrun=1)
@@ -396,3 +408,42 @@ def test_a_partial_workload_goes_on_from_its_complete_pairs_and_its_kept_diagnos
     room = run.DIAGNOSE_SETUP_S + 10.0 + run.STARTUP_S + 1.0
     entry = run.run_workload(workload, args, run.Slot(None, None), time.time() + room, bundles, None)
     assert entry["status"] == "not run: time budget" and diagnosed == ["w"] and ran == []
+
+
+QUEUED = """
+import time, torch
+model = torch.nn.Linear(4096, 4096, device="cuda")
+x = torch.randn(4096, 4096, device="cuda")
+with torch.no_grad():
+    for _ in range(20):
+        model(x)
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    for _ in range(50):
+        model(x)
+    torch.cuda.synchronize()
+    print(50 / (time.perf_counter() - began))  # the device's rate, waited for
+    for _ in range(10_000):
+        model(x)  # never waits: steprate's bound ends the run
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.integration
+def test_steprate_waits_for_the_gpu_so_a_loop_that_never_waits_is_measured_at_the_devices_rate(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    (tmp_path / "queued.py").write_text(QUEUED)
+    env = {**os.environ, "STEPRATE_FORWARD": "1", "STEPRATE_MAX_STEPS": "1500", "STEPRATE_SYNC_SHARE": "0.2"}
+    proc = subprocess.run([sys.executable, str(run.STEPRATE), str(tmp_path / "s.json"), str(tmp_path / "queued.py")],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    device_rate = float(proc.stdout.strip().splitlines()[-1])
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert len(data["synced"]) == 2 and data["synced"][-1][0] == len(data["t"]) == 1500
+    host_rate, _ = run.steady_rate(data["t"], 0.2)
+    rate, steady = run.steady_rate(data["t"], 0.2, data["synced"])
+    assert steady == 1500 - data["synced"][0][0]
+    assert rate == pytest.approx(device_rate, rel=0.15)  # the queue filling does not count
+    assert host_rate > 1.3 * rate, (host_rate, rate)  # what the host stamps alone would have said
