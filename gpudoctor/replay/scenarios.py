@@ -26,7 +26,11 @@
 Calibration: tracing (with Python stacks) slows the host. When the run's steady
 steps outside the window are known, host costs (CPU items except data waits, and
 launch calls) are scaled so that the replay as measured takes the unprofiled
-step time; the scale is reported.
+step time; the scale is reported. The window ends with its threads' last events: a
+record_function range the profiler's stop left open (gpudoctor stops it inside
+``optimizer.step()``) ends when the trace is collected, 4-175 ms later in the H200
+fixtures; that teardown is neither a step's host cost nor part of any what-if
+(replay.threads._closed_by_stop).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor import metrics
+from gpudoctor.analysis.prediction import GAIN_WARNING
 from gpudoctor.commands.analyze import session_from_trace
 from gpudoctor.session import Session
 from gpudoctor.verdict.build import build_report
@@ -86,11 +87,13 @@ def test_tiny_kernel_loop_is_launch_bound_first(checks):
 
 def test_item_sync_loop_names_its_call_sites(checks):
     _, result = diagnose(checks, "item_sync")
-    # the syncs are a root cause with a replayed gain (1.15x); the loop's framework Python, which a
-    # captured graph would remove (GD103, 1.64x replayed), ranks above it: both stand
+    # the syncs are a root cause with a replayed gain (1.09x); the loop's framework Python, which a
+    # captured graph would remove (GD103, 2.06x replayed), ranks above it: both stand. (1.15x and 1.53x
+    # while the profiler's 13.7 ms teardown after the window counted as a CPU item of the main thread:
+    # scaled down with the host by the calibration, it left less host time to the loop, more to the waits)
     top = next(f for f in result.findings if f.id == "GD302")
     assert (top.severity, top.consequence_of) == ("warning", None)
-    assert top.prediction is not None and top.prediction.method == "replay" and top.estimated_gain > 1.1
+    assert top.prediction is not None and top.prediction.method == "replay" and top.estimated_gain >= GAIN_WARNING
     assert top.evidence["syncs_per_step"].value > 10  # 12 .item() per step, measured 13.1
     sites = [v.value for k, v in top.evidence.items() if k.startswith("site_")]
     assert any("item_sync.py:26" in s and "Tensor.item" in s for s in sites), sites
@@ -114,7 +117,9 @@ def test_pageable_copies_are_the_root_cause(checks):
 def test_small_batch_names_the_batch_gain_first_and_the_launch_chains_as_its_consequence(checks):
     """The verdict follows the biggest gain: batch 4 on a 141 GB GPU, a step of fixed costs; the
     model predicts samples/s at each multiple of the batch, up to where the 2 workers (0.5 ms a
-    batch of 4) set the pace: 8x the batch, 6.6x the samples/s, above the launch chains' 2.0x."""
+    batch of 4) set the pace: 8x the batch, 6.6x the samples/s, above the launch chains' 4.2x replayed,
+    held to 3.95x by the GPU's busy share (2.0x replayed while the profiler's 21 ms teardown after the
+    window counted as host time in the base and the what-if alike)."""
     _, result = diagnose(checks, "small_batch")
     batch = result.findings[0]
     assert (batch.id, batch.consequence_of) == ("GD202", None)
@@ -125,7 +130,7 @@ def test_small_batch_names_the_batch_gain_first_and_the_launch_chains_as_its_con
     assert "gpudoctor sweep" in (batch.remedy.code or "")
     launch = next(f for f in result.findings if f.id == "GD301")
     assert launch.consequence_of == "GD202" and launch.prediction is not None
-    assert launch.prediction.method == "replay"
+    assert launch.prediction.method == "bound" and "the replay alone said 4.2" in launch.prediction.detail
 
 
 def test_oom_run_reports_the_oom_first_as_capacity_under_the_cap(checks):
