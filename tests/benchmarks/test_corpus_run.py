@@ -93,7 +93,10 @@ def test_the_goal_checks() -> None:
     goal = score.goal([{"remedies": rows}])
     assert (goal["compared"], goal["within_30"], goal["met"]) == (3, 1, False)
     assert goal["critical_under_1_1"] == ["b: r"] and goal["unnamed_over_1_5"] == ["c: r"]
-    assert score.goal([{"remedies": rows[:1]}])["met"]
+    assert score.goal([{"remedies": rows[:1], "public": True}], min_workloads=1)["met"]
+    # too few workloads measured, or fewer than half of them public scripts: not met, whatever the errors
+    assert not score.goal([{"remedies": rows[:1], "public": True}])["met"]
+    assert not score.goal([{"remedies": rows[:1], "public": False}], min_workloads=1)["met"]
     no_report = {"workload": "d", "remedy": "r", "predicted": None, "realized": 3.0, "named": None, "finding": None}
     score.judge(no_report)
     assert not no_report["unnamed_over_1_5"] and no_report["error"] is None
