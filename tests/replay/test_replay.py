@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from timelines import Gpu, Host, trace
 
@@ -337,6 +339,17 @@ def test_the_copies_trace_folds_each_tiny_copy_with_its_call_and_keeps_one_sync_
     assert len(blocking) == 1 and host.dur[blocking[0]] > 600  # the run's own sync: it waits for the pinned copy
 
 
+def _pageable_steps(nbytes: int, rest: Callable[[Host], object]) -> dict:
+    """STEPS steps of a blocking ``.to("cuda")`` of NBYTES from pageable memory (at 8 GB/s) and a 700 us
+    kernel, then REST of the step."""
+    host = Host(Gpu())
+    for _ in range(STEPS):
+        host.to_device(nbytes, nbytes / 8.0e3)
+        host.launch(700.0)
+        rest(host)
+    return trace(host)
+
+
 def test_a_blocking_to_from_pageable_memory_made_pinned_lets_the_host_run_on_with_the_step():
     """Issue 25 (syn_pageable_copies on an H200): ``x = host.to("cuda")`` of 256 MiB from pageable memory
     (33 ms at 8 GB/s), then 2.5 ms of the step's Python and two 700 us kernels. torch's blocking ``.to()``
@@ -346,14 +359,7 @@ def test_a_blocking_to_from_pageable_memory_made_pinned_lets_the_host_run_on_wit
     kernels (6.25 ms), not the copy and then the host's 2.5 ms (7.4 ms: the model kept the copy's
     stream synchronisation blocking, 4.3x predicted against 8.3x realized)."""
     nbytes = 256 * 2**20
-    gpu = Gpu()
-    host = Host(gpu)
-    for _ in range(STEPS):
-        host.to_device(nbytes, nbytes / 8.0e3)
-        host.launch(700.0)
-        host.launch(700.0)
-        host.python(2500.0)
-    data = trace(host)
+    data = _pageable_steps(nbytes, lambda host: (host.launch(700.0), host.python(2500.0)))
     summary = replay(data, steps=STEPS)
     per_step = nbytes / rates.PINNED_BYTES_PER_US + 2 * 700.0  # GPU-bound: the host needs about 2.5 ms a step
     first = 5.0 + 5.0  # the first copy's dispatch, then a launch's latency on an idle GPU
@@ -388,15 +394,7 @@ def test_a_sync_of_the_users_own_after_a_pageable_copy_stays():
     """Only the copy operator's own stream synchronisation goes: one the user's code makes after
     some Python of its own (``torch.cuda.synchronize()`` to time the step) still waits for the copy."""
     nbytes = 256 * 2**20
-    gpu = Gpu()
-    host = Host(gpu)
-    for _ in range(STEPS):
-        host.to_device(nbytes, nbytes / 8.0e3)
-        host.launch(700.0)
-        host.python(50.0)
-        host.sync()
-        host.python(2500.0)
-    data = trace(host)
+    data = _pageable_steps(nbytes, lambda host: (host.python(50.0), host.sync(), host.python(2500.0)))
     timeline = build(trace_events(data))
     assert timeline is not None
     known = edits.facts(timeline)
@@ -410,6 +408,8 @@ def test_a_sync_of_the_users_own_after_a_pageable_copy_stays():
     latency = timeline.launch_latency_us
     per_step = 5.0 + latency + nbytes / rates.PINNED_BYTES_PER_US + 700.0 + 4.0 + 2500.0
     assert gain(summary, "pinned") == pytest.approx(span_of(data) / (STEPS * per_step - 2500.0), rel=0.01)
+
+
 def _tiny_copies_window(teardown_us: float) -> dict:
     """STEPS steps of the corpus's syn_tiny_copies shape in a with_stack window: each step's own work (two
     150 us kernels) inside its ``Optimizer.step#`` range, then 400 ``t.to(device)`` of 256 bytes in the user's
