@@ -412,6 +412,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rediagnose", action="store_true",
                         help="with --resume: diagnose again, first, the kept workloads that have no kept session "
                              "(their realized gains stay; predicting them again offline needs the session)")
+    parser.add_argument("--remeasure", help="with --resume: comma-separated kept workloads whose pairs are run again, "
+                                            "first (a change in how runs are measured); a kept diagnose stays")
     parser.add_argument("--warmup-share", type=float, default=0.2, help="share of each run's first steps left out")
     return parser.parse_args(argv)
 
@@ -431,16 +433,19 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     only = set(args.only.split(",")) if args.only else None
     skip = set(args.skip.split(",")) if args.skip else set()
-    unknown = ((only or set()) | skip) - {w.name for w in workloads}
+    remeasure = set(args.remeasure.split(",")) if args.remeasure else set()
+    unknown = ((only or set()) | skip | remeasure) - {w.name for w in workloads}
     if unknown:
         print(f"corpus: unknown workloads: {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
     previous = args.out / "corpus.json"
     earlier = json.loads(previous.read_text()) if args.resume and previous.exists() else None
-    kept = resumable(earlier)
+    kept = [e for e in resumable(earlier) if e["workload"] not in remeasure]
     done = {e["workload"] for e in kept}
-    unfinished = {e["workload"]: e for e in (earlier or {}).get("workloads") or [] if e["workload"] not in done}
+    unfinished = {e["workload"]: (dict(e, runs=[]) if e["workload"] in remeasure else e)
+                  for e in (earlier or {}).get("workloads") or [] if e["workload"] not in done}
     queue = [w for w in workloads if (only is None or w.name in only) and w.name not in skip and w.name not in done]
+    queue.sort(key=lambda w: w.name not in remeasure)  # the measured rows first, the manifest's order otherwise
     if args.max_seconds:
         queue = [dataclasses.replace(w, max_seconds=min(w.max_seconds, args.max_seconds)) for w in queue]
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")

@@ -450,3 +450,47 @@ def test_steprate_waits_for_the_gpu_so_a_loop_that_never_waits_is_measured_at_th
     assert steady == 1500 - data["synced"][0][0]
     assert rate == pytest.approx(device_rate, rel=0.15)  # the queue filling does not count
     assert host_rate > 1.3 * rate, (host_rate, rate)  # what the host stamps alone would have said
+
+
+def test_remeasure_runs_a_kept_workloads_pairs_again_first_and_keeps_its_diagnose(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """--resume --remeasure NAME: a done workload's pairs are run again (how runs are measured changed), before
+    the workloads not yet run, its kept diagnose and prediction carried over; other done workloads stay."""
+    corpus = runpy_manifest()
+    loader, small = corpus
+    entries = []
+    for workload in corpus:
+        remedy = workload.remedies[0]
+        entries.append({"workload": workload.name, "status": "done", "stamp": "A", "public": False,
+                        "runs": [{"variant": "baseline", "pair": 0, "throughput": 10.0},
+                                 {"variant": remedy.name, "pair": 0, "throughput": 90.0}],
+                        "remedies": [{"workload": workload.name, "remedy": remedy.name, "named": True,
+                                      "predicted": 3.0, "method": "replay", "finding": {"id": "GD101"},
+                                      "cross_checks": [], "pairs": [{"ratio": 9.0}], "realized": 9.0}],
+                        "diagnose": {"wall_s": 1.0}, "kept": {"sessions": "sessions-A.tar", "session": "x"}})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "corpus.json").write_text(json.dumps({"meta": {"stamp": "A"}, "workloads": entries}))
+    ran, diagnosed = [], []
+
+    def fake_run(workload, remedy, public, slot, timeout, warmup_share):
+        ran.append(workload.name)
+        return {"variant": remedy.name if remedy else "baseline", "throughput": 40.0 if remedy else 10.0}
+
+    monkeypatch.setattr(run, "plain_run", fake_run)
+    monkeypatch.setattr(run, "diagnose", lambda workload, *a: diagnosed.append(workload.name))
+    monkeypatch.setattr(run, "checkout_commit", lambda: None)  # no git process in a unit test
+    assert run.main(["--out", str(out), "--manifest", str(Path(__file__).with_name("cpu_corpus.py")), "--resume",
+                     "--pairs", "1", "--remeasure", loader.name]) == 0
+    assert ran == [loader.name, loader.name] and diagnosed == []
+    results = {e["workload"]: e for e in json.loads((out / "corpus.json").read_text())["workloads"]}
+    again, same = results[loader.name], results[small.name]
+    assert again["remedies"][0]["realized"] == 4.0 and again["remedies"][0]["predicted"] == 3.0
+    assert again["kept"] == entries[0]["kept"] and same["remedies"][0]["realized"] == 9.0
+    assert run.main(["--out", str(out), "--resume", "--remeasure", "no_such_workload"]) == 2
+
+
+def runpy_manifest() -> tuple[Any, ...]:
+    import runpy
+
+    return tuple(runpy.run_path(str(Path(__file__).with_name("cpu_corpus.py")))["WORKLOADS"])
