@@ -250,6 +250,9 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
     ]
 
 
+STOP_PAUSE_NAMED_S = 1.0  # a pause after a window worth naming: the stop of a small window takes 0.1-0.5 s
+
+
 def overhead_text(overhead: Mapping[str, Any] | None) -> str:
     """What the profiler windows cost: their steps' rate against the rest, and whether the run
     came back to its speed after the first one."""
@@ -268,6 +271,10 @@ def overhead_text(overhead: Mapping[str, Any] | None) -> str:
     traced = overhead.get("traced_workers") or []
     if traced:
         parts.append(f"{len(traced)} worker(s) forked inside a window")
+    pause = overhead.get("stop_pause_s")
+    if pause is not None and pause >= STOP_PAUSE_NAMED_S:
+        parts.append(f"the loop stood still {_significant(float(pause))} s after a window while its trace was "
+                     "collected")
     return "; ".join(parts)
 
 

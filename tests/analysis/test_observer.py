@@ -72,3 +72,22 @@ def test_a_run_without_windows_is_skipped_with_the_reason():
     assert overhead(session) is None
     outcome, _ = run_check(gd002.check, session)
     assert outcome.status == "skipped" and "no profiler window" in outcome.reason
+
+
+def test_the_loops_pause_while_a_window_stops_is_measured_and_named():
+    """The profiler's stop runs on the thread that closed the window: no step until it returns (26 s for a
+    3.9M-event window on an H200). Here the window ends at 1.2 s and the next step starts 26 s later."""
+    from gpudoctor.reports._common import overhead_text
+
+    steps = make_steps(10, 0.1, start_t=0.0)
+    window = (steps[-1].t, steps[-1].t + 0.2)
+    steps += make_steps(10, 0.1, start_t=window[1] + 26.0)
+    session = make_session(steps=steps, profile=ProfileSummary(steps=2, window_start_s=window[0],
+                                                               window_end_s=window[1]), step_source="optimizer")
+    cost = overhead(session)
+    assert cost is not None and cost.stop_pause_s == pytest.approx(26.0)
+    assert "stood still 26 s after a window" in overhead_text(cost.to_dict())
+    # a stop that hardly held the loop (0.2 s) is measured, not named
+    quick = timeline(0.020, [0.020] * 3)
+    assert overhead(quick).stop_pause_s == pytest.approx(0.0)
+    assert "stood still" not in overhead_text(overhead(quick).to_dict())
