@@ -18,6 +18,7 @@ from pathlib import Path
 DEFAULT_PREFIXES = [
     (r"/[^\"\s']*/site-packages/", "site-packages/"),
     (r"/[^\"\s']*/bin/python3?(\.\d+)?(?=[\"\s'])", "python3"),
+    (r"/[^\"\s']*/(?=gpudoctor-session-)", ""),  # the temporary directory a run's session was written in
 ]
 
 

@@ -222,3 +222,11 @@ def test_the_primary_window_is_replayed_again_in_both_places_the_session_holds_i
     assert session.profile.replay is not recorded and other.replay is recorded
     assert len(session.windows()) == 2  # the primary still found among the windows, not listed twice
     assert session.profile.replay.baseline_span_us == pytest.approx(recorded.baseline_span_us, rel=1e-6)
+
+
+def test_the_session_directory_a_trace_names_loses_its_machine_prefix(tmp_path: Path) -> None:
+    """torch.profiler writes the trace's own path into it (`traceName`): the system's temporary directory
+    gpudoctor's session was in. Kept, it becomes the session directory's own name."""
+    trace = {"traceEvents": [], "traceName": f"{tmp_path}/gpudoctor-session-ab12/trace-99-1.json"}
+    scrubbed = json.loads(gzip.decompress(keep.scrub(json.dumps(trace).encode(), [])))
+    assert scrubbed["traceName"] == "gpudoctor-session-ab12/trace-99-1.json"
