@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers import make_cpu_samples, make_gpu_samples, make_loader, make_session, make_steps
 
 from gpudoctor import metrics
@@ -36,7 +37,11 @@ def test_a_main_process_loaders_loop_cpu_is_its_main_threads_less_the_fetch():
     main thread); their CPU goes with the batch to the workers, not with the loop. At 2 steps/s, 0.5 core-s
     of main thread per batch, of which the fetch (measured on the main thread) took 0.4: the loop keeps 0.1."""
     session = _stalled_session(main_percent=1400.0, main_thread_percent=100.0)
+    session.torch_cuda_used = True
     loader = make_loader(num_workers=0, batches=40, fetch_s_per_batch=0.4, fetch_cpu_ratio=1.0)
-    assert loop_cpu_per_batch(session, loader, per_step=1) == 0.5 - 0.4
+    assert loop_cpu_per_batch(session, loader, per_step=1) == pytest.approx(0.5 - 0.4)
     with_workers = make_loader(num_workers=2, batches=40)
     assert loop_cpu_per_batch(session, with_workers, per_step=1) == 7.0  # the whole process's, as before
+    # a CPU run: the intra-op threads compute the model, the loop's own work; the whole process counts
+    session.torch_cuda_used = False
+    assert loop_cpu_per_batch(session, loader, per_step=1) == pytest.approx(7.0 - 0.4)

@@ -74,14 +74,16 @@ def loop_cpu_per_batch(session: Session, loader: LoaderInfo, per_step: int) -> f
     """CPU seconds the main process spends per batch besides making it (launching, the hand-off,
     the pin-memory thread), from its measured CPU use over the steady steps.
 
-    With num_workers=0 the batch is made on the main thread, and torch's intra-op threads help
-    it (a FakeData/ToTensor batch kept 14 cores of the main process busy while its fetching
-    thread used one): their CPU leaves the loop with the batch. The loop's own CPU is then its
-    main thread's, less the fetch's, when the main thread was sampled."""
+    With num_workers=0 in a run whose model computes on the GPU, the batch is made on the main
+    thread and torch's intra-op threads help it (a FakeData/ToTensor batch kept 14 cores of the
+    main process busy while its fetching thread used one): their CPU leaves the loop with the
+    batch. The loop's own CPU is then its main thread's, less the fetch's, when the main thread
+    was sampled. In a CPU run those threads do the model's arithmetic, the loop's own work: the
+    whole process counts."""
     summary = metrics.step_summary(session)
     steady = metrics.cpu_samples_steady(session)
     samples = [s.main_percent for s in steady if s.main_percent is not None]
-    if loader.num_workers == 0:
+    if loader.num_workers == 0 and session.torch_cuda_used:
         thread = [s.main_thread_percent for s in steady if s.main_thread_percent is not None]
         samples = thread or samples
     if summary is None or not samples or summary.steps_per_s <= 0:
