@@ -223,10 +223,11 @@ def main() -> None:
             # order favours (a GPU or CPU still warm from the run before) falls on both sides
             for config in (configs if pair % 2 == 0 else configs[::-1]):
                 runs[config].append(run_once(name, config, args.out, diagnose_env))
-        results["workloads"][name] = {"runs": runs, "summary": summarize(runs)}
+            # written after every pair: a call cut short by its time limit still brings its pairs back
+            results["workloads"][name] = {"runs": runs, "summary": summarize(runs), "pairs_run": pair + 1}
+            (args.out / "overhead.json").write_text(json.dumps(results, indent=1))
+            (args.out / "overhead.md").write_text(markdown(results))
         print(name, json.dumps(results["workloads"][name]["summary"]), flush=True)
-        (args.out / "overhead.json").write_text(json.dumps(results, indent=1))
-        (args.out / "overhead.md").write_text(markdown(results))
     print(markdown(results))
 
 
