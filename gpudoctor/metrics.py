@@ -16,7 +16,7 @@ from gpudoctor.base.text import format_duration as format_duration
 from gpudoctor.base.text import format_run_seconds as format_run_seconds
 
 if TYPE_CHECKING:
-    from gpudoctor.session import CpuSample, GpuSample, LoaderInfo, Session
+    from gpudoctor.session import CpuSample, GpuSample, LoaderInfo, Session, StepRecord
 
 Sample = TypeVar("Sample", "CpuSample", "GpuSample")  # a CPU or a GPU sample, taken at .t
 
@@ -214,6 +214,12 @@ def steady_window(session: Session) -> tuple[float, float] | None:
     return start, end
 
 
+def next_step_start(records: list[StepRecord], after_s: float) -> float | None:
+    """When the first step that ended after AFTER_S (session time) began; None without one."""
+    following = next((r for r in records if r.t > after_s), None)
+    return following.t - following.duration_s if following is not None else None
+
+
 def _outside_profile(session: Session, samples: list[Sample]) -> list[Sample]:
     """Drop samples taken while the profiler window ran: tracing slows the workload.
 
@@ -227,9 +233,9 @@ def _outside_profile(session: Session, samples: list[Sample]) -> list[Sample]:
     if profile is None or profile.window_start_s is None or profile.window_end_s is None:
         return samples
     lo, hi = profile.window_start_s, profile.window_end_s + 0.5  # + the trace export
-    resumed = [r.t - r.duration_s for r in session.steps.records if r.t > profile.window_end_s]
-    if resumed:
-        hi = max(hi, min(resumed))  # the stop's tail: no step ran until then
+    resumed = next_step_start(session.steps.records, profile.window_end_s)
+    if resumed is not None:
+        hi = max(hi, resumed)  # the stop's tail: no step ran until then
     kept = [s for s in samples if not lo <= s.t <= hi]
     return kept if len(kept) >= 3 else samples
 

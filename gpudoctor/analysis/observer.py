@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gpudoctor import metrics
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
@@ -118,11 +119,8 @@ def overhead(session: Session) -> Overhead | None:
 def _stop_pause(records: list[StepRecord], windows: list[tuple[float, float]]) -> float | None:
     """The longest time from a window's end to the start of the loop's next step (the profiler's
     stop and the trace's export hold the thread that closed the window); None without a step after."""
-    pauses = []
-    for _, end in windows:
-        following = next((r for r in records if r.t > end), None)
-        if following is not None:
-            pauses.append(max(0.0, following.t - following.duration_s - end))
+    pauses = [max(0.0, start - end) for _, end in windows
+              if (start := metrics.next_step_start(records, end)) is not None]
     return max(pauses) if pauses else None
 
 
