@@ -9,7 +9,12 @@ num_workers=0) claims the request with an exclusive file create, so exactly one
 process profiles, and runs cProfile around its next `fetch_profile_batches`
 fetches (``__getitem__``, the transforms and the collate, on the fetching thread
 only). Then it emits one ``fetch_profile`` event with the functions that cost the
-most and stops for good: the overhead is those few batches in one process.
+most and stops for good: the overhead is those few batches in one process. The event
+says when the profiled fetches ran (``t_start``, ``t_end``, wall clock): cProfile slows
+Python-heavy batch production by a fifth or more, and with ``num_workers=0`` those
+fetches are in series with the steps, so the steps of that span are left out of the
+step statistics like a profiler window's. A process that ends (or a worker that is shut
+down) before the last profiled batch emits what it has, ``complete`` false.
 
 A function's own time is its Python time plus the builtins it called directly (a
 transform's ``torch.*`` calls count towards the transform). Nothing is profiled while
@@ -56,6 +61,8 @@ class FetchProfiler:
         self.prof: cProfile.Profile | None = None
         self.batches = 0
         self.wall = 0.0
+        self.first: float | None = None  # wall clock at the first profiled fetch's start
+        self.last: float | None = None  # ... and at the last one's end
         self.requested = False
         self.seen: dict[str | None, tuple[float, float, float]] = {}  # loader id -> (batches, wait, time) last looked
 
@@ -104,6 +111,8 @@ class FetchProfiler:
             if sys.getprofile() is not None or self.hooks.torch.autograd._profiler_enabled():
                 return False  # another profiler has the hook now: try the next batch
             assert self.prof is not None  # set by _claim() with RUNNING
+            if self.first is None:
+                self.first = time.time()
             self.prof.enable()
             return True
         except Exception as exc:  # noqa: BLE001 (the fetch profile is given up and reported)
@@ -134,17 +143,31 @@ class FetchProfiler:
         try:
             assert self.prof is not None  # begin() returned True: a profile runs
             self.prof.disable()
+            self.last = time.time()
             self.batches += 1
             self.wall += wall
             if self.batches >= self.batches_wanted:
                 self.state = self.DONE
                 prof, self.prof = self.prof, None
-                self._emit(prof)
+                self._emit(prof, complete=True)
         except Exception as exc:  # noqa: BLE001 (the fetch profile is given up and reported)
             self.state = self.DONE
             self.hooks.agent.error("fetch_profile", exc)
 
-    def _emit(self, prof: cProfile.Profile) -> None:
+    def finish(self) -> None:
+        """The process ends: a profile cut short by the run's end emits the batches it has."""
+        if self.state != self.RUNNING or self.pid != os.getpid():
+            return
+        prof, self.prof = self.prof, None
+        self.state = self.DONE
+        if prof is None or not self.batches:
+            return
+        try:
+            self._emit(prof, complete=False)
+        except Exception as exc:  # noqa: BLE001 (exit goes on; reported)
+            self.hooks.agent.error("fetch_profile", exc)
+
+    def _emit(self, prof: cProfile.Profile, complete: bool) -> None:
         functions = top_functions(prof.getstats(), os.getcwd())
         info = None
         try:
@@ -153,7 +176,8 @@ class FetchProfiler:
             pass
         agent = self.hooks.agent
         agent.emit("fetch_profile", batches=self.batches, wall_s=round(self.wall, 6), functions=functions,
-                   loader=getattr(self.hooks.tls, "loader", None), worker=info.id if info is not None else None)
+                   loader=getattr(self.hooks.tls, "loader", None), worker=info.id if info is not None else None,
+                   t_start=self.first, t_end=self.last, complete=complete)
         agent.writer.flush()
 
 

@@ -193,6 +193,9 @@ class FetchProfile(TypedDict):
     functions: list[FunctionRow]
     loader: str | None  # the loader id on the fetching thread (the main process's loaders)
     worker: int | None  # the DataLoader worker id
+    t_start: NotRequired[float | None]  # wall clock: the first profiled fetch began
+    t_end: NotRequired[float | None]  # ... the last one ended
+    complete: NotRequired[bool]  # False: the process ended before the profile's last batch
 
 
 # -- CUDA and the allocator ------------------------------------------------------------------

@@ -308,10 +308,15 @@ class TorchHooks:
             self.agent.error("worker_finalize", exc)
 
     def _worker_exit(self) -> None:
+        self._finish_fetch_profile()
         fetch = self.fetch.snapshot()
         if fetch:
             self.agent.emit("fetch", stats=fetch)
         self.agent.writer.flush(force=True)
+
+    def _finish_fetch_profile(self) -> None:
+        if self.fetch_profiler is not None:
+            self.fetch_profiler.finish()  # never raises: reports its own error
 
     def on_step(self, source: StepSource, n: int) -> None:
         # a short job may destroy its process group before the next flush; groups are joined
@@ -411,6 +416,7 @@ class TorchHooks:
                 self.profiler.stop("exit")
             except Exception as exc:  # noqa: BLE001 (exit goes on; reported)
                 self.agent.error("profiler_stop", exc)
+        self._finish_fetch_profile()
         if not self._in_worker():
             snap = self.allocator_snapshot("end")
             if snap:

@@ -232,11 +232,17 @@ class EventReader:
         proc.fetch_profile = FetchProfile(
             pid=pid, batches=int(e.get("batches") or 0), wall_s=float(e.get("wall_s") or 0.0),
             worker=e.get("worker") if isinstance(e.get("worker"), int) else None,
+            t_start=self._session_time(e.get("t_start")), t_end=self._session_time(e.get("t_end")),
+            complete=e.get("complete") is not False,
             functions=[FetchFunction(name=str(f[0]), file=str(f[1]), line=int(f[2]), own_s=float(f[3]),
                                      cumulative_s=float(f[4]), calls=int(f[5]),
                                      caller=str(f[6]) if f[6] is not None else None)
                        for f in e.get("functions") or [] if isinstance(f, list) and len(f) >= 7])
         proc.fetch_profile_loader = str(e["loader"]) if e.get("loader") is not None else None
+
+    def _session_time(self, wall: object) -> float | None:
+        """A wall-clock time of an event's field as seconds since the session start."""
+        return round(float(wall) - self.t0, 6) if isinstance(wall, (int, float)) and wall > 0 else None
 
     def _on_forward_root(self, pid: int, proc: _ProcessState, t: float, e: protocol.ForwardRoot) -> None:
         proc.forward_root = str(e.get("module") or "") or None
@@ -486,12 +492,21 @@ class EventReader:
                 "gpudoctor.step(), optimizer, backward() or DataLoader marked them)")
         session.steps, left_out = self.steps_of(pid, source)
         if left_out:
-            session.notes.append(f"{left_out} steps inside the profiler window{'s' if len(self.profiles) > 1 else ''} "
-                                 "are left out of step statistics")
+            windows = f"the profiler window{'s' if len(self.profiles) > 1 else ''}"
+            if self._fetch_profile_spans():
+                windows = f"{windows} or the DataLoader's profiled batches" if self.profiles else \
+                    "the DataLoader's profiled batches"
+            session.notes.append(f"{left_out} steps inside {windows} are left out of step statistics")
+
+    def _fetch_profile_spans(self) -> list[tuple[float, float]]:
+        """When cProfile ran around a loader process's fetches (session seconds). Its batches came
+        slower: in series with the steps with num_workers=0, late from a worker otherwise."""
+        return [(fp.t_start, fp.t_end) for proc in self.processes.values() if (fp := proc.fetch_profile) is not None
+                and fp.t_start is not None and fp.t_end is not None and fp.t_end >= fp.t_start]
 
     def steps_of(self, pid: int, source: str) -> tuple[Steps, int]:
-        """One process's steps of one source, without those inside its profiler windows; and
-        how many were left out."""
+        """One process's steps of one source, without those inside its profiler windows or while a
+        loader process's fetches were profiled; and how many were left out."""
         data = self.processes[pid].steps[source]
         records = data.records
         # steps inside the profiler windows run slower (tracing, stack capture): keep them out, and
@@ -500,14 +515,14 @@ class EventReader:
         left_out, left_out_s = 0, 0.0
         after = min(AFTER_WINDOW_S, AFTER_WINDOW_STEPS * statistics.median(r.duration_s for r in records)) \
             if records else 0.0
-        for profile in self.profiles:
-            if profile.get("pid") == pid and profile.get("t_start") and profile.get("t_end"):
-                lo, hi = float(profile["t_start"]) - self.t0, float(profile["t_end"]) - self.t0
-                kept = [r for r in records if not (lo <= r.t and r.t - r.duration_s <= hi + after)]
-                if len(kept) >= 3 and len(kept) < len(records):
-                    left_out += len(records) - len(kept)
-                    left_out_s += sum(r.duration_s for r in records) - sum(r.duration_s for r in kept)
-                    records = kept
+        spans = [(float(p["t_start"]) - self.t0, float(p["t_end"]) - self.t0) for p in self.profiles
+                 if p.get("pid") == pid and p.get("t_start") and p.get("t_end")]
+        for lo, hi in spans + self._fetch_profile_spans():
+            kept = [r for r in records if not (lo <= r.t and r.t - r.duration_s <= hi + after)]
+            if len(kept) >= 3 and len(kept) < len(records):
+                left_out += len(records) - len(kept)
+                left_out_s += sum(r.duration_s for r in records) - sum(r.duration_s for r in kept)
+                records = kept
         steps = Steps(
             source=source,
             count=data.count + 1,  # the first boundary opens step 1 without a record

@@ -202,6 +202,9 @@ class FetchProfile:
     wall_s: float  # time producing those batches
     functions: list[FetchFunction] = field(default_factory=list)  # by own time, most first
     worker: int | None = None  # worker id; None in the main process
+    t_start: float | None = None  # seconds since session start: the first profiled fetch began
+    t_end: float | None = None  # ... the last one ended (cProfile slowed the fetches in between)
+    complete: bool = True  # False: the process ended before its last profiled batch
 
 
 @dataclass

@@ -72,3 +72,43 @@ def test_one_process_claims_the_request_and_profiles_a_few_batches(tmp_path):
     (event,) = hooks.kind("fetch_profile")
     assert event["batches"] == 3 and event["wall_s"] == 0.03 and event["functions"]
     assert profiler.begin() is False  # done for good
+
+
+def _requested(tmp_path, batches: int) -> FetchProfiler:
+    hooks = FakeHooks(tmp_path, fetch_profile_batches=batches)
+    hooks.loader_lock = threading.Lock()
+    hooks.agent.writer = type("W", (), {"flush": lambda self: None})()
+    (tmp_path / "fetch-profile.request").write_text("1:0")
+    return FetchProfiler(hooks)
+
+
+def test_the_event_says_when_the_profiled_fetches_ran(tmp_path):
+    import time
+
+    profiler = _requested(tmp_path, 2)
+    before = time.time()
+    for _ in range(2):
+        assert profiler.begin() is True
+        get_item(torch.ones(1, 1, 256))
+        profiler.end(0.01)
+    (event,) = profiler.hooks.kind("fetch_profile")
+    assert before <= event["t_start"] <= event["t_end"] <= time.time() and event["complete"] is True
+
+
+def test_a_profile_cut_short_by_the_process_end_emits_what_it_has(tmp_path):
+    profiler = _requested(tmp_path, 8)
+    assert profiler.begin() is True
+    get_item(torch.ones(1, 1, 256))
+    profiler.end(0.02)
+    assert profiler.hooks.kind("fetch_profile") == []
+    profiler.finish()
+    (event,) = profiler.hooks.kind("fetch_profile")
+    assert event["batches"] == 1 and event["complete"] is False and event["t_start"] <= event["t_end"]
+    profiler.finish()  # once only
+    assert len(profiler.hooks.kind("fetch_profile")) == 1 and profiler.begin() is False
+
+
+def test_a_process_that_never_profiled_emits_nothing_at_its_end(tmp_path):
+    profiler = _requested(tmp_path, 8)
+    profiler.finish()
+    assert profiler.hooks.kind("fetch_profile") == []

@@ -86,3 +86,42 @@ def test_an_observed_oom_keeps_the_allocator_state(tmp_path):
     assert (error.kind, error.type, error.t) == ("oom", "torch.cuda.OutOfMemoryError", 2.0)
     assert error.message == "allocation of 4096 bytes failed (device free 1024 bytes)"
     assert [(a.label, a.t) for a in reader.allocator] == [("oom", 2.0)]
+
+
+def test_steps_while_a_loader_process_was_profiled_are_left_out_of_the_step_statistics(tmp_path):
+    """cProfile around a num_workers=0 loop's fetches slows the steps they are in series with:
+    those steps (and the few after, like a window's) are not steady state."""
+    steps = [{"k": "step", "src": "loader", "dur": 0.7 if not 5 <= i < 9 else 0.9, "wait": 0.6,
+              "ts": 101.0 + 0.8 * i} for i in range(16)]
+    reader = read(tmp_path, 7, [
+        {"k": "hello", "ppid": 1, "argv": ["train.py"], "ts": 100.0},
+        {"k": "loader", "id": "L1", "num_workers": 0, "batch_size": 256, "pin_memory": False},
+        *steps,
+        # the 4 profiled fetches ran in steps 5-8 (ending at 105.0-107.4)
+        {"k": "fetch_profile", "batches": 4, "wall_s": 3.0, "functions": [], "loader": "L1", "worker": None,
+         "t_start": 104.25, "t_end": 107.2, "complete": False},
+    ])
+    session = Session()
+    reader.apply(session)
+    [loader] = session.loaders
+    assert loader.fetch_profile is not None and loader.fetch_profile.complete is False
+    assert (loader.fetch_profile.t_start, loader.fetch_profile.t_end) == (4.25, 7.2)
+    kept = [round(r.t, 1) for r in session.steps.records]
+    assert 5.0 not in kept and 7.4 not in kept and 4.2 in kept and 9.0 in kept  # and those just after (0.5 s)
+    assert all(r.duration_s == 0.7 for r in session.steps.records)
+    assert session.steps.profiled_steps == 16 - len(kept) >= 4
+    assert any("DataLoader's profiled batches" in note for note in session.notes)
+
+
+def test_a_fetch_profile_from_an_older_agent_without_its_span_leaves_the_steps_alone(tmp_path):
+    steps = [{"k": "step", "src": "loader", "dur": 0.5, "wait": 0.1, "ts": 101.0 + 0.5 * i} for i in range(8)]
+    reader = read(tmp_path, 7, [
+        {"k": "hello", "ppid": 1, "argv": ["train.py"], "ts": 100.0},
+        {"k": "loader", "id": "L1", "num_workers": 0, "batch_size": 8},
+        *steps,
+        {"k": "fetch_profile", "batches": 8, "wall_s": 1.0, "functions": [], "loader": "L1", "worker": None},
+    ])
+    session = Session()
+    reader.apply(session)
+    assert len(session.steps.records) == 8 and session.steps.profiled_steps == 0
+    assert session.loaders[0].fetch_profile.t_start is None and session.loaders[0].fetch_profile.complete is True
