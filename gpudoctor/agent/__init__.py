@@ -140,6 +140,14 @@ class Agent:
         except Exception:  # noqa: BLE001 (an event that cannot be written is dropped, never raised)
             pass
 
+    def emit_steps(self, steps: "list[tuple[float, protocol.Step]]") -> None:
+        """Steps recorded by the stepping thread, written later by the agent's thread
+        (stats.StepTracker.flush): each with the time.time() of the step itself."""
+        try:
+            self.writer.emit_timed("step", steps)
+        except Exception:  # noqa: BLE001 (events that cannot be written are dropped, never raised)
+            pass
+
     def hello(self, **fields: "Unpack[protocol.Hello]") -> None:
         """The start-up "hello", written at once, without starting the flusher thread."""
         self.writer.emit_now("hello", **fields)

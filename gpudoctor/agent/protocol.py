@@ -41,7 +41,7 @@ class Header(TypedDict):
     """Added by the writer to every event, after its fields."""
 
     k: str  # the kind: one of KINDS (a newer agent may send kinds an older collector ignores)
-    ts: float  # time.time() when emitted
+    ts: float  # time.time() when emitted; a step's: when the step ended (Agent.emit_steps)
 
 
 # -- the process ------------------------------------------------------------------------

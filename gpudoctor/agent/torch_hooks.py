@@ -309,6 +309,7 @@ class TorchHooks:
 
     def _worker_exit(self) -> None:
         self._finish_fetch_profile()
+        self.steps.flush()
         fetch = self.fetch.snapshot()
         if fetch:
             self.agent.emit("fetch", stats=fetch)
@@ -336,7 +337,7 @@ class TorchHooks:
 
     # -- periodic (flusher thread) ----------------------------------------------
     def periodic(self) -> None:
-        self.steps.flush_aggregates()
+        self.steps.flush()
         fetch = self.fetch.snapshot()
         if fetch:
             self.agent.emit("fetch", stats=fetch)
@@ -407,7 +408,7 @@ class TorchHooks:
             return
         self.finished = True
         try:
-            self.steps.flush_aggregates()
+            self.steps.flush()
             self.periodic()
         except Exception as exc:  # noqa: BLE001 (exit goes on; reported)
             self.agent.error("finish", exc)

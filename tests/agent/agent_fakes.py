@@ -19,6 +19,7 @@ class FakeHooks:
         self.torch = torch
         self.events: list[tuple[str, dict]] = []
         self.agent = SimpleNamespace(config=config, directory=str(directory), emit=self._emit,
+                                     emit_steps=self._emit_steps,
                                      error=lambda where, exc: self.events.append(("agent_error", {"where": where,
                                                                                                 "error": exc})))
         self.tls = threading.local()
@@ -32,6 +33,9 @@ class FakeHooks:
 
     def _emit(self, kind, **fields):
         self.events.append((kind, fields))
+
+    def _emit_steps(self, steps):
+        self.events.extend(("step", {**fields, "ts": ts}) for ts, fields in steps)
 
     def on_step(self, source, n):
         if self.sources is not None:
