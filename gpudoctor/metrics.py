@@ -16,7 +16,7 @@ from gpudoctor.base.text import format_duration as format_duration
 from gpudoctor.base.text import format_run_seconds as format_run_seconds
 
 if TYPE_CHECKING:
-    from gpudoctor.session import CpuSample, GpuSample, LoaderInfo, Session, StepRecord
+    from gpudoctor.session import CpuSample, GpuSample, LoaderInfo, ProfileSummary, Session, StepRecord
 
 Sample = TypeVar("Sample", "CpuSample", "GpuSample")  # a CPU or a GPU sample, taken at .t
 
@@ -114,12 +114,29 @@ def host_ran_ahead(session: Session) -> bool:
 def gpu_step_s(session: Session) -> tuple[float, float] | None:
     """(GPU busy, GPU span) per step of the profiled window, in seconds: kernel, copy and memset
     time, and that plus the short gaps between back-to-back kernels (launch latency the GPU
-    waits out even with work queued). None without a window of at least 3 steps."""
+    waits out even with work queued). None without a window of at least 3 steps (of the run's)."""
     profile = session.profile
-    if profile is None or profile.steps < 3 or profile.gpu_busy_us <= 0:
+    steps = window_run_steps(session)
+    if profile is None or profile.steps < 3 or profile.gpu_busy_us <= 0 or not steps:
         return None
-    busy = profile.gpu_busy_us / profile.steps / 1e6
-    return busy, busy + profile.idle_gap_kernel_to_kernel_us / profile.steps / 1e6
+    busy = profile.gpu_busy_us / steps / 1e6
+    return busy, busy + profile.idle_gap_kernel_to_kernel_us / steps / 1e6
+
+
+def window_run_steps(session: Session, profile: ProfileSummary | None = None) -> float | None:
+    """The profiled window's length in the run's steps (Session.steps.source), what its per-step
+    totals are divided by to compare with the steady steps: its own steps where they are the run's,
+    else as its replay counted them in the trace (a GAN's window of optimizer steps holds half as
+    many DataLoader batches); None when not known. `profile`: the primary window by default."""
+    profile = profile if profile is not None else session.profile
+    if profile is None or not profile.steps:
+        return None
+    replay = profile.replay
+    if replay is not None and replay.error is None and replay.run_steps and replay.steps:
+        return profile.steps * replay.run_steps / replay.steps
+    if session.steps.source is None or profile.step_source in (None, session.steps.source):
+        return float(profile.steps)
+    return None
 
 
 def loader_wait_share(session: Session) -> float | None:
@@ -164,29 +181,49 @@ def fetch_time_per_batch(loader: LoaderInfo) -> float | None:
 MIN_STEADY_STEPS = 10  # below this a mean step time is known to +-6% at best (CV 10%): caveat it
 
 
-def unprofiled_step_us(session: Session) -> tuple[float | None, float | None]:
-    """(mean steady step, mean data wait per step) in us, outside the profiler window; the
-    wait is None without a DataLoader. What the replay of the window is calibrated to."""
+@dataclass(frozen=True)
+class UnprofiledSteps:
+    """The steady steps measured outside a profiler window: what its replay is calibrated to
+    (gpudoctor.replay.calibration), and which of them the window's own steps stand for."""
+
+    step_us: float  # mean step (step_summary's rate: a host that ran ahead of its GPU counts the GPU's time)
+    wait_us: float | None  # mean data wait per step; None without a DataLoader
+    source: str | None = None  # what marked them (Session.steps.source); None: the window's own steps
+    durations_us: tuple[float, ...] = ()  # each step, in order: the replay tells which ones the window holds
+    waits_us: tuple[float, ...] = ()
+
+
+def unprofiled(session: Session) -> UnprofiledSteps | None:
+    """The run's steady steps outside the profiler windows, as the replay of its primary window
+    is calibrated to them; None without a steady step time."""
     steady = step_summary(session)
     if steady is None or steady.steps_per_s <= 0:
-        return None, None
+        return None
     step_us = 1e6 / steady.steps_per_s
-    return step_us, step_us * steady.data_wait_share if session.loaders else None
+    return _unprofiled(session, session.steady_steps(), step_us,
+                       step_us * steady.data_wait_share if session.loaders else None)
 
 
 NEAR_WINDOW_S = 30.0  # steps this close to a later window stand for its phase
 
 
-def unprofiled_step_us_near(session: Session, start_s: float, end_s: float) -> tuple[float | None, float | None]:
-    """unprofiled_step_us from the steps just before and after a window (its phase), outside it."""
+def unprofiled_near(session: Session, start_s: float, end_s: float) -> UnprofiledSteps | None:
+    """unprofiled() from the steps just before and after a window (its phase), outside it."""
     records = [r for r in session.steady_steps()
                if (start_s - NEAR_WINDOW_S <= r.t - r.duration_s and r.t <= start_s)
                or (end_s + 0.5 <= r.t - r.duration_s and r.t <= end_s + NEAR_WINDOW_S)]
     if len(records) < 3:
-        return None, None
+        return None
     step_us = 1e6 * sum(r.duration_s for r in records) / len(records)
     wait_us = 1e6 * sum(min(r.data_wait_s, r.duration_s) for r in records) / len(records)
-    return step_us, wait_us if session.loaders else None
+    return _unprofiled(session, records, step_us, wait_us if session.loaders else None)
+
+
+def _unprofiled(session: Session, records: list[StepRecord], step_us: float,
+                wait_us: float | None) -> UnprofiledSteps:
+    return UnprofiledSteps(step_us=step_us, wait_us=wait_us, source=session.steps.source,
+                           durations_us=tuple(r.duration_s * 1e6 for r in records),
+                           waits_us=tuple(min(r.data_wait_s, r.duration_s) * 1e6 for r in records))
 
 
 def steady_step_count(session: Session) -> int:

@@ -14,8 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
-from gpudoctor import metrics
 from gpudoctor.collectors.trace import load_trace, summarize_trace, trace_events
+from gpudoctor.collectors.windows import primary_calibration_steps
 from gpudoctor.replay import replay_or_error
 from gpudoctor.session import Session
 
@@ -31,7 +31,8 @@ def main() -> None:
     assert session.profile is not None, "the session has no profiler window"
     events = trace_events(load_trace(Path(args.trace)))
     summary = summarize_trace(events, steps=session.profile.steps)
-    replay = replay_or_error(events, session.profile.steps, *metrics.unprofiled_step_us(session))
+    replay = replay_or_error(events, session.profile.steps, primary_calibration_steps(session),
+                             source=session.profile.step_source)
     print(f"{path.name}: idle {summary.gpu_idle_us / 1e3:.1f} ms: "
           + ", ".join(f"{k} {v / 1e3:.1f} ms" for k, v in summary.idle_by_cause_us.items()))
     data = json.loads(path.read_text())

@@ -15,16 +15,17 @@ import argparse
 import json
 from pathlib import Path
 
-from gpudoctor import metrics
 from gpudoctor.collectors.trace import load_trace, trace_events
+from gpudoctor.collectors.windows import primary_calibration_steps
 from gpudoctor.replay import replay_or_error
+from gpudoctor.replay.scenarios import gain
 from gpudoctor.session import Session
 
 
 def replay_session(session: Session, trace: Path):
     assert session.profile is not None, "the session has no profiler window"
     return replay_or_error(trace_events(load_trace(trace)), session.profile.steps,
-                           *metrics.unprofiled_step_us(session))
+                           primary_calibration_steps(session), source=session.profile.step_source)
 
 
 def main() -> None:
@@ -39,10 +40,9 @@ def main() -> None:
     if replay is None:
         print("no host thread to replay")
         return
-    base = replay.baseline_span_us or 0.0
     print(f"{path.name}: {replay.calibration}")
     for scenario in replay.scenarios:
-        print(f"  {scenario.name:13s} {base / scenario.span_us:6.2f}x  {scenario.detail}")
+        print(f"  {scenario.name:13s} {gain(replay, scenario.name) or 1.0:6.2f}x  {scenario.detail}")
     if args.write:
         data = json.loads(path.read_text())
         assert session.profile is not None

@@ -41,6 +41,7 @@ from score import judge, prediction, top_finding
 def replay_primary(session: Any, trace: Path) -> str:
     """Replay SESSION's primary window again from TRACE, in place; what was done, in words."""
     from gpudoctor.collectors.trace_decode import read_trace
+    from gpudoctor.collectors.windows import primary_calibration_steps
     from gpudoctor.replay import replay_or_error
     from gpudoctor.session import ReplaySummary
 
@@ -54,25 +55,14 @@ def replay_primary(session: Any, trace: Path) -> str:
         replay = ReplaySummary(steps=profile.steps, error="a CPU-only window: no GPU work to replay")
         what = "not replayed: a CPU-only window"
     else:
-        replay = replay_or_error(read_trace(trace, own_window=True), profile.steps, *_calibration(session, profile))
+        replay = replay_or_error(read_trace(trace, own_window=True), profile.steps,
+                                 primary_calibration_steps(session), source=profile.step_source)
         what = "primary window replayed again"
     profile.replay = replay
     for twin in twins:
         twin.replay = replay
     others = len([p for p in session.windows() if p is not profile])
     return what + (f"; {others} other window(s) as recorded (no trace kept)" if others else "")
-
-
-def _calibration(session: Any, profile: Any) -> tuple[float | None, float | None]:
-    """The step time the window is calibrated to, as gpudoctor.collectors.windows chooses it: the whole
-    run's steady steps for a step-driven window, the steps around it for a time-bounded one."""
-    from gpudoctor import metrics
-
-    if profile.step_source != "time":
-        return metrics.unprofiled_step_us(session)
-    if profile.step_source != session.steps.source or profile.window_start_s is None or profile.window_end_s is None:
-        return None, None
-    return metrics.unprofiled_step_us_near(session, profile.window_start_s, profile.window_end_s)
 
 
 def predict_again(directory: Path, kept: dict[str, Any]) -> tuple[dict[str, Any], str]:

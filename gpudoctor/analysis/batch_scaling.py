@@ -16,7 +16,16 @@ waits on, each scaled by what grows with the batch:
 - **the loader**: workers making a batch in ``F`` seconds each, ``n`` of them, deliver one
   every ``F / n``: ``m * F / n``.
 
-``T(m) = max(host(m), gpu(m), loader(m))``. ``s`` is the share of the GPU's idle time that
+``T(m) = max(host(m), gpu(m), loader(m)) + m * U + m * (m - 1) * E``, the three paths built on
+the step the profiled window's steps stand for. ``U`` is the steady time per step they do not
+(gpudoctor.replay.calibration). Where the loader's epochs turn over within the steady steps (a
+dataset of known length, ``P`` steps an epoch, no more than the steady steps), it is the work of
+each epoch's end and start (checkpoints, images, workers started again): work per epoch, so per
+sample, ``m`` times as much per step at ``m`` times the batch; elsewhere it is an occasional
+pause, the same per step (``m * U`` becomes ``U``). ``E`` is the part of the epochs' work spent
+waiting for an epoch's first batch, made from scratch by a worker while the loop waits: ``m``
+times bigger, it takes ``m`` times as long. Per step, ``E = F' / P``, ``F'`` the fetch time of one
+batch, at most the unrepresented wait per epoch. ``s`` is the share of the GPU's idle time that
 began while the host was blocked in a synchronisation (the profiled window): 0 when the host
 queues ahead of the GPU (then extra GPU time hides under the host's until the GPU is the
 slower), 1 when every idle gap follows a sync (host and GPU take turns: the step is their sum).
@@ -28,12 +37,13 @@ the same to load. `gpudoctor sweep` measures the real curve.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
 from gpudoctor.analysis.gpu_state import gpu_activity
-from gpudoctor.analysis.prediction import MAX_GAIN, step_time_now
+from gpudoctor.analysis.prediction import MAX_GAIN, step_time_now, unrepresented_per_step
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
@@ -66,13 +76,22 @@ class BatchScaling:
     loader_s: float | None  # workers' time to deliver one batch (fetch time / workers), when known
     max_multiple: float | None  # the memory bound, as a multiple of the batch (GD202)
     sources: tuple[str, ...]  # where each number comes from, in words
+    apart_s: float = 0.0  # U: per step, the steady time the window's steps do not stand for
+    apart_per_epoch: bool = False  # U is the work of the epochs' ends and starts (per sample), not a pause per step
+    epoch_first_batch_s: float = 0.0  # E: per step, the wait for each epoch's first batch, made from scratch
+
+    def apart_at(self, m: float) -> float:
+        """The time per step at m times the batch that the window's steps do not stand for."""
+        if not self.apart_per_epoch:
+            return self.apart_s
+        return self.apart_s * m + self.epoch_first_batch_s * m * (m - 1.0)
 
     def step_at(self, m: float) -> float:
         gpu = self.kernel_s * (1.0 + self.fill * (m - 1.0)) + self.copy_s * m
         gpu_now = self.kernel_s + self.copy_s
         host = self.host_s + self.in_process_data_s * m + self.sync_share * max(0.0, gpu - gpu_now)
         loader = self.loader_s * m if self.loader_s is not None else 0.0
-        return max(host, gpu, loader, 1e-12)
+        return max(host, gpu, loader, 1e-12) + self.apart_at(m)
 
     def raw_gain(self, m: float) -> float:
         """Samples per second at m times the batch over now, as the model says it."""
@@ -108,7 +127,11 @@ class BatchScaling:
         """What bounds the step at m times the batch."""
         gpu = self.kernel_s * (1.0 + self.fill * (m - 1.0)) + self.copy_s * m
         loader = self.loader_s * m if self.loader_s is not None else 0.0
-        step = self.step_at(m)
+        apart = self.apart_at(m)
+        step = self.step_at(m) - apart
+        if apart > step:
+            return ("the work of each epoch's end and start, which a bigger batch does not shorten per sample"
+                    if self.apart_per_epoch else "the steps' occasional pauses")
         if loader >= step:
             return "the DataLoader's workers"
         if gpu >= step:
@@ -126,31 +149,70 @@ def batch_scaling(session: Session, max_multiple: float | None) -> BatchScaling 
     if kernel is None:
         return None
     fill, fill_measured = _fill(session, sources)
-    waited = _data_wait(session, step)
+    apart, apart_wait = unrepresented_per_step(session)
+    apart = min(apart, step)
+    represented = step - apart  # the step the window's steps stand for, and its data wait
+    waited = max(0.0, min(represented, _data_wait(session, step) - apart_wait))
     loader = metrics.main_loader(session)
     wait = waited if loader is not None and loader.num_workers == 0 else 0.0
-    loader_s = _loader_time(session, step, waited)
+    loader_s = _loader_time(session, represented, waited)
+    per_epoch = _steps_per_epoch(session)
+    first_batch = _epoch_first_batch(session, apart_wait, per_epoch) if per_epoch else 0.0
     if wait:
         sources.append(f"{wait * 1e3:.3g} ms of batch production in the loop (num_workers=0) per step, made m "
                        "times over")
     if loader_s is not None:
         sources.append(f"the workers deliver a batch every {loader_s * 1e3:.3g} ms (fetch time / workers)")
-    return BatchScaling(step_s=step, host_s=max(0.0, step - waited), in_process_data_s=wait, kernel_s=kernel,
-                        copy_s=copy, fill=fill, fill_measured=fill_measured, sync_share=sync_share,
-                        loader_s=loader_s, max_multiple=max_multiple, sources=tuple(sources))
+    if apart and per_epoch:
+        sources.append(f"{apart * 1e3:.3g} ms per step the profiled window's steps do not stand for: the work of "
+                       f"each epoch's end and start (an epoch every {per_epoch:.3g} steps), the same per sample at "
+                       "any batch" + (f"; each epoch's first batch made from scratch, {first_batch * 1e3:.3g} ms per "
+                                      "step, m times longer" if first_batch else ""))
+    elif apart:
+        sources.append(f"{apart * 1e3:.3g} ms per step the profiled window's steps do not stand for (no epoch turned "
+                       "over in the steady steps: occasional pauses), the same per step at any batch")
+    return BatchScaling(step_s=step, host_s=max(0.0, represented - waited), in_process_data_s=wait,
+                        kernel_s=kernel, copy_s=copy, fill=fill, fill_measured=fill_measured, sync_share=sync_share,
+                        loader_s=loader_s, max_multiple=max_multiple, sources=tuple(sources), apart_s=apart,
+                        apart_per_epoch=per_epoch is not None, epoch_first_batch_s=first_batch)
+
+
+def _steps_per_epoch(session: Session) -> float | None:
+    """The steps of one epoch of the loop's loader (its dataset's length over its batch), where epochs
+    turn over within the steady steps; None elsewhere (no loader, an iterable dataset, epochs longer
+    than the steady steps)."""
+    from gpudoctor.analysis.input_pipeline import batches_per_step
+
+    loader = metrics.main_loader(session)
+    if loader is None or loader.iterable or not loader.dataset_len or not loader.batch_size:
+        return None
+    steps = math.ceil(loader.dataset_len / loader.batch_size) / batches_per_step(session, loader)
+    return steps if 0 < steps <= metrics.steady_step_count(session) else None
+
+
+def _epoch_first_batch(session: Session, apart_wait: float, steps_per_epoch: float) -> float:
+    """E, per step: the wait for each epoch's first batch (one worker makes it from scratch while the
+    loop waits), within the unrepresented wait; 0 without workers or a measured fetch time."""
+    loader = metrics.main_loader(session)
+    fetch = metrics.fetch_time_per_batch(loader) if loader is not None and loader.num_workers > 0 else None
+    if apart_wait <= 0 or not fetch:
+        return 0.0
+    return min(fetch, apart_wait * steps_per_epoch) / steps_per_epoch
 
 
 def _gpu_parts(session: Session, step: float, sources: list[str]) -> tuple[float | None, float, float]:
     """(kernel time, copy time, sync share) per step: the profiled window's, else the duty cycle's."""
     profile = session.profile
-    if profile is not None and profile.steps >= 3 and profile.kernel_total_us > 0:
-        kernel = profile.kernel_total_us / profile.steps / 1e6
+    steps = metrics.window_run_steps(session)  # the window in the run's steps (a GAN's batches)
+    if profile is not None and profile.steps >= 3 and profile.kernel_total_us > 0 and steps:
+        kernel = profile.kernel_total_us / steps / 1e6
         copy = sum(row.get("us", 0.0) for kind, row in profile.memcpy.items()
-                   if kind.startswith(("HtoD", "DtoH"))) / profile.steps / 1e6
+                   if kind.startswith(("HtoD", "DtoH"))) / steps / 1e6
         idle = profile.gpu_idle_us
         sync_share = min(1.0, profile.idle_after_sync_us / idle) if idle > 0 else 0.0
+        counted = f"{profile.steps} steps" if steps == profile.steps else f"{steps:.3g} of the run's steps"
         sources.append(f"GPU kernels {kernel * 1e3:.3g} ms and host-device copies {copy * 1e3:.3g} ms per step "
-                       f"(profiled window, {profile.steps} steps); {sync_share:.0%} of the GPU's idle time "
+                       f"(profiled window, {counted}); {sync_share:.0%} of the GPU's idle time "
                        "followed a synchronisation")
         return kernel, copy, sync_share
     act = gpu_activity(session)

@@ -4,7 +4,9 @@ A finding's gain is ``step now / step predicted without the cause``, obtained by
 the best method the Session allows, and said so:
 
 - ``replay``: the profiled window replayed with the cause removed
-  (gpudoctor.replay), calibrated to the unprofiled step time when it is known;
+  (gpudoctor.replay), calibrated to the unprofiled step time when it is known, with the
+  steady time its steps do not stand for (an epoch's end and start) added unchanged to
+  both sides;
 - ``bound``: what the GPU allows. A host-side fix (data, syncs, launches, CPU)
   cannot make a step shorter than the time the GPU was busy in it, so its gain is
   at most ``1 / busy share`` of the steady steps (duty cycle, or SM activity where
@@ -63,8 +65,18 @@ def step_time_now(session: Session) -> float | None:
         return 1.0 / summary.steps_per_s
     replay = replay_of(session)
     if replay is not None and replay.steps and replay.baseline_span_us:
-        return replay.baseline_span_us / replay.steps / 1e6
+        return replay.loop_us(replay.baseline_span_us) / (replay.run_steps or replay.steps) / 1e6
     return None
+
+
+def unrepresented_per_step(session: Session) -> tuple[float, float]:
+    """(seconds per step of the run that the profiled window's steps do not stand for, the data
+    waits in them): periodic work (an epoch's end and start) that no what-if of the window
+    changes (gpudoctor.replay.calibration); (0, 0) without a calibrated replay."""
+    replay = replay_of(session)
+    if replay is None or not replay.run_steps or replay.unrepresented_us <= 0:
+        return 0.0, 0.0
+    return replay.unrepresented_us / replay.run_steps / 1e6, replay.unrepresented_wait_us / replay.run_steps / 1e6
 
 
 def host_side_bound(session: Session) -> tuple[float, str] | None:
@@ -105,7 +117,7 @@ def predict(session: Session, scenario: str, *, host_side: bool, rule_gain: floa
                 and scenario_row.gpu_busy_us > 0):
             # a cheaper GPU work, and the host queued its steps far ahead: a step takes as long as
             # its GPU work (the window's span also holds the backlog of the steps before it)
-            gain = replay.baseline_gpu_busy_us / scenario_row.gpu_busy_us
+            gain = replay.loop_us(replay.baseline_gpu_busy_us) / replay.loop_us(scenario_row.gpu_busy_us)
             detail += (f"; the host ran ahead of the GPU, so a step takes its GPU time: "
                        f"{replay.baseline_gpu_busy_us / 1e3:.1f} ms -> {scenario_row.gpu_busy_us / 1e3:.1f} ms "
                        "of GPU work in the window")

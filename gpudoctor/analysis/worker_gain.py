@@ -11,7 +11,9 @@ with `w` workers, built on the step without any data wait (the replay where ther
 - **Workers pay a hand-off and share the cores.** With ``w`` workers, per batch the loop
   takes its time without any wait (``I``: the replayed step without data waits, per
   batch), receives the batch (``H``, the hand-off) and waits for what the workers could
-  not produce meanwhile: ``I + H + max(0, F / w' - (I + H))``. ``w'`` is the workers the
+  not produce meanwhile: ``I + H + max(0, F / w' - (I + H)) + U``. ``U`` is the time per
+  batch the profiled window's steps do not stand for (an epoch's end and start:
+  gpudoctor.replay.calibration), left out of ``I`` and unchanged by the workers. ``w'`` is the workers the
   cores carry: the usable cores per rank less what the loop itself uses (its measured CPU
   per batch, at the predicted step rate; at least one core), over each worker's CPU share
   of a batch. A faster loop needs more of a core, which leaves fewer to the workers: the
@@ -23,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
-from gpudoctor.analysis.prediction import MAX_GAIN
+from gpudoctor.analysis.prediction import MAX_GAIN, unrepresented_per_step
 from gpudoctor.model import Prediction
 
 if TYPE_CHECKING:
@@ -44,7 +46,9 @@ def gpu_busy_share(session: Session) -> tuple[float, str] | None:
         return load.busy_share, "the steady GPU samples"
     replay = replay_of(session)
     if replay is not None and replay.baseline_gpu_busy_us is not None and replay.baseline_span_us:
-        return min(1.0, replay.baseline_gpu_busy_us / replay.baseline_span_us), "the replayed window"
+        # over the loop's time: the steady time the window's steps do not stand for included
+        return (min(1.0, replay.baseline_gpu_busy_us / replay.loop_us(replay.baseline_span_us)),
+                "the replayed window")
     return None
 
 
@@ -103,7 +107,10 @@ def workers_prediction(session: Session, found: InputStall, loader: LoaderInfo, 
     now = instant.step_time_s
     if now is None:
         now = (compute + fetch if loader.num_workers == 0 else compute) * per_step
-    instant_batch = now / instant.gain / per_step
+    # the time per batch the window's steps do not stand for (an epoch's end and start) is spent
+    # apart from the loop's rhythm: the workers' pace is set against the rest of the batch
+    apart = min(unrepresented_per_step(session)[0], now / instant.gain) / per_step
+    instant_batch = now / instant.gain / per_step - apart
     ratio = max(MIN_CPU_SHARE, metrics.fetch_cpu_ratio(loader) or 1.0)
     loop_cpu = loop_cpu_per_batch(session, loader, per_step)
     floor = instant_batch + handoff
@@ -116,11 +123,11 @@ def workers_prediction(session: Session, found: InputStall, loader: LoaderInfo, 
         return max(1.0, min(float(workers), (cores_per_rank - loop_cores) / ratio))
 
     def step_at(batch_s: float) -> float:
-        return floor + max(0.0, fetch / carried_at(batch_s) - floor)
+        return floor + max(0.0, fetch / carried_at(batch_s) - floor) + apart
 
     # a faster loop uses more of a core, which leaves fewer to the workers: the batch time is where
     # the two agree (step_at falls as the batch time grows, so the crossing is one, found by halving)
-    low, high = floor, floor + fetch
+    low, high = floor + apart, floor + apart + fetch
     for _ in range(50):
         middle = (low + high) / 2
         low, high = (middle, high) if step_at(middle) > middle else (low, middle)
@@ -128,12 +135,14 @@ def workers_prediction(session: Session, found: InputStall, loader: LoaderInfo, 
     carried = carried_at(after_batch)
     after = after_batch * per_step
     gain = max(1.0, min(instant.gain, now / after))
-    wait = max(0.0, after_batch - instant_batch - handoff)
+    wait = max(0.0, after_batch - apart - instant_batch - handoff)
     detail = (f"{instant.detail}; per batch: the loop without waits {metrics.format_duration(instant_batch)} "
               f"(that {instant.method}) + hand-off {metrics.format_duration(handoff)} + wait "
               f"{metrics.format_duration(wait)} (F = {metrics.format_duration(fetch)} over "
               + (f"{carried:.3g} of {workers} workers the cores carry" if carried < workers else f"{workers} workers")
-              + f"), against {metrics.format_duration(now / per_step)} now with {loader.num_workers}")
+              + ")"
+              + (f" + {metrics.format_duration(apart)} the window's steps do not hold (unchanged)" if apart else "")
+              + f", against {metrics.format_duration(now / per_step)} now with {loader.num_workers}")
     return Prediction(gain=gain, method=instant.method, label=f"with num_workers={workers}", detail=detail,
                       scenario=instant.scenario, step_time_s=instant.step_time_s,
                       predicted_step_time_s=instant.step_time_s / gain if instant.step_time_s else None)

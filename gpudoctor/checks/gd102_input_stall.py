@@ -25,7 +25,9 @@ Why it matters
     every millisecond of waiting is a millisecond of the step. So the gain is not
     read off the wait share: it is the step time now over the step time predicted
     with batches arriving instantly, by the profiled window replayed without its
-    DataLoader waits (gpudoctor.replay), never more than a host-side fix can buy
+    DataLoader waits (gpudoctor.replay; the steady time the window's steps do not
+    hold, such as each epoch's end and its workers starting again, stays in both),
+    never more than a host-side fix can buy
     while the GPU was busy (``1 / busy share`` of the steady steps), and
     ``1 / (1 - share)`` only when neither exists (a CPU-only run). A wait the GPU
     did not feel is reported as hidden (info), never as a stall.

@@ -16,7 +16,10 @@ Why it matters
     multiple of the batch (2x, 4x, ... up to what memory allows) from a model of the
     measured step (gpudoctor.analysis.batch_scaling): the host's launches and Python do
     not grow with the batch, kernels grow with the share of the SMs they fill (GPM SM
-    activity over duty cycle), copies and batch production grow with it. Its gain is the
+    activity over duty cycle), copies and batch production grow with it; the work of each
+    epoch's end and start that the profiled window's steps do not hold (checkpoints, saved
+    images, workers started again, each epoch's first batch made from scratch) stays the
+    same per sample, so a bigger batch does not shorten it. Its gain is the
     one at the multiple it names: the curve's knee (doubling buys under 5%), at most where
     the sweep starts. The sweep measures the real curve.
 

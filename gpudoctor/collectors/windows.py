@@ -22,8 +22,8 @@ from gpudoctor.session import ProfileSummary, ReplaySummary, Session
 
 log = logging.getLogger(__name__)
 
-# one window's replay: (trace events, steps, unprofiled step time us, unprofiled data wait us) -> its summary
-Replayer = Callable[[Any, int, "float | None", "float | None"], "ReplaySummary | None"]
+# one window's replay: (trace events, its steps, their source, the steady steps outside it) -> its summary
+Replayer = Callable[[Any, int, "str | None", "metrics.UnprofiledSteps | None"], "ReplaySummary | None"]
 
 SOURCE_WORDS = {
     "explicit": "gpudoctor.step() steps", "optimizer": "optimizer steps", "backward": "backward() steps",
@@ -72,8 +72,8 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
                 summary.replay = ReplaySummary(steps=summary.steps, error="a CPU-only window: no GPU work to replay")
             elif replay is not None:
                 first_stepped = summary.step_source != "time" and all(s.step_source == "time" for s, _ in summaries)
-                step_us, wait_us = _calibration(session, summary, primary=first_stepped)
-                summary.replay = replay(data, summary.steps, step_us, wait_us)
+                summary.replay = replay(data, summary.steps, summary.step_source,
+                                        calibration_steps(session, summary, primary=first_stepped))
         except Exception as exc:  # a trace we cannot read must not cost the rest of the report
             log.debug("trace analysis failed", exc_info=True)
             why = f"the profiler trace could not be analysed: {type(exc).__name__}: {exc}"
@@ -154,12 +154,25 @@ def phase_words(event: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _calibration(session: Session, summary: ProfileSummary, primary: bool) -> tuple[float | None, float | None]:
+def calibration_steps(session: Session, summary: ProfileSummary, primary: bool) -> metrics.UnprofiledSteps | None:
+    """The steady steps a window's replay is calibrated to: the whole run's for the primary window
+    (the replay counts them in the window's trace where it counted another source), those of the
+    same source around a later one (its phase); None when a later window's steps came from another
+    source."""
     if primary:
-        return metrics.unprofiled_step_us(session)
+        return metrics.unprofiled(session)
     if summary.step_source != session.steps.source or summary.window_start_s is None or summary.window_end_s is None:
-        return None, None
-    return metrics.unprofiled_step_us_near(session, summary.window_start_s, summary.window_end_s)
+        return None
+    return metrics.unprofiled_near(session, summary.window_start_s, summary.window_end_s)
+
+
+def primary_calibration_steps(session: Session) -> metrics.UnprofiledSteps | None:
+    """calibration_steps for the Session's primary window, as apply_windows chose them (the tools that
+    replay a recorded window again: scripts/replay_fixture.py, benchmarks/corpus/repredict.py)."""
+    profile = session.profile
+    if profile is None:
+        return None
+    return calibration_steps(session, profile, primary=profile.step_source != "time")
 
 
 def _why_none(profiles: list[dict[str, Any]], session: Session) -> str:

@@ -23,14 +23,14 @@
   call and its sync and moves every byte; the user's own Python stays.
 - ``tf32``: fp32 GEMM kernels at the TF32 rate (`rates.tf32_speedup`).
 
-Calibration: tracing (with Python stacks) slows the host. When the run's steady
-steps outside the window are known, host costs (CPU items except data waits, and
-launch calls) are scaled so that the replay as measured takes the unprofiled
-step time; the scale is reported. The window ends with its threads' last events: a
-record_function range the profiler's stop left open (gpudoctor stops it inside
-``optimizer.step()``) ends when the trace is collected, 4-175 ms later in the H200
-fixtures; that teardown is neither a step's host cost nor part of any what-if
-(replay.threads._closed_by_stop).
+Calibration (gpudoctor.replay.calibration): tracing slows the host, so host costs are scaled
+to the steady steps measured outside the window, in the run's own steps; the steady time
+those steps do not stand for (an epoch's end and start, checkpoints) is carried beside the
+spans (``ReplaySummary.unrepresented_us``) and added to every one of them by `gain`. The
+window ends with its threads' last events: a record_function range the profiler's stop left
+open (gpudoctor stops it inside ``optimizer.step()``) ends when the trace is collected,
+4-175 ms later in the H200 fixtures; that teardown is neither a step's host cost nor part of
+any what-if (replay.threads._closed_by_stop).
 """
 
 from __future__ import annotations
@@ -43,15 +43,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.collectors.window_picture import BINS, picture_range, span_list
+from gpudoctor.metrics import UnprofiledSteps
 from gpudoctor.replay import edits
-from gpudoctor.replay.items import CPU, DATA
+from gpudoctor.replay.calibration import calibrate
 from gpudoctor.replay.simulate import Plan, Result, run
 from gpudoctor.replay.timeline import Timeline, build
 from gpudoctor.session import ReplayScenario, ReplaySummary
 
 log = logging.getLogger(__name__)
 
-MIN_HOST_SCALE = 0.2  # tracing with stacks slowed the host at most 5x in the H200 fixtures
 MIN_GAIN_FOR_PAIRS = 1.02  # scenarios that change less are not combined with others
 MAX_ITEMS = 2_000_000  # beyond this the replay is skipped (reported), the statistics still come
 
@@ -69,14 +69,14 @@ class Scenario:
     edit: Edit
 
 
-def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None = None,
-                 unprofiled_wait_us: float | None = None,
-                 scenarios: Iterable[Scenario] | None = None) -> ReplaySummary | None:
+def replay_trace(events: Any, steps: int = 0, unprofiled: UnprofiledSteps | None = None, *,
+                 source: str | None = None, scenarios: Iterable[Scenario] | None = None) -> ReplaySummary | None:
     """Replay one trace's events: the measured window and each applicable what-if.
 
-    `unprofiled_step_us` and `unprofiled_wait_us` (mean step time and data wait per step
-    outside the window) calibrate the replay when the run measured them. `scenarios`: the
-    what-ifs to replay; None: the registered ones (SCENARIOS), in their order.
+    `steps`: the window's steps, marked by `source` (ProfileSummary.step_source; None: the
+    run's own). `unprofiled`: the steady steps outside the window, which calibrate the replay
+    when the run measured them (gpudoctor.replay.calibration). `scenarios`: the what-ifs to
+    replay; None: the registered ones (SCENARIOS), in their order.
     """
     known = {s.name: s for s in (SCENARIOS.values() if scenarios is None else scenarios)}
     from gpudoctor.collectors.trace_decode import index_events
@@ -91,8 +91,8 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
         return ReplaySummary(steps=steps, scope=scope, measured_span_us=round(timeline.measured_span_us, 3),
                              error=f"the window holds {len(timeline.host) + len(timeline.ops):,} host items and "
                                    "GPU operations: too many to replay")
-    scale, data_scale, calibration = _calibrate(timeline, steps, unprofiled_step_us, unprofiled_wait_us)
-    measured = Plan.measured(timeline, scale, data_scale)
+    calibration = calibrate(timeline, index, steps, source, unprofiled)
+    measured = Plan.measured(timeline, calibration.host_scale, calibration.data_scale)
     drawn = _drawn_items(timeline, picture_range(index))
     base = run(timeline, measured, record=True, starts_of=drawn or ())
     summary = ReplaySummary(
@@ -102,9 +102,12 @@ def replay_trace(events: Any, steps: int = 0, unprofiled_step_us: float | None =
         baseline_span_us=round(base.span_us, 3),
         baseline_gpu_busy_us=round(base.gpu_busy_us, 3),
         baseline_kernel_busy_us=round(base.kernel_busy_us, 3),
-        host_scale=round(scale, 4),
-        data_scale=round(data_scale, 4),
-        calibration=calibration,
+        host_scale=round(calibration.host_scale, 4),
+        data_scale=round(calibration.data_scale, 4),
+        calibration=calibration.words,
+        run_steps=round(calibration.run_steps, 3),
+        unrepresented_us=round(calibration.unrepresented_us, 3),
+        unrepresented_wait_us=round(calibration.unrepresented_wait_us, 3),
         launch_latency_us=round(timeline.launch_latency_us, 3),
         queued_gap_us=round(timeline.queued_gap_us, 3),
     )
@@ -164,66 +167,14 @@ def _picture(timeline: Timeline, result: Result,
     return (*span_list(result.op_starts, result.op_ends, begin, end, (end - begin) / BINS), round(end - begin, 1))
 
 
-def replay_or_error(events: Any, steps: int = 0, unprofiled_step_us: float | None = None,
-                    unprofiled_wait_us: float | None = None) -> ReplaySummary | None:
+def replay_or_error(events: Any, steps: int = 0, unprofiled: UnprofiledSteps | None = None, *,
+                    source: str | None = None) -> ReplaySummary | None:
     """replay_trace that never raises: a model that cannot be built is reported, not fatal."""
     try:
-        return replay_trace(events, steps, unprofiled_step_us, unprofiled_wait_us)
+        return replay_trace(events, steps, unprofiled, source=source)
     except Exception as exc:  # the statistics and every other check still stand
         log.debug("replay failed", exc_info=True)
         return ReplaySummary(steps=steps, error=f"the window could not be replayed: {type(exc).__name__}: {exc}")
-
-
-def _calibrate(timeline: Timeline, steps: int, step_us: float | None,
-               wait_us: float | None) -> tuple[float, float, str]:
-    """(host scale, data-wait scale, how they were chosen).
-
-    Data waits are scaled to the unprofiled wait per step. Host costs are scaled so that
-    the replay without data waits takes the unprofiled step time less its data wait:
-    with data waits in the target, a loop paced by its loader would hide how much the
-    tracing slowed its host.
-    """
-    if not steps or not step_us or step_us <= 0:
-        return 1.0, 1.0, "not calibrated (no steady step time outside the window): host costs as traced"
-    host = timeline.host
-    data_items = [i for i, (kind, tag) in enumerate(zip(host.kind, host.tag)) if kind == CPU and tag == DATA]
-    window_wait = sum(host.dur[i] for i in data_items)
-    data_scale = 1.0
-    if data_items and wait_us is not None and window_wait > 0:
-        data_scale = max(0.0, wait_us * steps / window_wait)
-    without_data = bool(data_items) and wait_us is not None
-    target = steps * (step_us - (wait_us or 0.0) if without_data else step_us)
-    what = "the unprofiled step time less its data wait" if without_data else "the unprofiled step time"
-
-    def span(scale: float) -> float:
-        plan = Plan.measured(timeline, scale, data_scale)
-        if without_data:
-            for i in data_items:
-                plan.cost[i] = 0.0
-        return run(timeline, plan).span_us
-
-    waits = (
-        f"; data waits scaled by {data_scale:.2f} to the unprofiled wait" if data_items and data_scale != 1.0 else ""
-    )
-    full = span(1.0)
-    if target <= 0 or full <= target * 1.02:
-        return 1.0, data_scale, (f"host costs as traced: the replay takes {full / steps / 1e3:.3g} ms per step against "
-                                 f"{target / steps / 1e3:.3g} ms, {what}{waits}")
-    low = span(MIN_HOST_SCALE)
-    if low > target and (full - low) < 0.5 * (full - target):
-        return 1.0, data_scale, (f"host costs as traced: {full / steps / 1e3:.3g} ms per step against "
-                                 f"{target / steps / 1e3:.3g} ms ({what}) is not the tracing's host overhead{waits}")
-    lo, hi = MIN_HOST_SCALE, 1.0
-    for _ in range(10):
-        mid = (lo + hi) / 2
-        if span(mid) > target:
-            hi = mid
-        else:
-            lo = mid
-    scale = hi if low <= target else MIN_HOST_SCALE
-    return scale, data_scale, (f"host costs scaled by {scale:.2f} so the replay takes {what} "
-                               f"({target / steps / 1e3:.3g} ms per step; {full / steps / 1e3:.3g} ms as traced): "
-                               f"tracing slowed the host{waits}")
 
 
 # the built-in what-ifs, in the order they are replayed and reported
@@ -256,9 +207,10 @@ def label(name: str) -> str:
 
 
 def gain(summary: ReplaySummary, name: str) -> float | None:
-    """Baseline span / span without the cause, when the replay has that scenario."""
+    """The loop's time now over its time without the cause, when the replay has that scenario:
+    (baseline span + the time the window's steps do not stand for) / (the scenario's + the same)."""
     scenario = next((s for s in summary.scenarios if s.name == name), None)
     if scenario is None or not summary.baseline_span_us or scenario.span_us <= 0:
         return None
-    return summary.baseline_span_us / scenario.span_us
+    return summary.loop_us(summary.baseline_span_us) / summary.loop_us(scenario.span_us)
 

@@ -33,6 +33,7 @@ from gpudoctor.agent.redact import env_secrets, redact_argv, redact_text
 from gpudoctor.collectors.cpu import CpuSampler, cpu_info
 from gpudoctor.collectors.events import EventReader
 from gpudoctor.collectors.windows import apply_windows, rank_window
+from gpudoctor.metrics import UnprofiledSteps
 from gpudoctor.run.gpu_monitor import GpuMonitor
 from gpudoctor.run.process_tree import leftover_note, none_instrumented
 from gpudoctor.session import Environment, RankInfo, ReplaySummary, Session, StorageProbe
@@ -115,13 +116,14 @@ def assemble(run: Recorded) -> tuple[Session, str | None]:
     return session, primary_trace
 
 
-def replay_window(events: Any, steps: int, step_us: float | None, wait_us: float | None) -> ReplaySummary | None:
+def replay_window(events: Any, steps: int, source: str | None,
+                  unprofiled: UnprofiledSteps | None) -> ReplaySummary | None:
     """One profiled window replayed (gpudoctor.replay), for apply_windows: the assembly starts the
     replay, the collectors below it only summarise. Imported on first use, once the collectors
     have found the trace analysis's dependencies installed."""
     from gpudoctor.replay import replay_or_error
 
-    return replay_or_error(events, steps, step_us, wait_us)
+    return replay_or_error(events, steps, unprofiled, source=source)
 
 
 def assemble_ranks(reader: EventReader, session: Session, workdir: Path, t0: float) -> None:

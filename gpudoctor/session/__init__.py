@@ -374,6 +374,14 @@ class ReplaySummary:
     host_scale: float = 1.0  # host costs scaled by this to undo the tracing's own overhead
     data_scale: float = 1.0  # data waits scaled by this to the unprofiled wait per step
     calibration: str = ""  # how host_scale was chosen, in words
+    # the replayed part's length in the run's steps (Session.steps.source): `steps` unless the window
+    # counted another source (a GAN's optimizer steps, where the run counts DataLoader batches); 0: not known
+    run_steps: float = 0.0
+    # steady time outside the window that its steps do not stand for (an epoch's end and start:
+    # checkpoints, evaluation, loader workers started again), over the replayed part's steps, us: the
+    # same in every what-if, so a gain is (span + it) / (what-if span + it) (replay.scenarios.gain)
+    unrepresented_us: float = 0.0
+    unrepresented_wait_us: float = 0.0  # the data waits in it (an epoch's first batch, its workers starting)
     launch_latency_us: float | None = None  # median launch-to-start latency
     queued_gap_us: float | None = None  # median gap between back-to-back queued operations
     scenarios: list[ReplayScenario] = field(default_factory=list)
@@ -384,6 +392,11 @@ class ReplaySummary:
     baseline_picture: list[float] = field(default_factory=list)
     baseline_picture_bins: list[float] = field(default_factory=list)
     baseline_picture_span_us: float | None = None
+
+    def loop_us(self, span_us: float) -> float:
+        """A replayed span of the window (the baseline's, a scenario's, a combination's, or the GPU's
+        busy time in one) with the steady time its steps do not stand for, which no what-if changes."""
+        return span_us + (self.unrepresented_us or 0.0)
 
 
 @dataclass

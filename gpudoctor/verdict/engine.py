@@ -304,7 +304,8 @@ class _Relation:
         both = replay.combined.get(f"{cause}+{other}") or replay.combined.get(f"{other}+{cause}")
         if both is None or both <= 0:
             return None
-        return spans[cause].span_us / both < MARGINAL_GAIN and _gain(root) >= _gain(finding)
+        marginal = replay.loop_us(spans[cause].span_us) / replay.loop_us(both)
+        return marginal < MARGINAL_GAIN and _gain(root) >= _gain(finding)
 
 
     def _explains_idle(self, root: Finding, cause: str, spans: Mapping[str, ReplayScenario]) -> bool:
@@ -323,10 +324,11 @@ class _Relation:
             scenario = spans[name]
             return (scenario.kernel_busy_us if kernels else scenario.gpu_busy_us) or 0.0
 
-        idle_now = (replay.baseline_span_us or 0.0) - (busy_now or 0.0)
+        # over the loop's time: the time the window's steps do not stand for idles the GPU in every what-if
+        idle_now = replay.loop_us(replay.baseline_span_us or 0.0) - (busy_now or 0.0)
         if idle_now <= 0:
             return False
-        if spans[cause].span_us - busy(cause) <= IDLE_EXPLAINED * idle_now:
+        if replay.loop_us(spans[cause].span_us) - busy(cause) <= IDLE_EXPLAINED * idle_now:
             return True
         for other in self.roots:
             partner = _scenario(other)
@@ -335,7 +337,7 @@ class _Relation:
             both = replay.combined.get(f"{cause}+{partner}") or replay.combined.get(f"{partner}+{cause}")
             if both is None or both <= 0 or _gain(other) > _gain(root):
                 continue
-            if both - min(busy(cause), busy(partner)) <= IDLE_EXPLAINED * idle_now:
+            if replay.loop_us(both) - min(busy(cause), busy(partner)) <= IDLE_EXPLAINED * idle_now:
                 return True
         return False
 

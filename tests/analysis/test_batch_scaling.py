@@ -87,3 +87,45 @@ def test_from_a_session_the_profile_the_gpm_fill_and_the_loader():
 
 def test_no_step_time_no_model():
     assert batch_scaling(make_session(), None) is None
+
+
+def test_the_work_of_each_epochs_end_is_per_sample_and_its_first_batch_grows_with_the_batch():
+    # host 10 ms a step; 5 ms a step of epoch ends and starts, 1 ms of it the first batch's wait:
+    # at 4x, four times the epochs' work per step (5 ms * 4) and each first batch 4x longer (1 ms * 4 * 3)
+    model = _model(step_s=0.015, apart_s=0.005, apart_per_epoch=True, epoch_first_batch_s=0.001)
+    assert model.step_at(1) == pytest.approx(0.015)
+    assert model.gain(4) == pytest.approx(4 * 15 / (10 + 20 + 12))
+    assert model.limit(8).startswith("the work of each epoch's end and start")
+    pause = _model(step_s=0.015, apart_s=0.005)  # no epoch turned over: an occasional pause, the same per step
+    assert pause.gain(4) == pytest.approx(4 * 15 / (10 + 5))
+
+
+def _gan_session(dataset_len: int):
+    """A GAN's run counted in DataLoader batches of 30 ms (10 ms waiting); its window counted 20 optimizer
+    steps, 10 batches, with 20 ms of kernels; 10 ms a batch is epoch work the window does not hold, 2 ms
+    of it waiting for each epoch's first batch (2 workers, 40 ms a batch)."""
+    from gpudoctor.session import ReplaySummary
+
+    replay = ReplaySummary(steps=20, run_steps=10, baseline_span_us=200_000.0, baseline_gpu_busy_us=20_000.0,
+                           unrepresented_us=100_000.0, unrepresented_wait_us=20_000.0, calibration="calibrated")
+    profile = ProfileSummary(steps=20, step_source="optimizer", kernel_total_us=20_000.0, gpu_busy_us=20_000.0,
+                             gpu_idle_us=180_000.0, replay=replay)
+    return make_session(steps=make_steps(160, 0.030, 0.010), torch_cuda_used=True, profile=profile,
+                        loaders=[make_loader(num_workers=2, batches=160, batch_size=64, dataset_len=dataset_len,
+                                             fetch_s_per_batch=0.040)])
+
+
+def test_a_gan_window_is_counted_in_the_runs_batches_and_its_epochs_work_is_per_sample():
+    model = batch_scaling(_gan_session(dataset_len=1000), 50.0)  # 16 batches an epoch: 10 epochs in the run
+    assert model is not None
+    assert model.kernel_s == pytest.approx(0.002)  # 20 ms of kernels over 10 batches, not 20 optimizer steps
+    assert model.apart_s == pytest.approx(0.010) and model.apart_per_epoch
+    assert model.host_s == pytest.approx(0.012)  # 30 - 10 apart - (10 - 2) waiting
+    assert model.loader_s == pytest.approx(0.020)
+    assert model.epoch_first_batch_s == pytest.approx(0.002)  # min(40 ms, 2 ms x 16) / 16
+    assert model.step_at(1) == pytest.approx(0.030)
+    # at 4x: the workers' 80 ms, the epochs' 40 ms, the first batches' 2 ms x 4 x 3
+    assert model.gain(4) == pytest.approx(4 * 30 / (80 + 40 + 24))
+    long_epochs = batch_scaling(_gan_session(dataset_len=100_000), 50.0)  # no epoch turned over: a pause a step
+    assert long_epochs is not None and not long_epochs.apart_per_epoch
+    assert long_epochs.gain(4) == pytest.approx(4 * 30 / (80 + 10))

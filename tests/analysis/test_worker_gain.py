@@ -79,3 +79,30 @@ def test_one_number_for_the_workers_on_both_findings():
     assert gains["GD101"] == gains["GD102"]
     stall = next(f for f in result.findings if f.id == "GD102")
     assert "cross-check" in stall.message and "if batches arrived instantly" in stall.message
+
+
+def test_time_the_window_does_not_hold_is_not_the_workers_to_hide():
+    """10 ms of each 40 ms step is an epoch's end and start, which the window's steps do not hold
+    (ReplaySummary.unrepresented_us); the rest is 10 ms of loop and 20 ms of waiting for 2 workers
+    at 80 ms a batch. With 3 workers (4 cores) a batch comes every 26.7 ms: the loop's 10.9 ms
+    (hand-off included) cannot hide it, and the 10 ms apart comes on top: 36.7 ms, not 26.7 ms."""
+    span, apart = 300_000.0, 100_000.0  # 10 batches of 30 ms replayed; 10 ms a batch apart
+    profile = ProfileSummary(steps=10, kernel_count=100, gpu_busy_us=0.05 * span,
+                             replay=ReplaySummary(steps=10, run_steps=10, baseline_span_us=span,
+                                                  baseline_gpu_busy_us=0.05 * span, calibration="calibrated",
+                                                  unrepresented_us=apart,
+                                                  scenarios=[ReplayScenario(name="data", label="instant",
+                                                                            span_us=100_000.0)]))
+    session = make_session(steps=make_steps(60, 0.040, 0.020),
+                           loaders=[make_loader(num_workers=2, batches=60, fetch_s_per_batch=0.080)],
+                           gpu_samples=make_gpu_samples(40, util_percent=5.0, interval_s=0.06),
+                           cpu_samples=make_cpu_samples(40, interval_s=0.06, main_percent=25.0,
+                                                        tree_percent=225.0),
+                           usable_cores=4, torch_cuda_used=True, profile=profile)
+    (stall,) = gd102_input_stall.run(session)
+    assert stall.prediction is not None and stall.prediction.gain == pytest.approx(400 / 200)  # (300+100)/(100+100)
+    (workers,) = gd101_workers.run(session)
+    assert workers.prediction is not None and "the window's steps do not hold" in workers.prediction.detail
+    assert workers.prediction.label == "with num_workers=3"
+    # per batch: 10 ms + 0.9 ms hand-off + a wait to 80 / 3 ms, then the 10 ms apart
+    assert workers.estimated_gain == pytest.approx(40 / (80 / 3 + 10), rel=0.02)

@@ -142,9 +142,9 @@ def test_repredict_follows_a_changed_replay_and_keeps_the_realized_gain(tmp_path
     original = gpudoctor.replay.replay_or_error
     calls = []
 
-    def slower_data_fix(*args: Any) -> Any:
+    def slower_data_fix(*args: Any, **kwargs: Any) -> Any:
         """A replay model in which removing the data wait saves half of what it did."""
-        replay = original(*args)
+        replay = original(*args, **kwargs)
         calls.append(replay)
         base = replay.baseline_span_us
         replay.scenarios = [dataclasses.replace(s, span_us=base - (base - s.span_us) / 2) if s.name == "data" else s

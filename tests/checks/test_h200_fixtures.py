@@ -13,6 +13,7 @@ import pytest
 
 from gpudoctor import metrics
 from gpudoctor.analysis.prediction import GAIN_WARNING
+from gpudoctor.collectors.windows import primary_calibration_steps
 from gpudoctor.commands.analyze import session_from_trace
 from gpudoctor.session import Session
 from gpudoctor.verdict.build import build_report
@@ -311,7 +312,8 @@ def test_replaying_a_recorded_window_again_gives_the_stored_prediction(name):
     assert session.profile is not None and session.profile.replay is not None
     stored = session.profile.replay
     again = replay_or_error(trace_events(load_trace(FIXTURES / "windows" / f"{name}.trace.json.gz")),
-                            session.profile.steps, *metrics.unprofiled_step_us(session))
+                            session.profile.steps, primary_calibration_steps(session),
+                            source=session.profile.step_source)
     assert again is not None and again.error is None
     assert again.baseline_span_us == pytest.approx(stored.baseline_span_us, rel=1e-6)
     assert {s.name: s.span_us for s in again.scenarios} == pytest.approx(

@@ -8,6 +8,7 @@ import pytest
 from timelines import Gpu, Host, trace
 
 from gpudoctor.collectors.trace import trace_events
+from gpudoctor.metrics import UnprofiledSteps
 from gpudoctor.replay import edits, rates, replay_trace
 from gpudoctor.replay.scenarios import gain
 from gpudoctor.replay.timeline import build
@@ -144,7 +145,7 @@ def test_tracing_overhead_on_the_host_is_calibrated_away():
     host = Host(gpu)
     for _ in range(STEPS * 100):
         host.launch(1.0)
-    summary = replay(trace(host), steps=STEPS, unprofiled_step_us=500.0)
+    summary = replay(trace(host), steps=STEPS, unprofiled=UnprofiledSteps(step_us=500.0, wait_us=None))
     assert summary.host_scale == pytest.approx(0.5, rel=0.02)
     assert summary.baseline_span_us == pytest.approx(STEPS * 500.0, rel=0.02)
     assert "tracing slowed the host" in summary.calibration
@@ -156,7 +157,7 @@ def test_a_gpu_bound_window_is_not_calibrated_by_scaling_the_host():
     for _ in range(STEPS):
         host.launch(10_000)
     # outside the window the steps were faster for a reason the host cannot explain
-    summary = replay(trace(host), steps=STEPS, unprofiled_step_us=8000.0)
+    summary = replay(trace(host), steps=STEPS, unprofiled=UnprofiledSteps(step_us=8000.0, wait_us=None))
     assert summary.host_scale == 1.0
     assert "not the tracing's host overhead" in summary.calibration
 
@@ -464,8 +465,8 @@ def test_the_profilers_teardown_does_not_enter_the_calibration():
     closed = _tiny_copies_window(teardown_us=0.0)
     torn = _tiny_copies_window(teardown_us=50_000.0)
     step_us = 0.6 * span_of(closed) / STEPS
-    reference = replay(closed, steps=STEPS, unprofiled_step_us=step_us)
-    summary = replay(torn, steps=STEPS, unprofiled_step_us=step_us)
+    reference = replay(closed, steps=STEPS, unprofiled=UnprofiledSteps(step_us=step_us, wait_us=None))
+    summary = replay(torn, steps=STEPS, unprofiled=UnprofiledSteps(step_us=step_us, wait_us=None))
     assert reference.host_scale < 1.0 and "tracing slowed the host" in reference.calibration
     assert summary.host_scale == pytest.approx(reference.host_scale, rel=1e-9)
     assert summary.baseline_span_us == pytest.approx(STEPS * step_us, rel=0.02)
