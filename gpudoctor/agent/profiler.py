@@ -233,6 +233,7 @@ class ProfilerWindow:
         self.later_taken = False
         self.epoch: tuple[int, int] | None = None  # (the phase loader's epoch, the step count when first seen)
         self.cuda_seen: float | None = None  # when the agent's thread first saw CUDA initialized
+        self.compile_stepless = False  # a quiet CUDA run under torch.compile was refused a time window
         self.pending: str | None = None  # label of the time window the safe points are armed for
         self.calls = 0
         self.guards = threading.local()
@@ -321,10 +322,10 @@ class ProfilerWindow:
         if now - self.cuda_seen < self.no_step_after:
             return
         if self.hooks.compile_used:
-            if self.taken == 0:
-                self.state = self.DONE
-                self.hooks.agent.emit("profile", error="no step boundaries, and the workload uses torch.compile: no "
-                                      "time-bounded window (mark steps with gpudoctor.step())")
+            # no time-bounded window under torch.compile (its safe points are hooks dynamo would
+            # see); a step-driven window still comes: the first step of a compiled loop often
+            # takes longer than no_step_after, compiling (exit_note says it when none came)
+            self.compile_stepless = True
             return
         label = self._due(("time",))
         if label is None:
@@ -379,6 +380,12 @@ class ProfilerWindow:
         self.state = self.DONE
         self.teardown.__exit__(None, None, None)
         untrace_forked_child(self.torch)
+
+    def exit_note(self) -> None:
+        """At exit: why a compiled run that never stepped got no window."""
+        if self.compile_stepless and self.taken == 0 and not any(self.hooks.steps.count.values()):
+            self.hooks.agent.emit("profile", error="no step boundaries, and the workload uses torch.compile: no "
+                                  "time-bounded window (mark steps with gpudoctor.step())")
 
     # -- opening and closing ------------------------------------------------------
     def start(self, source: WindowSource, n: int, label: str, key: PhaseKey) -> None:

@@ -415,6 +415,7 @@ class TorchHooks:
         if self.profiler is not None:
             try:
                 self.profiler.stop("exit")
+                self.profiler.exit_note()
             except Exception as exc:  # noqa: BLE001 (exit goes on; reported)
                 self.agent.error("profiler_stop", exc)
         self._finish_fetch_profile()

@@ -163,13 +163,29 @@ def test_a_step_during_the_time_window_discards_it_for_the_step_window(make):
     assert not hooks.safepoints.armed
 
 
-def test_no_time_window_under_torch_compile(make):
+def test_no_time_window_under_torch_compile_and_the_reason_at_exit_when_no_step_came(make):
     hooks = make()
     hooks.compile_used = True
     hooks.profiler.poll()
-    assert not hooks.safepoints.armed and hooks.profiler.state == "done"
+    assert not hooks.safepoints.armed and hooks.profiler.state == "idle" and not hooks.kind("profile")
+    hooks.profiler.exit_note()
     (event,) = hooks.kind("profile")
     assert "torch.compile" in event["error"]
+
+
+def test_a_compiled_loop_whose_first_step_outlasts_the_quiet_time_still_gets_its_step_window(make):
+    """Compiling the first step takes longer than profile_no_step_after_s: the agent's thread
+    sees a quiet CUDA run first; the steps that follow still get the step-driven window."""
+    hooks = make()
+    hooks.compile_used = True
+    hooks.profiler.poll()  # quiet so far: no time window under torch.compile
+    steps(hooks, "optimizer", 3)
+    assert hooks.profiler.state == "running" and hooks.profiler.window.source == "optimizer"
+    steps(hooks, "optimizer", 3)
+    (window,) = hooks.windows()
+    assert window["source"] == "optimizer" and window["steps"] == 3
+    hooks.profiler.exit_note()
+    assert all("error" not in e for e in hooks.kind("profile"))
 
 
 def test_no_time_window_before_the_run_went_quiet(make):
