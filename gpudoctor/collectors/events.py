@@ -493,15 +493,18 @@ class EventReader:
         session.steps, left_out = self.steps_of(pid, source)
         if left_out:
             windows = f"the profiler window{'s' if len(self.profiles) > 1 else ''}"
-            if self._fetch_profile_spans():
+            if self._fetch_profile_spans(pid):
                 windows = f"{windows} or the DataLoader's profiled batches" if self.profiles else \
                     "the DataLoader's profiled batches"
             session.notes.append(f"{left_out} steps inside {windows} are left out of step statistics")
 
-    def _fetch_profile_spans(self) -> list[tuple[float, float]]:
-        """When cProfile ran around a loader process's fetches (session seconds). Its batches came
-        slower: in series with the steps with num_workers=0, late from a worker otherwise."""
-        return [(fp.t_start, fp.t_end) for proc in self.processes.values() if (fp := proc.fetch_profile) is not None
+    def _fetch_profile_spans(self, pid: int | None = None) -> list[tuple[float, float]]:
+        """When cProfile ran around the fetches of the process that steps (num_workers=0: its
+        batches are made in series with its steps, which it slowed), in session seconds. A worker's
+        profile is left alone: the other workers and the prefetch queue hide most of it, and its
+        span would cost a short run most of its steady steps."""
+        return [(fp.t_start, fp.t_end) for p, proc in self.processes.items() if (fp := proc.fetch_profile) is not None
+                and (pid is None or p == pid) and fp.worker is None
                 and fp.t_start is not None and fp.t_end is not None and fp.t_end >= fp.t_start]
 
     def steps_of(self, pid: int, source: str) -> tuple[Steps, int]:
@@ -517,7 +520,7 @@ class EventReader:
             if records else 0.0
         spans = [(float(p["t_start"]) - self.t0, float(p["t_end"]) - self.t0) for p in self.profiles
                  if p.get("pid") == pid and p.get("t_start") and p.get("t_end")]
-        for lo, hi in spans + self._fetch_profile_spans():
+        for lo, hi in spans + self._fetch_profile_spans(pid):
             kept = [r for r in records if not (lo <= r.t and r.t - r.duration_s <= hi + after)]
             if len(kept) >= 3 and len(kept) < len(records):
                 left_out += len(records) - len(kept)

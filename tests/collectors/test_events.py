@@ -125,3 +125,19 @@ def test_a_fetch_profile_from_an_older_agent_without_its_span_leaves_the_steps_a
     reader.apply(session)
     assert len(session.steps.records) == 8 and session.steps.profiled_steps == 0
     assert session.loaders[0].fetch_profile.t_start is None and session.loaders[0].fetch_profile.complete is True
+
+
+def test_a_workers_fetch_profile_leaves_the_loops_steps_alone(tmp_path):
+    steps = [{"k": "step", "src": "loader", "dur": 0.5, "wait": 0.1, "ts": 101.0 + 0.5 * i} for i in range(12)]
+    (tmp_path / "events-8.jsonl").write_text(json.dumps(
+        {"k": "fetch_profile", "batches": 8, "wall_s": 1.0, "functions": [], "loader": None, "worker": 0,
+         "t_start": 102.0, "t_end": 104.0, "complete": True}) + "\n")
+    reader = read(tmp_path, 7, [
+        {"k": "hello", "ppid": 1, "argv": ["train.py"], "ts": 100.0},
+        {"k": "loader", "id": "L1", "num_workers": 1, "batch_size": 8},
+        {"k": "loader_workers", "id": "L1", "pids": [8]},
+        *steps,
+    ])
+    session = Session()
+    reader.apply(session)
+    assert len(session.steps.records) == 12 and session.steps.profiled_steps == 0
