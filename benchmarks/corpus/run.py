@@ -409,9 +409,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-seconds", type=float, default=0.0,
                         help="cap every workload's bound on a run (seconds of run; default: the manifest's)")
     parser.add_argument("--list", action="store_true", help="print the manifest as a markdown table and exit")
-    parser.add_argument("--rediagnose", action="store_true",
+    parser.add_argument("--rediagnose", nargs="?", const="", default=None, metavar="NAMES",
                         help="with --resume: diagnose again, first, the kept workloads that have no kept session "
-                             "(their realized gains stay; predicting them again offline needs the session)")
+                             "(their realized gains stay; predicting them again offline needs the session), and "
+                             "the comma-separated kept workloads NAMES whatever they kept (a change in how "
+                             "diagnose measures its run)")
     parser.add_argument("--remeasure", help="with --resume: comma-separated kept workloads whose pairs are run again, "
                                             "first (a change in how runs are measured); a kept diagnose stays")
     parser.add_argument("--warmup-share", type=float, default=0.2, help="share of each run's first steps left out")
@@ -434,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only.split(",")) if args.only else None
     skip = set(args.skip.split(",")) if args.skip else set()
     remeasure = set(args.remeasure.split(",")) if args.remeasure else set()
-    unknown = ((only or set()) | skip | remeasure) - {w.name for w in workloads}
+    named_again = set(args.rediagnose.split(",")) if args.rediagnose else set()
+    unknown = ((only or set()) | skip | remeasure | named_again) - {w.name for w in workloads}
     if unknown:
         print(f"corpus: unknown workloads: {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
@@ -463,8 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     lock = threading.Lock()
     by_name = {w.name: (dataclasses.replace(w, max_seconds=min(w.max_seconds, args.max_seconds))
                         if args.max_seconds else w) for w in workloads}
-    again = [e for e in kept if args.rediagnose and not args.no_diagnose and e["workload"] in by_name
-             and (only is None or e["workload"] in only) and needs_rediagnose(e)]
+    again = [e for e in kept if args.rediagnose is not None and not args.no_diagnose and e["workload"] in by_name
+             and (only is None or e["workload"] in only) and (needs_rediagnose(e) or e["workload"] in named_again)]
 
     def worker(slot: Slot) -> None:
         while True:
