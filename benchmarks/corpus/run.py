@@ -362,6 +362,16 @@ def rediagnose(entry: dict[str, Any], workload: Workload, args: argparse.Namespa
     entry["notes"].append(f"diagnosed again ({bundles.stamp}): the realized gains are the earlier run's")
 
 
+def to_rediagnose(kept: list[dict[str, Any]], args: argparse.Namespace, known: set[str],
+                  only: set[str] | None) -> list[dict[str, Any]]:
+    """The kept entries --rediagnose diagnoses again: those without a kept session, and those it names."""
+    if args.rediagnose is None or args.no_diagnose:
+        return []
+    named = set(args.rediagnose.split(",")) if args.rediagnose else set()
+    return [e for e in kept if e["workload"] in known and (only is None or e["workload"] in only)
+            and (needs_rediagnose(e) or e["workload"] in named)]
+
+
 def needs_rediagnose(entry: dict[str, Any]) -> bool:
     """A kept entry whose prediction cannot be made again offline: no session of it was kept."""
     return not (entry.get("kept") or {}).get("session")
@@ -466,8 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     lock = threading.Lock()
     by_name = {w.name: (dataclasses.replace(w, max_seconds=min(w.max_seconds, args.max_seconds))
                         if args.max_seconds else w) for w in workloads}
-    again = [e for e in kept if args.rediagnose is not None and not args.no_diagnose and e["workload"] in by_name
-             and (only is None or e["workload"] in only) and (needs_rediagnose(e) or e["workload"] in named_again)]
+    again = to_rediagnose(kept, args, set(by_name), only)
 
     def worker(slot: Slot) -> None:
         while True:

@@ -329,6 +329,25 @@ def test_rediagnose_reads_new_predictions_and_keeps_the_realized_gains(tmp_path:
     assert untouched["kept"] is None and "earlier prediction stays" in untouched["notes"][-1]
 
 
+def test_rediagnose_takes_the_entries_without_a_session_and_those_it_names(tmp_path: Path) -> None:
+    """Bare --rediagnose: only the entries with no kept session; --rediagnose a,b: those too, kept session or not
+    (a change in how diagnose measures); --only and --no-diagnose still bound it; no flag: none."""
+    kept = [{"workload": "bare", "kept": None},
+            {"workload": "kept", "kept": {"session": "kept/session.json.gz"}},
+            {"workload": "other", "kept": {"session": "other/session.json.gz"}}]
+    known = {"bare", "kept", "other"}
+
+    def names(*argv: str, only: set[str] | None = None) -> list[str]:
+        args = run.parse(["--out", str(tmp_path), "--resume", *argv])
+        return [e["workload"] for e in run.to_rediagnose(kept, args, known, only)]
+
+    assert names() == []
+    assert names("--rediagnose") == ["bare"]
+    assert names("--rediagnose", "kept") == ["bare", "kept"]
+    assert names("--rediagnose", "kept", only={"kept"}) == ["kept"]
+    assert names("--rediagnose", "kept", "--no-diagnose") == []
+
+
 def test_a_trace_over_the_transfer_limit_is_not_kept_and_repredict_says_so(tmp_path: Path) -> None:
     """A window trace too big to come back from the GPU machine on its own is left out with the reason; a traces
     bundle named in corpus.json that did not come back leaves the recorded replay standing."""
