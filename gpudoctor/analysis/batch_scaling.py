@@ -6,8 +6,12 @@ waits on, each scaled by what grows with the batch:
 
 - **the host**: ``T(1) - W`` (launches, dispatch, the user's Python: the same calls whatever
   the batch), plus the in-process batch production ``W`` (the data wait with
-  ``num_workers=0``, made ``m`` times over), plus the share ``s`` of the GPU's extra time the
-  host waits out in synchronisations;
+  ``num_workers=0``), plus the share ``s`` of the GPU's extra time the host waits out in
+  synchronisations. Of ``W``, only the samples' own work grows with the batch: the fetcher
+  (``__getitem__`` of each sample and the collate), its share of the wait measured over the
+  run (fetch time over wait time), made ``m`` times over; the rest of the loader's call (the
+  iterator's bookkeeping, the sampler's next indices, pinning the collated batch) is one call
+  per batch whatever its size, like a launch. Without a measured fetch time all of ``W`` grows;
 - **the GPU**: kernels ``K`` grow with the share ``f`` of the SMs they fill: ``K(m) = K * (1 +
   f * (m - 1))``. ``f`` is SM activity over duty cycle (GPM): while a kernel runs, the share of
   the SMs that work. A kernel that fills a tenth of the chip takes about as long with ten times
@@ -19,10 +23,13 @@ waits on, each scaled by what grows with the batch:
 ``T(m) = max(host(m), gpu(m), loader(m)) + m * U + m * (m - 1) * E``, the three paths built on
 the step the profiled window's steps stand for. ``U`` is the steady time per step they do not
 (gpudoctor.replay.calibration). Where the loader's epochs turn over within the steady steps (a
-dataset of known length, ``P`` steps an epoch, no more than the steady steps), it is the work of
-each epoch's end and start (checkpoints, images, workers started again): work per epoch, so per
-sample, ``m`` times as much per step at ``m`` times the batch; elsewhere it is an occasional
-pause, the same per step (``m * U`` becomes ``U``). ``E`` is the part of the epochs' work spent
+dataset of known length, ``P`` steps an epoch, no more than the steady steps) and the long steps
+that hold ``U`` come back with them (at least one for each epoch that turned over in the
+unprofiled steps), it is the work of each epoch's end and start (checkpoints, images, workers
+started again): work per epoch, so per sample, ``m`` times as much per step at ``m`` times the
+batch. Fewer long steps than epochs: the epochs turned over within ordinary steps, so the long
+ones are not their work; then, as where no epoch turns over, ``U`` is an occasional pause, the
+same per step (``m * U`` becomes ``U``). ``E`` is the part of the epochs' work spent
 waiting for an epoch's first batch, made from scratch by a worker while the loop waits: ``m``
 times bigger, it takes ``m`` times as long. Per step, ``E = F' / P``, ``F'`` the fetch time of one
 batch, at most the unrepresented wait per epoch. ``s`` is the share of the GPU's idle time that
@@ -43,11 +50,11 @@ from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
 from gpudoctor.analysis.gpu_state import gpu_activity
-from gpudoctor.analysis.prediction import MAX_GAIN, step_time_now, unrepresented_per_step
+from gpudoctor.analysis.prediction import MAX_GAIN, replay_of, step_time_now, unrepresented_per_step
 from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
-    from gpudoctor.session import Session
+    from gpudoctor.session import LoaderInfo, Session
 
 KNEE_GROWTH = Threshold(
     "throughput growth per doubling of the batch below which the curve is at its knee", 1.05, "x",
@@ -154,13 +161,21 @@ def batch_scaling(session: Session, max_multiple: float | None) -> BatchScaling 
     represented = step - apart  # the step the window's steps stand for, and its data wait
     waited = max(0.0, min(represented, _data_wait(session, step) - apart_wait))
     loader = metrics.main_loader(session)
-    wait = waited if loader is not None and loader.num_workers == 0 else 0.0
+    in_loop = waited if loader is not None and loader.num_workers == 0 else 0.0
+    share = per_sample_share(loader) if loader is not None and in_loop else None
+    wait = in_loop * (share if share is not None else 1.0)
     loader_s = _loader_time(session, represented, waited)
-    per_epoch = _steps_per_epoch(session)
+    epoch = _steps_per_epoch(session)
+    per_epoch = epoch if epoch is not None and _with_the_epochs(session, epoch) else None
     first_batch = _epoch_first_batch(session, apart_wait, per_epoch) if per_epoch else 0.0
-    if wait:
-        sources.append(f"{wait * 1e3:.3g} ms of batch production in the loop (num_workers=0) per step, made m "
-                       "times over")
+    if in_loop and share is not None:
+        sources.append(f"{in_loop * 1e3:.3g} ms of batch production in the loop (num_workers=0) per step: its "
+                       f"samples' fetch and collate ({share:.0%} of the loader's time, {wait * 1e3:.3g} ms) made m "
+                       f"times over, the rest ({(in_loop - wait) * 1e3:.3g} ms: the iterator, the sampler, pinning) "
+                       "once per batch")
+    elif in_loop:
+        sources.append(f"{in_loop * 1e3:.3g} ms of batch production in the loop (num_workers=0) per step, made m "
+                       "times over (its fetch time not measured)")
     if loader_s is not None:
         sources.append(f"the workers deliver a batch every {loader_s * 1e3:.3g} ms (fetch time / workers)")
     if apart and per_epoch:
@@ -169,9 +184,11 @@ def batch_scaling(session: Session, max_multiple: float | None) -> BatchScaling 
                        "any batch" + (f"; each epoch's first batch made from scratch, {first_batch * 1e3:.3g} ms per "
                                       "step, m times longer" if first_batch else ""))
     elif apart:
-        sources.append(f"{apart * 1e3:.3g} ms per step the profiled window's steps do not stand for (no epoch turned "
-                       "over in the steady steps: occasional pauses), the same per step at any batch")
-    return BatchScaling(step_s=step, host_s=max(0.0, represented - waited), in_process_data_s=wait,
+        why = ("fewer steps held it than epochs turned over in the steady steps: not the epochs' work"
+               if epoch else "no epoch turned over in the steady steps")
+        sources.append(f"{apart * 1e3:.3g} ms per step the profiled window's steps do not stand for ({why}: "
+                       "occasional pauses), the same per step at any batch")
+    return BatchScaling(step_s=step, host_s=max(0.0, represented - waited + in_loop - wait), in_process_data_s=wait,
                         kernel_s=kernel, copy_s=copy, fill=fill, fill_measured=fill_measured, sync_share=sync_share,
                         loader_s=loader_s, max_multiple=max_multiple, sources=tuple(sources), apart_s=apart,
                         apart_per_epoch=per_epoch is not None, epoch_first_batch_s=first_batch)
@@ -188,6 +205,29 @@ def _steps_per_epoch(session: Session) -> float | None:
         return None
     steps = math.ceil(loader.dataset_len / loader.batch_size) / batches_per_step(session, loader)
     return steps if 0 < steps <= metrics.steady_step_count(session) else None
+
+
+def per_sample_share(loader: LoaderInfo) -> float | None:
+    """The share of the loop's wait for a batch spent making its samples (the fetcher: ``__getitem__``
+    of each, then the collate), with ``num_workers=0``: the fetch time over the wait time, both over
+    the same batches of the run. The rest of the loader's call does not grow with the batch. None
+    without a measured fetch time."""
+    if loader.num_workers != 0 or not loader.fetch_batches or loader.fetch_wall_s <= 0 or loader.wait_total_s <= 0:
+        return None
+    return min(1.0, loader.fetch_wall_s / loader.wait_total_s)
+
+
+def _with_the_epochs(session: Session, steps_per_epoch: float) -> bool:
+    """Whether the steps that hold the time the window's steps do not stand for come back with the
+    loader's epochs: at least one for each epoch that turned over in the unprofiled steps. Fewer, and
+    most epochs turned over within ordinary steps: the long ones are pauses of something else. True
+    where the count was not recorded (the epochs' work, as before it was)."""
+    replay = replay_of(session)
+    if replay is None or not replay.unrepresented_steps:
+        return True
+    steps = metrics.unprofiled(session)
+    turned = len(steps.durations_us) // steps_per_epoch if steps is not None else 0
+    return replay.unrepresented_steps >= turned
 
 
 def _epoch_first_batch(session: Session, apart_wait: float, steps_per_epoch: float) -> float:

@@ -16,10 +16,13 @@ Why it matters
     multiple of the batch (2x, 4x, ... up to what memory allows) from a model of the
     measured step (gpudoctor.analysis.batch_scaling): the host's launches and Python do
     not grow with the batch, kernels grow with the share of the SMs they fill (GPM SM
-    activity over duty cycle), copies and batch production grow with it; the work of each
-    epoch's end and start that the profiled window's steps do not hold (checkpoints, saved
-    images, workers started again, each epoch's first batch made from scratch) stays the
-    same per sample, so a bigger batch does not shorten it. Its gain is the
+    activity over duty cycle), copies and the samples' own loading grow with it (with
+    num_workers=0, the fetcher's share of the loop's wait; the iterator, sampler and pinning
+    are once per batch); the work of each epoch's end and start that the profiled window's
+    steps do not hold (checkpoints, saved images, workers started again, each epoch's first
+    batch made from scratch) stays the same per sample, so a bigger batch does not shorten it,
+    where the long steps that hold it come back with the epochs (else they are pauses, the
+    same per step). Its gain is the
     one at the multiple it names: the curve's knee (doubling buys under 5%), at most where
     the sweep starts. The sweep measures the real curve.
 

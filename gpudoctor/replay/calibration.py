@@ -56,6 +56,7 @@ class Calibration:
     run_steps: float = 0.0  # the replayed part's length in the run's steps (0: not known)
     unrepresented_us: float = 0.0  # over the replayed part: steady time its steps do not stand for
     unrepresented_wait_us: float = 0.0  # the data waits in it
+    unrepresented_steps: int = 0  # how many unprofiled steps held it
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class _Represented:
     wait_us: float
     unrepresented_us: float = 0.0
     unrepresented_wait_us: float = 0.0
+    unrepresented_steps: int = 0
     words: str = ""
 
 
@@ -89,7 +91,8 @@ def calibrate(timeline: Timeline, index: TraceIndex, steps: int, source: str | N
     scale, data_scale, words = _scales(timeline, data_items, run_steps, unprofiled, represented)
     return Calibration(host_scale=scale, data_scale=data_scale, words=unit + words + represented.words,
                        run_steps=run_steps, unrepresented_us=represented.unrepresented_us * run_steps,
-                       unrepresented_wait_us=represented.unrepresented_wait_us * run_steps)
+                       unrepresented_wait_us=represented.unrepresented_wait_us * run_steps,
+                       unrepresented_steps=represented.unrepresented_steps)
 
 
 def _unit(source: str | None) -> str:
@@ -174,7 +177,7 @@ def _represented(index: TraceIndex, unprofiled: UnprofiledSteps, gpu_per_step: C
             f"{extra / 1e3:.3g} ms per step beyond the GPU's work per step ({gpu / 1e3:.3g} ms), which the other "
             "steps took less than (the host ran ahead, and the long steps paid for the queue)")
     return _Represented(
-        max(0.0, unprofiled.step_us - extra), max(0.0, wait - extra_wait), extra, extra_wait,
+        max(0.0, unprofiled.step_us - extra), max(0.0, wait - extra_wait), extra, extra_wait, int((~inside).sum()),
         words=(f"; {int((~inside).sum())} of {len(host)} steady steps outside the window spent longer on the host "
                f"than its longest step ({longest / 1e3:.3g} ms): work its steps do not hold (the loop's periodic "
                f"or occasional work: an epoch's end or start, a checkpoint, an evaluation, a pause), {held}"

@@ -108,6 +108,7 @@ def replay_trace(events: Any, steps: int = 0, unprofiled: UnprofiledSteps | None
         run_steps=round(calibration.run_steps, 3),
         unrepresented_us=round(calibration.unrepresented_us, 3),
         unrepresented_wait_us=round(calibration.unrepresented_wait_us, 3),
+        unrepresented_steps=calibration.unrepresented_steps,
         launch_latency_us=round(timeline.launch_latency_us, 3),
         queued_gap_us=round(timeline.queued_gap_us, 3),
     )

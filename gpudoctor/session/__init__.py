@@ -382,6 +382,9 @@ class ReplaySummary:
     # same in every what-if, so a gain is (span + it) / (what-if span + it) (replay.scenarios.gain)
     unrepresented_us: float = 0.0
     unrepresented_wait_us: float = 0.0  # the data waits in it (an epoch's first batch, its workers starting)
+    # how many of the unprofiled steady steps held it (0: not recorded): whether they come back with the
+    # loader's epochs or less often (gpudoctor.analysis.batch_scaling)
+    unrepresented_steps: int = 0
     launch_latency_us: float | None = None  # median launch-to-start latency
     queued_gap_us: float | None = None  # median gap between back-to-back queued operations
     scenarios: list[ReplayScenario] = field(default_factory=list)

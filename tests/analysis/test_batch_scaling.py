@@ -129,3 +129,51 @@ def test_a_gan_window_is_counted_in_the_runs_batches_and_its_epochs_work_is_per_
     long_epochs = batch_scaling(_gan_session(dataset_len=100_000), 50.0)  # no epoch turned over: a pause a step
     assert long_epochs is not None and not long_epochs.apart_per_epoch
     assert long_epochs.gain(4) == pytest.approx(4 * 30 / (80 + 10))
+
+
+def _in_loop_session(fetch_s_per_batch: float | None):
+    """num_workers=0: a 10 ms step, 4 ms of it waiting for the loop's own batch; the loader's wait over
+    the run 4 ms a batch, its fetcher (``__getitem__`` and collate) `fetch_s_per_batch` of it."""
+    loader = make_loader(num_workers=0, batches=50, batch_size=32, wait_total_s=50 * 0.004,
+                         fetch_s_per_batch=fetch_s_per_batch)
+    profile = ProfileSummary(steps=10, kernel_total_us=1_000.0, gpu_busy_us=1_000.0, gpu_idle_us=99_000.0)
+    return make_session(steps=make_steps(50, 0.010, 0.004), torch_cuda_used=True, profile=profile,
+                        loaders=[loader])
+
+
+def test_only_the_samples_fetch_in_the_loops_batch_production_grows_with_the_batch():
+    # the fetcher took 1 ms of the 4 ms wait (25%): 1 ms a step made m times over; the other 3 ms (the
+    # iterator, the sampler, pinning the batch) once per batch, with the 6 ms of launches and Python
+    model = batch_scaling(_in_loop_session(fetch_s_per_batch=0.001), None)
+    assert model is not None
+    assert model.in_process_data_s == pytest.approx(0.001) and model.host_s == pytest.approx(0.009)
+    assert model.step_at(1) == pytest.approx(0.010)
+    # at 32x: 9 ms + 32 ms (the whole 4 ms made 32 times over would be 6 + 128 ms: 2.4x)
+    assert model.gain(32) == pytest.approx(32 * 10 / 41, rel=1e-3)
+    assert any("25% of the loader's time" in s for s in model.sources)
+
+
+def test_batch_production_in_the_loop_without_a_fetch_time_all_grows():
+    model = batch_scaling(_in_loop_session(fetch_s_per_batch=None), None)
+    assert model is not None
+    assert model.in_process_data_s == pytest.approx(0.004) and model.host_s == pytest.approx(0.006)
+    assert model.gain(32) == pytest.approx(32 * 10 / (6 + 128), rel=1e-3)
+
+
+@pytest.mark.parametrize(("long_steps", "per_epoch"), [(10, True), (16, True), (0, True), (3, False)])
+def test_the_time_the_window_does_not_hold_is_the_epochs_work_only_when_it_comes_back_with_them(
+        long_steps, per_epoch):
+    # 160 unprofiled batches, 16 an epoch: 10 epochs turned over. Held by 10 or more long steps (one an
+    # epoch at least; 0: not recorded) it is the epochs' work, per sample; held by 3, most epochs turned
+    # over within ordinary steps: the 3 are pauses, the same per step at any batch
+    session = _gan_session(dataset_len=1000)
+    assert session.profile is not None and session.profile.replay is not None
+    session.profile.replay.unrepresented_steps = long_steps
+    model = batch_scaling(session, 50.0)
+    assert model is not None and model.apart_per_epoch is per_epoch
+    if per_epoch:
+        assert model.gain(4) == pytest.approx(4 * 30 / (80 + 40 + 24))
+    else:
+        assert model.epoch_first_batch_s == 0.0
+        assert model.gain(4) == pytest.approx(4 * 30 / (80 + 10))
+        assert any("not the epochs' work" in s for s in model.sources)

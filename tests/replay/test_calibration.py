@@ -57,6 +57,7 @@ def test_steps_the_window_does_not_hold_are_added_unchanged_to_every_what_if():
     assert summary.run_steps == 10
     assert summary.unrepresented_us == pytest.approx(10 * 3.0 * MS, rel=1e-6)
     assert summary.unrepresented_wait_us == pytest.approx(0.0, abs=1e-6)
+    assert summary.unrepresented_steps == 10  # the steps that held it (the batch model asks if one an epoch)
     assert "10 of 160 steady steps outside the window spent longer on the host" in summary.calibration
     assert "3 ms per step" in summary.calibration and "added unchanged to every what-if" in summary.calibration
     # the calibration's targets are the represented steps: 5.9 ms, 2 ms of it waiting (as traced: no scaling)
