@@ -100,24 +100,41 @@ def graph_gap(kernels: int = 1000) -> dict:
             "replay_call_host_us_median": round(statistics.median(calls), 2)}
 
 
+def loop_work(ms: float, x: torch.Tensor) -> None:
+    """`ms` of small torch ops, as a training loop's launches (each releases the GIL while it runs)."""
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        torch.mm(x, x)
+
+
 def handoff(batches: int = 300) -> list[dict]:
-    """The consuming loop's time per batch, nothing else in the loop: in-process vs from workers
-    (with pin_memory on a CUDA machine, a thread of the loop's process receives the batches)."""
+    """What the consuming loop pays per batch: in-process vs from workers, with nothing else in the loop
+    and with 3 ms of torch ops a batch (then the batches wait in the queue, and the time in __next__ is
+    the hand-off alone). With pin_memory on a CUDA machine a thread of the loop's process receives and
+    pins the batches beside the loop (input_pipeline.HANDOFF_PINNED_S)."""
     data = TensorDataset(torch.randn(200_000, 32), torch.randint(0, 10, (200_000,)))
+    x = torch.randn(64, 64)
     rows = []
     for pin in (False, True) if torch.cuda.is_available() else (False,):
-        for workers in (0, 1, 2, 4, 8):
-            loader = DataLoader(data, batch_size=64, num_workers=workers, persistent_workers=workers > 0,
-                                pin_memory=pin)
-            it = iter(loader)
-            for _ in range(20):
-                next(it)
-            start = time.perf_counter()
-            for _ in range(batches):
-                next(it)
-            rows.append({"num_workers": workers, "pin_memory": pin,
-                         "ms_per_batch": round((time.perf_counter() - start) / batches * 1e3, 3)})
-            del it
+        for work_ms in (0.0, 3.0):
+            for workers in (0, 1, 2, 4, 8):
+                loader = DataLoader(data, batch_size=64, num_workers=workers, persistent_workers=workers > 0,
+                                    pin_memory=pin)
+                it = iter(loader)
+                for _ in range(20):
+                    next(it)
+                    loop_work(work_ms, x)
+                waited = 0.0
+                start = time.perf_counter()
+                for _ in range(batches):
+                    asked = time.perf_counter()
+                    next(it)
+                    waited += time.perf_counter() - asked
+                    loop_work(work_ms, x)
+                rows.append({"num_workers": workers, "pin_memory": pin, "loop_work_ms": work_ms,
+                             "ms_per_batch": round((time.perf_counter() - start) / batches * 1e3, 3),
+                             "ms_in_next": round(waited / batches * 1e3, 3)})
+                del it
     return rows
 
 

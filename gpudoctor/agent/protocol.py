@@ -167,7 +167,8 @@ class LoaderWorkers(TypedDict):
 
 
 class LoaderStats(TypedDict):
-    """Per loader id: [batches, seconds waited in total, longest wait], cumulative."""
+    """Per loader id: [batches, seconds waited in total, longest wait, iterators created, seconds the
+    main thread spent creating them (starting workers)], cumulative; older agents send the first three."""
 
     stats: dict[str | None, list[float]]  # None: an iterator not adopted (JSON writes "null")
 

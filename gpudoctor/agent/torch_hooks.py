@@ -48,7 +48,8 @@ class TorchHooks:
         self.fetch = FetchStats()
         self.tls = threading.local()
         self.loaders = LoaderRegistry(self)  # the DataLoaders seen, and their ids
-        self.loader_stats: dict[str | None, list[float]] = {}  # loader_id -> [batches, wait_total, wait_max]
+        # loader_id -> [batches, wait_total, wait_max, iterators created, seconds creating them]
+        self.loader_stats: dict[str | None, list[float]] = {}
         self.loader_lock = threading.Lock()
         self.loader_dirty = False
         self.cuda_reported: tuple[str | None, ...] | None = None  # the uuids of the devices last sent
@@ -112,6 +113,18 @@ class TorchHooks:
         base = dl._BaseDataLoaderIter
         orig_init = base.__init__
         orig_next = base.__next__
+        orig_get_iterator = dl.DataLoader._get_iterator
+
+        def _get_iterator(self_loader):  # type: (Any) -> Any
+            # creating an iterator starts its workers (each epoch, unless persistent_workers): main-thread
+            # time between steps that no __next__ holds; a persistent-workers loader creates one
+            t0 = _perf()
+            it = orig_get_iterator(self_loader)
+            try:
+                hooks._on_iterator(getattr(it, "_gpudoctor_id", None), _perf() - t0)
+            except Exception as exc:  # noqa: BLE001 (the iterator is returned as it is)
+                hooks.agent.error("loader_iterator", exc)
+            return it
 
         def __init__(self_iter, loader, *args, **kwargs):  # type: (Any, Any, *Any, **Any) -> None
             orig_init(self_iter, loader, *args, **kwargs)
@@ -149,13 +162,14 @@ class TorchHooks:
                 hooks.agent.error("loader_next", exc)
             return batch
 
-        for fn, orig in ((__init__, orig_init), (__next__, orig_next)):
+        for fn, orig in ((__init__, orig_init), (__next__, orig_next), (_get_iterator, orig_get_iterator)):
             fn.__wrapped__ = orig  # type: ignore[union-attr]  # functools' marker, set on a plain function
             fn.__name__ = orig.__name__
             fn.__qualname__ = orig.__qualname__
             fn.__doc__ = orig.__doc__
         base.__init__ = __init__  # type: ignore[method-assign,assignment]  # patching torch's iterator class
         base.__next__ = __next__  # type: ignore[method-assign,assignment]
+        dl.DataLoader._get_iterator = _get_iterator  # type: ignore[method-assign,assignment]
 
     def _patch_fetchers(self) -> None:
         from torch.utils.data._utils import fetch as fetch_mod
@@ -260,9 +274,20 @@ class TorchHooks:
     def _send_workers(self, it: Any, loader_id: str) -> None:
         self.loaders.send_workers(it, loader_id)
 
+    def _loader_entry(self, loader_id: str | None) -> list[float]:
+        """The loader's cumulative numbers (see loader_stats), under loader_lock."""
+        return self.loader_stats.setdefault(loader_id, [0, 0.0, 0.0, 0, 0.0])
+
+    def _on_iterator(self, loader_id: str | None, seconds: float) -> None:
+        with self.loader_lock:
+            stats = self._loader_entry(loader_id)
+            stats[3] += 1
+            stats[4] += seconds
+            self.loader_dirty = True
+
     def _on_batch(self, loader_id: str | None, waited: float) -> None:
         with self.loader_lock:
-            stats = self.loader_stats.setdefault(loader_id, [0, 0.0, 0.0])
+            stats = self._loader_entry(loader_id)
             stats[0] += 1
             stats[1] += waited
             stats[2] = max(stats[2], waited)
@@ -344,7 +369,8 @@ class TorchHooks:
         with self.loader_lock:
             if self.loader_dirty:
                 self.loader_dirty = False
-                self.agent.emit("loader_stats", stats={k: [v[0], round(v[1], 6), round(v[2], 6)]
+                self.agent.emit("loader_stats", stats={k: [v[0], round(v[1], 6), round(v[2], 6),
+                                                           *(v[3:4]), *(round(x, 6) for x in v[4:5])]
                                                        for k, v in self.loader_stats.items()})
         if self._in_worker():
             return

@@ -10,7 +10,9 @@ Shared by GD101 (workers), GD102 (input stall), GD103 (CPU saturation) and GD104
   always cost some wall time without CPU;
 - a worker hands each batch over through shared memory and a queue: the consuming
   loop pays that hand-off (unpickling the batch, rebuilding its tensors) instead
-  of producing the batch itself. Measured: see HANDOFF_S. A worker only helps when
+  of producing the batch itself, or, with pin_memory in a CUDA run, a pin-memory
+  thread of its process pays most of it beside the loop. Measured: see HANDOFF_S and
+  HANDOFF_PINNED_S. A worker only helps when
   producing a batch in the loop costs more than receiving one, both without the time
   queued for a CPU that other processes keep busy (see uncontended_fetch_per_batch).
 """
@@ -75,6 +77,19 @@ HANDOFF_S = Threshold(
     "a batch received from a worker cost the loop 0.9-1.1 ms (TensorDataset, batch 64, torch "
     "2.13, measured on a 2-core machine and a 16-core H200 host)")
 HANDOFF_SOURCE = "a batch received from a worker cost the loop 0.9-1.1 ms (TensorDataset, batch 64, measured)"
+# With pin_memory in a CUDA run the receiving is not the loop's: DataLoader starts a pin-memory
+# thread in the loop's process that takes each batch off the workers' queue (unpickling it,
+# rebuilding its tensors from shared memory) and pins it, beside the loop; the loop takes the
+# finished batch from a thread queue. Measured with torch 2.13 on a 2-core machine (the pin
+# thread's copy emulated by a clone): a loop of 3-10 ms of torch ops per batch of 64 (1x28x28)
+# from 1-2 workers spent 0.36-0.47 ms a batch in __next__ with the thread, 1.1-2.1 ms without.
+HANDOFF_PINNED_S = Threshold(
+    "hand-off cost of a batch received through the pin-memory thread (default)", 0.4e-3, "s",
+    "with pin_memory a thread of the loop's process receives and pins each batch beside the loop: the "
+    "loop spent 0.36-0.47 ms a batch in __next__ with it, 1.1-2.1 ms without (1-2 workers, batch 64, "
+    "a loop of 3-10 ms of torch ops, measured on a 2-core machine)")
+HANDOFF_PINNED_SOURCE = ("a batch taken from the pin-memory thread, which receives and pins it beside the loop, "
+                         "cost the loop 0.36-0.47 ms (batch 64, measured)")
 HANDOFF_PERCENTILE = CountThreshold(
     "percentile of per-step waits taken as the measured hand-off", 10, "percentile",
     "gpudoctor: the batches that were ready when asked for")
@@ -84,7 +99,7 @@ HANDOFF_READY_SHARE = Threshold(
 # what the stall classification and the worker plan compare against, for the checks' pages
 STALL_LIMITS = (WAIT_SHARE_WARNING, WAIT_SHARE_CRITICAL, CPU_BOUND_RATIO, WAITING_RATIO, MAX_SHARE_FOR_GAIN)
 WORKER_LIMITS = (HEADROOM, TOO_FEW_CORE_SHARE, OVERSUBSCRIBED, LIGHT_WORKERS_PER_CORE, DEEPER_PREFETCH, HANDOFF_S,
-                 HANDOFF_PERCENTILE, HANDOFF_READY_SHARE, CORES_SATURATED_PERCENT)
+                 HANDOFF_PINNED_S, HANDOFF_PERCENTILE, HANDOFF_READY_SHARE, CORES_SATURATED_PERCENT)
 
 # why batches are late: CPU work producing them, waiting on I/O, both, or not measured
 StallKind = Literal["cpu-bound", "waiting", "mixed", "unknown"]
@@ -281,10 +296,37 @@ class WorkerPlan:
     handoff_bound: bool = False  # a batch costs the loop less to produce than to receive from a worker
 
 
+def pin_thread_receives(session: Session, loader: LoaderInfo) -> bool:
+    """Whether a pin-memory thread, not the loop, would receive the workers' batches: pin_memory
+    set in a run that uses CUDA (without an accelerator DataLoader drops pin_memory)."""
+    return bool(loader.pin_memory) and bool(session.torch_cuda_used)
+
+
+def default_handoff(session: Session, loader: LoaderInfo) -> tuple[float, str]:
+    """(the hand-off the loop pays when the run cannot measure it, where that number comes from)."""
+    if pin_thread_receives(session, loader):
+        return HANDOFF_PINNED_S, HANDOFF_PINNED_SOURCE
+    return HANDOFF_S, HANDOFF_SOURCE
+
+
+def workers_outpace_loop(session: Session, loader: LoaderInfo, found: InputStall) -> bool:
+    """Whether the workers made batches faster than the loop took them (F / workers < C), so that
+    some batches were ready when asked for. Workers slower than the loop leave the queue empty in
+    steady state: every wait is for a batch still being made, the shortest too, and no wait is the
+    hand-off alone (examples/mnist on an H200: 1 worker at 11.2 ms a batch against 2.9 ms of loop;
+    its 10th-percentile wait, 4.7 ms, was a wait). Not measured: no objection."""
+    fetch = metrics.fetch_time_per_batch(loader)
+    compute_step = found.compute_per_step_s
+    if loader.num_workers <= 0 or fetch is None or compute_step is None:
+        return True
+    return fetch / loader.num_workers < compute_step / batches_per_step(session, loader)
+
+
 def handoff_cost(session: Session, loader: LoaderInfo, found: InputStall) -> tuple[float, bool]:
-    """(seconds per batch the loop pays to receive a batch from a worker, measured?)."""
+    """(seconds per batch the loop pays to receive a batch from a worker, measured?): the waits of
+    the steps whose batch was ready, when the workers outpaced the loop; else the default."""
     records = session.steady_steps()
-    if loader.num_workers > 0 and len(records) >= 10:
+    if loader.num_workers > 0 and len(records) >= 10 and workers_outpace_loop(session, loader, found):
         per_batch = batches_per_step(session, loader)
         waits = sorted(min(r.data_wait_s, r.duration_s) / per_batch for r in records)
         ready = metrics.percentile(waits, HANDOFF_PERCENTILE)
@@ -292,7 +334,7 @@ def handoff_cost(session: Session, loader: LoaderInfo, found: InputStall) -> tup
         # only when some batches were clearly ready: otherwise the low waits are waits too
         if ready is not None and typical is not None and 0 < ready < HANDOFF_READY_SHARE * typical:
             return ready, True
-    return HANDOFF_S, False
+    return default_handoff(session, loader)[0], False
 
 
 def uncontended_fetch_per_batch(loader: LoaderInfo) -> float | None:
@@ -347,7 +389,7 @@ def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> Work
                   f"hand-off would wait for too)" if fetch is not None and fetch > own * 1.05 else "")
         why = (f"producing a batch in the loop costs {metrics.format_duration(own)}{queued}, no more than "
                f"receiving one from a worker (about {metrics.format_duration(handoff)}"
-               + ("" if measured else f": {HANDOFF_SOURCE}") + ")")
+               + ("" if measured else f": {default_handoff(session, loader)[1]}") + ")")
         return replace(plan, cap_binds=False, why_not=why, handoff_bound=True)
     prediction = _workers_prediction(session, found, loader, fetch, compute, recommended, handoff)
     if prediction is not None and prediction.gain < GAIN_WARNING:

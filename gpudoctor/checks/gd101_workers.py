@@ -49,9 +49,14 @@ Thresholds, and where they come from
       allows). Graded by that gain: critical from {{GAIN_CRITICAL}}, warning from {{GAIN_WARNING}}; under
       it, no advice (more workers would not pay), and GD102 says what to change instead.
     - ``H`` is measured from the run when it had workers and some batches were ready
-      (the {{HANDOFF_PERCENTILE}} of the per-step wait, when below {{HANDOFF_READY_SHARE}} of the median), else
-      {{HANDOFF_S}}: what a TensorDataset batch of 64 cost the loop received from 1-8 workers,
-      measured on a 2-core machine and on a 16-core H200 host. A dataset whose items
+      (the {{HANDOFF_PERCENTILE}} of the per-step wait, when below {{HANDOFF_READY_SHARE}} of the median), which
+      can only be when the workers made batches faster than the loop took them
+      (``F / workers < C``): slower workers leave the queue empty, and every wait, the
+      shortest too, is for a batch still being made. Else {{HANDOFF_S}}: what a TensorDataset batch of
+      64 cost the loop received from 1-8 workers, measured on a 2-core machine and on a
+      16-core H200 host; or, with ``pin_memory`` in a CUDA run, {{HANDOFF_PINNED_S}}: a pin-memory
+      thread of the loop's process then receives (unpickles, rebuilds) and pins each batch
+      beside the loop, which only takes it from a thread queue. A dataset whose items
       are already tensors in memory produces a batch faster than that in the loop, so
       it is not told to add workers: batched indexing helps it instead.
     - When ``F`` or ``C`` was not measured, a count below {{TOO_FEW_CORE_SHARE}} of the usable cores is

@@ -80,6 +80,17 @@ class _ProcessState:
     backend: str | None = None
 
 
+def _apply_loader_stats(loader: LoaderInfo, values: list[float]) -> None:
+    """A "loader_stats" entry (protocol.LoaderStats) onto its loader."""
+    batches, wait, wait_max = values[:3]
+    loader.batches = int(batches)
+    loader.wait_total_s = float(wait)
+    loader.wait_max_s = float(wait_max)
+    if len(values) >= 5:  # older agents did not time iterator creation
+        loader.iterators = int(values[3])
+        loader.iterators_s = float(values[4])
+
+
 class EventReader:
     def __init__(self, directory: Path, t0: float) -> None:
         self.directory = Path(directory)
@@ -441,12 +452,10 @@ class EventReader:
 
     def _apply_loaders(self, session: Session) -> None:
         for proc in self.processes.values():
-            for loader_id, (batches, wait, wait_max) in proc.loader_stats.items():
+            for loader_id, values in proc.loader_stats.items():
                 loader = self.loaders.get(loader_id)
                 if loader is not None:
-                    loader.batches = int(batches)
-                    loader.wait_total_s = float(wait)
-                    loader.wait_max_s = float(wait_max)
+                    _apply_loader_stats(loader, values)
         for pid, proc in self.processes.items():
             for key, values in proc.fetch.items():
                 batches, wall, cpu = values[:3]

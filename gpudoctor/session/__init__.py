@@ -166,6 +166,10 @@ class LoaderInfo:
     batches: int = 0
     wait_total_s: float = 0.0  # time the consuming loop spent blocked in __next__
     wait_max_s: float = 0.0
+    # iterators created (one per epoch, one in all with persistent_workers) and the main thread's
+    # seconds creating them: starting the workers, time between steps that no __next__ holds
+    iterators: int = 0
+    iterators_s: float = 0.0
     # What producing a batch cost (measured where it happens: workers, or the main
     # process when num_workers == 0). cpu close to wall = CPU-bound preprocessing.
     fetch_batches: int = 0

@@ -11,10 +11,11 @@ from helpers import make_cpu_samples, make_loader, make_session, make_steps, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudoctor.analysis.input_pipeline import HANDOFF_S
+from gpudoctor.analysis.input_pipeline import HANDOFF_PINNED_S, HANDOFF_S, handoff_cost, input_stall
 from gpudoctor.checks import gd102_input_stall as gd102
 from gpudoctor.checks.gd101_workers import run
 from gpudoctor.model import Skip
+from gpudoctor.session import StepRecord
 
 
 def test_num_workers_zero_gets_a_measured_worker_count():
@@ -37,6 +38,55 @@ def test_num_workers_zero_gets_a_measured_worker_count():
     # loop pays the hand-off of each batch instead (not measured in a run without workers)
     assert f.estimated_gain == pytest.approx(0.100 / (0.040 + HANDOFF_S))
     assert f.prediction is not None and f.prediction.label == "with num_workers=2"
+
+
+def test_a_pin_memory_thread_takes_most_of_the_hand_off_off_the_loop():
+    # the run above with pin_memory=True: the pin-memory thread receives each batch beside the loop,
+    # which takes it from a thread queue: 100 / (40 + 0.4) ms. Without CUDA DataLoader drops the
+    # thread, and the loop pays the whole hand-off again
+    def gain(cuda: bool) -> float | None:
+        loader = make_loader(num_workers=0, batches=50, batch_size=64, fetch_s_per_batch=0.060,
+                             fetch_cpu_ratio=0.9, pin_memory=True)
+        session = make_session(steps=make_steps(50, 0.100, 0.060), loaders=[loader], usable_cores=8,
+                               torch_cuda_used=cuda)
+        (f,) = run(session)
+        assert f.evidence["handoff_per_batch"].value == pytest.approx((HANDOFF_PINNED_S if cuda else HANDOFF_S) * 1e3)
+        return f.estimated_gain
+
+    assert gain(cuda=True) == pytest.approx(0.100 / (0.040 + HANDOFF_PINNED_S))
+    assert gain(cuda=False) == pytest.approx(0.100 / (0.040 + HANDOFF_S))
+
+
+def _uneven_waits(n: int, compute_s: float, short_s: float, long_s: float) -> list[StepRecord]:
+    """`n` steps of `compute_s` besides the wait; one in four waits `short_s`, the others `long_s`."""
+    records, t = [], 0.0
+    for i in range(n):
+        wait = short_s if i % 4 == 0 else long_s
+        t += compute_s + wait
+        records.append(StepRecord(t=t, duration_s=compute_s + wait, data_wait_s=wait))
+    return records
+
+
+def test_the_shortest_waits_are_the_hand_off_only_when_the_workers_outpace_the_loop():
+    # examples/mnist on an H200: 1 worker at 11.2 ms a batch, 2.9 ms of loop a batch. The queue is
+    # empty in steady state: every wait is for a batch being made, the 4 ms ones too (the 10th
+    # percentile, under half the 10 ms median). Taken for the hand-off they predicted 1.56x against
+    # 3.25x realized with 4 workers; the hand-off is the default, and 5 workers (a batch per 2.24 ms)
+    # leave the loop 2.9 ms + 0.9 ms a batch: 11.4 / 3.8 = 3.0x
+    steps = _uneven_waits(200, 0.0029, 0.004, 0.010)
+    slow = make_loader(num_workers=1, batches=200, fetch_s_per_batch=0.0112, fetch_cpu_ratio=0.96)
+    (f,) = run(make_session(steps=steps, loaders=[slow], usable_cores=16))
+    assert f.evidence["handoff_per_batch"].value == pytest.approx(HANDOFF_S * 1e3)
+    assert f.evidence["recommended_workers"].value == 5
+    mean_step = sum(r.duration_s for r in steps) / len(steps)
+    assert f.estimated_gain == pytest.approx(mean_step / (0.0029 + HANDOFF_S), rel=1e-3)
+    # the same waits behind 4 workers at 8 ms a batch (one per 2 ms, faster than the loop): batches
+    # were ready when asked for, and the short waits are the hand-off
+    fast = make_loader(num_workers=4, batches=200, fetch_s_per_batch=0.008, fetch_cpu_ratio=0.96)
+    session = make_session(steps=steps, loaders=[fast], usable_cores=16)
+    found = input_stall(session)
+    assert found is not None
+    assert handoff_cost(session, fast, found) == (pytest.approx(0.004), True)
 
 
 def test_cap_binds_at_usable_cores_minus_one_and_says_batches_must_get_cheaper():

@@ -24,7 +24,7 @@ def test_a_run_of_every_kind_lands_in_the_session(tmp_path):
         {"k": "cuda", "devices": [{"uuid": "GPU-a"}, {"name": "no uuid"}]},
         {"k": "loader", "id": "L1", "num_workers": 2, "batch_size": 64, "pin_memory": False},
         {"k": "loader_workers", "id": "L1", "pids": [8, 9]},
-        {"k": "loader_stats", "stats": {"L1": [6, 1.5, 0.5]}},
+        {"k": "loader_stats", "stats": {"L1": [6, 1.5, 0.5, 3, 0.12]}},
         {"k": "fetch", "stats": {"L1": [6, 2.0, 1.75]}},
         *steps,
         {"k": "steps_agg", "src": "optimizer", "n": 4, "dur": 2.0, "wait": 1.0, "ts": 110.0},
@@ -44,6 +44,7 @@ def test_a_run_of_every_kind_lands_in_the_session(tmp_path):
     assert session.torch_cuda_used is True
     [loader] = session.loaders
     assert (loader.batches, loader.wait_total_s, loader.fetch_batches, loader.fetch_cpu_s) == (6, 1.5, 6, 1.75)
+    assert (loader.iterators, loader.iterators_s) == (3, 0.12)  # 3 epochs' iterators, their workers started
     assert session.batch_size == 64
     assert {p.pid: p.role for p in session.processes if p.pid in (8, 9)} == {8: "worker", 9: "worker"}
     assert session.steps.source == "optimizer"
