@@ -47,6 +47,14 @@ platform.platform()  # uname() and its lazily read processor field, both cached
 # the tests' cache goes to a directory of their own, never the user's
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="gpudoctor-tests-cache-")
 
+# matplotlib builds its font list on first use, running `fc-list` where its cache (in the directory
+# above, new each run) has none: the first fast test to draw a chart would start that process, and
+# pass or fail by test order. Built once here, before any test.
+try:
+    import matplotlib.font_manager  # noqa: F401  (the import builds the font list)
+except ImportError:  # the charts are optional where matplotlib is not installed
+    pass
+
 
 class UnmarkedProcessStart(RuntimeError):
     """A fast (unmarked) test tried to start a process."""

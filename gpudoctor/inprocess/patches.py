@@ -25,6 +25,7 @@ _MISSING = object()
 ATTRIBUTES: tuple[tuple[str, str, str], ...] = (
     ("torch.utils.data.dataloader", "_BaseDataLoaderIter", "__init__"),
     ("torch.utils.data.dataloader", "_BaseDataLoaderIter", "__next__"),
+    ("torch.utils.data.dataloader", "DataLoader", "_get_iterator"),
     ("torch.utils.data._utils.fetch", "_MapDatasetFetcher", "fetch"),
     ("torch.utils.data._utils.fetch", "_IterableDatasetFetcher", "fetch"),
     ("torch", "", "compile"),
