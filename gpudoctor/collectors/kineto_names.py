@@ -23,6 +23,10 @@ STEP_PREFIX = "ProfilerStep#"  # torch.profiler's record_function range around e
 # torch.profiler's range around each DataLoader batch (single or multiprocessing iterator)
 DATA_ANNOTATION = re.compile(r"^enumerate\(DataLoader\)#.*__next__$")
 OPTIMIZER_ANNOTATION = "Optimizer.step#"  # torch.optim wraps step() in record_function("Optimizer.step#Adam.step")
+# the update function torch.optim's step() dispatches to, a Python frame in a with_stack trace
+# ("torch/optim/adam.py(347): _single_tensor_adam"): the for-loop, foreach or fused implementation of the
+# same update; the rest of step() (its wrapper and hooks, _init_group's loop over the parameters) runs alike
+OPTIMIZER_UPDATE_FRAME = re.compile(r"(?:^|/)torch/optim/\w+\.py\(\d+\): _(?:single_tensor|multi_tensor|fused)_\w+$")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 _COPY_NAME = re.compile(r"Memcpy (\w+) \(([^()]*?) -> ([^()]*?)\)")
 _FRAME_NAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.*)$")

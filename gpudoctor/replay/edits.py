@@ -36,6 +36,7 @@ class Facts:
     syncs: list[int]  # the workload's blocking calls: syncs, and copies that waited for a device-to-host copy
     chain: np.ndarray  # per item: NEVER | ALWAYS | IF_SHORT
     optimizer: np.ndarray  # per item: inside optimizer.step()
+    fused: np.ndarray  # per item: what a fused optimizer replaces (items.HostItem.fused)
     threads: list[np.ndarray]  # the items of each thread, in order
     kinds: np.ndarray
     op_items: np.ndarray  # the item of each (item, operation) pair, by item
@@ -93,6 +94,7 @@ class Facts:
             syncs=np.flatnonzero(read_back).tolist(),
             chain=chain.astype(np.int8),
             optimizer=np.array(host.optimizer, dtype=bool),
+            fused=np.array(host.fused, dtype=bool),
             threads=threads,
             kinds=kinds, op_items=op_items, op_ids=op_ids,
             pageable=[(i, found, bool(kinds[i] == LAUNCH)) for i, found in pageable.items()],
@@ -217,10 +219,12 @@ def launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:
 
 
 def optimizer(timeline: Timeline, plan: Plan) -> tuple[int, str]:
-    """optimizer.step()'s launches as one chain each (a fused or foreach optimizer's few kernels)."""
+    """optimizer.step()'s update launches as one chain each (a fused or foreach optimizer's few kernels)."""
     changed, chains = _collapse(timeline, plan, optimizer=True)
-    return changed, (f"{chains:,} optimizer steps' launches issued back to back as one chain each (a fused or "
-                     f"foreach optimizer's few multi-tensor kernels); {rates.GRAPH_SOURCE}")
+    kept = ("; the rest of step() (its wrapper, hooks and _init_group's loop over the parameters) as measured"
+            if timeline.stacks else "")
+    return changed, (f"{chains:,} optimizer steps' update launches issued back to back as one chain each (a fused "
+                     f"or foreach optimizer's few multi-tensor kernels){kept}; {rates.GRAPH_SOURCE}")
 
 
 def _chains(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -228,11 +232,13 @@ def _chains(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[np.ndarray
     dispatch, and the Python between them (framework Python whatever its length when the
     trace tells it from the user's, else short stretches only); the user's own long Python,
     data waits and blocking calls end a chain, and so does crossing into or out of
-    optimizer.step() (`optimizer` picks which side is chained). (The items of every chain, one
-    chain after the other, in the order a walk over the items closes them; the chain of each.)"""
+    optimizer.step() (`optimizer` picks which side is chained: outside the step, or what a fused
+    optimizer replaces inside it, its update function where the trace shows it; the rest of the
+    step is chained by neither). (The items of every chain, one chain after the other, in the
+    order a walk over the items closes them; the chain of each.)"""
     known = facts(timeline)
     cost = np.array(plan.cost, dtype=np.float64)
-    joins = (known.optimizer == optimizer) & (
+    joins = (known.fused if optimizer else ~known.optimizer) & (
         (known.chain == ALWAYS) | ((known.chain == IF_SHORT) & (cost < GLUE_MAX_US)))
     members, closed_at = [], []
     count = len(joins)

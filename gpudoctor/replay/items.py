@@ -27,7 +27,10 @@ class HostItem:
     agent: bool = False  # gpudoctor's own (closing the profiler window): never edited
     api: str = ""
     read: tuple[float, float] | None = None  # SYNC: the operator that only read a value back (.item(), .cpu())
-    optimizer: bool = False  # inside an optimizer's step(): what a fused optimizer replaces, not a compiler
+    optimizer: bool = False  # inside an optimizer's step(): not what compiling the model replaces
+    # what a fused optimizer replaces: inside step()'s update function where Python stacks show it
+    # (the rest of step() runs alike, fused or not), else the whole step
+    fused: bool = False
 
 
 @dataclass(slots=True)
@@ -47,7 +50,7 @@ class GpuOp:
 
 
 HOST_FIELDS = ("kind", "thread", "ts", "dur", "tag", "ops", "scope", "waited", "post", "agent", "api", "read",
-               "optimizer")
+               "optimizer", "fused")
 
 
 @dataclass
@@ -68,6 +71,7 @@ class HostColumns:
     api: list[str] = field(default_factory=list)
     read: list[tuple[float, float] | None] = field(default_factory=list)
     optimizer: list[bool] = field(default_factory=list)
+    fused: list[bool] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.kind)

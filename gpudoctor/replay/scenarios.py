@@ -10,8 +10,11 @@
   host cost, the kernels back to back at the graph rate measured on an H200.
   Launch cost only: what fusion saves on the GPU is not counted. This is what
   compiling the model buys; the optimizer is not part of it.
-- ``optimizer``: the same for the launches inside each ``optimizer.step()``: what
-  a fused or foreach optimizer buys over per-parameter kernels.
+- ``optimizer``: the same for the launches inside each ``optimizer.step()``'s update
+  function (``_single_tensor_adam``, ...; the whole step in a trace without Python stacks):
+  what a fused or foreach optimizer buys over per-parameter kernels. The rest of the step
+  (its wrapper and hooks, ``_init_group``'s loop over the parameters) runs alike whichever
+  implementation it dispatches to, and stays as measured.
 - ``pinned``: host-to-device copies of 64 KiB or more from pageable memory made
   pinned and asynchronous: their bytes at the pinned rate measured in the trace, else
   the link's pinned rate in `rates` (never a ratio to the pageable copy, whose rate

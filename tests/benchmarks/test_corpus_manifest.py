@@ -65,6 +65,34 @@ def test_generated_data_and_hand_fixes_exist() -> None:
                 assert fix in fixes or re.fullmatch(r"workers=\d+", fix), f"{w.name}: {fix}"
 
 
+# the replay what-if (gpudoctor.replay.scenarios) each hand fix realizes; a remedy named "fused ..." is
+# a fused optimizer whether a hand fix or the script's own flag makes it
+def _what_ifs(remedy) -> set[str | None]:  # type: ignore[no-untyped-def]
+    made = {"fused-optimizer": "optimizer", "tf32": "tf32", "pin-memory": "pinned"}
+    found = {"data" if re.fullmatch(r"workers=\d+", fix) else made.get(fix) for fix in remedy.handfix}
+    return found | ({"optimizer"} if remedy.name.startswith("fused") else set())
+
+
+def test_a_remedy_targets_only_findings_whose_replay_it_realizes() -> None:
+    """A remedy is scored against its targets' predicted gains: each target must price what the remedy
+    changes. A fused optimizer realizes GD305's what-if (optimizer.step()'s launches), not GD301's (the
+    model's launch chains, optimizer.step() left as measured): scored against GD301, the DDP tutorial's
+    fused SGD read compile's 2.44x and realized 1.31x."""
+    from gpudoctor.verdict import registry
+
+    priced = {c.id: set(c.fix.scenarios) for c in registry.load_checks()[0] if c.fix is not None}
+    checked = 0
+    for w in manifest.WORKLOADS:
+        for r in w.remedies:
+            made = _what_ifs(r)
+            if not made or None in made:
+                continue  # a fix the replay has no what-if for (cudnn-benchmark), or none by hand
+            for target in r.targets:
+                assert priced[target] & made, f"{w.name}: {r.name} realizes {made}, {target} prices {priced[target]}"
+                checked += 1
+    assert checked >= 10  # the TF32, workers, pinned and fused remedies
+
+
 def test_the_fused_optimizer_fix_takes_an_optimizer_built_before_the_model_moves(monkeypatch) -> None:
     # the DDP tutorial and Fabric's examples build the optimizer on CPU parameters, then move them
     torch = pytest.importorskip("torch")

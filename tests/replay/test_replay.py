@@ -488,3 +488,58 @@ def test_a_range_that_ends_the_window_without_stacks_stays_as_recorded():
     data = trace(host)
     summary = replay(data, steps=STEPS)
     assert summary.measured_span_us == pytest.approx(span_of(data), rel=1e-9)
+
+
+def _per_parameter_adam_window(update: str) -> dict:
+    """STEPS steps in a with_stack window: the model's one 50 us kernel, then ``optimizer.step()`` as
+    torch.optim runs it: its wrapper's Python (20 us), ``_init_group``'s loop over the parameters
+    (300 us of Python, no launch), then the update function `update` launching 100 kernels of 1 us
+    (10 us of host each)."""
+    gpu = Gpu()
+    host = Host(gpu)
+    begin = host.t
+    for _ in range(STEPS):
+        host.launch(50.0)
+        step = host.t
+        host.python(20.0)
+        init = host.t
+        host.python(300.0)
+        host._x("python_function", "torch/optim/adam.py(139): _init_group", init, 300.0)
+        body = host.t
+        for _ in range(100):
+            host.launch(1.0)
+        host._x("python_function", update, body, host.t - body)
+        host._x("python_function", "torch/optim/optimizer.py(512): wrapper", step, host.t - step)
+        host._x("user_annotation", "Optimizer.step#AdamW.step", step, host.t - step)
+    _user_frame(host, begin)
+    return trace(host)
+
+
+def test_a_fused_optimizer_replaces_the_update_function_and_keeps_the_rest_of_step():
+    """torch.optim's step() runs its wrapper, its hooks and ``_init_group`` (a Python loop over the
+    parameters) whether it then dispatches to the per-parameter, foreach or fused update: the what-if
+    chains the update function's launches and keeps the rest as measured. Before, the whole step was
+    chained, ``_init_group`` and the wrapper with it (8.2x here instead of 4.0x)."""
+    data = _per_parameter_adam_window("torch/optim/adam.py(347): _single_tensor_adam")
+    summary = replay(data, steps=STEPS)
+    # per step on the host: the model's launch (5 + 5 us), the wrapper (20), _init_group (300), the
+    # chain's first launch call (5); on the GPU 50 + 100 x 1.13 us: the host sets the pace, and the last
+    # chain's kernels end the window (the launch latency, then back to back at the graph rate)
+    per_step = 10.0 + 20.0 + 300.0 + 5.0
+    tail = 5.0 + 100 * rates.GRAPH_KERNEL_US
+    assert gain(summary, "optimizer") == pytest.approx(span_of(data) / (STEPS * per_step + tail), rel=0.01)
+    scenario = next(s for s in summary.scenarios if s.name == "optimizer")
+    assert "_init_group" in scenario.detail and "as measured" in scenario.detail
+    # the step is no chain of compile's what-if (its one model launch a step chains with nothing)
+    assert gain(summary, "launch") is None
+
+
+def test_without_torch_optims_update_frame_the_whole_step_is_what_a_fused_optimizer_replaces():
+    """An optimizer whose update function is not torch.optim's (nothing tells its parts apart): the whole
+    step is chained, its framework Python with it, as before."""
+    data = _per_parameter_adam_window("my_optim.py(40): update")
+    summary = replay(data, steps=STEPS)
+    # per step on the host: the model's launch and the chain's first launch call; the GPU's 50 us kernel
+    # and 100 kernels at the graph rate set the pace
+    per_step = 50.0 + 100 * rates.GRAPH_KERNEL_US
+    assert gain(summary, "optimizer") == pytest.approx(span_of(data) / (STEPS * per_step), rel=0.05)

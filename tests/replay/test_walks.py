@@ -148,7 +148,7 @@ def _copies(timeline: Timeline, item, prefix: str) -> bool:
 def _walk_collapse(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[int, int]:
     chains, current = [], {}
     for i, item in enumerate(timeline.items):
-        if item.optimizer != optimizer:
+        if not (item.fused if optimizer else not item.optimizer):  # the side chained: replay.edits._chains
             joins = False
         elif item.kind == LAUNCH:
             joins = not _copies(timeline, item, "HtoD_pageable")
