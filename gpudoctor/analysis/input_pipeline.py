@@ -83,11 +83,15 @@ HANDOFF_SOURCE = "a batch received from a worker cost the loop 0.9-1.1 ms (Tenso
 # finished batch from a thread queue. Measured with torch 2.13 on a 2-core machine (the pin
 # thread's copy emulated by a clone): a loop of 3-10 ms of torch ops per batch of 64 (1x28x28)
 # from 1-2 workers spent 0.36-0.47 ms a batch in __next__ with the thread, 1.1-2.1 ms without.
+# On the H200 host (torch 2.11, benchmarks/rates.py's handoff, a TensorDataset batch of 64, a loop
+# of 3 ms of torch ops, real pinning; benchmarks/results/handoff-h200-2026-12-04.json): 0.40 and
+# 0.43 ms with 2 and 4 workers pinned, 0.76 with 8; 1.29, 0.73 and 1.22 ms unpinned.
 HANDOFF_PINNED_S = Threshold(
     "hand-off cost of a batch received through the pin-memory thread (default)", 0.4e-3, "s",
     "with pin_memory a thread of the loop's process receives and pins each batch beside the loop: the "
     "loop spent 0.36-0.47 ms a batch in __next__ with it, 1.1-2.1 ms without (1-2 workers, batch 64, "
-    "a loop of 3-10 ms of torch ops, measured on a 2-core machine)")
+    "a loop of 3-10 ms of torch ops, measured on a 2-core machine); 0.40-0.43 ms with 2-4 workers on "
+    "a 16-core H200 host")
 HANDOFF_PINNED_SOURCE = ("a batch taken from the pin-memory thread, which receives and pins it beside the loop, "
                          "cost the loop 0.36-0.47 ms (batch 64, measured)")
 HANDOFF_PERCENTILE = CountThreshold(
