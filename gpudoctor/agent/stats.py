@@ -28,16 +28,46 @@ def _after_fork_in_child() -> None:
         tracker.forked()
 
 
+class _SchedStat:
+    """This thread's /proc schedstat, opened once: each fetch reads it twice, and opening it every
+    time cost 9.4 us a read against 1.2 us re-read in place (CPU VM), on the loop's thread when
+    num_workers=0. The file names the thread that opened it (also in a forked child: reopened
+    there); closed when its thread ends."""
+
+    __slots__ = ("fd", "pid")
+
+    def __init__(self) -> None:
+        self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)  # not inherited by exec'd children
+        self.pid = os.getpid()
+
+    def __del__(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+_schedstat = threading.local()
+_SCHEDSTAT_MISSING: list[bool] = []  # set once where the file cannot be opened (not Linux)
+
+
 def runqueue_s() -> float | None:
     """Seconds this thread has waited for a CPU (Linux schedstat), None elsewhere.
 
     Wall time = CPU time + time waiting for a CPU + time blocked (I/O, sleep, locks).
     Without this, a CPU-bound worker on an oversubscribed machine looks "idle".
     """
+    if _SCHEDSTAT_MISSING:
+        return None
     try:
-        with open("/proc/thread-self/schedstat", "rb") as fh:
-            return int(fh.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
+        stat = getattr(_schedstat, "stat", None)
+        if stat is None or stat.pid != os.getpid():
+            stat = _schedstat.stat = _SchedStat()
+        return int(os.pread(stat.fd, 256, 0).split()[1]) / 1e9
+    except FileNotFoundError:
+        _SCHEDSTAT_MISSING.append(True)
+        return None
+    except (OSError, ValueError, IndexError, AttributeError):  # AttributeError: no os.pread
         return None
 
 _ROOT_ATTRS = ("root", "root_dir", "data_dir", "data_root", "dataset_dir", "path", "data_path",
