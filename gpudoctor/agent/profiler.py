@@ -25,7 +25,10 @@ those steps (the first iterations of a fast loop are not steady: allocator growt
 library handles); on CUDA twice those steps (a GPU-bound loop of a few dozen steps
 queues them all within its first second, and must still get a window), and closes after at least `profile_steps`
 steps and `profile_min_window_s` seconds (at most `profile_max_steps` steps, or
-`profile_max_window_s`). A phase is (step source, the DataLoader last iterated on that
+`profile_max_window_s`); a window of slow steps closes earlier, once it holds
+`profile_min_steps` steps and has run `profile_window_budget_s` (the trace, and the pause
+its stop costs the loop, grow with every traced step, while the replay reads at most
+150,000 events of a window). A phase is (step source, the DataLoader last iterated on that
 thread, grad mode, CUDA in use): the first window is "start"; a phase not seen before
 (an evaluation loop under no_grad, another loader, a forward-only phase once training
 stops) gets a "phase" window; one "later" window comes at least `profile_later_s`
@@ -217,6 +220,8 @@ class ProfilerWindow:
         self.min_window = float(config.get("profile_min_window_s", 0.3))
         self.max_steps = max(self.steps, int(config.get("profile_max_steps", 200)))
         self.max_window = float(config.get("profile_max_window_s", 20.0))
+        self.budget = float(config.get("profile_window_budget_s", 2.0))
+        self.min_steps = min(self.steps, int(config.get("profile_min_steps", 3)))
         self.no_step_after = float(config.get("profile_no_step_after_s", 3.0))
         self.time_window = float(config.get("profile_time_window_s", 2.0))
         self.time_max_calls = int(config.get("profile_time_max_calls", 5000))
@@ -254,10 +259,9 @@ class ProfilerWindow:
                     self.stop("superseded", keep=False)  # the run has steps after all: profile those
             elif threading.get_ident() == window.thread:
                 if source == window.source:
-                    k, elapsed = n - window.start_n, time.time() - window.start_wall
-                    if (k >= self.steps and (elapsed >= self.min_window or k >= self.max_steps)) \
-                            or elapsed > self.max_window:
-                        self.stop("steps")
+                    why = self._ended(n - window.start_n, time.time() - window.start_wall)
+                    if why is not None:
+                        self.stop(why)
                 elif _RANK[source] < _RANK[window.source] and source == self.hooks.steps.active():
                     self.stop("source")  # a higher-precedence source took over: keep what was seen
             return
@@ -281,6 +285,14 @@ class ProfilerWindow:
             if self.pending is not None:
                 self.disarm()  # a time window was due, but steps came first
             self.start(source, n, label, key)
+
+    def _ended(self, k: int, elapsed: float) -> str | None:
+        """Why a step-driven window that has run K steps for ELAPSED seconds closes now, or None."""
+        if (k >= self.steps and (elapsed >= self.min_window or k >= self.max_steps)) or elapsed > self.max_window:
+            return "steps"
+        if k >= self.min_steps and elapsed >= self.budget:
+            return "budget"  # slow steps: enough of them, and the trace (and the stop's pause) grows with each
+        return None
 
     def _phase_key(self, source: StepSource) -> PhaseKey:
         torch = self.torch

@@ -70,7 +70,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help=f"CPU and GPU sampling interval, {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} (default 0.5)")
     g.add_argument("--no-profile", action="store_true", help="do not open a torch.profiler window")
     g.add_argument("--profile-steps", type=positive_int, default=10, metavar="N",
-                   help="steps in the profiler window (default 10)")
+                   help="steps in the profiler window (default 10; steps slower than 0.2 s: 3 or more, 2 s of them)")
     g.add_argument("--warmup-steps", type=non_negative_int, default=5, metavar="N",
                    help="steps before the profiler window opens (default 5)")
     g.add_argument("--stepless-after", type=positive_float, default=3.0, metavar="SECONDS",

@@ -82,6 +82,43 @@ def test_a_short_window_waits_for_its_minimum_length(make, monkeypatch):
     assert window["steps"] == 11 and window["t_end"] - window["t_start"] >= 0.3
 
 
+def test_a_window_of_slow_steps_closes_at_its_budget_once_it_holds_the_minimum(make, monkeypatch):
+    """10 steps asked, each 1 s: the window stops after 3 of them (2 s budget), not after 10 s of trace;
+    it never stops with fewer than the minimum, however long its steps."""
+    from gpudoctor.agent import profiler as profiler_module
+
+    clock = _StoppedClock()
+    monkeypatch.setattr(profiler_module, "time", clock)
+    hooks = make(profile_steps=10, profile_window_budget_s=2.0, profile_min_steps=3, profile_max_window_s=20.0)
+    steps(hooks, "optimizer", 3)
+    assert hooks.profiler.state == "running"
+    for _ in range(2):
+        clock.now += 1.5  # two slow steps: past the budget, but fewer than the minimum
+        steps(hooks, "optimizer", 1)
+        assert hooks.profiler.state == "running"
+    clock.now += 1.5
+    steps(hooks, "optimizer", 1)
+    (window,) = hooks.windows()
+    assert window["steps"] == 3 and window["why"] == "budget"
+
+
+def test_a_window_of_fast_steps_is_not_cut_by_the_budget(make, monkeypatch):
+    from gpudoctor.agent import profiler as profiler_module
+
+    clock = _StoppedClock()
+    monkeypatch.setattr(profiler_module, "time", clock)
+    hooks = make(profile_steps=10, profile_window_budget_s=2.0, profile_min_steps=3)
+    steps(hooks, "optimizer", 3)
+    for _ in range(9):
+        clock.now += 0.1
+        steps(hooks, "optimizer", 1)
+    assert hooks.profiler.state == "running"
+    clock.now += 0.1
+    steps(hooks, "optimizer", 1)
+    (window,) = hooks.windows()
+    assert window["steps"] == 10 and window["why"] == "steps"
+
+
 def test_a_run_that_ends_inside_its_window_keeps_what_was_recorded(make, tmp_path):
     hooks = make(profile_steps=1000)
     steps(hooks, "optimizer", 5)
