@@ -64,9 +64,10 @@ DEFAULT_CONFIG = {
     "profile_min_window_s": 0.3,  # and at least this long (a batch-1 loop's steps are short) ...
     "profile_max_steps": 200,  # ... unless this many steps came first
     "profile_max_window_s": 20.0,  # hard cap on a step-driven window
-    # a window of slow steps closes once it holds profile_min_steps and lasted this long: a step of
-    # Python-made batches traces 10^5-10^6 events, the replay reads at most 150,000 of a window and
-    # the stop holds the loop about 5 us an event (imagenet -j 0: 10 steps, 3.9M events, 26 s)
+    # a window of slow steps (profile_steps of them would outlast this) closes once it holds
+    # profile_min_steps and lasted this long: a step of Python-made batches traces 10^5-10^6 events,
+    # the replay reads at most 150,000 of a window and the stop holds the loop 5-7 us an event
+    # (imagenet -j 0: 10 steps, 3.9M events, 26 s); 0: no budget (the steps were asked for)
     "profile_window_budget_s": 2.0,
     "profile_min_steps": 3,
     "profile_no_step_after_s": 3.0,  # no step this long after CUDA started: a time-bounded window

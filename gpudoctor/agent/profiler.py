@@ -192,6 +192,8 @@ class _Window:
         self.index = index
         self.thread = threading.get_ident()
         self.start_wall = time.time()
+        self.last_wall = self.start_wall  # when its latest step ended
+        self.longest = 0.0  # its longest step so far, s
 
 
 class _ThreadEnd:
@@ -221,7 +223,7 @@ class ProfilerWindow:
         self.max_steps = max(self.steps, int(config.get("profile_max_steps", 200)))
         self.max_window = float(config.get("profile_max_window_s", 20.0))
         self.budget = float(config.get("profile_window_budget_s", 2.0))
-        self.min_steps = min(self.steps, int(config.get("profile_min_steps", 3)))
+        self.min_steps = min(self.steps, max(2, int(config.get("profile_min_steps", 3))))
         self.no_step_after = float(config.get("profile_no_step_after_s", 3.0))
         self.time_window = float(config.get("profile_time_window_s", 2.0))
         self.time_max_calls = int(config.get("profile_time_max_calls", 5000))
@@ -259,7 +261,9 @@ class ProfilerWindow:
                     self.stop("superseded", keep=False)  # the run has steps after all: profile those
             elif threading.get_ident() == window.thread:
                 if source == window.source:
-                    why = self._ended(n - window.start_n, time.time() - window.start_wall)
+                    now = time.time()
+                    window.longest, window.last_wall = max(window.longest, now - window.last_wall), now
+                    why = self._ended(n - window.start_n, now - window.start_wall, window.longest)
                     if why is not None:
                         self.stop(why)
                 elif _RANK[source] < _RANK[window.source] and source == self.hooks.steps.active():
@@ -286,12 +290,17 @@ class ProfilerWindow:
                 self.disarm()  # a time window was due, but steps came first
             self.start(source, n, label, key)
 
-    def _ended(self, k: int, elapsed: float) -> str | None:
-        """Why a step-driven window that has run K steps for ELAPSED seconds closes now, or None."""
+    def _ended(self, k: int, elapsed: float, longest: float) -> str | None:
+        """Why a step-driven window that has run K steps for ELAPSED seconds (the longest LONGEST)
+        closes now, or None. Slow steps close it at the budget: its typical step (the longest, a
+        stall such as an epoch's start or a checkpoint, left out) would take the steps asked for
+        past the budget, and it holds enough of them; the trace, and the pause its stop costs the
+        loop, grow with each traced step."""
         if (k >= self.steps and (elapsed >= self.min_window or k >= self.max_steps)) or elapsed > self.max_window:
             return "steps"
-        if k >= self.min_steps and elapsed >= self.budget:
-            return "budget"  # slow steps: enough of them, and the trace (and the stop's pause) grows with each
+        if self.budget > 0 and k >= max(2, self.min_steps) and elapsed >= self.budget \
+                and (elapsed - longest) / (k - 1) * self.steps >= self.budget:
+            return "budget"
         return None
 
     def _phase_key(self, source: StepSource) -> PhaseKey:

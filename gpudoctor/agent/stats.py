@@ -36,14 +36,19 @@ class _SchedStat:
 
     __slots__ = ("fd", "pid")
 
-    def __init__(self) -> None:
-        self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)  # not inherited by exec'd children
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
         self.pid = os.getpid()
+
+    @classmethod
+    def open(cls) -> _SchedStat:
+        # opened before the object exists: a failed open leaves no half-made object to finalise
+        return cls(os.open("/proc/thread-self/schedstat", os.O_RDONLY))  # not inherited by exec'd children
 
     def __del__(self) -> None:
         try:
             os.close(self.fd)
-        except OSError:
+        except Exception:  # noqa: BLE001 (a finalizer in the user's process never raises)
             pass
 
 
@@ -62,7 +67,7 @@ def runqueue_s() -> float | None:
     try:
         stat = getattr(_schedstat, "stat", None)
         if stat is None or stat.pid != os.getpid():
-            stat = _schedstat.stat = _SchedStat()
+            stat = _schedstat.stat = _SchedStat.open()
         return int(os.pread(stat.fd, 256, 0).split()[1]) / 1e9
     except FileNotFoundError:
         _SCHEDSTAT_MISSING.append(True)

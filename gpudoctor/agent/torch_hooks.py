@@ -315,9 +315,11 @@ class TorchHooks:
         # state copied from the parent by fork belongs to the parent
         self.fetch = FetchStats()
         self.steps = StepTracker(self)
-        with self.loader_lock:
-            self.loader_stats = {}
-            self.loader_dirty = False
+        # a new lock, not the parent's: a fork while the parent's flusher thread held it (emitting
+        # loader_stats) leaves the copy locked for good in the child, and taking it would hang the worker
+        self.loader_lock = threading.Lock()
+        self.loader_stats = {}
+        self.loader_dirty = False
         self.profiler = None
         self._unhook()  # a spawned worker installed its own: its transforms are not steps
         from .profiler import profiler_inherited

@@ -64,6 +64,7 @@ class Watch:
             # or a callback's few steps may last well under diagnose's 1 s warm-up and 0.3 s window)
             "profile_warmup_s": 0.0,
             "profile_min_window_s": 0.0,
+            "profile_window_budget_s": 0.0,
             "profile_no_step_after_s": float(stepless_after),
             "profile_time_window_s": float(stepless_window),
         }

@@ -53,6 +53,7 @@ class RunOptions:
     profile: bool = True
     profile_warmup_steps: int = 5
     profile_steps: int = 10
+    profile_window_budget_s: float = 2.0  # slow steps close the window sooner (0: the steps asked for, always)
     profile_no_step_after_s: float = 3.0
     profile_time_window_s: float = 2.0
     profile_warmup_s: float = 1.0  # and at least this long into a phase before its window
@@ -125,6 +126,7 @@ class Supervisor:
                 "profile": self.options.profile,
                 "profile_warmup_steps": self.options.profile_warmup_steps,
                 "profile_steps": self.options.profile_steps,
+                "profile_window_budget_s": self.options.profile_window_budget_s,
                 "profile_no_step_after_s": self.options.profile_no_step_after_s,
                 "profile_time_window_s": self.options.profile_time_window_s,
                 "profile_warmup_s": self.options.profile_warmup_s,

@@ -52,3 +52,27 @@ def test_workers_are_started_each_epoch_unless_persistent(hooks):
     fresh_stats, kept_stats = hooks.loader_stats.values()  # in the order the loaders were first iterated
     assert fresh_stats[3] == 3 and kept_stats[3] == 1  # one iterator, its workers kept across epochs
     assert fresh_stats[4] > kept_stats[4]  # 6 workers started against 2
+
+
+def test_a_worker_does_not_take_the_lock_its_parent_held_at_fork(hooks):
+    """A fork while the parent's flusher held loader_lock leaves the child's copy locked for good: the
+    worker's first fetch makes its own lock instead of waiting on that one."""
+    import threading
+
+    hooks.agent.writer = SimpleNamespace(ensure_running=lambda: None, flush=lambda force=False: None)
+    hooks._unhook = lambda: None  # the fixture's patches are put back by the fixture
+    inherited = hooks.loader_lock
+    inherited.acquire()  # as the fork found it
+    entered = threading.Event()
+
+    def first_fetch() -> None:
+        hooks._enter_worker()
+        hooks._on_batch("w", 0.001)  # takes the lock again
+        entered.set()
+
+    thread = threading.Thread(target=first_fetch, daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    inherited.release()
+    assert entered.is_set() and hooks.loader_lock is not inherited
+    assert hooks.loader_stats == {"w": [1, 0.001, 0.001, 0, 0.0]}

@@ -102,6 +102,42 @@ def test_a_window_of_slow_steps_closes_at_its_budget_once_it_holds_the_minimum(m
     assert window["steps"] == 3 and window["why"] == "budget"
 
 
+def test_one_stall_among_fast_steps_does_not_close_the_window_at_the_budget(make, monkeypatch):
+    """Fast steps with one 2.5 s stall (an epoch's workers starting, a checkpoint) in the first three: the
+    budget is for slow steps, and the window still takes its 10."""
+    from gpudoctor.agent import profiler as profiler_module
+
+    clock = _StoppedClock()
+    monkeypatch.setattr(profiler_module, "time", clock)
+    hooks = make(profile_steps=10, profile_window_budget_s=2.0, profile_min_steps=3)
+    steps(hooks, "optimizer", 3)
+    for pause in (0.05, 2.5, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05):
+        clock.now += pause
+        steps(hooks, "optimizer", 1)
+        assert hooks.profiler.state == "running"
+    clock.now += 0.05
+    steps(hooks, "optimizer", 1)
+    (window,) = hooks.windows()
+    assert window["steps"] == 10 and window["why"] == "steps"
+
+
+def test_steps_asked_for_are_not_cut_by_a_budget_of_zero(make, monkeypatch):
+    from gpudoctor.agent import profiler as profiler_module
+
+    clock = _StoppedClock()
+    monkeypatch.setattr(profiler_module, "time", clock)
+    hooks = make(profile_steps=5, profile_window_budget_s=0.0, profile_min_steps=3)
+    steps(hooks, "optimizer", 3)
+    for _ in range(4):
+        clock.now += 1.5
+        steps(hooks, "optimizer", 1)
+        assert hooks.profiler.state == "running"
+    clock.now += 1.5
+    steps(hooks, "optimizer", 1)
+    (window,) = hooks.windows()
+    assert window["steps"] == 5 and window["why"] == "steps"
+
+
 def test_a_window_of_fast_steps_is_not_cut_by_the_budget(make, monkeypatch):
     from gpudoctor.agent import profiler as profiler_module
 
