@@ -82,77 +82,46 @@ def test_a_short_window_waits_for_its_minimum_length(make, monkeypatch):
     assert window["steps"] == 11 and window["t_end"] - window["t_start"] >= 0.3
 
 
-def test_a_window_of_slow_steps_closes_at_its_budget_once_it_holds_the_minimum(make, monkeypatch):
-    """10 steps asked, each 1 s: the window stops after 3 of them (2 s budget), not after 10 s of trace;
-    it never stops with fewer than the minimum, however long its steps."""
+def _timed_window(make, monkeypatch, pauses, **config):
+    """The window of a loop whose steps after the window opens take PAUSES seconds (a stopped clock),
+    and whether it was still running before its last step."""
     from gpudoctor.agent import profiler as profiler_module
 
     clock = _StoppedClock()
     monkeypatch.setattr(profiler_module, "time", clock)
-    hooks = make(profile_steps=10, profile_window_budget_s=2.0, profile_min_steps=3, profile_max_window_s=20.0)
+    hooks = make(**{"profile_steps": 10, "profile_window_budget_s": 2.0, "profile_min_steps": 3, **config})
     steps(hooks, "optimizer", 3)
-    assert hooks.profiler.state == "running"
-    for _ in range(2):
-        clock.now += 1.5  # two slow steps: past the budget, but fewer than the minimum
+    running = []
+    for pause in pauses:
+        running.append(hooks.profiler.state == "running")
+        clock.now += pause
         steps(hooks, "optimizer", 1)
-        assert hooks.profiler.state == "running"
-    clock.now += 1.5
-    steps(hooks, "optimizer", 1)
-    (window,) = hooks.windows()
-    assert window["steps"] == 3 and window["why"] == "budget"
+    windows = hooks.windows()
+    return (windows[0] if windows else None), running
+
+
+def test_a_window_of_slow_steps_closes_at_its_budget_once_it_holds_the_minimum(make, monkeypatch):
+    """10 steps asked, each 1.5 s: the window stops after 3 of them (2 s budget), not after 15 s of trace;
+    never with fewer than the minimum, however long its steps."""
+    window, running = _timed_window(make, monkeypatch, [1.5] * 3)
+    assert all(running) and window["steps"] == 3 and window["why"] == "budget"
 
 
 def test_one_stall_among_fast_steps_does_not_close_the_window_at_the_budget(make, monkeypatch):
-    """Fast steps with one 2.5 s stall (an epoch's workers starting, a checkpoint) in the first three: the
-    budget is for slow steps, and the window still takes its 10."""
-    from gpudoctor.agent import profiler as profiler_module
-
-    clock = _StoppedClock()
-    monkeypatch.setattr(profiler_module, "time", clock)
-    hooks = make(profile_steps=10, profile_window_budget_s=2.0, profile_min_steps=3)
-    steps(hooks, "optimizer", 3)
-    for pause in (0.05, 2.5, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05):
-        clock.now += pause
-        steps(hooks, "optimizer", 1)
-        assert hooks.profiler.state == "running"
-    clock.now += 0.05
-    steps(hooks, "optimizer", 1)
-    (window,) = hooks.windows()
-    assert window["steps"] == 10 and window["why"] == "steps"
+    """Fast steps with one 2.5 s stall (an epoch's workers starting, a checkpoint) among the first three:
+    the budget is for slow steps, and the window still takes its 10."""
+    window, running = _timed_window(make, monkeypatch, [0.05, 2.5] + [0.05] * 8)
+    assert all(running) and window["steps"] == 10 and window["why"] == "steps"
 
 
 def test_steps_asked_for_are_not_cut_by_a_budget_of_zero(make, monkeypatch):
-    from gpudoctor.agent import profiler as profiler_module
-
-    clock = _StoppedClock()
-    monkeypatch.setattr(profiler_module, "time", clock)
-    hooks = make(profile_steps=5, profile_window_budget_s=0.0, profile_min_steps=3)
-    steps(hooks, "optimizer", 3)
-    for _ in range(4):
-        clock.now += 1.5
-        steps(hooks, "optimizer", 1)
-        assert hooks.profiler.state == "running"
-    clock.now += 1.5
-    steps(hooks, "optimizer", 1)
-    (window,) = hooks.windows()
-    assert window["steps"] == 5 and window["why"] == "steps"
+    window, running = _timed_window(make, monkeypatch, [1.5] * 5, profile_steps=5, profile_window_budget_s=0.0)
+    assert all(running) and window["steps"] == 5 and window["why"] == "steps"
 
 
 def test_a_window_of_fast_steps_is_not_cut_by_the_budget(make, monkeypatch):
-    from gpudoctor.agent import profiler as profiler_module
-
-    clock = _StoppedClock()
-    monkeypatch.setattr(profiler_module, "time", clock)
-    hooks = make(profile_steps=10, profile_window_budget_s=2.0, profile_min_steps=3)
-    steps(hooks, "optimizer", 3)
-    for _ in range(9):
-        clock.now += 0.1
-        steps(hooks, "optimizer", 1)
-    assert hooks.profiler.state == "running"
-    clock.now += 0.1
-    steps(hooks, "optimizer", 1)
-    (window,) = hooks.windows()
-    assert window["steps"] == 10 and window["why"] == "steps"
+    window, running = _timed_window(make, monkeypatch, [0.1] * 10)
+    assert all(running) and window["steps"] == 10 and window["why"] == "steps"
 
 
 def test_a_run_that_ends_inside_its_window_keeps_what_was_recorded(make, tmp_path):
