@@ -371,8 +371,7 @@ class TorchHooks:
         with self.loader_lock:
             if self.loader_dirty:
                 self.loader_dirty = False
-                self.agent.emit("loader_stats", stats={k: [v[0], round(v[1], 6), round(v[2], 6),
-                                                           *(v[3:4]), *(round(x, 6) for x in v[4:5])]
+                self.agent.emit("loader_stats", stats={k: [v[0], round(v[1], 6), round(v[2], 6), v[3], round(v[4], 6)]
                                                        for k, v in self.loader_stats.items()})
         if self._in_worker():
             return

@@ -221,8 +221,9 @@ def launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:
 def optimizer(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     """optimizer.step()'s update launches as one chain each (a fused or foreach optimizer's few kernels)."""
     changed, chains = _collapse(timeline, plan, optimizer=True)
+    known = facts(timeline)  # the update function told apart from the rest of step() in some thread's stacks
     kept = ("; the rest of step() (its wrapper, hooks and _init_group's loop over the parameters) as measured"
-            if timeline.stacks else "")
+            if bool((known.fused != known.optimizer).any()) else "")
     return changed, (f"{chains:,} optimizer steps' update launches issued back to back as one chain each (a fused "
                      f"or foreach optimizer's few multi-tensor kernels){kept}; {rates.GRAPH_SOURCE}")
 
