@@ -262,3 +262,37 @@ def test_a_window_on_another_thread_is_kept_when_that_thread_ends(make, tmp_path
     worker.join()
     (window,) = hooks.windows()
     assert window["why"] == "thread-end" and (tmp_path / window["path"]).is_file()
+
+
+def _live_results() -> int:
+    """torch's autograd profiles still alive that hold a window's recorded events."""
+    import gc
+
+    from torch.autograd import profiler as autograd_profiler
+
+    return sum(1 for o in gc.get_objects()
+               if isinstance(o, autograd_profiler.profile) and getattr(o, "kineto_results", None) is not None)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_stopped_window_frees_its_events_at_once_not_at_a_later_garbage_collection(make, keep):
+    # torch.profiler.profile refers to itself: let go, it waits for the cyclic collector, which
+    # then frees the whole window's events in one pause in the middle of the user's loop
+    import gc
+
+    hooks = make()
+    gc.collect()
+    before = _live_results()
+    gc.disable()
+    try:
+        steps(hooks, "optimizer", 3)
+        assert hooks.profiler.state == "running"
+        if keep:
+            steps(hooks, "optimizer", 3)
+            assert hooks.windows()
+        else:
+            hooks.profiler.stop("superseded", keep=False)
+        assert hooks.profiler.state != "running"
+        assert _live_results() == before
+    finally:
+        gc.enable()
