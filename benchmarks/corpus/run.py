@@ -506,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
         thread.start()
     for thread in threads:
         thread.join()
+    results["workloads"] += left_out(unfinished, results["workloads"])
     results["meta"]["seconds"] = round(time.time() - start, 1)
     write(results, args.out)
     print(markdown(results))
@@ -518,6 +519,13 @@ def resumable(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
     if previous is None:
         return []
     return [e for e in previous.get("workloads") or [] if e.get("status") in ("done", "failed")]
+
+
+def left_out(unfinished: dict[str, dict[str, Any]], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The earlier entries this run did not take up (--only, --skip), as they were: a run of a
+    few workloads keeps the table whole, its unmeasured rows and their status included."""
+    seen = {e["workload"] for e in entries}
+    return [e for name, e in unfinished.items() if name not in seen]
 
 
 def earlier_runs(previous: dict[str, Any] | None) -> list[dict[str, Any]]:

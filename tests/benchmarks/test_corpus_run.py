@@ -289,6 +289,23 @@ def test_the_runner_keeps_to_its_budget_and_still_writes(tmp_path: Path) -> None
     assert "not run: time budget" in (out / "corpus.md").read_text()
 
 
+@pytest.mark.integration
+def test_a_resumed_run_of_some_workloads_keeps_the_others_rows(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    base = [sys.executable, str(CORPUS / "run.py"), "--out", str(out), "--manifest",
+            str(Path(__file__).with_name("cpu_corpus.py")), "--budget-s", "1"]
+    subprocess.run(base, capture_output=True, text=True, timeout=120, cwd=ROOT, check=True)
+    names = [e["workload"] for e in json.loads((out / "corpus.json").read_text())["workloads"]]
+    assert len(names) >= 2
+    proc = subprocess.run([*base, "--resume", "--only", names[-1]], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = json.loads((out / "corpus.json").read_text())["workloads"]
+    assert sorted(e["workload"] for e in again) == sorted(names)  # the rows --only left out are still there
+    assert all(e["status"] == "not run: time budget" for e in again)
+    assert all(name in (out / "corpus.md").read_text() for name in names)
+
+
 def test_rediagnose_reads_new_predictions_and_keeps_the_realized_gains(tmp_path: Path, monkeypatch) -> None:
     """An entry measured before sessions were kept is diagnosed again: its prediction comes from the
     new report, its realized gain and pairs stay, and the first prediction is kept beside it."""
