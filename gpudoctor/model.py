@@ -113,6 +113,21 @@ class Prediction:
     # per batch of today's size (step at m times the batch / m)
     batch_curve: tuple[tuple[float, float], ...] = ()
     batch_multiple: float | None = None
+    # a worker-count remedy: (num_workers, gain) for each count the model was asked about, rising in
+    # the count (gpudoctor.analysis.input_pipeline.worker_plan): a user who sets fewer workers than the
+    # recommended count gets the model's number for that count, not the recommended count's
+    worker_curve: tuple[tuple[int, float], ...] = ()
+
+    def gain_with(self, workers: int) -> float | None:
+        """The gain with `workers` workers from `worker_curve` (linear between its counts, flat past the
+        last: more workers than the load needs buy nothing more); None without a curve or below its
+        first count (no more workers than now)."""
+        if not self.worker_curve or workers < self.worker_curve[0][0]:
+            return None
+        for (w0, g0), (w1, g1) in itertools.pairwise(self.worker_curve):
+            if w0 <= workers <= w1:
+                return float(g0 + (g1 - g0) * (workers - w0) / (w1 - w0))
+        return float(self.worker_curve[-1][1])
 
     def gain_at(self, multiple: float) -> float | None:
         """The gain at `multiple` times the batch from `batch_curve` (geometric between its points,
@@ -139,6 +154,8 @@ class Prediction:
         if self.batch_curve:
             out["batch_multiple"] = self.batch_multiple
             out["batch_curve"] = [{"multiple": m, "gain": round(g, 3)} for m, g in self.batch_curve]
+        if self.worker_curve:
+            out["worker_curve"] = [{"workers": w, "gain": round(g, 3)} for w, g in self.worker_curve]
         return out
 
     def sentence(self) -> str:

@@ -61,6 +61,7 @@ class Remedy:
     env: Mapping[str, str] = field(default_factory=dict)  # added to the baseline's environment
     handfix: tuple[str, ...] = ()  # source-level fixes that handfix.py applies (tf32, fused-optimizer, ...)
     step_scale: float = 1.0  # samples per step of the variant over the baseline's (a bigger batch: its ratio)
+    workers: int | None = None  # the num_workers the variant sets (a worker remedy: read at that count)
     note: str = ""
 
 
@@ -167,19 +168,19 @@ def _public() -> list[Workload]:
     return [
         Workload(
             "examples_imagenet_dummy_j0", f"{EX}/imagenet/main.py", imagenet_j0, ("GD101", "GD102"),
-            (Remedy("12 workers", ("GD101", "GD102"), _replace(imagenet_j0, "-j", "12")),
+            (Remedy("12 workers", ("GD101", "GD102"), _replace(imagenet_j0, "-j", "12"), workers=12),
              TF32),
             _examples("imagenet/main.py"), cwd="{tmp}", needs=("torch", "torchvision"),
             note="FakeData + ToTensor built in the main process (issue 25's first row: 6.4x realized with 12 workers)"),
         Workload(
             "examples_imagenet_dummy_resnet18_j4", f"{EX}/imagenet/main.py", imagenet_j4, ("GD101", "GD102", "GD103"),
-            (Remedy("14 workers", ("GD101", "GD102"), _replace(imagenet_j4, "-j", "14")),
+            (Remedy("14 workers", ("GD101", "GD102"), _replace(imagenet_j4, "-j", "14"), workers=14),
              Remedy("batch 512", ("GD202",), _replace(imagenet_j4, "-b", "512"), step_scale=2.0)),
             _examples("imagenet/main.py"), needs=("torch", "torchvision")),
         Workload(
             "examples_dcgan_fake", f"{EX}/dcgan/main.py", dcgan, ("GD301", "GD102"),
             (Remedy("batch 256", ("GD202", "GD301"), _replace(dcgan, "--batchSize", "256"), step_scale=4.0),
-             Remedy("8 workers", ("GD101", "GD102"), _replace(dcgan, "--workers", "8"))),
+             Remedy("8 workers", ("GD101", "GD102"), _replace(dcgan, "--workers", "8"), workers=8)),
             _examples("dcgan/main.py"), needs=("torch", "torchvision"),
             note="two optimizer steps per iteration (D and G): both variants count alike"),
         Workload(
@@ -198,14 +199,14 @@ def _public() -> list[Workload]:
         Workload(
             "examples_mnist", f"{EX}/mnist/main.py", mnist, ("GD301", "GD202", "GD102"),
             (Remedy("batch 512", ("GD202", "GD301"), _replace(mnist, "--batch-size", "512"), step_scale=8.0),
-             Remedy("4 workers", ("GD101", "GD102"), handfix=("workers=4",))),
+             Remedy("4 workers", ("GD101", "GD102"), handfix=("workers=4",), workers=4)),
             _examples("mnist/main.py"), cwd=f"{EX}/mnist", needs=("torch", "torchvision"), data=("mnist",),
             note="reads ../data/MNIST/raw: fetch.py writes generated (random) MNIST files there"),
         Workload(
             "examples_vae", f"{EX}/vae/main.py", ("--epochs", "3", "--log-interval", "100000"), ("GD301", "GD202"),
             (Remedy("batch 1024", ("GD202", "GD301"), ("--epochs", "3", "--log-interval", "100000", "--batch-size",
                                                       "1024"), step_scale=8.0),
-             Remedy("4 workers", ("GD101", "GD102"), handfix=("workers=4",))),
+             Remedy("4 workers", ("GD101", "GD102"), handfix=("workers=4",), workers=4)),
             _examples("vae/main.py", "vae/results/.gitignore"), cwd=f"{EX}/vae", needs=("torch", "torchvision"),
             data=("mnist",), scratch=("results/*.png",)),
         Workload(
@@ -218,7 +219,7 @@ def _public() -> list[Workload]:
         Workload(
             "examples_siamese_network", f"{EX}/siamese_network/main.py", ("--epochs", "3", "--log-interval", "100000"),
             ("GD101", "GD102", "GD301"),
-            (Remedy("4 workers, pinned", ("GD101", "GD102", "GD105"), handfix=("workers=4", "pin-memory")),
+            (Remedy("4 workers, pinned", ("GD101", "GD102", "GD105"), handfix=("workers=4", "pin-memory"), workers=4),
              Remedy("batch 512", ("GD202", "GD301"),
                     ("--epochs", "3", "--log-interval", "100000", "--batch-size", "512"), step_scale=8.0)),
             _examples("siamese_network/main.py"), cwd=f"{EX}/siamese_network", needs=("torch", "torchvision"),
@@ -227,7 +228,7 @@ def _public() -> list[Workload]:
             "examples_ddp_tutorial_torchrun", f"{EX}/distributed/ddp-tutorial-series/multigpu_torchrun.py", ddp,
             ("GD301", "GD202", "GD102"),
             (Remedy("batch 1024", ("GD202", "GD301"), _replace(ddp, "--batch_size", "1024"), step_scale=32.0),
-             Remedy("2 workers", ("GD101", "GD102"), handfix=("workers=2",))),
+             Remedy("2 workers", ("GD101", "GD102"), handfix=("workers=2",), workers=2)),
             _examples("distributed/ddp-tutorial-series/multigpu_torchrun.py",
                       "distributed/ddp-tutorial-series/datautils.py"),
             torchrun=1,
@@ -272,7 +273,7 @@ def _public() -> list[Workload]:
             note="batch-8 ViT-S inference"),
         Workload(
             "timm_train_imagefolder_jpeg", f"{TM}/train.py", timm_folder, ("GD101", "GD102", "GD103"),
-            (Remedy("14 workers", ("GD101", "GD102"), _replace(timm_folder, "-j", "14")),
+            (Remedy("14 workers", ("GD101", "GD102"), _replace(timm_folder, "-j", "14"), workers=14),
              Remedy("bf16 autocast", ("GD304",), _with(timm_folder, "--amp", "--amp-dtype", "bfloat16")),
              Remedy("pinned loader memory", ("GD105",), _with(timm_folder, "--pin-mem"))),
             _timm("train.py"), cwd=TM, needs=TIMM_NEEDS, data=("imagefolder",),
@@ -290,7 +291,7 @@ def _public() -> list[Workload]:
             "lightning_fabric_image_classifier", f"{LT}/examples/fabric/image_classifier/train_fabric.py",
             ("--epochs", "3"), ("GD301", "GD202"),
             (Remedy("batch 512", ("GD202", "GD301"), ("--epochs", "3", "--batch-size", "512"), step_scale=8.0),
-             Remedy("4 workers", ("GD101", "GD102"), handfix=("workers=4",))),
+             Remedy("4 workers", ("GD101", "GD102"), handfix=("workers=4",), workers=4)),
             _lightning("examples/fabric/image_classifier/train_fabric.py"),
             cwd=f"{LT}/examples/fabric/image_classifier", needs=("torch", "torchvision", "lightning", "torchmetrics"),
             data=("mnist-lightning",)),
@@ -312,21 +313,23 @@ def _synthetic() -> list[Workload]:
     oom = ("mlp", "--batch", "262144", "--width", "4096", "--layers", "4", "--memory-fraction", "0.1")  # ~36 GiB
     return [
         Workload("syn_loader_main_process", SYN, loader0, ("GD101", "GD102"),
-                 (Remedy("12 workers", ("GD101", "GD102"), _replace(loader0, "--workers", "12")),),
+                 (Remedy("12 workers", ("GD101", "GD102"), _replace(loader0, "--workers", "12"), workers=12),),
                  note="num_workers=0: batch production in series with the step"),
         Workload("syn_loader_two_workers", SYN, loader2, ("GD101", "GD102", "GD103"),
-                 (Remedy("14 workers", ("GD101", "GD102"), _replace(loader2, "--workers", "14")),
-                  Remedy("6 workers", ("GD101", "GD102"), _replace(loader2, "--workers", "6"))),
+                 (Remedy("14 workers", ("GD101", "GD102"), _replace(loader2, "--workers", "14"), workers=14),
+                  Remedy("6 workers", ("GD101", "GD102"), _replace(loader2, "--workers", "6"), workers=6)),
                  note="CPU-heavy per-sample work in 2 workers (issue 25: 33.9x and 7.5x predicted, 5.2x realized)"),
         Workload("syn_loader_overlapped", "{gpu}/loader_overlap.py", ("--model", "big", "--steps", "600"),
                  ("GD102",),
-                 (Remedy("8 workers", ("GD101", "GD102"), ("--model", "big", "--steps", "600", "--workers", "8")),),
+                 (Remedy("8 workers", ("GD101", "GD102"), ("--model", "big", "--steps", "600", "--workers", "8"),
+                         workers=8),),
                  note="data wait hidden by queued GPU work: more workers should buy little (issue 19)"),
         Workload("syn_loader_overlap_tiny_model", "{gpu}/loader_overlap.py", ("--model", "tiny", "--steps", "600"),
                  ("GD101", "GD102"),
-                 (Remedy("12 workers", ("GD101", "GD102"), ("--model", "tiny", "--steps", "600", "--workers", "12")),)),
+                 (Remedy("12 workers", ("GD101", "GD102"), ("--model", "tiny", "--steps", "600", "--workers", "12"),
+                         workers=12),)),
         Workload("syn_storage_reads", SYN, storage, ("GD104", "GD102"),
-                 (Remedy("16 workers", ("GD101", "GD102", "GD104"), _replace(storage, "--workers", "16")),),
+                 (Remedy("16 workers", ("GD101", "GD102", "GD104"), _replace(storage, "--workers", "16"), workers=16),),
                  note="each item read from a file whose page cache is dropped first (waits on storage, not CPU)"),
         Workload("syn_pageable_copies", SYN, pageable, ("GD105", "GD303"),
                  (Remedy("pinned buffers", ("GD105", "GD303"), _with(pageable, "--pinned")),),

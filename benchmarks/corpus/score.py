@@ -42,9 +42,22 @@ def gain_at(curve: list[dict[str, Any]], multiple: float) -> float | None:
     return round(at, 4) if at is not None else None
 
 
+def gain_with(curve: list[dict[str, Any]], workers: int) -> float | None:
+    """The gain with WORKERS DataLoader workers from a finding's ``worker_curve``, read as the report's own
+    model reads it (gpudoctor.model.Prediction.gain_with); None without a curve or at no more workers than now."""
+    from gpudoctor.model import Prediction
+
+    points = tuple(sorted((int(p["workers"]), float(p["gain"])) for p in curve
+                          if p.get("workers") is not None and p.get("gain")))
+    at = Prediction(gain=1.0, method="model", label="", detail="", worker_curve=points).gain_with(workers)
+    return round(at, 4) if at is not None else None
+
+
 def prediction(report: dict[str, Any], remedy: Remedy) -> dict[str, Any]:
     """The gain the report predicts for REMEDY: the first target finding it names, the others as cross-checks.
-    A remedy that changes the samples per step (``step_scale``) reads a finding's samples/s curve at that multiple."""
+    A remedy that changes the samples per step (``step_scale``) reads a finding's samples/s curve at that multiple;
+    one that sets a worker count (``workers``) reads the finding's worker curve at that count, when it has one
+    (the finding's own number is for the count it recommends)."""
     named = [f for f in report.get("findings") or [] if f.get("id") in remedy.targets]
     if not named:
         return {"named": False, "predicted": 1.0, "method": "none named", "finding": None, "cross_checks": []}
@@ -61,6 +74,10 @@ def prediction(report: dict[str, Any], remedy: Remedy) -> dict[str, Any]:
     at = gain_at(curve(chosen), remedy.step_scale) if scaled and curve(chosen) else None
     if at is not None:
         predicted, method = round(at, 2), f"{method}, at {remedy.step_scale:g}x the batch"
+    workers = (chosen.get("prediction") or {}).get("worker_curve") or []
+    with_count = gain_with(workers, remedy.workers) if remedy.workers is not None and workers else None
+    if with_count is not None:
+        predicted, method = round(with_count, 2), f"{method}, with {remedy.workers} workers"
     return {"named": True, "predicted": predicted, "method": method, "finding": _finding(chosen),
             "cross_checks": [_finding(f) for f in named if f is not chosen]}
 

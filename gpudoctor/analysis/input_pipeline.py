@@ -403,10 +403,28 @@ def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> Work
     return replace(plan, recommended=recommended, prediction=prediction)
 
 
+MAX_CURVE_POINTS = 32  # worker counts a finding's worker_curve holds (the report schema allows 64)
+
+
+def curve_counts(now: int, recommended: int) -> tuple[int, ...]:
+    """The worker counts a worker curve holds: each one from one more than now to the recommended,
+    evenly thinned to MAX_CURVE_POINTS (light workers may be recommended by the hundred)."""
+    first = now + 1
+    if recommended < first:
+        return ()
+    span = recommended - first
+    if span < MAX_CURVE_POINTS:
+        return tuple(range(first, recommended + 1))
+    step = span / (MAX_CURVE_POINTS - 1)
+    return tuple(sorted({first + round(i * step) for i in range(MAX_CURVE_POINTS)}))
+
+
 def _workers_prediction(session: Session, found: InputStall, loader: LoaderInfo, fetch: float | None,
                         compute: float | None, workers: int, handoff: float) -> Prediction | None:
     """The step with `workers` workers (gpudoctor.analysis.worker_gain.workers_prediction): the step
-    without any wait, plus the hand-off and what the workers the cores carry leave to wait."""
+    without any wait, plus the hand-off and what the workers the cores carry leave to wait. It carries
+    the same model's gain at each count between now and `workers` (``worker_curve``): a user who sets
+    fewer workers than recommended is owed the number for the count set, not the recommended one's."""
     from gpudoctor.analysis.worker_gain import workers_prediction
 
     instant = data_prediction(session, found)
@@ -414,8 +432,14 @@ def _workers_prediction(session: Session, found: InputStall, loader: LoaderInfo,
         return instant
     cores = metrics.usable_cores(session)
     per_rank = cores / ranks_with_loaders(session) if cores else None
-    return workers_prediction(session, found, loader, instant, fetch, compute, workers, handoff,
-                              batches_per_step(session, loader), per_rank)
+    per_step = batches_per_step(session, loader)
+
+    def at(count: int) -> Prediction:
+        return workers_prediction(session, found, loader, instant, fetch, compute, count, handoff, per_step,
+                                  per_rank)
+
+    curve = tuple((count, at(count).gain) for count in curve_counts(loader.num_workers, workers))
+    return replace(at(workers), worker_curve=curve)
 
 
 def loader_line(loader: LoaderInfo, workers: int, *, gpu: bool, deeper_prefetch: bool) -> str:

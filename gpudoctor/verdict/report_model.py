@@ -73,6 +73,15 @@ class BatchPoint:
 
 
 @dataclass(frozen=True)
+class WorkerPoint:
+    """The step's gain with `workers` DataLoader workers, over now."""
+
+    workers: int = json_field(1, always=True, minimum=0)
+    gain: float = json_field(1.0, always=True, minimum=0)
+    extra: Mapping[str, Any] = extra_field()
+
+
+@dataclass(frozen=True)
 class PredictionRecord:
     """The step time now and predicted without the cause, and how that was obtained."""
 
@@ -88,6 +97,9 @@ class PredictionRecord:
     batch_curve: list[BatchPoint] | None = json_field(
         None, omit_none=True, max_items=64,
         doc="a batch-size remedy: samples/s at each multiple of the batch over now (gpudoctor's model)")
+    worker_curve: list[WorkerPoint] | None = json_field(
+        None, omit_none=True, max_items=64,
+        doc="a worker-count remedy: the gain with each num_workers from one more than now to the recommended")
     extra: Mapping[str, Any] = extra_field()
 
 

@@ -70,6 +70,25 @@ def test_a_batch_remedy_reads_the_finding_curve_at_its_step_scale() -> None:
     assert score.prediction(report, same)["predicted"] == 16.0
 
 
+def test_a_worker_remedy_reads_the_finding_curve_at_its_count() -> None:
+    """syn_loader_two_workers: GD101 recommends 15 workers (7.57x); a remedy setting 6 is scored against
+    the same model's gain with 6 (3.13x, realized 2.99x), not against the 15's; at a count past the
+    curve, its last point (the model's cap: no more); without a count, the finding's own number."""
+    curve = [{"workers": w, "gain": g} for w, g in ((3, 1.5), (4, 2.0), (6, 3.13), (15, 7.57))]
+    report = {"findings": [
+        {"id": "GD101", "severity": "critical", "estimated_gain": 7.57, "consequence_of": None,
+         "prediction": {"method": "replay", "worker_curve": curve}},
+        {"id": "GD102", "severity": "critical", "estimated_gain": 7.57, "consequence_of": None,
+         "prediction": {"method": "replay"}},
+    ]}
+    six = score.prediction(report, manifest.Remedy("6 workers", ("GD101", "GD102"), ("--workers", "6"), workers=6))
+    assert (six["finding"]["id"], six["predicted"], six["method"]) == ("GD101", 3.13, "replay, with 6 workers")
+    assert score.gain_with(curve, 5) == pytest.approx(2.565)
+    assert score.gain_with(curve, 16) == 7.57
+    assert score.gain_with(curve, 2) is None
+    assert score.prediction(report, manifest.Remedy("workers", ("GD101",), ("-j", "6")))["predicted"] == 7.57
+
+
 def test_realized_is_the_median_of_the_pairs_ratios() -> None:
     pairs = [{"ratio": 2.0}, {"ratio": 3.0}, {"ratio": 10.0}]
     assert score.realized(pairs)["realized"] == 3.0

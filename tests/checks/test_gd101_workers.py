@@ -11,7 +11,14 @@ from helpers import make_cpu_samples, make_loader, make_session, make_steps, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudoctor.analysis.input_pipeline import HANDOFF_PINNED_S, HANDOFF_S, handoff_cost, input_stall
+from gpudoctor.analysis.input_pipeline import (
+    HANDOFF_PINNED_S,
+    HANDOFF_S,
+    MAX_CURVE_POINTS,
+    curve_counts,
+    handoff_cost,
+    input_stall,
+)
 from gpudoctor.checks import gd102_input_stall as gd102
 from gpudoctor.checks.gd101_workers import run
 from gpudoctor.model import Skip
@@ -101,6 +108,31 @@ def test_cap_binds_at_usable_cores_minus_one_and_says_batches_must_get_cheaper()
     assert "cheaper" in f.message
     # 7 workers deliver a batch per 200/7 = 28.6 ms, above C = 20 ms: 100 / 28.6 = 3.5x
     assert f.estimated_gain == pytest.approx(3.5)
+
+
+def test_the_prediction_carries_the_gain_at_each_count_up_to_the_recommended():
+    # the run above: 2 workers at F = 200 ms, C = 20 ms, 7 recommended. A user who sets 4 is owed the
+    # same model at 4 (a batch per 200/4 = 50 ms: 100 / 50 = 2x), not the 3.5x of 7 (syn_loader_two_workers
+    # on the H200: 6 workers realized 2.99x, scored against the 7.57x of 15)
+    loader = make_loader(num_workers=2, batches=50, fetch_s_per_batch=0.200, fetch_cpu_ratio=0.95)
+    session = make_session(steps=make_steps(50, 0.100, 0.080), loaders=[loader], usable_cores=8)
+    (f,) = run(session)
+    assert f.prediction is not None
+    assert [w for w, _ in f.prediction.worker_curve] == [3, 4, 5, 6, 7]
+    assert f.prediction.gain_with(4) == pytest.approx(2.0)
+    assert f.prediction.gain_with(3) == pytest.approx(100 / (200 / 3))
+    assert f.prediction.gain_with(7) == pytest.approx(f.estimated_gain)
+    assert f.prediction.gain_with(12) == pytest.approx(f.estimated_gain)  # past the cap: no more
+    assert f.prediction.gain_with(2) is None  # no more workers than now
+    assert f.prediction.to_dict()["worker_curve"][1] == {"workers": 4, "gain": 2.0}
+
+
+def test_curve_counts_are_thinned_for_light_workers_recommended_by_the_hundred():
+    assert curve_counts(2, 7) == (3, 4, 5, 6, 7)
+    assert curve_counts(7, 7) == ()
+    many = curve_counts(0, 128)
+    assert len(many) == MAX_CURVE_POINTS and (many[0], many[-1]) == (1, 128)
+    assert list(many) == sorted(set(many))
 
 
 def test_graded_by_what_the_change_buys_not_by_the_stall():
