@@ -94,6 +94,16 @@ HANDOFF_PINNED_S = Threshold(
     "a 16-core H200 host")
 HANDOFF_PINNED_SOURCE = ("a batch taken from the pin-memory thread, which receives and pins it beside the loop, "
                          "cost the loop 0.36-0.47 ms (batch 64, measured)")
+# Creating a DataLoader iterator starts its workers (each epoch, unless persistent_workers): the
+# loop's thread forks or spawns them one after another, between steps. Measured on the 16-core
+# H200 host (torch 2.11, the agent's iterator timing in the kept corpus sessions of 2026-12-04):
+# 20.4 ms per worker (dcgan, FakeData, 2 workers, 33 iterators in 1.35 s), 17.3 and 27.9 ms (timm
+# ImageFolder, 4 workers, train and eval loaders), 30.8 ms (a synthetic loader, 2 pinned workers):
+# the default is their median.
+WORKER_START_S = Threshold(
+    "start-up of one DataLoader worker at each iterator (default)", 24e-3, "s",
+    "creating an iterator cost the loop 17-31 ms per worker it started, median 24 ms (2-4 workers, "
+    "measured on a 16-core H200 host)")
 HANDOFF_PERCENTILE = CountThreshold(
     "percentile of per-step waits taken as the measured hand-off", 10, "percentile",
     "gpudoctor: the batches that were ready when asked for")
@@ -103,7 +113,7 @@ HANDOFF_READY_SHARE = Threshold(
 # what the stall classification and the worker plan compare against, for the checks' pages
 STALL_LIMITS = (WAIT_SHARE_WARNING, WAIT_SHARE_CRITICAL, CPU_BOUND_RATIO, WAITING_RATIO, MAX_SHARE_FOR_GAIN)
 WORKER_LIMITS = (HEADROOM, TOO_FEW_CORE_SHARE, OVERSUBSCRIBED, LIGHT_WORKERS_PER_CORE, DEEPER_PREFETCH, HANDOFF_S,
-                 HANDOFF_PINNED_S, HANDOFF_PERCENTILE, HANDOFF_READY_SHARE, CORES_SATURATED_PERCENT)
+                 HANDOFF_PINNED_S, WORKER_START_S, HANDOFF_PERCENTILE, HANDOFF_READY_SHARE, CORES_SATURATED_PERCENT)
 
 # why batches are late: CPU work producing them, waiting on I/O, both, or not measured
 StallKind = Literal["cpu-bound", "waiting", "mixed", "unknown"]
@@ -359,12 +369,26 @@ def uncontended_fetch_per_batch(loader: LoaderInfo) -> float | None:
     return wall / loader.fetch_batches
 
 
+def in_rhythm_compute_per_step(session: Session, found: InputStall) -> float | None:
+    """The loop's time per step besides waiting, without the host time the profiled window's steps do
+    not stand for (an epoch's end and start, checkpoints: gpudoctor.replay.calibration). Workers keep
+    pace with the steps' rhythm, not with that time spread over them: dcgan's 16-batch epochs
+    spent 20 ms a step of it (saving images and checkpoints, starting workers) beside a 15 ms loop."""
+    from gpudoctor.analysis.prediction import unrepresented_per_step
+
+    compute = found.compute_per_step_s
+    if compute is None:
+        return None
+    apart, apart_wait = unrepresented_per_step(session)
+    return max(0.0, compute - (apart - apart_wait))
+
+
 def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> WorkerPlan:
     cores = metrics.usable_cores(session)
     ranks = ranks_with_loaders(session)
     per_batch = batches_per_step(session, loader)
     fetch = metrics.fetch_time_per_batch(loader)
-    compute_step = found.compute_per_step_s
+    compute_step = in_rhythm_compute_per_step(session, found)
     compute = compute_step / per_batch if compute_step is not None else None
     needed = None
     if fetch is not None and compute is not None and compute > 1e-6:

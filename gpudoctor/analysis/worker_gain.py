@@ -18,6 +18,13 @@ with `w` workers, built on the step without any data wait (the replay where ther
   per batch, at the predicted step rate; at least one core), over each worker's CPU share
   of a batch. A faster loop needs more of a core, which leaves fewer to the workers: the
   predicted batch time is the one at which the two agree.
+- **Workers that are not persistent start again each epoch.** Every iterator after the first
+  (an epoch) forks or spawns its workers between steps, one after another (``S`` each, the
+  run's own iterator timing where it had workers, else WORKER_START_S), and its first batch
+  comes only after a worker started and made it. ``w`` workers instead of ``n`` add
+  ``(w - n) S`` per epoch, and with ``n = 0`` the first batch's ``F`` becomes a wait; spread over
+  the epoch's batches, this is time apart from the loop's rhythm, like ``U``. With
+  ``persistent_workers=True`` only the first iterator starts them, before the steady steps.
 """
 
 from __future__ import annotations
@@ -100,6 +107,41 @@ def loop_cpu_per_batch(session: Session, loader: LoaderInfo, per_step: int) -> f
     return max(0.0, cpu)
 
 
+def iterators_created(loader: LoaderInfo) -> int:
+    """Iterators the loader created over the run (its epochs): the agent's count, else the epochs its
+    batches fill at no more than ceil(len / batch) batches each (a DistributedSampler gives a rank
+    fewer, so this never counts more epochs than there were); 1 when neither is known."""
+    if loader.iterators > 0:
+        return loader.iterators
+    if loader.iterable or not loader.dataset_len or not loader.batch_size or loader.batches <= 0:
+        return 1
+    per_epoch = -(-loader.dataset_len // loader.batch_size)
+    return max(1, -(-loader.batches // per_epoch))
+
+
+def worker_start_s(loader: LoaderInfo) -> tuple[float, bool]:
+    """(seconds the loop spends starting one worker when it creates an iterator, measured?): the run's
+    iterator creation time per worker where it had workers, else the host default."""
+    from gpudoctor.analysis.input_pipeline import WORKER_START_S
+
+    if loader.num_workers > 0 and loader.iterators > 0 and loader.iterators_s > 0:
+        return loader.iterators_s / loader.iterators / loader.num_workers, True
+    return float(WORKER_START_S), False
+
+
+def restart_per_batch(loader: LoaderInfo, workers: int, fetch: float) -> float:
+    """Seconds per batch that starting `workers` workers at every epoch after the first adds over
+    the run's `num_workers`: their start-up, and with none now the first batch that becomes a wait
+    (a worker makes it only once started). Nothing with persistent_workers: they start once, before
+    the steady steps."""
+    restarts = iterators_created(loader) - 1
+    if loader.persistent_workers or restarts <= 0 or loader.batches <= 0 or workers <= loader.num_workers:
+        return 0.0
+    per_worker = worker_start_s(loader)[0]
+    first_batch = fetch if loader.num_workers == 0 else 0.0  # with workers now, the run's waits hold it
+    return restarts * ((workers - loader.num_workers) * per_worker + first_batch) / loader.batches
+
+
 def workers_prediction(session: Session, found: InputStall, loader: LoaderInfo, instant: Prediction,
                        fetch: float, compute: float, workers: int, handoff: float,
                        per_step: int, cores_per_rank: float | None) -> Prediction:
@@ -111,6 +153,7 @@ def workers_prediction(session: Session, found: InputStall, loader: LoaderInfo, 
     # apart from the loop's rhythm: the workers' pace is set against the rest of the batch
     apart = min(unrepresented_per_step(session)[0], now / instant.gain) / per_step
     instant_batch = now / instant.gain / per_step - apart
+    restart = restart_per_batch(loader, workers, fetch)
     ratio = max(MIN_CPU_SHARE, metrics.fetch_cpu_ratio(loader) or 1.0)
     loop_cpu = loop_cpu_per_batch(session, loader, per_step)
     floor = instant_batch + handoff
@@ -123,11 +166,11 @@ def workers_prediction(session: Session, found: InputStall, loader: LoaderInfo, 
         return max(1.0, min(float(workers), (cores_per_rank - loop_cores) / ratio))
 
     def step_at(batch_s: float) -> float:
-        return floor + max(0.0, fetch / carried_at(batch_s) - floor) + apart
+        return floor + max(0.0, fetch / carried_at(batch_s) - floor) + apart + restart
 
     # a faster loop uses more of a core, which leaves fewer to the workers: the batch time is where
     # the two agree (step_at falls as the batch time grows, so the crossing is one, found by halving)
-    low, high = floor + apart, floor + apart + fetch
+    low, high = floor + apart + restart, floor + apart + restart + fetch
     for _ in range(50):
         middle = (low + high) / 2
         low, high = (middle, high) if step_at(middle) > middle else (low, middle)
@@ -135,14 +178,26 @@ def workers_prediction(session: Session, found: InputStall, loader: LoaderInfo, 
     carried = carried_at(after_batch)
     after = after_batch * per_step
     gain = max(1.0, min(instant.gain, now / after))
-    wait = max(0.0, after_batch - apart - instant_batch - handoff)
+    wait = max(0.0, after_batch - apart - restart - instant_batch - handoff)
     detail = (f"{instant.detail}; per batch: the loop without waits {metrics.format_duration(instant_batch)} "
               f"(that {instant.method}) + hand-off {metrics.format_duration(handoff)} + wait "
               f"{metrics.format_duration(wait)} (F = {metrics.format_duration(fetch)} over "
               + (f"{carried:.3g} of {workers} workers the cores carry" if carried < workers else f"{workers} workers")
               + ")"
               + (f" + {metrics.format_duration(apart)} the window's steps do not hold (unchanged)" if apart else "")
+              + (f" + {metrics.format_duration(restart)} starting the workers again each epoch "
+                 f"({_restart_text(loader)}; persistent_workers=True starts them once)" if restart else "")
               + f", against {metrics.format_duration(now / per_step)} now with {loader.num_workers}")
     return Prediction(gain=gain, method=instant.method, label=f"with num_workers={workers}", detail=detail,
                       scenario=instant.scenario, step_time_s=instant.step_time_s,
                       predicted_step_time_s=instant.step_time_s / gain if instant.step_time_s else None)
+
+
+def _restart_text(loader: LoaderInfo) -> str:
+    """Where the restart cost comes from, in words."""
+    per_worker, measured = worker_start_s(loader)
+    epochs = iterators_created(loader)
+    counted = "iterators created" if loader.iterators > 0 else "epochs from the dataset's length"
+    how = "this run's iterators" if measured else "measured on an H200 host"
+    return (f"{epochs} {counted} over {loader.batches} batches, {metrics.format_duration(per_worker)} per worker "
+            f"started ({how})")

@@ -59,6 +59,12 @@ Thresholds, and where they come from
       beside the loop, which only takes it from a thread queue. A dataset whose items
       are already tensors in memory produces a batch faster than that in the loop, so
       it is not told to add workers: batched indexing helps it instead.
+    - ``C`` leaves out the host time the profiled window's steps do not stand for (an
+      epoch's end and start, checkpoints): workers keep pace with the steps. Workers that
+      are not persistent start again at each epoch after the first: the prediction adds
+      their start-up per epoch (the run's own iterator timing per worker, else
+      {{WORKER_START_S}} measured on an H200 host), and with ``num_workers=0`` now the first
+      batch of each epoch, which the loop then waits for.
     - When ``F`` or ``C`` was not measured, a count below {{TOO_FEW_CORE_SHARE}} of the usable cores is
       "too few" (SageMaker Debugger's 70-200% band) and the recommendation is the cap.
     - Too many: above {{OVERSUBSCRIBED}} the usable cores (the top of SageMaker Debugger's band),

@@ -106,3 +106,68 @@ def test_time_the_window_does_not_hold_is_not_the_workers_to_hide():
     assert workers.prediction.label == "with num_workers=3"
     # per batch: 10 ms + 0.9 ms hand-off + a wait to 80 / 3 ms, then the 10 ms apart
     assert workers.estimated_gain == pytest.approx(40 / (80 / 3 + 10), rel=0.02)
+
+
+def _epochs_run(*, persistent: bool, iterators: int, iterators_s: float, workers_now: int = 2):
+    """dcgan-like: 16-batch epochs (8 iterators over 128 batches), 10 ms of loop a step, 2 workers at 40 ms a
+    batch: each batch comes every 20 ms, so the loop waits 10 ms. The window's steps hold it all (no time apart)."""
+    loader = make_loader(num_workers=workers_now, batches=128, fetch_s_per_batch=0.040, persistent_workers=persistent,
+                         iterators=iterators, iterators_s=iterators_s, batch_size=64, dataset_len=1000)
+    return make_session(steps=make_steps(128, 0.020, 0.010), loaders=[loader],
+                        gpu_samples=make_gpu_samples(40, util_percent=20.0, interval_s=0.06),
+                        cpu_samples=make_cpu_samples(40, interval_s=0.06, main_percent=25.0, tree_percent=225.0),
+                        usable_cores=16, torch_cuda_used=True)
+
+
+def test_workers_that_start_again_each_epoch_pay_their_start_up_per_epoch():
+    """8 iterators, 2 workers started in 0.32 s: 20 ms a worker. 5 workers (ceil(40 / 10 x 1.2)) start 3
+    more at each of the 7 epochs after the first: 7 x 3 x 20 ms over 128 batches = 3.28 ms a batch on
+    top of 10 ms of loop and 0.9 ms of hand-off: 20 / 14.18 ms, not 20 / 10.9 ms."""
+    (workers,) = gd101_workers.run(_epochs_run(persistent=False, iterators=8, iterators_s=0.32))
+    assert workers.prediction is not None and workers.prediction.label == "with num_workers=5"
+    assert workers.estimated_gain == pytest.approx(20 / (10 + 0.9 + 7 * 3 * 20 / 128), rel=0.01)
+    assert "starting the workers again each epoch" in workers.prediction.detail
+
+
+def test_persistent_workers_start_once():
+    """The same run with persistent_workers=True: one iterator, started before the steady steps."""
+    (workers,) = gd101_workers.run(_epochs_run(persistent=True, iterators=1, iterators_s=0.04))
+    assert workers.estimated_gain == pytest.approx(20 / 10.9, rel=0.01)
+    assert "starting the workers again" not in (workers.prediction.detail if workers.prediction else "")
+
+
+def test_restarts_without_workers_now_use_the_host_default_and_the_first_batch():
+    """num_workers=0, 1000 items in batches of 64 (16 a epoch), 128 batches: 8 epochs counted from the
+    dataset's length (no iterator timing). 4 workers each epoch after the first: 7 x (4 x WORKER_START_S
+    + the first batch, F = 40 ms, now a wait) over 128 batches."""
+    from gpudoctor.analysis.input_pipeline import WORKER_START_S
+    from gpudoctor.analysis.worker_gain import iterators_created, restart_per_batch
+
+    loader = make_loader(num_workers=0, batches=128, fetch_s_per_batch=0.040, batch_size=64, dataset_len=1000)
+    assert iterators_created(loader) == 8
+    assert restart_per_batch(loader, 4, 0.040) == pytest.approx(7 * (4 * WORKER_START_S + 0.040) / 128)
+    loader.persistent_workers = True
+    assert restart_per_batch(loader, 4, 0.040) == 0.0
+
+
+def test_workers_keep_pace_with_the_steps_not_with_the_time_apart():
+    """A 40 ms step = 10 ms of loop + 20 ms of data wait + 10 ms a step of an epoch's end and start the
+    window's steps do not hold: C is the 10 ms of loop, so 2 workers at 40 ms a batch (20 ms a batch) are
+    too few and ceil(40 / 10 x 1.2) = 5 are needed, not ceil(40 / 20 x 1.2) = 3."""
+    from gpudoctor.analysis.input_pipeline import input_stall, worker_plan
+
+    span, apart = 200_000.0, 100_000.0  # 10 batches of 20 ms replayed; 10 ms a batch apart
+    profile = ProfileSummary(steps=10, kernel_count=100, gpu_busy_us=0.05 * span,
+                             replay=ReplaySummary(steps=10, run_steps=10, baseline_span_us=span,
+                                                  baseline_gpu_busy_us=0.05 * span, calibration="calibrated",
+                                                  unrepresented_us=apart,
+                                                  scenarios=[ReplayScenario(name="data", label="instant",
+                                                                            span_us=100_000.0)]))
+    session = make_session(steps=make_steps(60, 0.040, 0.020),
+                           loaders=[make_loader(num_workers=2, batches=60, fetch_s_per_batch=0.040)],
+                           gpu_samples=make_gpu_samples(40, util_percent=5.0, interval_s=0.06),
+                           usable_cores=16, torch_cuda_used=True, profile=profile)
+    found = input_stall(session)
+    assert found is not None and found.loader is not None
+    plan = worker_plan(session, found.loader, found)
+    assert plan.compute_s == pytest.approx(0.010) and plan.needed == 5 and plan.recommended == 5
