@@ -151,6 +151,36 @@ def test_a_variant_runs_under_steprate_handfix_and_torchrun(tmp_path: Path) -> N
     assert env["CUDA_VISIBLE_DEVICES"] == "1"
 
 
+def test_steprate_keeps_one_hook_on_the_root_once_it_is_learnt() -> None:
+    """Six forwards of a root holding 2 x (Linear, ReLU) on one thread: six steps stamped, and after
+    the third (LEARN) no global hook is left, so the 4 inner modules run on torch's fast path (a
+    global hook costs every module call, a cost the GPU-bound big batch hides and the small one pays)."""
+    import torch
+    from torch.nn.modules import module
+
+    steprate = load_corpus_module("steprate")
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()) for _ in range(2)])
+    stamps: list[tuple[float, bool, str]] = []
+    calls = [0, 0]
+    before = (len(module._global_forward_pre_hooks), len(module._global_forward_hooks))
+    handles = steprate.forward_hooks(module, lambda kind: stamps.append((time.perf_counter(), False, kind)),
+                                     stamps, calls)
+    try:
+        with torch.no_grad():
+            for _ in range(6):
+                model(torch.zeros(1, 4))
+        assert [k for _, _, k in stamps] == ["forward"] * 6
+        assert (len(module._global_forward_pre_hooks), len(module._global_forward_hooks)) == before
+        assert len(handles) == 1 and len(model._forward_pre_hooks) == 1
+        assert not any(m._forward_pre_hooks for m in model.modules() if m is not model)
+        # 7 modules a forward while learning (2 forwards), the third's root alone, then the root's own 3
+        assert calls[0] == 2 * 7 + 1 + 3
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert not model._forward_pre_hooks
+
+
 COMPILED = """
 import json, torch
 from torch._dynamo.utils import counters
