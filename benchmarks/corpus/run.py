@@ -67,6 +67,12 @@ STARTUP_S = 30.0  # allowance for interpreter, imports and set-up beyond a workl
 SLOW_START_S = 180.0  # a run is stopped only this much later still (torch.compile's first step, cuDNN tuning)
 MIN_STEADY = 5
 DIAGNOSE_SETUP_S = 45.0  # diagnose's --duration counts the set-up too: the workload's bound plus this
+# What a run is expected to take beyond the workload's bound, for planning what fits in the budget
+# (the limits above are for stopping a run): the H200 plain runs at a 12 s bound took 6-39 s, median
+# 17 s, and a diagnose 10-69 s, median 18 s. Planning on the limits left about 170 s of each call
+# unused; a run the deadline cuts leaves its workload partial, and --resume takes it up again.
+PLAN_SETUP_S = 10.0
+PLAN_DIAGNOSE_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -245,6 +251,22 @@ def carried_over(earlier: dict[str, Any] | None, workload: Workload) -> tuple[di
     return diagnosed, pairs
 
 
+def run_pair(workload: Workload, order: list[Remedy | None], i: int, args: argparse.Namespace, slot: Slot,
+             deadline: float) -> dict[str, dict[str, Any]] | None:
+    """Pair I: each variant run plainly, in ORDER; None when the deadline cut one of its runs (cut,
+    not failed: the pair is dropped, and runs again on --resume)."""
+    pair: dict[str, dict[str, Any]] = {}
+    for remedy in order:
+        result = plain_run(workload, remedy, args.public, slot,
+                           min(workload.max_seconds + STARTUP_S + SLOW_START_S, deadline - time.time()),
+                           args.warmup_share)
+        if result.get("error") and time.time() >= deadline - 1:
+            return None
+        result["pair"] = i
+        pair[result["variant"]] = result
+    return pair
+
+
 def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadline: float,
                  bundles: Bundles, earlier: dict[str, Any] | None = None) -> dict[str, Any]:
     """Diagnose WORKLOAD's baseline once and run the pairs; EARLIER (a partial or unrun entry of an
@@ -257,10 +279,7 @@ def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadl
         "status": "done",
         "notes": [], "diagnose": None, "kept": None, "runs": [], "remedies": []}
     started = time.time()
-    run_bound = workload.max_seconds + STARTUP_S
-
-    def fits() -> bool:
-        return bool(time.time() + run_bound <= deadline)
+    planned = workload.max_seconds + PLAN_SETUP_S
 
     report: dict[str, Any] | None = None
     diagnosed, pairs = carried_over(earlier, workload)
@@ -274,24 +293,23 @@ def run_workload(workload: Workload, args: argparse.Namespace, slot: Slot, deadl
         entry["notes"].append(f"diagnose carried over from {diagnosed.get('stamp')}")
     elif not args.no_diagnose:
         # diagnose only where a pair can follow it in this call: a diagnose alone measures nothing
-        diagnose_bound = DIAGNOSE_SETUP_S + run_bound
-        if len(pairs) < args.pairs and time.time() + diagnose_bound + len(variants) * run_bound > deadline:
+        if len(pairs) < args.pairs and time.time() + PLAN_DIAGNOSE_S + (len(variants) + 1) * planned > deadline:
             entry["status"] = "not run: time budget"
             return entry
         report = _diagnose_into(entry, workload, args, slot, deadline, bundles)
     for i in range(len(pairs), args.pairs):
         order = variants if i % 2 == 0 else list(reversed(variants))
-        if time.time() + len(order) * run_bound > deadline:
+        if time.time() + len(order) * planned > deadline:
             entry["notes"].append(f"time budget: {i} of {args.pairs} pairs run")
             entry["status"] = "partial: time budget" if i else "not run: time budget"
             break
-        pair: dict[str, dict[str, Any]] = {}
-        for remedy in order:
-            result = plain_run(workload, remedy, args.public, slot,
-                               min(run_bound + SLOW_START_S, deadline - time.time()), args.warmup_share)
-            result["pair"] = i
-            entry["runs"].append(result)
-            pair[result["variant"]] = result
+        pair = run_pair(workload, order, i, args, slot, deadline)
+        if pair is None:
+            entry["notes"].append(f"time budget: a run of pair {i} was cut at the deadline; {i} of {args.pairs} "
+                                  "pairs run")
+            entry["status"] = "partial: time budget" if i else "not run: time budget"
+            break
+        entry["runs"].extend(pair.values())
         pairs.append(pair)
     for remedy in workload.remedies:
         per_pair = []
@@ -341,7 +359,7 @@ def rediagnose(entry: dict[str, Any], workload: Workload, args: argparse.Namespa
     again, keep the session, and read each remedy's prediction from the new report; the realized gains
     stay as measured. An entry the budget leaves no room for, or whose diagnose gives no report, is
     left as it was."""
-    if time.time() + workload.max_seconds + STARTUP_S + DIAGNOSE_SETUP_S > deadline:
+    if time.time() + workload.max_seconds + PLAN_SETUP_S + PLAN_DIAGNOSE_S > deadline:
         return
     before = {key: entry.get(key) for key in ("diagnose", "kept")}
     report = _diagnose_into(entry, workload, args, slot, deadline, bundles)

@@ -16,7 +16,9 @@ WORKLOADS = (
     Workload("cpu_loader", SYN, LOADER, ("GD101", "GD102"),
              (Remedy("1 worker", ("GD101", "GD102"), ("loader", "--device", "cpu", "--workers", "1", "--item-us",
                                                        "1500", "--batch", "8")),),
-             max_steps=40, max_seconds=15.0),
+             # 120 steps of about 12 ms: the profiler window opens after 50 steps on a CPU run (or 1 s)
+             # and needs 0.3 s, so it opens and closes on a fast machine too (40 steps opened none)
+             max_steps=120, max_seconds=15.0),
     Workload("cpu_small_batch", SYN, MLP, ("GD202",),
              (Remedy("batch 32", ("GD202",), ("mlp", "--device", "cpu", "--batch", "32", "--width", "64", "--layers",
                                               "4"), step_scale=8.0),),

@@ -493,7 +493,7 @@ def test_a_partial_workload_goes_on_from_its_complete_pairs_and_its_kept_diagnos
 
     # room for the diagnose but not for a pair after it: nothing runs, not even the diagnose
     ran.clear()
-    room = run.DIAGNOSE_SETUP_S + 10.0 + run.STARTUP_S + 1.0
+    room = run.PLAN_DIAGNOSE_S + 10.0 + run.PLAN_SETUP_S + 1.0
     entry = run.run_workload(workload, args, run.Slot(None, None), time.time() + room, bundles, None)
     assert entry["status"] == "not run: time budget" and diagnosed == ["w"] and ran == []
 
