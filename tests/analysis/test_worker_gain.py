@@ -81,18 +81,23 @@ def test_one_number_for_the_workers_on_both_findings():
     assert "cross-check" in stall.message and "if batches arrived instantly" in stall.message
 
 
+def _apart_profile(span: float) -> ProfileSummary:
+    """A window of 10 replayed batches over SPAN us, 100 ms of them time the window's steps do not hold
+    (ReplaySummary.unrepresented_us), and 100 ms if batches arrived instantly."""
+    return ProfileSummary(steps=10, kernel_count=100, gpu_busy_us=0.05 * span,
+                          replay=ReplaySummary(steps=10, run_steps=10, baseline_span_us=span,
+                                               baseline_gpu_busy_us=0.05 * span, calibration="calibrated",
+                                               unrepresented_us=100_000.0,
+                                               scenarios=[ReplayScenario(name="data", label="instant",
+                                                                         span_us=100_000.0)]))
+
+
 def test_time_the_window_does_not_hold_is_not_the_workers_to_hide():
     """10 ms of each 40 ms step is an epoch's end and start, which the window's steps do not hold
     (ReplaySummary.unrepresented_us); the rest is 10 ms of loop and 20 ms of waiting for 2 workers
     at 80 ms a batch. With 3 workers (4 cores) a batch comes every 26.7 ms: the loop's 10.9 ms
     (hand-off included) cannot hide it, and the 10 ms apart comes on top: 36.7 ms, not 26.7 ms."""
-    span, apart = 300_000.0, 100_000.0  # 10 batches of 30 ms replayed; 10 ms a batch apart
-    profile = ProfileSummary(steps=10, kernel_count=100, gpu_busy_us=0.05 * span,
-                             replay=ReplaySummary(steps=10, run_steps=10, baseline_span_us=span,
-                                                  baseline_gpu_busy_us=0.05 * span, calibration="calibrated",
-                                                  unrepresented_us=apart,
-                                                  scenarios=[ReplayScenario(name="data", label="instant",
-                                                                            span_us=100_000.0)]))
+    profile = _apart_profile(300_000.0)  # 10 batches of 30 ms replayed; 10 ms a batch apart
     session = make_session(steps=make_steps(60, 0.040, 0.020),
                            loaders=[make_loader(num_workers=2, batches=60, fetch_s_per_batch=0.080)],
                            gpu_samples=make_gpu_samples(40, util_percent=5.0, interval_s=0.06),
@@ -156,13 +161,7 @@ def test_workers_keep_pace_with_the_steps_not_with_the_time_apart():
     too few and ceil(40 / 10 x 1.2) = 5 are needed, not ceil(40 / 20 x 1.2) = 3."""
     from gpudoctor.analysis.input_pipeline import input_stall, worker_plan
 
-    span, apart = 200_000.0, 100_000.0  # 10 batches of 20 ms replayed; 10 ms a batch apart
-    profile = ProfileSummary(steps=10, kernel_count=100, gpu_busy_us=0.05 * span,
-                             replay=ReplaySummary(steps=10, run_steps=10, baseline_span_us=span,
-                                                  baseline_gpu_busy_us=0.05 * span, calibration="calibrated",
-                                                  unrepresented_us=apart,
-                                                  scenarios=[ReplayScenario(name="data", label="instant",
-                                                                            span_us=100_000.0)]))
+    profile = _apart_profile(200_000.0)  # 10 batches of 20 ms replayed; 10 ms a batch apart
     session = make_session(steps=make_steps(60, 0.040, 0.020),
                            loaders=[make_loader(num_workers=2, batches=60, fetch_s_per_batch=0.040)],
                            gpu_samples=make_gpu_samples(40, util_percent=5.0, interval_s=0.06),
