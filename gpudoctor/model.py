@@ -101,7 +101,7 @@ class Prediction:
     """What the step would cost without one cause, and how that was obtained
     (gpudoctor.analysis.prediction.predict makes them)."""
 
-    gain: float  # step now / predicted step, >= 1
+    gain: float  # step now / predicted step, >= 1 (a worker_curve point may be under 1: a slowdown)
     method: str  # replay | bound | rule
     label: str  # "if batches arrived instantly"
     detail: str  # how, in words (window, calibration, rates, the bound that applied)

@@ -66,15 +66,19 @@ def prediction(report: dict[str, Any], remedy: Remedy) -> dict[str, Any]:
     def curve(f: dict[str, Any]) -> list[dict[str, Any]]:
         return (f.get("prediction") or {}).get("batch_curve") or []
 
-    # a batch remedy: a finding with a samples/s curve first; then a cause before its consequences, a
-    # finding with a number before one without; else the report's order
-    chosen = min(named, key=lambda f: (scaled and not curve(f), f.get("estimated_gain") is None,
-                                       bool(f.get("consequence_of"))))
+    def worker_curve(f: dict[str, Any]) -> list[dict[str, Any]]:
+        return (f.get("prediction") or {}).get("worker_curve") or []
+
+    # a batch remedy: a finding with a samples/s curve first, a worker remedy one with a worker curve (a
+    # finding that advises no workers still says what they would do); then a cause before its
+    # consequences, a finding with a number before one without; else the report's order
+    chosen = min(named, key=lambda f: (scaled and not curve(f), remedy.workers is not None and not worker_curve(f),
+                                       f.get("estimated_gain") is None, bool(f.get("consequence_of"))))
     predicted, method = chosen.get("estimated_gain"), (chosen.get("prediction") or {}).get("method")
     at = gain_at(curve(chosen), remedy.step_scale) if scaled and curve(chosen) else None
     if at is not None:
         predicted, method = round(at, 2), f"{method}, at {remedy.step_scale:g}x the batch"
-    workers = (chosen.get("prediction") or {}).get("worker_curve") or []
+    workers = worker_curve(chosen)
     with_count = gain_with(workers, remedy.workers) if remedy.workers is not None and workers else None
     if with_count is not None:
         predicted, method = round(with_count, 2), f"{method}, with {remedy.workers} workers"

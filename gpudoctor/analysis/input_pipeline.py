@@ -418,7 +418,14 @@ def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> Work
         why = (f"producing a batch in the loop costs {metrics.format_duration(own)}{queued}, no more than "
                f"receiving one from a worker (about {metrics.format_duration(handoff)}"
                + ("" if measured else f": {default_handoff(session, loader)[1]}") + ")")
-        return replace(plan, cap_binds=False, why_not=why, handoff_bound=True)
+        # what workers would do all the same, at each count the cores carry: the loop pays the hand-off
+        # instead of the cheaper batch, a slowdown (the DDP tutorial's Linear(20, 1) on an H200: 2 workers
+        # ran 0.69x as fast). A user who adds them anyway is owed that number, not the instant-data one
+        slower = _workers_prediction(session, found, loader, fetch, compute, max(recommended, cap or 0), handoff)
+        if slower is not None and slower.worker_curve:
+            why += f"; {_curve_range(slower.worker_curve)}"
+        return replace(plan, cap_binds=False, why_not=why, handoff_bound=True,
+                       prediction=slower if slower is not None and slower.worker_curve else None)
     prediction = _workers_prediction(session, found, loader, fetch, compute, recommended, handoff)
     if prediction is not None and prediction.gain < GAIN_WARNING:
         why = (f"{recommended} worker{'s' if recommended != 1 else ''} would make a step only "
@@ -428,6 +435,18 @@ def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> Work
 
 
 MAX_CURVE_POINTS = 32  # worker counts a finding's worker_curve holds (the report schema allows 64)
+
+
+def _curve_range(curve: tuple[tuple[int, float], ...]) -> str:
+    """'1-15 workers would make a step 0.55-0.69x as fast' (or '1 worker would make a step 0.69x as fast')."""
+    counts = f"{curve[0][0]}-{curve[-1][0]} workers" if len(curve) > 1 else _workers_text(curve[0][0])
+    low, high = min(g for _, g in curve), max(g for _, g in curve)
+    gains = f"{low:.2f}x" if round(low, 2) == round(high, 2) else f"{low:.2f}-{high:.2f}x"
+    return f"{counts} would make a step {gains} as fast"
+
+
+def _workers_text(n: int) -> str:
+    return f"{n} worker" if n == 1 else f"{n} workers"
 
 
 def curve_counts(now: int, recommended: int) -> tuple[int, ...]:

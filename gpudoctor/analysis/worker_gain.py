@@ -177,7 +177,9 @@ def workers_prediction(session: Session, found: InputStall, loader: LoaderInfo, 
     after_batch = high
     carried = carried_at(after_batch)
     after = after_batch * per_step
-    gain = max(1.0, min(instant.gain, now / after))
+    # no floor at 1x: workers whose hand-off (and start-up each epoch) costs the loop more than making the
+    # batch itself make the step slower, and the prediction says so
+    gain = min(instant.gain, now / after)
     wait = max(0.0, after_batch - apart - restart - instant_batch - handoff)
     detail = (f"{instant.detail}; per batch: the loop without waits {metrics.format_duration(instant_batch)} "
               f"(that {instant.method}) + hand-off {metrics.format_duration(handoff)} + wait "

@@ -254,6 +254,10 @@ def run(session: Session) -> list[Finding]:
                                                             "a few batches take far longer to make than the rest"))
         per_step += ")"
     plan = worker_plan(session, loader, found) if loader is not None else None
+    if prediction is not None and plan is not None and plan.recommended is None and plan.prediction is not None:
+        # no worker count is advised, yet a user may add workers: the gain at each count goes with this
+        # finding (a worker remedy is read from it), under 1x where they would make the step slower
+        prediction = dataclasses.replace(prediction, worker_curve=plan.prediction.worker_curve)
     if loader is not None:
         evidence["num_workers"] = Evidence(loader.num_workers, None, f"DataLoader {loader.loader_id}",
                                            "num_workers now")

@@ -99,7 +99,8 @@ class PredictionRecord:
         doc="a batch-size remedy: samples/s at each multiple of the batch over now (gpudoctor's model)")
     worker_curve: list[WorkerPoint] | None = json_field(
         None, omit_none=True, max_items=64,
-        doc="a worker-count remedy: the gain with each num_workers from one more than now to the recommended")
+        doc="a worker-count remedy: the gain with each num_workers from one more than now to the recommended, "
+            "or where none is advised to the most the cores carry (under 1: a slowdown)")
     extra: Mapping[str, Any] = extra_field()
 
 

@@ -89,6 +89,24 @@ def test_a_worker_remedy_reads_the_finding_curve_at_its_count() -> None:
     assert score.prediction(report, manifest.Remedy("workers", ("GD101",), ("-j", "6")))["predicted"] == 7.57
 
 
+def test_a_worker_remedy_reads_the_curve_of_a_finding_that_advises_no_workers() -> None:
+    """examples_ddp_tutorial_torchrun: GD102 says workers would not help (a batch costs 0.1 ms to make, 0.4 ms
+    to receive) and its own number is the instant-data one (1.13x); its curve says what 2 workers would do
+    (0.59x, realized 0.69x). The remedy is scored on the curve, and on the finding that has one."""
+    curve = [{"workers": w, "gain": g} for w, g in ((1, 0.694), (2, 0.592), (3, 0.516))]
+    report = {"findings": [
+        {"id": "GD101", "severity": "info", "estimated_gain": 1.02, "consequence_of": None,
+         "prediction": {"method": "replay"}},
+        {"id": "GD102", "severity": "warning", "estimated_gain": 1.13, "consequence_of": "GD302",
+         "prediction": {"method": "replay", "worker_curve": curve}},
+    ]}
+    got = score.prediction(report, manifest.Remedy("2 workers", ("GD101", "GD102"), handfix=("workers=2",),
+                                                   workers=2))
+    assert (got["finding"]["id"], got["predicted"], got["method"]) == ("GD102", 0.59, "replay, with 2 workers")
+    # a remedy that sets no count reads the report's order as before
+    assert score.prediction(report, manifest.Remedy("workers", ("GD101", "GD102"), ("-j", "2")))["predicted"] == 1.02
+
+
 def test_realized_is_the_median_of_the_pairs_ratios() -> None:
     pairs = [{"ratio": 2.0}, {"ratio": 3.0}, {"ratio": 10.0}]
     assert score.realized(pairs)["realized"] == 3.0

@@ -167,6 +167,27 @@ def test_time_queued_for_a_busy_cpu_is_not_counted_against_the_hand_off():
     assert f.evidence["recommended_workers"].value >= 2
 
 
+def test_workers_that_would_not_help_are_predicted_as_the_slowdown_they_are():
+    # the DDP tutorial's shape: a batch made in the loop costs 0.1 ms, one received from a worker through the
+    # pin-memory thread about 0.4 ms (HANDOFF_PINNED_S). A 1.0 ms step waits 0.1 ms for data: batches arriving
+    # instantly would give 0.9 ms (1 / (1 - 10%), the rule: no GPU samples), but with workers the loop takes
+    # 0.9 ms + the hand-off a batch at every count the cores carry (4 cores: 1-3 workers), 1.0 / 1.3 = 0.77x.
+    # GD102 keeps the instant-data number as its own and carries the curve for a user who adds workers anyway
+    loader = make_loader(num_workers=0, batches=300, batch_size=32, fetch_s_per_batch=0.0001, fetch_cpu_ratio=0.99,
+                         pin_memory=True, persistent_workers=False, iterable=True)
+    session = make_session(steps=make_steps(300, 0.0010, 0.0001), loaders=[loader], usable_cores=4,
+                           torch_cuda_used=True)
+    assert run(session) == []
+    (stall,) = gd102.run(session)
+    assert stall.prediction is not None and stall.estimated_gain == pytest.approx(1 / 0.9, rel=1e-3)
+    assert [w for w, _ in stall.prediction.worker_curve] == [1, 2, 3]
+    slowdown = 0.0010 / (0.0009 + HANDOFF_PINNED_S)
+    assert stall.prediction.gain_with(2) == pytest.approx(slowdown, rel=1e-3)
+    assert stall.prediction.to_dict()["worker_curve"][0] == {"workers": 1, "gain": round(slowdown, 3)}
+    assert stall.remedy is not None and "Workers would not help" in stall.remedy.text
+    assert f"1-3 workers would make a step {slowdown:.2f}x as fast" in stall.remedy.text
+
+
 def test_usable_cores_come_from_quota_not_machine_size():
     loader = make_loader(num_workers=1, batches=50, fetch_s_per_batch=0.090)
     session = make_session(steps=make_steps(50, 0.100, 0.080), loaders=[loader],
