@@ -182,18 +182,28 @@ class TorchHooks:
                 def fetch(self_fetcher, possibly_batched_index):  # type: (Any, Any) -> Any
                     profiler = hooks.fetch_profiler
                     profiling = profiler is not None and profiler.begin()
-                    r0 = runqueue_s()
+                    stats = hooks.fetch
+                    loader = getattr(hooks.tls, "loader", None)
                     w0 = _perf()
-                    c0 = _cpu()
+                    # CPU and run-queue time on a sample of the batches (FetchStats)
+                    read = w0 >= stats.next_read.get(loader, 0.0)
+                    if read:
+                        r0 = runqueue_s()
+                        c0 = _cpu()
                     try:
                         result = orig(self_fetcher, possibly_batched_index)
                     finally:
                         if profiling and profiler is not None:  # profiling implies a profiler
                             profiler.end(_perf() - w0)
                     try:
-                        wall, cpu = _perf() - w0, _cpu() - c0
-                        r1 = runqueue_s() if r0 is not None else None
-                        hooks._on_fetch(wall, cpu, r1 - r0 if r1 is not None and r0 is not None else None)
+                        w1 = _perf()
+                        if read:
+                            cpu = _cpu() - c0
+                            r1 = runqueue_s() if r0 is not None else None
+                            stats.next_read[loader] = w0 + stats.SAMPLE_EVERY_S
+                            hooks._on_fetch(w1 - w0, cpu, r1 - r0 if r1 is not None and r0 is not None else None)
+                        else:
+                            hooks._on_fetch(w1 - w0, None, None)
                     except Exception as exc:  # noqa: BLE001 (the fetched batch is returned as it is)
                         hooks.agent.error("fetch", exc)
                     return result
@@ -296,7 +306,7 @@ class TorchHooks:
         self.steps.add_wait(waited)
         self.steps.boundary("loader")
 
-    def _on_fetch(self, wall: float, cpu: float, runqueue: float | None) -> None:
+    def _on_fetch(self, wall: float, cpu: float | None, runqueue: float | None) -> None:
         key = getattr(self.tls, "loader", None)
         if key is None:
             info = self.torch.utils.data.get_worker_info()

@@ -1,0 +1,116 @@
+"""What the agent costs a loop outside its windows, on the CPU: plain against diagnose.
+
+Two loops, one CPU thread each, where a per-call cost of the agent shows most:
+
+- `forward`: a batch-1 forward of 37 small modules (12 x Linear(64, 64) + LayerNorm + GELU,
+  then a Linear), 4,000 forwards: what the step sources cost each module call of a stepless
+  inference loop;
+- `train`: a training loop fed by a `num_workers=0` DataLoader (TensorDataset, batch 32,
+  Linear(16, 1), SGD), 4,000 steps: what the loader's, the fetchers' and the step sources'
+  wrappers cost each batch and step (in the loop's own thread, in series with the step).
+
+Each run prints its median microseconds per iteration over chunks of 100 (the first quarter of the
+chunks left out); plain runs and `gpudoctor diagnose --no-profile --no-loader-profile` runs
+(no window) alternate in pairs (plain first in even pairs, last in odd ones). Without the
+windows the difference is what the agent's hooks cost; the step harness of
+benchmarks/overhead.py cannot show it, since its own hooks are in both sides of its
+comparison.
+
+    python benchmarks/agent_cost.py [--workload forward|train] [--pairs 3]
+
+Run on a quiet machine; `--loop` runs the workload itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def forward_loop() -> list[float]:
+    import torch
+
+    torch.set_num_threads(1)
+    layers: list[torch.nn.Module] = []
+    for _ in range(12):
+        layers += [torch.nn.Linear(64, 64), torch.nn.LayerNorm(64), torch.nn.GELU()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(64, 10)).eval()
+    x = torch.randn(1, 64)
+    chunks = []
+    with torch.inference_mode():
+        for _ in range(40):
+            began = time.perf_counter()
+            for _ in range(100):
+                model(x)
+            chunks.append((time.perf_counter() - began) / 100 * 1e6)
+    return chunks
+
+
+def train_loop() -> list[float]:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(3200, 16), torch.randn(3200, 1))
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    chunks = []
+    for _ in range(40):  # an epoch of 100 batches each: a new iterator every 100 steps, as in training
+        began = time.perf_counter()
+        for x, y in DataLoader(data, batch_size=32, shuffle=True):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        chunks.append((time.perf_counter() - began) / 100 * 1e6)
+    return chunks
+
+
+LOOPS = {"forward": forward_loop, "train": train_loop}
+
+
+def loop(workload: str) -> None:
+    chunks = LOOPS[workload]()
+    print(f"us_per_iteration {statistics.median(chunks[len(chunks) // 4:]):.2f}")
+
+
+def run(workload: str, diagnose: bool) -> float:
+    command = [sys.executable, __file__, "--loop", "--workload", workload]
+    with tempfile.TemporaryDirectory() as out:
+        if diagnose:
+            command = [sys.executable, "-m", "gpudoctor", "diagnose", "--no-profile", "--no-loader-profile",
+                       "--quiet", "--out", f"{out}/r/", "--", *command]
+        text = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    found = re.search(r"us_per_iteration ([0-9.]+)", text)
+    if found is None:
+        raise SystemExit(f"no result in the output of {' '.join(command)}:\n{text}")
+    return float(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", choices=sorted(LOOPS), default="train")
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.loop:
+        loop(args.workload)
+        return
+    ratios = []
+    for pair in range(args.pairs):
+        order = (False, True) if pair % 2 == 0 else (True, False)  # alternated within pairs
+        result = {kind: run(args.workload, kind) for kind in order}
+        ratios.append(result[True] / result[False])
+        print(f"pair {pair + 1}: plain {result[False]:.1f} us, diagnose {result[True]:.1f} us per iteration, "
+              f"ratio {ratios[-1]:.3f}", flush=True)
+    print(f"median time ratio diagnose / plain over {len(ratios)} pairs: {statistics.median(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
