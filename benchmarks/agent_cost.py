@@ -17,6 +17,12 @@ benchmarks/overhead.py cannot show it, since its own hooks are in both sides of 
 comparison.
 
     python benchmarks/agent_cost.py [--workload forward|train] [--pairs 3]
+    python benchmarks/agent_cost.py --in-process [--pairs 3]
+
+`--in-process` puts the train loop's hooks (the DataLoader's, its fetchers', backward()'s and
+the optimizer's) in and out on alternate epochs of one process, without the agent's thread,
+the supervisor or windows: the cost the loop's own thread pays each step, with the drift of
+the machine between processes cancelled (the whole-process pairs spread 15-20% on a VM).
 
 Run on a quiet machine; `--loop` runs the workload itself.
 """
@@ -30,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 
 def forward_loop() -> list[float]:
@@ -51,7 +59,7 @@ def forward_loop() -> list[float]:
     return chunks
 
 
-def train_loop() -> list[float]:
+def train_loop(epochs: int = 40, before_epoch: Callable[[int], None] | None = None) -> list[float]:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -61,7 +69,9 @@ def train_loop() -> list[float]:
     model = torch.nn.Linear(16, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     chunks = []
-    for _ in range(40):  # an epoch of 100 batches each: a new iterator every 100 steps, as in training
+    for epoch in range(epochs):  # an epoch of 100 batches each: a new iterator every 100 steps, as in training
+        if before_epoch is not None:
+            before_epoch(epoch)
         began = time.perf_counter()
         for x, y in DataLoader(data, batch_size=32, shuffle=True):
             loss = torch.nn.functional.mse_loss(model(x), y)
@@ -70,6 +80,54 @@ def train_loop() -> list[float]:
             optimizer.step()
         chunks.append((time.perf_counter() - began) / 100 * 1e6)
     return chunks
+
+
+def in_process(epochs: int) -> tuple[float, float]:
+    """The train loop's hooks alone (the DataLoader's and its fetchers' wrappers, backward(), the
+    optimizer's post-step hook: what the agent installs for it), in and out on alternate epochs of
+    one process, so the machine's drift between processes cancels. The agent's thread, supervisor
+    and windows are left out: this is what the loop's own thread pays each step. Returns the median
+    microseconds a step without and with them (the first quarter of each left out)."""
+    from types import SimpleNamespace
+
+    import torch
+    from torch.optim import optimizer as optim_mod
+    from torch.utils.data import dataloader as dl
+    from torch.utils.data._utils import fetch as fetch_mod
+
+    from gpudoctor.agent.step_sources import BackwardSteps
+    from gpudoctor.agent.torch_hooks import TorchHooks
+
+    slots = [(dl._BaseDataLoaderIter, "__init__"), (dl._BaseDataLoaderIter, "__next__"),
+             (dl.DataLoader, "_get_iterator"), (fetch_mod._MapDatasetFetcher, "fetch"), (torch.autograd, "backward")]
+    # the post-step hooks have no public way out: their registry is swapped as a whole
+    registry = optim_mod._global_optimizer_post_hooks
+
+    def installed() -> tuple[list[Any], dict[Any, Any]]:
+        return [getattr(owner, name) for owner, name in slots], dict(registry)
+
+    plain = installed()
+    agent = SimpleNamespace(config={"fetch_profile": False}, emit=lambda kind, **fields: None,
+                            emit_steps=lambda steps: None, error=lambda where, exc: print(where, exc))
+    hooks = TorchHooks(agent, torch)  # type: ignore[arg-type]  # the agent's parts a loop's thread touches
+    hooks._patch_dataloader()
+    hooks._patch_fetchers()
+    hooks._patch_optimizer()
+    BackwardSteps(hooks).install()
+    hooked = installed()
+
+    def before_epoch(epoch: int) -> None:
+        functions, post_hooks = hooked if epoch % 2 else plain
+        for (owner, name), fn in zip(slots, functions):
+            setattr(owner, name, fn)
+        registry.clear()
+        registry.update(post_hooks)
+        hooks.steps.flush()  # the agent's thread does this each second
+
+    chunks = train_loop(epochs, before_epoch)
+    before_epoch(0)  # torch as it was
+    off, on = chunks[0::2], chunks[1::2]
+    return statistics.median(off[len(off) // 4:]), statistics.median(on[len(on) // 4:])
 
 
 LOOPS = {"forward": forward_loop, "train": train_loop}
@@ -97,10 +155,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", choices=sorted(LOOPS), default="train")
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--in-process", action="store_true",
+                        help="the train loop's hooks alone, in and out on alternate epochs of one process")
     parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.loop:
         loop(args.workload)
+        return
+    if args.in_process:
+        for run_no in range(args.pairs):
+            off, on = in_process(80)
+            print(f"run {run_no + 1}: without the hooks {off:.1f} us, with them {on:.1f} us a step: "
+                  f"+{on - off:.1f} us", flush=True)
         return
     ratios = []
     for pair in range(args.pairs):
