@@ -104,6 +104,9 @@ class FetchProfiler:
         try:
             if self.state == self.DONE:
                 return False
+            # the time gate first: a getpid is a system call, and this runs before every batch
+            if self.state == self.IDLE and time.monotonic() < self.next_check:
+                return False
             if self.pid != os.getpid():  # forked: the parent's progress is not ours
                 type(self).__init__(self, self.hooks)
             if self.state == self.IDLE and not self._claim():

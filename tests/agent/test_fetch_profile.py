@@ -112,3 +112,19 @@ def test_a_process_that_never_profiled_emits_nothing_at_its_end(tmp_path):
     profiler = _requested(tmp_path, 8)
     profiler.finish()
     assert profiler.hooks.kind("fetch_profile") == []
+
+
+def test_an_idle_profiler_asks_nothing_of_the_kernel_before_its_next_look(tmp_path, monkeypatch):
+    """begin() runs before every batch: between its looks for a request (every CHECK_EVERY_S) it makes
+    no system call (a getpid a batch cost a `num_workers=0` loop on a VM several us a step)."""
+    from gpudoctor.agent import fetch_profile
+
+    profiler = FetchProfiler(FakeHooks(tmp_path))
+    assert profiler.begin() is False  # looked: nothing requested; the next look is CHECK_EVERY_S away
+    calls: list[int] = []
+    real_getpid = os.getpid
+    monkeypatch.setattr(fetch_profile.os, "getpid", lambda: calls.append(1) or real_getpid())
+    assert [profiler.begin() for _ in range(100)] == [False] * 100
+    assert calls == []
+    profiler.next_check = 0.0  # time for the next look: a forked child must still find it is not the parent
+    assert profiler.begin() is False and calls == [1]

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as dl
 from torch.utils.data._utils import fetch as fetch_mod
 
@@ -37,7 +37,7 @@ def test_a_run_queue_missing_from_a_read_batch_leaves_it_unknown():
     stats.add("L", 0.002, 0.001, None)  # a thread whose schedstat could not be read
     stats.add("L", 0.002, None, None)  # not read: says nothing of the run queue
     [(batches, wall, cpu, runqueue)] = (stats.snapshot() or {}).values()
-    assert (batches, runqueue) == (3, None) and cpu == pytest.approx(0.003)
+    assert (batches, runqueue) == (3, None) and wall == pytest.approx(0.006) and cpu == pytest.approx(0.003)
 
 
 @pytest.fixture
