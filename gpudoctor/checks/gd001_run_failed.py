@@ -140,19 +140,37 @@ def _crash(session: Session, crashes: list[ErrorEvent]) -> Finding:
                           "message, under 'Original Traceback'."),
             ended_run=True,
         )
-    missing_torch = first.type in ("ModuleNotFoundError", "ImportError") and "'torch" in (first.message or "")
     return Finding(
         severity="critical",
         title=f"The run crashed: {first.type}",
         message=f"The workload raised {first.type}: {_first_line(first.message)}{more}{ending}",
         evidence=evidence,
-        remedy=Remedy("The interpreter that ran the workload has no (working) torch: run it with the Python "
-                      "of the environment where torch is installed, or install torch there."
-                      if missing_torch else
-                      "Fix the exception first; the traceback is in the report's evidence and in the "
-                      "workload's own stderr."),
+        remedy=Remedy(_import_remedy(first) or "Fix the exception first; the traceback is in the report's "
+                                               "evidence and in the workload's own stderr."),
         ended_run=code not in (0, None),
     )
+
+
+_MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
+_FROM_TORCH = re.compile(r"cannot import name .* from 'torch[.']")
+
+
+def _import_remedy(first: ErrorEvent) -> str | None:
+    """A failed import: the module the interpreter lacks, by its name in the message (torchvision's
+    'No module named ...' is not a missing torch)."""
+    if first.type not in ("ModuleNotFoundError", "ImportError"):
+        return None
+    message = first.message or ""
+    missing = _MISSING_MODULE.search(message)
+    module = missing.group(1) if missing else None
+    package = module.split(".")[0] if module else None
+    if package == "torch" or (module is None and _FROM_TORCH.search(message)):
+        return ("The interpreter that ran the workload has no (working) torch: run it with the Python of the "
+                "environment where torch is installed, or install torch there.")
+    if package is not None:
+        return (f"The interpreter that ran the workload cannot import {module}: install {package} in that "
+                f"environment, or run the workload with the Python of the environment that has it.")
+    return None
 
 
 def _worker_died(first: ErrorEvent, died: re.Match[str] | None, evidence: dict[str, Evidence],

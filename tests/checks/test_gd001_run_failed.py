@@ -74,3 +74,29 @@ def test_the_crash_that_ended_the_run_leads_the_verdict() -> None:
     ordered = order([stall, *crash], session, checks={})
     assert [f.id for f in ordered] == ["GD001", "GD102"]
     assert verdict(ordered, {"data_wait_share": 0.8, "measured": True}).startswith("Run failed: ")
+
+
+def _import_failed(kind: str, message: str):
+    return make_session(exit_code=1, duration_s=1.5, processes=[ProcessInfo(pid=100, role="main")],
+                        errors=[ErrorEvent(pid=100, kind="exception", type=kind, t=1.2, message=message)])
+
+
+def test_a_missing_package_other_than_torch_is_named_not_blamed_on_torch() -> None:
+    """pytorch/examples' mnist on an interpreter without torchvision was told it had no working torch."""
+    _, (finding,) = run_check(CHECK, _import_failed("ModuleNotFoundError", "No module named 'torchvision'"))
+    assert finding.remedy is not None
+    assert "cannot import torchvision" in finding.remedy.text and "install torchvision" in finding.remedy.text
+    assert "no (working) torch" not in finding.remedy.text
+
+
+def test_a_missing_or_broken_torch_is_still_torch() -> None:
+    for kind, message in (("ModuleNotFoundError", "No module named 'torch'"),
+                          ("ModuleNotFoundError", "No module named 'torch._C'"),
+                          ("ImportError", "cannot import name 'FakeTensor' from 'torch.utils' (/x/torch/utils.py)")):
+        _, (finding,) = run_check(CHECK, _import_failed(kind, message))
+        assert finding.remedy is not None and "no (working) torch" in finding.remedy.text, message
+
+
+def test_an_import_error_that_names_no_module_keeps_the_generic_remedy() -> None:
+    _, (finding,) = run_check(CHECK, _import_failed("ImportError", "libcudart.so.12: cannot open shared object file"))
+    assert finding.remedy is not None and finding.remedy.text.startswith("Fix the exception first")
