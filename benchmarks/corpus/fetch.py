@@ -28,6 +28,7 @@ import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from manifest import PUBLIC, WORKLOADS, Source
@@ -91,35 +92,84 @@ def mnist_lightning(public: Path) -> None:
     _mnist(public / "Lightning-AI+pytorch-lightning" / "Datasets" / "MNIST" / "raw")
 
 
+def _jpegs(folder: Path, stem: str, count: int, rng: Any) -> list[Path]:
+    """COUNT smooth random 500x375 JPEGs (a 24x32 noise image upscaled), FOLDER/STEM_i.jpg."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        small = rng.integers(0, 256, (24, 32, 3), dtype="uint8")
+        path = folder / f"{stem}_{i}.jpg"
+        Image.fromarray(small).resize((500, 375), Image.Resampling.BICUBIC).save(path, quality=90)
+        paths.append(path)
+    return paths
+
+
+def _link(original: Path, link: Path) -> None:
+    if not link.exists():
+        try:
+            os.link(original, link)
+        except OSError:
+            shutil.copy(original, link)
+
+
 def imagefolder(public: Path, classes: int = 10, unique: int = 100, train: int = 1000, val: int = 20) -> None:
     """A JPEG ImageFolder (train/ and val/): smooth random 500x375 images; each unique one hard-linked many times."""
     import numpy as np
-    from PIL import Image
 
     root = public / "_data" / "imagefolder"
     if (root / "done").exists():
         return
     rng = np.random.default_rng(0)
     for k in range(classes):
-        originals = []
-        for i in range(unique):
-            small = rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)
-            image = Image.fromarray(small).resize((500, 375), Image.Resampling.BICUBIC)
-            path = root / "originals" / f"class{k}_{i}.jpg"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            image.save(path, quality=90)
-            originals.append(path)
+        originals = _jpegs(root / "originals", f"class{k}", unique, rng)
         for split, count in (("train", train), ("val", val)):
             folder = root / split / f"class{k}"
             folder.mkdir(parents=True, exist_ok=True)
             for i in range(count):
-                link = folder / f"img{i}.jpg"
-                if not link.exists():
-                    try:
-                        os.link(originals[i % unique], link)
-                    except OSError:
-                        shutil.copy(originals[i % unique], link)
+                _link(originals[i % unique], folder / f"img{i}.jpg")
     (root / "done").write_text("")
+
+
+def pets(public: Path, labels: int = 37, per_label: int = 200, unique: int = 20) -> None:
+    """Oxford-IIIT Pet's layout for accelerate's cv_example.py: one folder of LABEL_N.jpg (37 labels, 7,400
+    images, as many as the real set), and, in a Hugging Face cache beside it, random weights where
+    timm would download resnet50d's pretrained ones (the script asks for them; the machine is offline)."""
+    import numpy as np
+
+    root = public / "_data" / "pets"
+    if not (root / "done").exists():
+        rng = np.random.default_rng(0)
+        originals = _jpegs(root / "originals", "original", unique, rng)
+        (root / "images").mkdir(parents=True, exist_ok=True)
+        for k in range(labels):
+            for i in range(per_label):
+                _link(originals[(k + i) % unique], root / "images" / f"breed{k}_{i}.jpg")
+        (root / "done").write_text("")
+    _timm_weights(public / "_data" / "hf", "resnet50d")
+
+
+def _timm_weights(hf_home: Path, architecture: str) -> None:
+    """An architecture's weights in the Hugging Face hub cache's layout (refs/main ->
+    snapshots/REV/model.safetensors) under the hub id its default pretrained tag names, so that timm's
+    `pretrained=True` finds them offline (HF_HUB_OFFLINE=1, HF_HOME=hf_home); the weights are the
+    architecture's random initial ones: the corpus times steps, not accuracy."""
+    import timm  # on the GPU machine (where the corpus runs); the CPU tests never build this
+    from safetensors.torch import save_file
+
+    model = timm.create_model(architecture, pretrained=False)
+    repo = (getattr(model, "pretrained_cfg", None) or {}).get("hf_hub_id") or f"timm/{architecture}"
+    owner, name = repo.split("/")
+    cache = hf_home / "hub" / f"models--{owner}--{name}"
+    revision = "0" * 40
+    target = cache / "snapshots" / revision / "model.safetensors"
+    if target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(target))
+    (cache / "refs").mkdir(parents=True, exist_ok=True)
+    (cache / "refs" / "main").write_text(revision)
 
 
 def nanogpt(public: Path, tokens: int = 2_000_000) -> None:
@@ -167,6 +217,7 @@ GENERATORS: dict[str, Callable[[Path], None]] = {
     "mnist-lightning": mnist_lightning,
     "imagefolder": imagefolder,
     "nanogpt": nanogpt,
+    "pets": pets,
     "text": text,
     "wikitext-lightning": wikitext_lightning,
 }

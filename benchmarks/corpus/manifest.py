@@ -115,6 +115,7 @@ EXAMPLES = "77f55b912142e11fcfdf5b530231fb9c52f181e8"  # pytorch/examples, 2025-
 NANOGPT = "3adf61e154c3fe3fca428ad6bc3818b27a3b8291"  # karpathy/nanoGPT, 2025-11-12
 TIMM = "aa4b5850c1543fa488abf260f18390eda46cf85d"  # huggingface/pytorch-image-models, 2026-08-08
 LIGHTNING = "7f0c3436cd3f6ad3753125672024fc415cbcb414"  # Lightning-AI/pytorch-lightning, 2026-07-20
+ACCELERATE = "16cb6eb80dd9aa8b4df1a63ef57863e455d53b83"  # huggingface/accelerate, 2026-07-24
 
 
 def _examples(*paths: str) -> Source:
@@ -134,11 +135,16 @@ def _lightning(*paths: str) -> Source:
     return Source("Lightning-AI/pytorch-lightning", LIGHTNING, paths, "Apache-2.0")
 
 
+def _accelerate(*paths: str) -> Source:
+    return Source("huggingface/accelerate", ACCELERATE, paths, "Apache-2.0")
+
+
 EX = "{public}/pytorch+examples"
 WLM = ("word_language_model/main.py", "word_language_model/data.py", "word_language_model/model.py")
 NG = "{public}/karpathy+nanoGPT"
 TM = "{public}/huggingface+pytorch-image-models"
 LT = "{public}/Lightning-AI+pytorch-lightning"
+AC = "{public}/huggingface+accelerate"
 SYN = "{corpus}/synthetic.py"
 # timm's scripts import the checkout's timm, which needs what an installed timm brings along but
 # huggingface_hub (imported in a try: needed only to download weights, which no workload does)
@@ -163,6 +169,7 @@ def _public() -> list[Workload]:
                "--eval_interval=100000", "--log_interval=100000", "--max_iters=5000", "--out_dir={tmp}/out")
     timm_train = ("--bench", "train", "--model", "resnet50", "-b", "64", "--num-bench-iter", "400")
     timm_infer = ("--bench", "inference", "--model", "vit_small_patch16_224", "-b", "8", "--num-bench-iter", "2000")
+    pets = ("--data_dir", "{data}/pets/images")
     timm_folder = ("--data-dir", "{data}/imagefolder", "--model", "resnet50", "-b", "128", "-j", "4", "--epochs",
                    "100", "--output", "{tmp}", "--log-interval", "100000", "--val-split", "val")
     return [
@@ -295,6 +302,16 @@ def _public() -> list[Workload]:
             _lightning("examples/fabric/image_classifier/train_fabric.py"),
             cwd=f"{LT}/examples/fabric/image_classifier", needs=("torch", "torchvision", "lightning", "torchmetrics"),
             data=("mnist-lightning",)),
+        Workload(
+            "accelerate_cv_example", f"{AC}/examples/cv_example.py", pets, ("GD101", "GD102", "GD304"),
+            (Remedy("12 workers", ("GD101", "GD102"), handfix=("workers=12",), workers=12),
+             Remedy("bf16 mixed precision", ("GD304",), _with(pets, "--mixed_precision", "bf16"))),
+            _accelerate("examples/cv_example.py"), cwd="{tmp}",
+            env={"HF_HOME": "{data}/hf", "HF_HUB_OFFLINE": "1"},
+            needs=("torch", "torchvision", "timm", "accelerate", "numpy", "pillow"), data=("pets",),
+            note="Accelerate's example: a pretrained resnet50d (random weights in an offline hub cache), frozen "
+                 "but its head, on Oxford-IIIT Pet's layout of 7,400 generated JPEGs; 4 workers decode and "
+                 "RandomResizedCrop each image, batch 64, an evaluation each epoch"),
     ]
 
 

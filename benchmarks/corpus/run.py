@@ -103,8 +103,9 @@ def command(workload: Workload, remedy: Remedy | None, public: Path, tmp: Path, 
     return argv
 
 
-def environment(workload: Workload, remedy: Remedy | None, slot: Slot) -> dict[str, str]:
-    env = {**os.environ, **workload.env, **(remedy.env if remedy is not None else {})}
+def environment(workload: Workload, remedy: Remedy | None, slot: Slot, public: Path, tmp: Path) -> dict[str, str]:
+    added = {**workload.env, **(remedy.env if remedy is not None else {})}
+    env = {**os.environ, **{k: manifest.expand(v, public=public, tmp=tmp) for k, v in added.items()}}
     env.pop("GPUDOCTOR_SESSION_DIR", None)
     if slot.gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = slot.gpu
@@ -170,7 +171,7 @@ def plain_run(workload: Workload, remedy: Remedy | None, public: Path, slot: Slo
     with tempfile.TemporaryDirectory(prefix="gd-corpus-") as scratch:
         tmp = Path(scratch)
         stamps = tmp / "steps.json"
-        env = environment(workload, remedy, slot)
+        env = environment(workload, remedy, slot, public, tmp)
         env["STEPRATE_MAX_STEPS"] = str(workload.max_steps)
         env["STEPRATE_MAX_S"] = str(workload.max_seconds)
         env["STEPRATE_SYNC_SHARE"] = str(warmup_share)  # the steady steps measured on the GPU's clock
@@ -211,7 +212,7 @@ def diagnose(workload: Workload, public: Path, slot: Slot, timeout: float, bundl
                 *command(workload, None, public, tmp, None, Slot(slot.gpu, None))]
         if slot.cores and shutil.which("taskset"):
             argv = ["taskset", "-c", slot.cores, *argv]
-        env = environment(workload, None, slot)
+        env = environment(workload, None, slot, public, tmp)
         # `-m gpudoctor` from this checkout where it is not installed (after whatever PYTHONPATH holds)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(manifest.ROOT)) if p)
         start = time.time()

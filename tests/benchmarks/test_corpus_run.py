@@ -165,8 +165,17 @@ def test_a_variant_runs_under_steprate_handfix_and_torchrun(tmp_path: Path) -> N
     assert argv[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
     assert argv[6:] == [str(run.STEPRATE), str(tmp_path / "s.json"), str(run.HANDFIX), "tf32,workers=2", "--",
                         f"{tmp_path}/o+n/train.py", "-b", "8"]
-    env = run.environment(workload, workload.remedies[0], run.Slot("1", None))
+    env = run.environment(workload, workload.remedies[0], run.Slot("1", None), tmp_path, tmp_path)
     assert env["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_a_workloads_environment_has_its_placeholders_filled(tmp_path: Path) -> None:
+    """accelerate's cv_example finds timm's weights in an offline hub cache under the generated data."""
+    workload = manifest.Workload("w", "train.py", (), ("GD101",), (manifest.Remedy("bf16", ("GD304",),
+                                 env={"EXTRA": "{tmp}/x"}),), env={"HF_HOME": "{data}/hf", "HF_HUB_OFFLINE": "1"})
+    env = run.environment(workload, workload.remedies[0], run.Slot(None, None), tmp_path / "public", tmp_path)
+    assert env["HF_HOME"] == str(tmp_path / "public" / "_data" / "hf") and env["HF_HUB_OFFLINE"] == "1"
+    assert env["EXTRA"] == f"{tmp_path}/x"
 
 
 def test_steprate_keeps_one_hook_on_the_root_once_it_is_learnt() -> None:
