@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import threading
 import time
 import weakref
@@ -20,10 +22,22 @@ if TYPE_CHECKING:
 _perf = time.perf_counter
 _wall = time.time
 _TRACKERS: weakref.WeakSet[StepTracker] = weakref.WeakSet()  # the process's trackers, seen at each fork
+_FETCH_STATS: weakref.WeakSet[FetchStats] = weakref.WeakSet()
 _FORK_HANDLER: list[bool] = []  # registered once per process
 
 
+def _register_fork_handler() -> None:
+    if not _FORK_HANDLER:
+        _FORK_HANDLER.append(True)
+        try:
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+        except (AttributeError, ValueError):  # no fork on this platform
+            pass
+
+
 def _after_fork_in_child() -> None:
+    for fetch in list(_FETCH_STATS):
+        fetch.plans.clear()  # a child's first batch of each loader is read (its own numbers start there)
     for tracker in list(_TRACKERS):
         tracker.forked()
 
@@ -117,12 +131,7 @@ class StepTracker:
         # included) starts the agent's thread there, which then writes the others
         self.write_next = True
         _TRACKERS.add(self)
-        if not _FORK_HANDLER:
-            _FORK_HANDLER.append(True)
-            try:
-                os.register_at_fork(after_in_child=_after_fork_in_child)
-            except (AttributeError, ValueError):  # no fork on this platform
-                pass
+        _register_fork_handler()
 
     def add_wait(self, seconds: float) -> None:
         with self.lock:
@@ -216,40 +225,72 @@ class StepTracker:
 class FetchStats:
     """What producing batches cost, in this process (a worker, or the main process).
 
-    Every batch's wall time counts; its CPU and run-queue time are read on a sample of the
-    batches, at most one a SAMPLE_EVERY_S per loader, and stand for the others in proportion
-    to wall time. Each reading is two system calls on either side of the fetch (the thread's
-    CPU clock and its schedstat file), which cost nothing much on their own (0.24 and 0.36 us
-    in a tight loop, CPU VM) but made a `num_workers=0` loop of 185 us steps 14 us a step
-    slower there, every batch (median of 3 alternated runs: 220 us with them against 206
-    without). One reading every 20 ms costs that loop under 0.1%, and still gives 50 a second
-    per loader: a run's ratio of CPU to wall time rests on hundreds of batches, and a batch
-    slower than 20 ms is always read.
+    Every batch's wall time counts; its CPU and run-queue time are read on a random sample of the
+    batches. Each reading is two system calls on either side of the fetch (the thread's CPU clock and
+    its schedstat file), which cost nothing much on their own (0.24 and 0.36 us in a tight loop, CPU
+    VM) but made a `num_workers=0` loop of 185 us steps 14 us a step slower there, every batch
+    (median of 3 alternated runs: 220 us with them against 206 without).
+
+    Each batch of a loader is read with a probability p, about one read each SAMPLE_EVERY_S (p = the
+    loader's time between batches over it, at most 1: every batch of a loader slower than that), drawn
+    as the number of batches to skip until the next read (geometric), so the choice never locks onto a
+    period of the loader's own (a slow batch every tenth one, read every tenth batch or never). A read
+    counts 1/p times (Horvitz-Thompson): the CPU and run queue of the read batches, over their wall
+    time so weighted, stand for all the wall time. At one read each 20 ms a loader still gets 50 a
+    second, and the loop's thread pays a countdown a batch.
     """
 
     SAMPLE_EVERY_S = 0.02
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        # key -> [batches, wall, the read batches' wall, their CPU, their run queue, batches read,
-        #         those with a run queue]
+        # key -> [batches, wall, the read batches' weighted wall, CPU, run queue, batches read, those
+        #         with a run queue]
         self.by_key: dict[str, list[float]] = {}
         self.dirty = False
-        # the thread's loader (None in a worker) -> perf_counter from which its next fetch is read
-        self.next_read: dict[str | None, float] = {}
+        # the thread's loader (None in a worker) -> [batches left until the next read, the probability
+        # a batch is read, perf_counter of the last read's start, batches between it and the one before]
+        self.plans: dict[str | None, list[float]] = {}
+        self.random = random.Random()  # never the workload's own random state
+        _FETCH_STATS.add(self)
+        _register_fork_handler()
 
-    def add(self, key: str, wall: float, cpu: float | None, runqueue: float | None) -> None:
-        """One batch: `cpu` None where it was not read (then its run queue is not either)."""
+    def reading(self, loader: str | None) -> bool:
+        """Before a fetch: whether this batch's CPU and run queue are to be read."""
+        plan = self.plans.get(loader)
+        if plan is None:
+            return True  # a loader's first batch
+        plan[0] -= 1
+        return plan[0] <= 0
+
+    def read(self, loader: str | None, began: float) -> float:
+        """After a read fetch that began at `began` (perf_counter): plan the next read; the weight of this one."""
+        plan = self.plans.get(loader)
+        weight = 1.0 / plan[1] if plan is not None else 1.0
+        p = 1.0
+        if plan is not None and began > plan[2]:
+            p = min(1.0, (began - plan[2]) / plan[3] / self.SAMPLE_EVERY_S)
+        skip = 1
+        if p < 1.0:  # batches until the next read: geometric with mean 1/p
+            skip += int(math.log(1.0 - self.random.random()) / math.log(1.0 - p))
+        self.plans[loader] = [skip, p, began, skip]
+        return weight
+
+    def add(self, key: str, wall: float, cpu: float | None, runqueue: float | None, weight: float = 1.0) -> None:
+        """One batch: `cpu` None where it was not read (then its run queue is not either); a read one
+        counts `weight` times."""
         with self.lock:
-            entry = self.by_key.setdefault(key, [0, 0.0, 0.0, 0.0, 0.0, 0, 0])
+            entry = self.by_key.get(key)
+            if entry is None:
+                entry = self.by_key[key] = [0, 0.0, 0.0, 0.0, 0.0, 0, 0]
             entry[0] += 1
             entry[1] += wall
             if cpu is not None:
-                entry[2] += wall
-                entry[3] += cpu
+                entry[2] += wall * weight
+                entry[3] += cpu * weight
                 entry[5] += 1
                 if runqueue is not None:
-                    entry[4] += runqueue
+                    entry[4] += runqueue * weight
                     entry[6] += 1
             self.dirty = True
 
@@ -264,7 +305,8 @@ class FetchStats:
 
 def _estimate(v: list[float]) -> list[float | None]:
     batches, wall, read_wall, cpu, runqueue, read, with_runqueue = v
-    # the read batches' share of CPU and run queue in their wall time, over all the wall time
+    # the read batches' share of CPU and run queue in their (weighted) wall time, over all the wall time;
+    # every loader's first batch in a process is read, so an entry has a read
     scale = wall / read_wall if read_wall > 0 else 1.0
     return [batches, round(wall, 6), round(cpu * scale, 6),
             round(runqueue * scale, 6) if read and with_runqueue == read else None]

@@ -185,8 +185,7 @@ class TorchHooks:
                     stats = hooks.fetch
                     loader = getattr(hooks.tls, "loader", None)
                     w0 = _perf()
-                    # CPU and run-queue time on a sample of the batches (FetchStats)
-                    read = w0 >= stats.next_read.get(loader, 0.0)
+                    read = stats.reading(loader)  # CPU and run-queue time on a sample of the batches (FetchStats)
                     if read:
                         r0 = runqueue_s()
                         c0 = _cpu()
@@ -200,8 +199,9 @@ class TorchHooks:
                         if read:
                             cpu = _cpu() - c0
                             r1 = runqueue_s() if r0 is not None else None
-                            stats.next_read[loader] = w0 + stats.SAMPLE_EVERY_S
-                            hooks._on_fetch(w1 - w0, cpu, r1 - r0 if r1 is not None and r0 is not None else None)
+                            weight = stats.read(loader, w0)
+                            hooks._on_fetch(w1 - w0, cpu, r1 - r0 if r1 is not None and r0 is not None else None,
+                                            weight)
                         else:
                             hooks._on_fetch(w1 - w0, None, None)
                     except Exception as exc:  # noqa: BLE001 (the fetched batch is returned as it is)
@@ -306,14 +306,14 @@ class TorchHooks:
         self.steps.add_wait(waited)
         self.steps.boundary("loader")
 
-    def _on_fetch(self, wall: float, cpu: float | None, runqueue: float | None) -> None:
+    def _on_fetch(self, wall: float, cpu: float | None, runqueue: float | None, weight: float = 1.0) -> None:
         key = getattr(self.tls, "loader", None)
         if key is None:
             info = self.torch.utils.data.get_worker_info()
             key = "worker:%d" % info.id if info is not None else "unknown"
             if info is not None and self.worker_pid != os.getpid():
                 self._enter_worker()
-        self.fetch.add(key, wall, cpu, runqueue)
+        self.fetch.add(key, wall, cpu, runqueue, weight)
 
     def _enter_worker(self) -> None:
         """First batch in a DataLoader worker: make sure its numbers reach the disk.
