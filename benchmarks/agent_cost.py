@@ -99,7 +99,8 @@ def in_process(epochs: int) -> tuple[float, float]:
     from gpudoctor.agent.torch_hooks import TorchHooks
 
     slots = [(dl._BaseDataLoaderIter, "__init__"), (dl._BaseDataLoaderIter, "__next__"),
-             (dl.DataLoader, "_get_iterator"), (fetch_mod._MapDatasetFetcher, "fetch"), (torch.autograd, "backward")]
+             (dl.DataLoader, "_get_iterator"), (fetch_mod._MapDatasetFetcher, "fetch"),
+             (fetch_mod._IterableDatasetFetcher, "fetch"), (torch.autograd, "backward")]
     # the post-step hooks have no public way out: their registry is swapped as a whole
     registry = optim_mod._global_optimizer_post_hooks
 

@@ -164,12 +164,15 @@ def _timm_weights(hf_home: Path, architecture: str) -> None:
     cache = hf_home / "hub" / f"models--{owner}--{name}"
     revision = "0" * 40
     target = cache / "snapshots" / revision / "model.safetensors"
-    if target.exists():
+    ref = cache / "refs" / "main"
+    if target.exists() and ref.exists():
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(target))
-    (cache / "refs").mkdir(parents=True, exist_ok=True)
-    (cache / "refs" / "main").write_text(revision)
+    partial = target.with_suffix(".partial")
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(partial))
+    partial.replace(target)  # whole or absent: an interrupted run writes it again
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    ref.write_text(revision)
 
 
 def nanogpt(public: Path, tokens: int = 2_000_000) -> None:

@@ -428,8 +428,13 @@ def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> Work
                        prediction=slower if slower is not None and slower.worker_curve else None)
     prediction = _workers_prediction(session, found, loader, fetch, compute, recommended, handoff)
     if prediction is not None and prediction.gain < GAIN_WARNING:
-        why = (f"{recommended} worker{'s' if recommended != 1 else ''} would make a step only "
-               f"{prediction.gain:.2f}x faster: the loop would still wait for them, or pay the hand-off")
+        if prediction.gain >= 1:
+            why = (f"{_workers_text(recommended)} would make a step only {prediction.gain:.2f}x faster: the loop "
+                   f"would still wait for them, or pay the hand-off")
+        else:
+            restart = "" if loader.persistent_workers else ", and starting them each epoch,"
+            why = (f"{_workers_text(recommended)} would make a step {prediction.gain:.2f}x as fast, slower than "
+                   f"now: receiving their batches{restart} would cost the loop more than making the batches")
         return replace(plan, prediction=prediction, why_not=why)
     return replace(plan, recommended=recommended, prediction=prediction)
 

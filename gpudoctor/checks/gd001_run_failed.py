@@ -153,13 +153,32 @@ def _crash(session: Session, crashes: list[ErrorEvent]) -> Finding:
 
 _MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
 _FROM_TORCH = re.compile(r"cannot import name .* from 'torch[.']")
+# import names that are not the name pip installs them by
+_PIP_NAMES = {"PIL": "pillow", "cv2": "opencv-python", "sklearn": "scikit-learn", "yaml": "PyYAML",
+              "skimage": "scikit-image", "google.protobuf": "protobuf", "attr": "attrs"}
 
 
 def _import_remedy(first: ErrorEvent) -> str | None:
     """A failed import: the module the interpreter lacks, by its name in the message (torchvision's
-    'No module named ...' is not a missing torch)."""
+    'No module named ...' is not a missing torch; torch.distributed.tensor is an older torch)."""
     if first.type not in ("ModuleNotFoundError", "ImportError"):
         return None
+    message = first.message or ""
+    missing = _MISSING_MODULE.search(message)
+    module = missing.group(1) if missing else None
+    package = module.split(".")[0] if module else None
+    if (package == "torch" and module in ("torch", "torch._C")) or (module is None and _FROM_TORCH.search(message)):
+        return ("The interpreter that ran the workload has no (working) torch: run it with the Python of the "
+                "environment where torch is installed, or install torch there.")
+    if module is None or package is None:
+        return None
+    pip_name = _PIP_NAMES.get(package, _PIP_NAMES.get(".".join(module.split(".")[:2]), package))
+    if module != package:  # a part of a package: missing from the version installed, or the package itself
+        return (f"The interpreter that ran the workload cannot import {module}: install {pip_name} in that "
+                f"environment, or upgrade it if it is there (a version without {module}).")
+    return (f"The interpreter that ran the workload cannot import {module}: install {pip_name} in that "
+            f"environment (or run the workload with the Python of the environment that has it); if {module} "
+            f"is the project's own module, run from the folder that holds it or add that folder to PYTHONPATH.")
     message = first.message or ""
     missing = _MISSING_MODULE.search(message)
     module = missing.group(1) if missing else None

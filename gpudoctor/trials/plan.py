@@ -56,19 +56,19 @@ class _Planner:
         self.crashed = session.exit_code not in (0, None) and session.stop_reason not in ("duration", "steps")
 
     def add(self, name: str, override: dict[str, Any], finding: Finding | None) -> None:
+        predicted = _predicted(finding, override) if finding is not None else None
         for plan in self.plans:
             if plan.override == override:
                 if finding is not None and finding.id not in plan.findings:
                     if self._sizes(finding, name):  # its prediction is this remedy's own
                         plan.findings.insert(0, finding.id)
-                        plan.predicted_gain = finding.estimated_gain
+                        plan.predicted_gain = predicted
                     else:
                         plan.findings.append(finding.id)
                         if plan.predicted_gain is None:
-                            plan.predicted_gain = finding.estimated_gain
+                            plan.predicted_gain = predicted
                 return
-        self.plans.append(TrialPlan(name, override, [finding.id] if finding else [],
-                                    finding.estimated_gain if finding else None))
+        self.plans.append(TrialPlan(name, override, [finding.id] if finding else [], predicted))
 
     def skip(self, subject: str, why: str) -> None:
         if not any(u.subject == subject for u in self.untried):
@@ -240,6 +240,16 @@ class _Planner:
 def _evidence(f: Finding, key: str) -> Any:
     item = f.evidence.get(key)
     return item.value if item is not None else None
+
+
+def _predicted(finding: Finding, override: dict[str, Any]) -> float | None:
+    """The finding's gain for this override: at the trial's worker count where the finding carries a worker
+    curve (GD102's says what workers would do where none is advised: under 1x when they slow the step), else
+    its own estimate."""
+    workers = (override.get("loader") or {}).get("num_workers")
+    at = finding.prediction.gain_with(int(workers)) \
+        if isinstance(workers, int) and finding.prediction is not None else None
+    return round(at, 2) if at is not None else finding.estimated_gain
 
 
 def _loader_override(loader: LoaderInfo, workers: int, deeper: bool) -> dict[str, Any]:

@@ -97,6 +97,20 @@ def test_a_missing_or_broken_torch_is_still_torch() -> None:
         assert finding.remedy is not None and "no (working) torch" in finding.remedy.text, message
 
 
+def test_a_missing_part_of_a_package_asks_for_an_upgrade_and_pip_names_are_pips() -> None:
+    remedies = {}
+    for message in ("No module named 'torch.distributed.tensor'", "No module named 'torchvision.transforms.v2'",
+                    "No module named 'cv2'", "No module named 'sklearn.metrics'", "No module named 'utils'"):
+        _, (finding,) = run_check(CHECK, _import_failed("ModuleNotFoundError", message))
+        assert finding.remedy is not None
+        remedies[message.split("'")[1]] = finding.remedy.text
+    assert "upgrade it" in remedies["torch.distributed.tensor"] and "no (working) torch" not in \
+        remedies["torch.distributed.tensor"]
+    assert "install torchvision" in remedies["torchvision.transforms.v2"]
+    assert "install opencv-python" in remedies["cv2"] and "install scikit-learn" in remedies["sklearn.metrics"]
+    assert "PYTHONPATH" in remedies["utils"]  # perhaps the project's own module, not a package to install
+
+
 def test_an_import_error_that_names_no_module_keeps_the_generic_remedy() -> None:
     _, (finding,) = run_check(CHECK, _import_failed("ImportError", "libcudart.so.12: cannot open shared object file"))
     assert finding.remedy is not None and finding.remedy.text.startswith("Fix the exception first")

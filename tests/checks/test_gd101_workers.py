@@ -6,6 +6,8 @@ with F the measured time to produce a batch and C the compute per batch.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from helpers import make_cpu_samples, make_loader, make_session, make_steps, run_check
 from hypothesis import given, settings
@@ -341,3 +343,41 @@ def test_key_numbers_read_as_sentences() -> None:
                                                 "message": finding.message,
                                                 "evidence": {k: e.to_dict() for k, e in finding.evidence.items()}}))
     assert shown == "num_workers now 0; data wait / step time 60%; num_workers to set 2"
+
+
+def test_a_recommended_count_that_would_slow_the_step_says_so_not_faster():
+    """Workers started again for each 4-batch epoch cost the loop more than the 2 ms batches it makes itself:
+    the prediction is under 1x, and the reason no count is advised reads as a slowdown (it read "only 0.26x
+    faster")."""
+    from gpudoctor.analysis.input_pipeline import worker_plan
+    from gpudoctor.analysis.shared import analyses
+
+    loader = make_loader(num_workers=0, batches=400, batch_size=32, fetch_s_per_batch=0.002, fetch_cpu_ratio=0.99,
+                         pin_memory=False, persistent_workers=False, iterators=100, dataset_len=128)
+    session = make_session(steps=make_steps(400, 0.004, 0.002), loaders=[loader], usable_cores=8,
+                           torch_cuda_used=True)
+    plan = worker_plan(session, loader, analyses(session).input_stall)
+    assert plan.recommended is None and plan.prediction is not None and plan.prediction.gain < 1
+    assert f"{plan.prediction.gain:.2f}x as fast, slower than now" in plan.why_not
+    assert "starting them each epoch" in plan.why_not and "faster" not in plan.why_not
+
+
+def test_a_worker_trial_is_predicted_from_the_findings_curve_at_its_count():
+    """`--try workers` on the DDP tutorial's shape: GD102's own number is the instant-data one (1.11x); the
+    trial adds workers, which its curve puts under 1x, and that is the trial's prediction."""
+    from gpudoctor.trials.plan import plan_trials
+    from gpudoctor.trials.remedies import parse_try
+
+    loader = make_loader(num_workers=0, batches=300, batch_size=32, fetch_s_per_batch=0.0001, fetch_cpu_ratio=0.99,
+                         pin_memory=True, persistent_workers=False)
+    session = make_session(steps=make_steps(300, 0.0010, 0.0001), loaders=[loader], usable_cores=4,
+                           torch_cuda_used=True)
+    (stall,) = gd102.run(session)
+    stall = dataclasses.replace(stall, id="GD102")  # as the engine names it
+    request = parse_try(False, "workers=2")
+    assert request is not None
+    plans, _ = plan_trials(session, [stall], request)
+    (trial,) = [p for p in plans if p.name == "workers"]
+    assert stall.prediction is not None and trial.override["loader"]["num_workers"] == 2
+    assert trial.predicted_gain == pytest.approx(stall.prediction.gain_with(2), abs=0.01)
+    assert trial.predicted_gain < 1 < (stall.estimated_gain or 0)
