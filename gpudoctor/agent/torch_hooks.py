@@ -184,11 +184,13 @@ class TorchHooks:
                     profiling = profiler is not None and profiler.begin()
                     stats = hooks.fetch
                     loader = getattr(hooks.tls, "loader", None)
-                    w0 = _perf()
                     read = stats.reading(loader)  # CPU and run-queue time on a sample of the batches (FetchStats)
-                    if read:
+                    if read:  # the clocks interleaved, each interval holding one read of the other
                         r0 = runqueue_s()
+                        w0 = _perf()
                         c0 = _cpu()
+                    else:
+                        w0 = _perf()
                     try:
                         result = orig(self_fetcher, possibly_batched_index)
                     finally:
