@@ -3,15 +3,19 @@
 On a CUDA machine: fp32 vs TF32 vs bf16 GEMM time by size (the TF32 speed-up by the fp32
 kernel's duration), host-to-device bandwidth from pageable and pinned memory, and the
 GPU's gap between the nodes of a captured CUDA graph of tiny kernels against the same
-kernels launched one by one. On any machine: what a DataLoader batch costs the consuming
-loop when produced in-process vs received from workers (the hand-off).
+kernels launched one by one, and what a `torch.compile`d function (default mode: Inductor's
+generated kernels, no CUDA graphs) costs the host per kernel it launches, against the same
+ops in eager mode (the host side of a compiled step, which the launch what-if of GD301 takes as
+a captured graph's). On any machine: what a DataLoader batch costs the consuming loop when
+produced in-process vs received from workers (the hand-off).
 
-    python benchmarks/rates.py [--json out.json]
+    python benchmarks/rates.py [--json out.json] [--only handoff,gemm,copy,graph,compiled]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import time
@@ -100,6 +104,59 @@ def graph_gap(kernels: int = 1000) -> dict:
             "replay_call_host_us_median": round(statistics.median(calls), 2)}
 
 
+def _kernels(fn) -> int:
+    """GPU kernels one call of fn() launches (copies and memsets left out), counted by torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and not e.name.lower().startswith(("memcpy", "memset")))
+
+
+def _host_us(fn, calls: int) -> float:
+    """Median microseconds the host spends in one call of fn() (the GPU runs it behind; synced between calls)."""
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def compiled_launch(counts: tuple[int, ...] = (4, 16, 64), calls: int = 300) -> dict:
+    """The host's cost per kernel of a torch.compile'd function against eager: K softmaxes of tensors of K
+    different shapes (one kernel each, nothing to fuse across them), for several K; the slope of host time
+    over kernels launched is the cost per kernel, the intercept the cost per call (guards, the wrapper)."""
+    def softmaxes(*xs):  # type: ignore[no-untyped-def]
+        return [torch.softmax(x * 2.0, -1) for x in xs]
+
+    rows = []
+    for k in counts:
+        xs = [torch.randn(32, 64 + i, device="cuda") for i in range(k)]
+        row: dict = {"softmaxes": k}
+        # a new compiled function for each K (its own graph), called as the eager one is
+        for mode, fn in (("compiled", torch.compile(softmaxes, dynamic=False)), ("eager", softmaxes)):
+            call = functools.partial(fn, *xs)
+            for _ in range(3):
+                call()
+            torch.cuda.synchronize()
+            row[f"{mode}_kernels"] = _kernels(call)
+            row[f"{mode}_host_us"] = round(_host_us(call, calls), 2)
+        rows.append(row)
+    out: dict = {"rows": rows}
+    for mode in ("compiled", "eager"):
+        kernels = [r[f"{mode}_kernels"] for r in rows]
+        host = [r[f"{mode}_host_us"] for r in rows]
+        if len(set(kernels)) > 1:
+            slope, intercept = statistics.linear_regression(kernels, host)
+            out[f"{mode}_host_us_per_kernel"] = round(slope, 3)
+            out[f"{mode}_host_us_per_call"] = round(intercept, 2)
+    return out
+
+
 def loop_work(ms: float, x: torch.Tensor) -> None:
     """`ms` of small torch ops, as a training loop's launches (each releases the GIL while it runs)."""
     end = time.perf_counter() + ms / 1e3
@@ -141,13 +198,26 @@ def handoff(batches: int = 300) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json")
+    parser.add_argument("--only", help="comma-separated sections: handoff, gemm, copy, graph, compiled (default: all)")
     args = parser.parse_args()
-    out: dict = {"torch": torch.__version__, "handoff_tensordataset_batch64": handoff()}
+    sections = {"handoff": ("handoff_tensordataset_batch64", handoff, False), "gemm": ("gemm", gemm_rates, True),
+                "copy": ("copy", copy_rates, True), "graph": ("graph", graph_gap, True),
+                "compiled": ("compiled_launch", compiled_launch, True)}
+    wanted = args.only.split(",") if args.only else list(sections)
+    unknown = [name for name in wanted if name not in sections]
+    if unknown:
+        parser.error(f"unknown section(s): {', '.join(unknown)} (choose from {', '.join(sections)})")
+    out: dict = {"torch": torch.__version__}
     if torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name()
-        out["gemm"] = gemm_rates()
-        out["copy"] = copy_rates()
-        out["graph"] = graph_gap()
+    for name in wanted:
+        key, measure, needs_cuda = sections[name]
+        if needs_cuda and not torch.cuda.is_available():
+            continue
+        try:
+            out[key] = measure()
+        except Exception as exc:  # noqa: BLE001 (one section's failure leaves the others' numbers)
+            out[key] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     text = json.dumps(out, indent=1)
     print(text)
     if args.json:
