@@ -153,6 +153,7 @@ def _crash(session: Session, crashes: list[ErrorEvent]) -> Finding:
 
 _MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
 _FROM_TORCH = re.compile(r"cannot import name .* from 'torch[.']")
+_REQUIREMENT = re.compile(r"Requirement '([\w.\-\[\], <>=!~]+)' not met")
 # import names that are not the name pip installs them by
 _PIP_NAMES = {"PIL": "pillow", "cv2": "opencv-python", "sklearn": "scikit-learn", "yaml": "PyYAML",
               "skimage": "scikit-image", "google.protobuf": "protobuf", "attr": "attrs"}
@@ -164,6 +165,11 @@ def _import_remedy(first: ErrorEvent) -> str | None:
     if first.type not in ("ModuleNotFoundError", "ImportError"):
         return None
     message = first.message or ""
+    required = _REQUIREMENT.search(message)
+    if required:  # lightning's requirement check names the package (and version) it wants
+        return (f"The interpreter that ran the workload lacks {required.group(1)}: install it in that environment "
+                f"(pip install '{required.group(1)}'), or run the workload with the Python of the environment "
+                f"that has it.")
     missing = _MISSING_MODULE.search(message)
     module = missing.group(1) if missing else None
     package = module.split(".")[0] if module else None

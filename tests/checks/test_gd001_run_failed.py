@@ -114,3 +114,11 @@ def test_a_missing_part_of_a_package_asks_for_an_upgrade_and_pip_names_are_pips(
 def test_an_import_error_that_names_no_module_keeps_the_generic_remedy() -> None:
     _, (finding,) = run_check(CHECK, _import_failed("ImportError", "libcudart.so.12: cannot open shared object file"))
     assert finding.remedy is not None and finding.remedy.text.startswith("Fix the exception first")
+
+
+def test_lightnings_unmet_requirement_is_named_with_its_version() -> None:
+    """Lightning's demo raises ModuleNotFoundError("Requirement 'requests' not met. HINT: ...")."""
+    for wanted in ("requests", "torchvision>=0.16"):
+        message = f"Requirement '{wanted}' not met. HINT: Try running `pip install -U '{wanted}'`"
+        _, (finding,) = run_check(CHECK, _import_failed("ModuleNotFoundError", message))
+        assert finding.remedy is not None and f"lacks {wanted}: install it" in finding.remedy.text
