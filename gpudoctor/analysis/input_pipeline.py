@@ -409,6 +409,13 @@ def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> Work
     cap_binds = cap is not None and fetch is not None and compute is not None and (needed is None or needed > cap)
     plan = WorkerPlan(fetch_s=fetch, compute_s=compute, needed=needed, cap=cap, recommended=None,
                       cap_binds=cap_binds, handoff_s=handoff, handoff_measured=measured, prediction=None)
+    if recommended is not None and loader.num_workers > 0 and recommended <= loader.num_workers:
+        # as many workers as the load needs or the cores carry are there already: more would not help (a
+        # Trainer with 2 workers on 2 usable cores was told to add workers "up to the usable cores")
+        reasons = ([f"the loop needs {needed} at its pace"] if needed is not None and needed <= loader.num_workers
+                   else []) + ([f"{cores:g} usable cores carry {cap} beside the loop"]
+                               if cap is not None and cores and loader.num_workers >= cap else [])
+        return replace(plan, why_not=f"it has {_workers_text(loader.num_workers)} already: " + " and ".join(reasons))
     if recommended is None or recommended <= loader.num_workers:
         return plan
     own = uncontended_fetch_per_batch(loader)

@@ -184,9 +184,16 @@ def _base_remedy(session: Session, kind: str, loader: LoaderInfo | None, plan: W
                       knobs={"num_workers": "keep"})
     deeper = kind in ("waiting", "mixed")
     if plan is not None and plan.recommended is None and plan.why_not:
-        text = REMEDY_TEXT[kind].format(workers=f"more workers would not help ({plan.why_not})",
-                                        gpu_aug=", and run random augmentation on the GPU on whole batches" if gpu
-                                        else "")
+        workers = f"more workers would not help ({plan.why_not})"
+        template = REMEDY_TEXT[kind]
+        if deeper:  # the templates' "with a deeper prefetch" is for added workers
+            template = template.replace(" with a deeper prefetch", "")
+            if loader is not None and loader.num_workers > 0:
+                workers = f"a deeper prefetch_factor on the workers there are ({workers})"
+            else:
+                template = template.replace(" to overlap the waits", "")
+        text = template.format(workers=workers, gpu_aug=", and run random augmentation on the GPU on whole batches"
+                               if gpu else "")
         return Remedy(text=text, code=None, knobs={"num_workers": "keep"})
     if plan is not None and plan.recommended is not None and loader is not None:
         workers = f"set num_workers={plan.recommended} (sized from this run's measurements)"

@@ -381,3 +381,19 @@ def test_a_worker_trial_is_predicted_from_the_findings_curve_at_its_count():
     assert stall.prediction is not None and trial.override["loader"]["num_workers"] == 2
     assert trial.predicted_gain == pytest.approx(stall.prediction.gain_with(2), abs=0.01)
     assert trial.predicted_gain < 1 < (stall.estimated_gain or 0)
+
+
+def test_a_loader_with_the_workers_it_needs_is_not_told_to_add_more():
+    """A Hugging Face Trainer with 2 workers on 2 usable cores (CPU VM), its loop waiting 7% of each step for
+    batches that are partly CPU, partly waiting: GD102 said "add DataLoader workers up to the usable cores"."""
+    loader = make_loader(num_workers=2, batches=300, batch_size=32, fetch_s_per_batch=0.0007, fetch_cpu_ratio=0.6,
+                         pin_memory=False, persistent_workers=True)
+    session = make_session(steps=make_steps(300, 0.025, 0.0017), loaders=[loader], usable_cores=2)
+    (stall,) = gd102.run(session)
+    assert stall.remedy is not None
+    text = stall.remedy.text
+    assert "add DataLoader workers" not in text and "more workers would not help (it has 2 workers already" in text
+    assert "usable cores carry 1 beside the loop" in text
+    if "waiting" in text:  # a waiting or mixed stall: what there is to deepen is the workers' prefetch
+        assert "a deeper prefetch_factor on the workers there are" in text
+    assert stall.remedy.knobs == {"num_workers": "keep"}
