@@ -415,7 +415,7 @@ def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> Work
         reasons = ([f"the loop needs {needed} at its pace"] if needed is not None and needed <= loader.num_workers
                    else []) + ([f"{cores:g} usable cores carry {cap} beside the loop"]
                                if cap is not None and cores and loader.num_workers >= cap else [])
-        return replace(plan, why_not=f"it has {_workers_text(loader.num_workers)} already: " + " and ".join(reasons))
+        return replace(plan, why_not=f"it has {workers_text(loader.num_workers)} already: " + " and ".join(reasons))
     if recommended is None or recommended <= loader.num_workers:
         return plan
     own = uncontended_fetch_per_batch(loader)
@@ -436,11 +436,11 @@ def worker_plan(session: Session, loader: LoaderInfo, found: InputStall) -> Work
     prediction = _workers_prediction(session, found, loader, fetch, compute, recommended, handoff)
     if prediction is not None and prediction.gain < GAIN_WARNING:
         if prediction.gain >= 1:
-            why = (f"{_workers_text(recommended)} would make a step only {prediction.gain:.2f}x faster: the loop "
+            why = (f"{workers_text(recommended)} would make a step only {prediction.gain:.2f}x faster: the loop "
                    f"would still wait for them, or pay the hand-off")
         else:
             restart = "" if loader.persistent_workers else ", and starting them each epoch,"
-            why = (f"{_workers_text(recommended)} would make a step {prediction.gain:.2f}x as fast, slower than "
+            why = (f"{workers_text(recommended)} would make a step {prediction.gain:.2f}x as fast, slower than "
                    f"now: receiving their batches{restart} would cost the loop more than making the batches")
         return replace(plan, prediction=prediction, why_not=why)
     return replace(plan, recommended=recommended, prediction=prediction)
@@ -451,13 +451,14 @@ MAX_CURVE_POINTS = 32  # worker counts a finding's worker_curve holds (the repor
 
 def _curve_range(curve: tuple[tuple[int, float], ...]) -> str:
     """'1-15 workers would make a step 0.55-0.69x as fast' (or '1 worker would make a step 0.69x as fast')."""
-    counts = f"{curve[0][0]}-{curve[-1][0]} workers" if len(curve) > 1 else _workers_text(curve[0][0])
+    counts = f"{curve[0][0]}-{curve[-1][0]} workers" if len(curve) > 1 else workers_text(curve[0][0])
     low, high = min(g for _, g in curve), max(g for _, g in curve)
     gains = f"{low:.2f}x" if round(low, 2) == round(high, 2) else f"{low:.2f}-{high:.2f}x"
     return f"{counts} would make a step {gains} as fast"
 
 
-def _workers_text(n: int) -> str:
+def workers_text(n: int) -> str:
+    """'1 worker', '2 workers'."""
     return f"{n} worker" if n == 1 else f"{n} workers"
 
 

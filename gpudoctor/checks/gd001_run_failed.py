@@ -172,12 +172,12 @@ def _import_remedy(first: ErrorEvent) -> str | None:
                 f"that has it.")
     missing = _MISSING_MODULE.search(message)
     module = missing.group(1) if missing else None
-    package = module.split(".")[0] if module else None
-    if (package == "torch" and module in ("torch", "torch._C")) or (module is None and _FROM_TORCH.search(message)):
+    if module in ("torch", "torch._C") or (module is None and _FROM_TORCH.search(message)):
         return ("The interpreter that ran the workload has no (working) torch: run it with the Python of the "
                 "environment where torch is installed, or install torch there.")
-    if module is None or package is None:
+    if module is None:
         return None
+    package = module.split(".")[0]
     pip_name = _PIP_NAMES.get(package, _PIP_NAMES.get(".".join(module.split(".")[:2]), package))
     if module != package:  # a part of a package: missing from the version installed, or the package itself
         return (f"The interpreter that ran the workload cannot import {module}: install {pip_name} in that "
@@ -185,17 +185,6 @@ def _import_remedy(first: ErrorEvent) -> str | None:
     return (f"The interpreter that ran the workload cannot import {module}: install {pip_name} in that "
             f"environment (or run the workload with the Python of the environment that has it); if {module} "
             f"is the project's own module, run from the folder that holds it or add that folder to PYTHONPATH.")
-    message = first.message or ""
-    missing = _MISSING_MODULE.search(message)
-    module = missing.group(1) if missing else None
-    package = module.split(".")[0] if module else None
-    if package == "torch" or (module is None and _FROM_TORCH.search(message)):
-        return ("The interpreter that ran the workload has no (working) torch: run it with the Python of the "
-                "environment where torch is installed, or install torch there.")
-    if package is not None:
-        return (f"The interpreter that ran the workload cannot import {module}: install {package} in that "
-                f"environment, or run the workload with the Python of the environment that has it.")
-    return None
 
 
 def _worker_died(first: ErrorEvent, died: re.Match[str] | None, evidence: dict[str, Evidence],

@@ -110,6 +110,7 @@ from gpudoctor.analysis.input_pipeline import (
     total_workers,
     worker_cap,
     worker_plan,
+    workers_text,
 )
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, severity_for
 from gpudoctor.analysis.shared import analyses
@@ -215,7 +216,7 @@ def _too_few(session: Session, loader: LoaderInfo, cores: float | None, ranks: i
     elif needed is not None:
         parts.append(f"Producing a batch takes {metrics.format_duration(fetch)} {where} while the loop computes for "
                      f"{metrics.format_duration(compute)} per batch, so keeping up needs ceil(F / C x {HEADROOM}) = "
-                     f"{_workers(needed)}.")
+                     f"{workers_text(needed)}.")
     else:
         parts.append(f"Producing a batch takes {metrics.format_duration(fetch)} {where} and the loop does almost "
                      "nothing but wait, so no worker count is too many for this load.")
@@ -226,11 +227,11 @@ def _too_few(session: Session, loader: LoaderInfo, cores: float | None, ranks: i
                      f"time), so {_cores_text(cores, ranks)} carry up to {cap} of them (at most 8x the cores, one "
                      "core left for the main process).")
     else:
-        parts.append(f"{_cores_text(cores, ranks)} allow at most {_workers(cap)} (one core stays with the main "
+        parts.append(f"{_cores_text(cores, ranks)} allow at most {workers_text(cap)} (one core stays with the main "
                      "process).")
     if plan.cap_binds and cap is not None:
         how = "faster or local storage, see GD104" if stall_kind == "waiting" else "cheaper preprocessing, see GD102"
-        parts.append(f"Even {_workers(cap)} cannot keep up: each batch must also get cheaper ({how}).")
+        parts.append(f"Even {workers_text(cap)} cannot keep up: each batch must also get cheaper ({how}).")
     parts.append(f"Predicted: {plan.prediction.sentence()}; {plan.prediction.detail}.")
     head = (f"DataLoader {loader.loader_id} has num_workers={loader.num_workers} and the loop waited for data "
             f"{found.share:.0%} of each step over {found.window}. ")
@@ -254,10 +255,6 @@ def _too_few(session: Session, loader: LoaderInfo, cores: float | None, ranks: i
                                        deeper_prefetch=deeper), knobs={"num_workers": "more"}),
         prediction=plan.prediction,
     )
-
-
-def _workers(n: int) -> str:
-    return f"{n} worker" if n == 1 else f"{n} workers"
 
 
 def _too_many(session: Session, loader: LoaderInfo, cores: float, ranks: int,
