@@ -66,6 +66,10 @@ _WORKER_DIED = re.compile(
 _WORKER_EXIT_CODE = re.compile(r"exited unexpectedly with exit code (-?\d+)")
 # a worker that dies while handing over a batch breaks the connection instead
 _BROKEN_HANDOVER = ("ConnectionResetError", "ConnectionRefusedError", "BrokenPipeError", "EOFError")
+# where a batch is handed between processes: the loop's side (torch/utils/data), torch's storage rebuild, and the
+# resource sharer thread that passes a tensor's file descriptor (a surviving worker's end raises there too when
+# its peer died; seen first in time under load, it read "The run crashed: ConnectionResetError")
+_HANDOVER_CODE = ("torch/utils/data/", "torch/multiprocessing/reductions.py", "multiprocessing/resource_sharer.py")
 _WORKER_RAISED = re.compile(r"^Caught (\w+) in DataLoader worker process (\d+)")
 _EXCEPTION_LINE = re.compile(r"^[\w.]+(Error|Exception|Interrupt|Exit|Warning|Failure)\b.*")
 _HOST_MEMORY = ("Check host memory (dmesg | grep -i oom): every DataLoader worker holds its own copy of what "
@@ -121,8 +125,8 @@ def _crash(session: Session, crashes: list[ErrorEvent]) -> Finding:
     more = f" ({len(crashes)} uncaught exceptions in all, across processes/threads)" if len(crashes) > 1 else ""
     ending = f"; exit code {code}." if code is not None else "."
     died = _WORKER_DIED.search(first.message or "")
-    broken = (not died and first.type in _BROKEN_HANDOVER
-              and "torch/utils/data/" in (first.traceback or "").replace("\\", "/"))
+    trace = (first.traceback or "").replace("\\", "/")
+    broken = not died and first.type in _BROKEN_HANDOVER and any(place in trace for place in _HANDOVER_CODE)
     if died or broken:
         return _worker_died(first, died, evidence, ending, more)
     raised = _WORKER_RAISED.match(first.message or "")

@@ -122,3 +122,21 @@ def test_lightnings_unmet_requirement_is_named_with_its_version() -> None:
         message = f"Requirement '{wanted}' not met. HINT: Try running `pip install -U '{wanted}'`"
         _, (finding,) = run_check(CHECK, _import_failed("ModuleNotFoundError", message))
         assert finding.remedy is not None and f"lacks {wanted}: install it" in finding.remedy.text
+
+
+def test_a_broken_fd_hand_over_in_the_resource_sharer_is_a_worker_that_died() -> None:
+    """Under load the first exception recorded when a worker is SIGKILLed can be the connection reset inside
+    multiprocessing's resource sharer, which passes a batch's file descriptor: no torch/utils/data frame in it
+    (a CI run read "The run crashed: ConnectionResetError")."""
+    trace = ('Traceback (most recent call last):\n'
+             '  File "/usr/lib/python3.11/multiprocessing/resource_sharer.py", line 145, in _serve\n'
+             '    send(conn, destination_pid)\n'
+             '  File "/usr/lib/python3.11/multiprocessing/connection.py", line 395, in _recv\n'
+             'ConnectionResetError: [Errno 104] Connection reset by peer\n')
+    processes = [ProcessInfo(pid=100, role="main"), ProcessInfo(pid=4242, ppid=100, role="worker")]
+    session = make_session(steps=make_steps(30, 0.1), exit_code=1, duration_s=4.0, processes=processes,
+                           errors=[ErrorEvent(pid=4242, kind="exception", type="ConnectionResetError", t=3.5,
+                                              message="[Errno 104] Connection reset by peer", traceback=trace)])
+    _, (finding,) = run_check(CHECK, session)
+    assert finding.title.startswith("A DataLoader worker died (")
+    assert finding.remedy is not None and "num_workers" in finding.remedy.text
