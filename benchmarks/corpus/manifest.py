@@ -384,7 +384,9 @@ def _synthetic() -> list[Workload]:
                  (Remedy("TF32 (by environment)", ("GD304",), env={"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}),
                   Remedy("bf16 autocast", ("GD304",), _replace(fp32, "--dtype", "bf16")))),
         Workload("syn_fp32_matmul_tests", "{gpu}/fp32_matmul.py", (), ("GD304",),
-                 (Remedy("TF32 (by environment)", ("GD304",), env={"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}),)),
+                 (Remedy("TF32 (the script's line)", ("GD304",), ("--tf32",)),),
+                 note="the script sets allow_tf32 = False itself, after any set-up a remedy could make: the "
+                      "remedy edits that line"),
         Workload("syn_fragmentation", "{gpu}/fragmentation.py", (), ("GD401",),
                  (Remedy("expandable_segments", ("GD401",), env=EXPANDABLE),)),
         Workload("syn_oom", SYN, oom, ("GD402",),

@@ -147,22 +147,45 @@ def _prepare(workload: Workload, public: Path, tmp: Path) -> Path:
     return cwd
 
 
-def steady_rate(stamps: list[float], warmup_share: float,
-                synced: list[list[float]] | None = None) -> tuple[float | None, int]:
+def steady_rate(stamps: list[float], warmup_share: float, synced: list[list[float]] | None = None,
+                events: list[list[float]] | None = None) -> tuple[float | None, int]:
     """Steps per second after the first WARMUP_SHARE of the steps, and how many steps that is.
     Where steprate waited for the GPU after the warm-up and at the end (SYNCED, two [steps, time]),
     the steps between the two waits over the time between them: what the device finished, not
-    what the host queued."""
+    what the host queued. Where it did not (the script ended before its bound), the GPU time
+    between its last two events (EVENTS, [steps, ms] at the 1st, 2nd, 4th ... step: the later
+    half of the steps up to the last event, past any warm-up share up to a quarter)."""
     if synced and len(synced) >= 2:
         (first_n, first_t), (last_n, last_t) = synced[0], synced[-1]
         steady = int(last_n - first_n)
         if steady >= MIN_STEADY and last_t > first_t:
             return steady / (last_t - first_t), steady
+    elif events and (between := _between_events(stamps, warmup_share, events)) is not None:
+        return between
     first = max(1, int(len(stamps) * warmup_share))
     steady = len(stamps) - first
     if steady < MIN_STEADY or stamps[-1] <= stamps[first - 1]:
         return None, max(steady, 0)
     return steady / (stamps[-1] - stamps[first - 1]), steady
+
+
+def _between_events(stamps: list[float], warmup_share: float,
+                    events: list[list[float]]) -> tuple[float, int] | None:
+    if len(events) < 2:
+        return None
+    (first_n, first_ms), (last_n, last_ms) = events[-2], events[-1]
+    steady = int(last_n - first_n)
+    if steady < MIN_STEADY or first_n < warmup_share * len(stamps) or last_ms <= first_ms:
+        return None
+    return steady / ((last_ms - first_ms) / 1e3), steady
+
+
+def clock(stamps: list[float], warmup_share: float, synced: list[list[float]],
+          events: list[list[float]]) -> str:
+    """Which clock steady_rate read: "gpu" (the two waits), "gpu-events" or "host"."""
+    if len(synced) >= 2:
+        return "gpu"
+    return "gpu-events" if _between_events(stamps, warmup_share, events) is not None else "host"
 
 
 def plain_run(workload: Workload, remedy: Remedy | None, public: Path, slot: Slot, timeout: float,
@@ -190,10 +213,10 @@ def plain_run(workload: Workload, remedy: Remedy | None, public: Path, slot: Slo
         if "error" in result:
             return result
         data = json.loads(files[0].read_text())
-        synced = data.get("synced") or []
-        rate, steady = steady_rate(data["t"], warmup_share, synced)
+        synced, events = data.get("synced") or [], data.get("events") or []
+        rate, steady = steady_rate(data["t"], warmup_share, synced, events)
         result.update(steps=len(data["t"]), steady_steps=steady, step_source=data["source"],
-                      clock="gpu" if len(synced) >= 2 else "host")
+                      clock=clock(data["t"], warmup_share, synced, events))
         if rate is None:
             result["error"] = f"too few steady steps ({steady} of {len(data['t'])})"
             return result

@@ -22,6 +22,14 @@ STEPRATE_MAX_STEPS steps, S x STEPRATE_MAX_S seconds), and when a bound ends the
 moments go to the output as `synced` ([steps stamped by then, time after the wait]): between
 them the device finished exactly the steps stamped, whatever the queue held. Two waits a run
 cost a loop one drained queue each, alike in every run compared.
+
+A script that ends on its own before the first of those waits (a test workload of 40 steps)
+gets none: its host stamps are only how fast it queued (on an H200, 40 fp32 steps of 8192-wide
+matmuls "ran" at 700-990 steps/s, about ten times what the device did). So a CUDA event is
+also recorded at the 1st, 2nd, 4th, 8th ... stamp (a handful a run, so nothing per step), and
+at the end the GPU time between them goes to the output as `events` ([steps stamped by then,
+milliseconds since the first event]): the device's own clock for a script that never reached a
+bound. Not while a stream captures a CUDA graph (an event cannot be recorded there).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import runpy
 import sys
 import threading
 import time
+from typing import Any
 
 LEARN = 3  # depth-0 calls of one module before it is taken as the outermost one
 
@@ -99,6 +108,33 @@ def forward_hooks(module, stamp, stamps, calls):  # type: ignore[no-untyped-def]
     return handles
 
 
+class GpuMarks:
+    """CUDA events at the 1st, 2nd, 4th ... stamp: the device's clock for a script that ends before its bound."""
+
+    def __init__(self, torch) -> None:  # type: ignore[no-untyped-def]
+        self.torch = torch
+        self.events: list[tuple[int, Any]] = []  # (stamps so far, the event recorded then)
+
+    def mark(self, n: int) -> None:
+        cuda = self.torch.cuda
+        if n & (n - 1) or not cuda.is_initialized() or cuda.is_current_stream_capturing():
+            return
+        event = cuda.Event(enable_timing=True)
+        event.record()
+        self.events.append((n, event))
+
+    def times(self, kinds: list[str], kind: str) -> list[list[float]]:
+        """The events as [steps of KIND stamped by then, ms since the first event]."""
+        if not self.events:
+            return []
+        try:
+            self.events[-1][1].synchronize()
+            first = self.events[0][1]
+            return [[sum(1 for k in kinds[:n] if k == kind), first.elapsed_time(event)] for n, event in self.events]
+        except Exception:  # noqa: BLE001 (a broken CUDA context at exit: the host stamps stand alone)
+            return []
+
+
 def main() -> None:
     out, script = sys.argv[1], sys.argv[2:]
     rank = os.environ.get("RANK")
@@ -116,6 +152,7 @@ def main() -> None:
     max_s = float(os.environ.get("STEPRATE_MAX_S") or 0)
     sync_share = float(os.environ.get("STEPRATE_SYNC_SHARE") or 0)
     synced: list[tuple[int, float]] = []  # (stamps so far, when the GPU had finished them)
+    marks = GpuMarks(torch)
 
     def sync() -> None:
         if not torch.cuda.is_initialized():
@@ -126,6 +163,7 @@ def main() -> None:
     def stamp(kind: str) -> None:
         now = time.perf_counter()
         stamps.append((now, bool(enabled()), kind))
+        marks.mark(len(stamps))
         if sync_share and not synced and ((max_steps and len(stamps) >= sync_share * max_steps)
                                          or (max_s and now - stamps[0][0] >= sync_share * max_s)):
             sync()
@@ -157,6 +195,7 @@ def main() -> None:
         with open(out, "w") as fh:
             json.dump({"began": began, "ended": ended, "source": kind, "t": [t for t, _ in rows],
                        "profiled": [on for _, on in rows], "synced": waits,
+                       "events": marks.times([k for _, _, k in stamps], kind),
                        "forwards": {"begun": calls[0], "ended": calls[1]}}, fh)
 
     atexit.register(write)

@@ -158,6 +158,23 @@ def test_steady_rate_between_the_waits_for_the_gpu_is_the_devices_rate() -> None
     assert run.steady_rate(stamps, 0.2, synced[:1])[0] == pytest.approx(100.0)
 
 
+def test_a_script_that_ends_before_its_bound_is_measured_between_its_last_two_gpu_events() -> None:
+    """40 steps queued by the host at 1000/s while the device does 10/s: no wait for the GPU came (the script
+    ended before the bound), so the events at steps 1, 2, 4 ... 32 time the device: steps 17-32, 1.6 s."""
+    stamps = [0.001 * i for i in range(1, 41)]
+    events = [[n, n * 100.0] for n in (1, 2, 4, 8, 16, 32)]  # the device finished step n at n x 100 ms
+    assert run.steady_rate(stamps, 0.2)[0] == pytest.approx(1000.0)
+    rate, steady = run.steady_rate(stamps, 0.2, [], events)
+    assert (steady, rate) == (16, pytest.approx(10.0))
+    assert run.clock(stamps, 0.2, [], events) == "gpu-events"
+    # the two waits, where they came, are the clock; events that leave too few steps, or fall in the
+    # warm-up, are not: the host stamps stand
+    assert run.clock(stamps, 0.2, [[8, 0.8], [40, 4.0]], events) == "gpu"
+    assert run.steady_rate(stamps, 0.2, [], events[:3])[0] == pytest.approx(1000.0)
+    assert run.clock(stamps, 0.2, [], events[:3]) == "host"
+    assert run.steady_rate(stamps * 10, 0.2, [], events)[0] != pytest.approx(10.0)  # 16 of 400: warm-up
+
+
 def test_a_variant_runs_under_steprate_handfix_and_torchrun(tmp_path: Path) -> None:
     workload = manifest.Workload("w", "{public}/o+n/train.py", ("-b", "8"), ("GD301",),
                                  (manifest.Remedy("tf32", ("GD304",), handfix=("tf32", "workers=2")),), torchrun=1)
@@ -541,6 +558,43 @@ with torch.no_grad():
     for _ in range(10_000):
         model(x)  # never waits: steprate's bound ends the run
 """
+
+
+SHORT = """
+import time, torch
+model = torch.nn.Linear(8192, 8192, device="cuda")
+x = torch.randn(8192, 8192, device="cuda")
+with torch.no_grad():
+    for _ in range(40):  # ends on its own, long before the bound; never waits until the end
+        model(x)
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    for _ in range(20):
+        model(x)
+    torch.cuda.synchronize()
+    print(20 / (time.perf_counter() - began))  # the device's rate, waited for
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.integration
+def test_a_script_that_ends_before_its_bound_is_measured_on_the_devices_clock(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    (tmp_path / "short.py").write_text(SHORT)
+    env = {**os.environ, "STEPRATE_FORWARD": "1", "STEPRATE_MAX_STEPS": "300", "STEPRATE_SYNC_SHARE": "0.2",
+           "NVIDIA_TF32_OVERRIDE": "0"}
+    proc = subprocess.run([sys.executable, str(run.STEPRATE), str(tmp_path / "s.json"), str(tmp_path / "short.py")],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    device_rate = float(proc.stdout.strip().splitlines()[-1])
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert data["synced"] == [] and [n for n, _ in data["events"]][-1] == 32
+    assert run.clock(data["t"], 0.2, data["synced"], data["events"]) == "gpu-events"
+    rate, _ = run.steady_rate(data["t"], 0.2, data["synced"], data["events"])
+    assert rate == pytest.approx(device_rate, rel=0.15)
+    assert run.steady_rate(data["t"], 0.2)[0] > 2 * rate  # what the host stamps alone would have said
 
 
 @pytest.mark.gpu
