@@ -18,10 +18,12 @@ Goal (issue 24): outside the windows every workload within 3% of plain, the medi
 agent's start-up cost is measured too (a few milliseconds at most).
 
     python3 benchmarks/overhead.py --out DIR [--pairs 2] [--workloads a,b] [--configs plain,diagnose]
-                                   [--diagnose-env KEY=VALUE ...]
+                                   [--diagnose-env KEY=VALUE ...] [--keep-runs]
 
-`--diagnose-env` sets variables for the runs under gpudoctor only (to try a remedy for an
-overhead, e.g. TEARDOWN_CUPTI=1, before building it in).
+`--keep-runs` keeps each run's step stamps, and diagnose's JSON report and Session, under
+OUT/runs/WORKLOAD-CONFIG-PAIR/ (to read where a slow run lost its time). `--diagnose-env`
+sets variables for the runs under gpudoctor only (to try a remedy for an overhead, e.g.
+TEARDOWN_CUPTI=1, before building it in).
 
 Writes DIR/overhead.json and DIR/overhead.md as each workload finishes.
 """
@@ -33,6 +35,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -80,7 +83,8 @@ def command_for(workload: list[str], stamps: Path) -> list[str]:
     return [sys.executable, str(STEPRATE), str(stamps), *workload]
 
 
-def run_once(name: str, config: str, out: Path, diagnose_env: dict[str, str] | None = None) -> dict[str, Any]:
+def run_once(name: str, config: str, out: Path, diagnose_env: dict[str, str] | None = None,
+             keep: Path | None = None) -> dict[str, Any]:
     workload, extra_env = WORKLOADS[name]
     env = {**os.environ, **extra_env, **(diagnose_env if CONFIGS[config] is not None and diagnose_env else {})}
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,11 +99,21 @@ def run_once(name: str, config: str, out: Path, diagnose_env: dict[str, str] | N
                               text=True, timeout=600)
         wall = time.perf_counter() - start
         files = sorted(Path(tmp).glob("steps.json*"))
+        if keep is not None:
+            _keep(Path(tmp), keep)
         if proc.returncode != 0 or not files:
             return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}", "wall_s": wall}
         result = rates(json.loads(files[0].read_text()))
         result["wall_s"] = round(wall, 2)
         return result
+
+
+def _keep(tmp: Path, keep: Path) -> None:
+    """A run's step stamps, and under diagnose its JSON report and Session (not the trace): where a
+    slow run lost its time can be read afterwards."""
+    keep.mkdir(parents=True, exist_ok=True)
+    for path in [*tmp.glob("steps.json*"), *(tmp / "r").glob("*.json")]:
+        shutil.copy2(path, keep / path.name)
 
 
 def rates(data: dict[str, Any]) -> dict[str, Any]:
@@ -201,6 +215,8 @@ def main() -> None:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--configs", default="plain,diagnose")
     parser.add_argument("--diagnose-env", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--keep-runs", action="store_true",
+                        help="keep each run's step stamps (and diagnose's JSON report and Session) under OUT/runs/")
     args = parser.parse_args()
     diagnose_env = dict(item.split("=", 1) for item in args.diagnose_env)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -222,7 +238,8 @@ def main() -> None:
             # alternated: plain first in even pairs, last in odd ones, so that whatever the
             # order favours (a GPU or CPU still warm from the run before) falls on both sides
             for config in (configs if pair % 2 == 0 else configs[::-1]):
-                runs[config].append(run_once(name, config, args.out, diagnose_env))
+                keep = args.out / "runs" / f"{name}-{config}-{pair}" if args.keep_runs else None
+                runs[config].append(run_once(name, config, args.out, diagnose_env, keep))
             # written after every pair: a call cut short by its time limit still brings its pairs back
             results["workloads"][name] = {"runs": runs, "summary": summarize(runs), "pairs_run": pair + 1}
             (args.out / "overhead.json").write_text(json.dumps(results, indent=1))
