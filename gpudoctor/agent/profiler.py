@@ -130,6 +130,16 @@ class _quiet_kineto:
 # and only when the user did not set it: torch itself sets "0" for CUDA graphs compiled by
 # inductor, whose capture does not survive a detach (CUDA 11 and early 12 crashed there).
 CUPTI_TEARDOWN_MIN_CUDA = (12, 0)
+# Kineto's detach is not done when the window's stop returns: a detached thread of Kineto flushes
+# CUPTI, then waits for the next CUDA call's exit to finalize it, and only then reads the variable
+# again: unset by then, it re-attaches CUPTI's callbacks at once (Kineto's "lazy re-init" is on only
+# while TEARDOWN_CUPTI=1), and every launch pays for them for the rest of the run. A discarded
+# window (a fork right after its start) always lost that race, a kept one when its export made no
+# CUDA call after the flush: on an H200, one diagnosed run in three of a loop that starts new
+# workers every 4 batches ran at 26 steps/s against 40-44 (two leases alike). A second window
+# started before the finalize loses its GPU events to it (Kineto's own issue, pytorch/kineto#1554).
+# So the variable stays set this long after a stop, and no window starts until it is restored.
+CUPTI_TEARDOWN_WAIT_S = 2.0
 
 
 class _cupti_teardown:
@@ -148,10 +158,31 @@ class _cupti_teardown:
         return self
 
     def __exit__(self, *exc_info: object) -> Literal[False]:
+        self.restore_at = None
         if self.set and os.environ.get("TEARDOWN_CUPTI") == "1":
             os.environ.pop("TEARDOWN_CUPTI", None)
         self.set = False
         return False
+
+    restore_at: float | None = None  # set by later(): when the variable goes (monotonic clock)
+
+    def later(self, cuda: bool) -> None:
+        """A window stopped: restore the variable CUPTI_TEARDOWN_WAIT_S from now (restore_due). A
+        window that traced CUDA with the variable set (by us or the user) waits that long too,
+        before the next window may start (pending)."""
+        if cuda and os.environ.get("TEARDOWN_CUPTI") == "1":
+            self.restore_at = time.monotonic() + CUPTI_TEARDOWN_WAIT_S
+        elif self.set:
+            self.__exit__(None, None, None)  # no CUDA traced: no detach to wait for
+
+    def pending(self) -> bool:
+        """A stopped window's detach may still be under way (its variable still set)."""
+        return self.restore_at is not None
+
+    def restore_due(self) -> None:
+        at = self.restore_at
+        if at is not None and time.monotonic() >= at:
+            self.__exit__(None, None, None)
 
 
 # torch.profiler's start asks `hasattr(torch, "_inductor")` to learn whether inductor's CUDA
@@ -194,6 +225,7 @@ class _Window:
         self.start_wall = time.time()
         self.last_wall = self.start_wall  # when its latest step ended
         self.longest = 0.0  # its longest step so far, s
+        self.cuda = False  # it traces CUDA activity (so CUPTI detaches after it)
 
 
 class _ThreadEnd:
@@ -251,6 +283,7 @@ class ProfilerWindow:
 
     # -- step-driven windows (on the stepping thread) -----------------------------
     def on_step(self, source: StepSource, n: int) -> None:
+        self.teardown.restore_due()
         if self.state == self.DONE:
             return
         window = self.window
@@ -313,8 +346,8 @@ class ProfilerWindow:
 
     def _due(self, key: PhaseKey, settled: bool = True) -> str | None:
         """The label of the window this phase is due, or None (`settled`: past the epoch's warm-up)."""
-        if self.taken >= self.max_windows:
-            return None
+        if self.taken >= self.max_windows or self.teardown.pending():
+            return None  # all taken, or the last one's CUPTI detach may not be done (CUPTI_TEARDOWN_WAIT_S)
         if self.taken == 0:
             return "start"
         if key not in self.profiled:
@@ -330,6 +363,8 @@ class ProfilerWindow:
     # -- windows without steps (armed by the agent's thread) ---------------------
     def poll(self) -> None:
         """On the agent's thread: arm the safe points once a stepless run is due a window."""
+        if self.teardown.restore_at is not None and self.hooks.steps.active() is None:
+            self.teardown.restore_due()  # a stepless run: no step restores it
         if self.state != self.IDLE or self.pending is not None or self.safepoints is None:
             return
         if not self.hooks.cuda_initialized():
@@ -395,6 +430,8 @@ class ProfilerWindow:
         self.forked_inside = self.state == self.RUNNING
 
     def _after_fork_in_child(self) -> None:
+        if self.teardown.pending():
+            self.teardown.__exit__(None, None, None)  # the parent's detach is not the child's to wait for
         if not self.forked_inside:
             return
         self.prof = None  # the parent's window: never stopped or exported here
@@ -430,6 +467,7 @@ class ProfilerWindow:
         self.state = self.RUNNING  # set first: never retried if start fails
         self.taken += 1
         self.window = _Window(source, label, n, key, self.taken)
+        self.window.cuda = ProfilerActivity.CUDA in activities
         if self.window.thread != MAIN_THREAD and getattr(self.guards, "guard", None) is None:
             self.guards.guard = _ThreadEnd(self)
         try:
@@ -467,7 +505,7 @@ class ProfilerWindow:
             except Exception:  # noqa: BLE001 (the discarded window is abandoned)
                 self.state = self.DONE
             _release(prof)
-            self.teardown.__exit__(None, None, None)
+            self.teardown.later(window.cuda)
             return
         self.state = self.IDLE if self.taken < self.max_windows else self.DONE
         end_wall = time.time()
@@ -484,7 +522,7 @@ class ProfilerWindow:
         except Exception as exc:  # noqa: BLE001 (the profile event says why)
             fields["error"] = "profiler failed to stop/export: %s: %s" % (type(exc).__name__, exc)
         _release(prof)
-        self.teardown.__exit__(None, None, None)
+        self.teardown.later(window.cuda)
         self._record(window, end_wall)
         try:
             matmul = self.torch.backends.cuda.matmul

@@ -8,9 +8,11 @@ without it on an H200, within 1% with it).
 from __future__ import annotations
 
 import os
+import time
 from types import SimpleNamespace
 
 import pytest
+from agent_fakes import FakeHooks
 
 from gpudoctor.agent.profiler import _cupti_teardown
 
@@ -58,3 +60,65 @@ def test_leaving_twice_is_harmless():
     os.environ["TEARDOWN_CUPTI"] = "1"  # the user's own, set after the window
     guard.__exit__(None, None, None)
     assert os.environ["TEARDOWN_CUPTI"] == "1"
+
+
+# Kineto finishes the detach later, on a thread of its own that waits for the next CUDA call and
+# then reads the variable again: unset by then, it re-attaches CUPTI's callbacks for the rest of
+# the run. So after a window that traced CUDA the variable stays a while (CUPTI_TEARDOWN_WAIT_S).
+
+def test_after_a_window_that_traced_cuda_the_variable_stays_until_the_detach_is_done():
+    guard = _cupti_teardown(fake_torch("13.0"))
+    guard.__enter__()
+    guard.later(cuda=True)
+    assert os.environ["TEARDOWN_CUPTI"] == "1" and guard.pending()
+    guard.restore_due()  # too soon
+    assert os.environ["TEARDOWN_CUPTI"] == "1" and guard.pending()
+    guard.restore_at = time.monotonic() - 0.001  # the wait is over
+    guard.restore_due()
+    assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending()
+
+
+def test_a_window_without_cuda_restores_at_once():
+    guard = _cupti_teardown(fake_torch("13.0"))
+    guard.__enter__()
+    guard.later(cuda=False)
+    assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending()
+
+
+def test_the_users_own_teardown_still_makes_the_next_window_wait_and_is_kept(monkeypatch):
+    monkeypatch.setenv("TEARDOWN_CUPTI", "1")
+    guard = _cupti_teardown(fake_torch("13.0"))
+    guard.__enter__()
+    guard.later(cuda=True)
+    assert guard.pending()  # the detach runs as well: a window started now could lose its GPU events
+    guard.restore_at = time.monotonic() - 0.001
+    guard.restore_due()
+    assert os.environ["TEARDOWN_CUPTI"] == "1" and not guard.pending()
+
+
+def test_no_window_starts_while_the_last_ones_detach_may_be_under_way(tmp_path):
+    hooks = FakeHooks(tmp_path, cuda=True, profile_warmup_steps=2, profile_warmup_s=0.0, profile_steps=2,
+                      profile_min_window_s=0.0)
+    profiler = hooks.profiler
+    profiler.teardown = _cupti_teardown(fake_torch("13.0"))  # a CUDA 13 torch's guard, on this CPU build
+
+    def steps(n):
+        for _ in range(n):
+            hooks.steps.boundary("optimizer")
+
+    steps(3)
+    assert profiler.state == "running"
+    profiler.window.cuda = True  # as if it traced CUDA (this build cannot)
+    steps(2)
+    assert [w["why"] for w in hooks.windows()] == ["steps"] and profiler.state == "idle"
+    assert os.environ["TEARDOWN_CUPTI"] == "1" and profiler.teardown.pending()
+    hooks.tls.last_loader = "eval"  # a new phase, due a window of its own ...
+    steps(5)
+    assert profiler.state == "idle"  # ... which waits
+    profiler.teardown.restore_at = time.monotonic() - 0.001
+    steps(1)  # the next step restores the variable, and the phase's window opens (setting it anew)
+    assert not profiler.teardown.pending()
+    assert profiler.state == "running" and profiler.window.label == "phase"
+    profiler.stop("test end")
+    profiler.teardown.restore_due()  # a CPU-only window: nothing to wait for
+    assert "TEARDOWN_CUPTI" not in os.environ and not profiler.teardown.pending()
