@@ -542,54 +542,50 @@ def test_a_partial_workload_goes_on_from_its_complete_pairs_and_its_kept_diagnos
     assert entry["status"] == "not run: time budget" and diagnosed == ["w"] and ran == []
 
 
-QUEUED = """
+def rate_script(size: int, first: str, measured: str, last: str = "") -> str:
+    """A Linear(SIZE, SIZE) loop on the GPU: FIRST steps, then the device's rate printed, measured by MEASURED
+    (20 forwards between two waits), then LAST."""
+    return f"""
 import time, torch
-model = torch.nn.Linear(4096, 4096, device="cuda")
-x = torch.randn(4096, 4096, device="cuda")
+model = torch.nn.Linear({size}, {size}, device="cuda")
+twin = torch.nn.Linear({size}, {size}, device="cuda")  # the same work; steprate stamps model's forwards only
+x = torch.randn({size}, {size}, device="cuda")
 with torch.no_grad():
-    for _ in range(20):
-        model(x)
-    torch.cuda.synchronize()
-    began = time.perf_counter()
-    for _ in range(50):
-        model(x)
-    torch.cuda.synchronize()
-    print(50 / (time.perf_counter() - began))  # the device's rate, waited for
-    for _ in range(10_000):
-        model(x)  # never waits: steprate's bound ends the run
-"""
-
-
-SHORT = """
-import time, torch
-model = torch.nn.Linear(8192, 8192, device="cuda")
-x = torch.randn(8192, 8192, device="cuda")
-with torch.no_grad():
-    for _ in range(40):  # ends on its own, long before the bound; never waits until the end
+    for _ in range({first}):
         model(x)
     torch.cuda.synchronize()
     began = time.perf_counter()
     for _ in range(20):
-        model(x)
+        {measured}(x)
     torch.cuda.synchronize()
     print(20 / (time.perf_counter() - began))  # the device's rate, waited for
+    {last}
 """
+
+
+# steps queued and waited for, the rate measured on them, then a loop that never waits: the bound ends it
+QUEUED = rate_script(4096, "20", "model", "for _ in range(10_000): model(x)")
+# 40 steps queued and never waited for until the script ends, long before its bound; the rate on the twin
+SHORT = rate_script(8192, "40", "twin")
+
+
+def stamped_on_the_gpu(tmp_path: Path, script: str, max_steps: int) -> tuple[float, dict]:
+    """SCRIPT run under steprate (forward steps) on the GPU: the device rate it printed, and the stamps."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    (tmp_path / "loop.py").write_text(script)
+    env = {**os.environ, "STEPRATE_FORWARD": "1", "STEPRATE_MAX_STEPS": str(max_steps), "STEPRATE_SYNC_SHARE": "0.2"}
+    proc = subprocess.run([sys.executable, str(run.STEPRATE), str(tmp_path / "s.json"), str(tmp_path / "loop.py")],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return float(proc.stdout.strip().splitlines()[-1]), json.loads((tmp_path / "s.json").read_text())
 
 
 @pytest.mark.gpu
 @pytest.mark.integration
 def test_a_script_that_ends_before_its_bound_is_measured_on_the_devices_clock(tmp_path) -> None:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs an NVIDIA GPU")
-    (tmp_path / "short.py").write_text(SHORT)
-    env = {**os.environ, "STEPRATE_FORWARD": "1", "STEPRATE_MAX_STEPS": "300", "STEPRATE_SYNC_SHARE": "0.2",
-           "NVIDIA_TF32_OVERRIDE": "0"}
-    proc = subprocess.run([sys.executable, str(run.STEPRATE), str(tmp_path / "s.json"), str(tmp_path / "short.py")],
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    device_rate = float(proc.stdout.strip().splitlines()[-1])
-    data = json.loads((tmp_path / "s.json").read_text())
+    device_rate, data = stamped_on_the_gpu(tmp_path, SHORT, 300)
     assert data["synced"] == [] and [n for n, _ in data["events"]][-1] == 32
     assert run.clock(data["t"], 0.2, data["synced"], data["events"]) == "gpu-events"
     rate, _ = run.steady_rate(data["t"], 0.2, data["synced"], data["events"])
@@ -600,16 +596,7 @@ def test_a_script_that_ends_before_its_bound_is_measured_on_the_devices_clock(tm
 @pytest.mark.gpu
 @pytest.mark.integration
 def test_steprate_waits_for_the_gpu_so_a_loop_that_never_waits_is_measured_at_the_devices_rate(tmp_path) -> None:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs an NVIDIA GPU")
-    (tmp_path / "queued.py").write_text(QUEUED)
-    env = {**os.environ, "STEPRATE_FORWARD": "1", "STEPRATE_MAX_STEPS": "1500", "STEPRATE_SYNC_SHARE": "0.2"}
-    proc = subprocess.run([sys.executable, str(run.STEPRATE), str(tmp_path / "s.json"), str(tmp_path / "queued.py")],
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    device_rate = float(proc.stdout.strip().splitlines()[-1])
-    data = json.loads((tmp_path / "s.json").read_text())
+    device_rate, data = stamped_on_the_gpu(tmp_path, QUEUED, 1500)
     assert len(data["synced"]) == 2 and data["synced"][-1][0] == len(data["t"]) == 1500
     host_rate, _ = run.steady_rate(data["t"], 0.2)
     rate, steady = run.steady_rate(data["t"], 0.2, data["synced"])
