@@ -184,6 +184,16 @@ class _cupti_teardown:
         if at is not None and time.monotonic() >= at:
             self.__exit__(None, None, None)
 
+    def restore_in_background(self) -> None:
+        """No step or poll will come (the watch or the run ended): restore when the wait is over,
+        from a timer thread, so a process that goes on (an in-process watch) gets its variable back."""
+        at = self.restore_at
+        if at is None:
+            return
+        timer = threading.Timer(max(0.0, at - time.monotonic()), self.__exit__, args=(None, None, None))
+        timer.daemon = True
+        timer.start()
+
 
 # torch.profiler's start asks `hasattr(torch, "_inductor")` to learn whether inductor's CUDA
 # graphs are on; torch answers a lazy attribute by importing it, so the first window of a run
@@ -438,6 +448,12 @@ class ProfilerWindow:
         self.state = self.DONE
         self.teardown.__exit__(None, None, None)
         untrace_forked_child(self.torch)
+
+    def finish(self) -> None:
+        """The hooks finish (the run's exit, or an in-process watch's end): close the window, and
+        give TEARDOWN_CUPTI back once CUPTI's detach is done."""
+        self.stop("exit")
+        self.teardown.restore_in_background()
 
     def exit_note(self) -> None:
         """At exit: why a compiled run that never stepped got no window."""

@@ -453,7 +453,7 @@ class TorchHooks:
             self.agent.error("finish", exc)
         if self.profiler is not None:
             try:
-                self.profiler.stop("exit")
+                self.profiler.finish()
                 self.profiler.exit_note()
             except Exception as exc:  # noqa: BLE001 (exit goes on; reported)
                 self.agent.error("profiler_stop", exc)

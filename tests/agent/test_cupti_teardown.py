@@ -122,3 +122,17 @@ def test_no_window_starts_while_the_last_ones_detach_may_be_under_way(tmp_path):
     profiler.stop("test end")
     profiler.teardown.restore_due()  # a CPU-only window: nothing to wait for
     assert "TEARDOWN_CUPTI" not in os.environ and not profiler.teardown.pending()
+
+
+def test_when_no_step_will_come_the_variable_is_given_back_from_a_timer():
+    """An in-process watch that ends: the process goes on without steps or polls of ours."""
+    guard = _cupti_teardown(fake_torch("13.0"))
+    guard.__enter__()
+    guard.later(cuda=True)
+    guard.restore_at = time.monotonic() + 0.05
+    guard.restore_in_background()
+    assert os.environ["TEARDOWN_CUPTI"] == "1"
+    deadline = time.monotonic() + 5.0
+    while "TEARDOWN_CUPTI" in os.environ and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending()
