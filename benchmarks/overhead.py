@@ -47,6 +47,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 GPU = ROOT / "tests" / "workloads" / "gpu"
 STEPRATE = ROOT / "benchmarks" / "corpus" / "steprate.py"
+sys.path.insert(0, str(STEPRATE.parent))
+import run as corpus_run  # noqa: E402 (the corpus runner's way of running and stopping a child)
+
 SITE = ROOT / "gpudoctor" / "agent" / "_site"
 WARMUP_SHARE = 0.2
 
@@ -95,14 +98,16 @@ def run_once(name: str, config: str, out: Path, diagnose_env: dict[str, str] | N
             command = [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", *flags, "--out", f"{tmp}/r/",
                        "--", *command]
         start = time.perf_counter()
-        proc = subprocess.run(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, timeout=600)
+        proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        stderr, stopped = corpus_run.communicate(proc, 600)
         wall = time.perf_counter() - start
         files = sorted(Path(tmp).glob("steps.json*"))
         if keep is not None:
             _keep(Path(tmp), keep)
-        if proc.returncode != 0 or not files:
-            return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}", "wall_s": wall}
+        if stopped or proc.returncode != 0 or not files:
+            why = "stopped after 600 s" if stopped else f"exit {proc.returncode}"
+            return {"error": f"{why}: {stderr.strip()[-300:]}", "wall_s": wall}
         result = rates(json.loads(files[0].read_text()))
         result["wall_s"] = round(wall, 2)
         return result
@@ -249,4 +254,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    corpus_run.stop_runs_on_sigterm()
     main()

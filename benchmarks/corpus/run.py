@@ -114,20 +114,50 @@ def environment(workload: Workload, remedy: Remedy | None, slot: Slot, public: P
     return env
 
 
-def _communicate(proc: subprocess.Popen[str], timeout: float) -> tuple[str, bool]:
-    """stderr of PROC (its tail), and whether it had to be stopped."""
+_RUNNING: set[subprocess.Popen[str]] = set()  # the runs under way (each in its own session)
+_RUNNING_LOCK = threading.Lock()
+
+
+def communicate(proc: subprocess.Popen[str], timeout: float) -> tuple[str, bool]:
+    """stderr of PROC (started with start_new_session=True; its tail), and whether it had to be stopped."""
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
     try:
         _, stderr = proc.communicate(timeout=max(1.0, timeout))
         _end_group(proc)  # loader workers left behind by a bounded run must not share the next run's cores
         return stderr or "", False
     except subprocess.TimeoutExpired:
+        return _stop(proc), True
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    try:
         os.killpg(proc.pid, signal.SIGTERM)  # gpudoctor stops its workload on SIGTERM and still reports
-        try:
-            _, stderr = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            _, stderr = proc.communicate()
-        return stderr or "", True
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        _, stderr = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        _end_group(proc)
+        _, stderr = proc.communicate()
+    return stderr or ""
+
+
+def stop_runs_on_sigterm() -> None:
+    """A harness stopped from outside (`timeout`) stops the runs it started, each in a session of its
+    own that the signal does not reach, and waits for them: one left running (a diagnose still writing
+    its report, a workload holding the GPU) would share the machine with whatever is measured next."""
+    def stop(signum: int, frame: object) -> None:
+        with _RUNNING_LOCK:
+            running = list(_RUNNING)
+        for proc in running:
+            _stop(proc)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _end_group(proc: subprocess.Popen[str]) -> None:
@@ -202,7 +232,7 @@ def plain_run(workload: Workload, remedy: Remedy | None, public: Path, slot: Slo
         proc = subprocess.Popen(command(workload, remedy, public, tmp, stamps, slot), env=env,
                                 cwd=_prepare(workload, public, tmp), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
-        stderr, stopped = _communicate(proc, timeout)
+        stderr, stopped = communicate(proc, timeout)
         result: dict[str, Any] = {"variant": remedy.name if remedy else "baseline", "exit": proc.returncode,
                                   "wall_s": round(time.time() - start, 2)}
         files = sorted(tmp.glob("steps.json*"))
@@ -241,7 +271,7 @@ def diagnose(workload: Workload, public: Path, slot: Slot, timeout: float, bundl
         start = time.time()
         proc = subprocess.Popen(argv, env=env, cwd=_prepare(workload, public, tmp),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        stderr, stopped = _communicate(proc, timeout)
+        stderr, stopped = communicate(proc, timeout)
         reports = [p for p in (tmp / "report").glob("*.json") if not p.name.endswith(".session.json")]
         if not reports:
             return {"error": f"no report (exit {proc.returncode}{', stopped' if stopped else ''}): "
@@ -602,4 +632,5 @@ def checkout_commit() -> str | None:
 
 
 if __name__ == "__main__":
+    stop_runs_on_sigterm()
     sys.exit(main())

@@ -647,3 +647,43 @@ def runpy_manifest() -> tuple[Any, ...]:
     import runpy
 
     return tuple(runpy.run_path(str(Path(__file__).with_name("cpu_corpus.py")))["WORKLOADS"])
+
+
+HARNESS = """
+import subprocess, sys
+sys.path.insert(0, sys.argv[1])
+import run
+run.stop_runs_on_sigterm()
+child = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[3]], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+print(child.pid, flush=True)
+run.communicate(child, 600)
+"""
+
+CHILD = """
+import signal, sys, time
+def stop(signum, frame):
+    time.sleep(0.5)  # as gpudoctor does: stop the workload, write the report
+    open(sys.argv[1], "w").write("reported")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", file=sys.stderr, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.integration
+def test_a_harness_stopped_from_outside_stops_its_runs_and_waits_for_them(tmp_path: Path) -> None:
+    """`timeout` signals the harness; its runs, in sessions of their own, would run on beside what the call
+    measures next (a diagnose still writing its report held 5.8 GB of the H200 into the next measurement)."""
+    marker = tmp_path / "reported"
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS, str(run.STEPRATE.parent), CHILD, str(marker)],
+                               stdout=subprocess.PIPE, text=True)
+    assert harness.stdout is not None
+    child = int(harness.stdout.readline())
+    time.sleep(1.0)  # the child has its handler
+    harness.terminate()
+    assert harness.wait(timeout=60) == 128 + 15
+    assert marker.read_text() == "reported"  # the run was told to stop, and finished its report first
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
