@@ -98,8 +98,7 @@ def run_once(name: str, config: str, out: Path, diagnose_env: dict[str, str] | N
             command = [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", *flags, "--out", f"{tmp}/r/",
                        "--", *command]
         start = time.perf_counter()
-        proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
+        proc = corpus_run.launch(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         stderr, stopped = corpus_run.communicate(proc, 600)
         wall = time.perf_counter() - start
         files = sorted(Path(tmp).glob("steps.json*"))

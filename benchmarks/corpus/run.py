@@ -115,35 +115,37 @@ def environment(workload: Workload, remedy: Remedy | None, slot: Slot, public: P
 
 
 _RUNNING: set[subprocess.Popen[str]] = set()  # the runs under way (each in its own session)
-_RUNNING_LOCK = threading.Lock()
+_RUNNING_LOCK = threading.RLock()  # re-entrant: the SIGTERM handler may interrupt its holder
+_STOPPING: list[bool] = []  # set by the SIGTERM handler: no run starts after it
+
+
+def launch(argv: list[str], **popen: Any) -> subprocess.Popen[str]:
+    """A run in a session of its own (its loader workers with it), known to the SIGTERM handler."""
+    with _RUNNING_LOCK:
+        if _STOPPING:
+            raise SystemExit("corpus: stopping")
+        proc: subprocess.Popen[str] = subprocess.Popen(argv, text=True, start_new_session=True, **popen)
+        _RUNNING.add(proc)
+    return proc
 
 
 def communicate(proc: subprocess.Popen[str], timeout: float) -> tuple[str, bool]:
-    """stderr of PROC (started with start_new_session=True; its tail), and whether it had to be stopped."""
-    with _RUNNING_LOCK:
-        _RUNNING.add(proc)
+    """stderr of PROC (from launch(); its tail), and whether it had to be stopped."""
     try:
         _, stderr = proc.communicate(timeout=max(1.0, timeout))
         _end_group(proc)  # loader workers left behind by a bounded run must not share the next run's cores
         return stderr or "", False
     except subprocess.TimeoutExpired:
-        return _stop(proc), True
+        _signal_group(proc, signal.SIGTERM)  # gpudoctor stops its workload on SIGTERM and still reports
+        try:
+            _, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            _end_group(proc)
+            _, stderr = proc.communicate()
+        return stderr or "", True
     finally:
         with _RUNNING_LOCK:
             _RUNNING.discard(proc)
-
-
-def _stop(proc: subprocess.Popen[str]) -> str:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)  # gpudoctor stops its workload on SIGTERM and still reports
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        _, stderr = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        _end_group(proc)
-        _, stderr = proc.communicate()
-    return stderr or ""
 
 
 def stop_runs_on_sigterm() -> None:
@@ -151,20 +153,32 @@ def stop_runs_on_sigterm() -> None:
     own that the signal does not reach, and waits for them: one left running (a diagnose still writing
     its report, a workload holding the GPU) would share the machine with whatever is measured next."""
     def stop(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the stopping short
         with _RUNNING_LOCK:
+            _STOPPING.append(True)
             running = list(_RUNNING)
+        for proc in running:  # all told at once, then waited for
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.time() + 30
         for proc in running:
-            _stop(proc)
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                _end_group(proc)
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
 
 
-def _end_group(proc: subprocess.Popen[str]) -> None:
+def _signal_group(proc: subprocess.Popen[str], sig: int) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _end_group(proc: subprocess.Popen[str]) -> None:
+    _signal_group(proc, signal.SIGKILL)
 
 
 def _prepare(workload: Workload, public: Path, tmp: Path) -> Path:
@@ -229,9 +243,8 @@ def plain_run(workload: Workload, remedy: Remedy | None, public: Path, slot: Slo
         env["STEPRATE_MAX_S"] = str(workload.max_seconds)
         env["STEPRATE_SYNC_SHARE"] = str(warmup_share)  # the steady steps measured on the GPU's clock
         start = time.time()
-        proc = subprocess.Popen(command(workload, remedy, public, tmp, stamps, slot), env=env,
-                                cwd=_prepare(workload, public, tmp), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = launch(command(workload, remedy, public, tmp, stamps, slot), env=env,
+                      cwd=_prepare(workload, public, tmp), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         stderr, stopped = communicate(proc, timeout)
         result: dict[str, Any] = {"variant": remedy.name if remedy else "baseline", "exit": proc.returncode,
                                   "wall_s": round(time.time() - start, 2)}
@@ -269,8 +282,8 @@ def diagnose(workload: Workload, public: Path, slot: Slot, timeout: float, bundl
         # `-m gpudoctor` from this checkout where it is not installed (after whatever PYTHONPATH holds)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(manifest.ROOT)) if p)
         start = time.time()
-        proc = subprocess.Popen(argv, env=env, cwd=_prepare(workload, public, tmp),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = launch(argv, env=env, cwd=_prepare(workload, public, tmp), stdout=subprocess.DEVNULL,
+                      stderr=subprocess.PIPE)
         stderr, stopped = communicate(proc, timeout)
         reports = [p for p in (tmp / "report").glob("*.json") if not p.name.endswith(".session.json")]
         if not reports:

@@ -143,37 +143,48 @@ CUPTI_TEARDOWN_WAIT_S = 2.0
 
 
 class _cupti_teardown:
+    """TEARDOWN_CUPTI for a window's life and CUPTI_TEARDOWN_WAIT_S after it: one per process
+    (shared_teardown), so that a second in-process watch waits for the first one's detach too and
+    never takes the first one's value for the user's."""
+
     def __init__(self, torch: ModuleType) -> None:
         self.torch = torch
-        self.set = False
+        self.set = False  # the variable is ours (set by __enter__), to remove
+        self.restore_at: float | None = None  # set by later(): when it goes (monotonic clock)
+        self.lock = threading.Lock()  # restores come from the stepping thread, the agent's, a timer
 
     def __enter__(self) -> _cupti_teardown:
         try:
             cuda = tuple(int(x) for x in (self.torch.version.cuda or "0").split(".")[:2])
         except (AttributeError, ValueError):
             cuda = (0,)
-        self.set = "TEARDOWN_CUPTI" not in os.environ and cuda >= CUPTI_TEARDOWN_MIN_CUDA
-        if self.set:
-            os.environ["TEARDOWN_CUPTI"] = "1"
+        with self.lock:
+            self.restore_at = None
+            self.set = "TEARDOWN_CUPTI" not in os.environ and cuda >= CUPTI_TEARDOWN_MIN_CUDA
+            if self.set:
+                os.environ["TEARDOWN_CUPTI"] = "1"
         return self
 
     def __exit__(self, *exc_info: object) -> Literal[False]:
+        with self.lock:
+            self._restore()
+        return False
+
+    def _restore(self) -> None:
         self.restore_at = None
         if self.set and os.environ.get("TEARDOWN_CUPTI") == "1":
             os.environ.pop("TEARDOWN_CUPTI", None)
         self.set = False
-        return False
-
-    restore_at: float | None = None  # set by later(): when the variable goes (monotonic clock)
 
     def later(self, cuda: bool) -> None:
         """A window stopped: restore the variable CUPTI_TEARDOWN_WAIT_S from now (restore_due). A
         window that traced CUDA with the variable set (by us or the user) waits that long too,
         before the next window may start (pending)."""
-        if cuda and os.environ.get("TEARDOWN_CUPTI") == "1":
-            self.restore_at = time.monotonic() + CUPTI_TEARDOWN_WAIT_S
-        elif self.set:
-            self.__exit__(None, None, None)  # no CUDA traced: no detach to wait for
+        with self.lock:
+            if cuda and os.environ.get("TEARDOWN_CUPTI") == "1":
+                self.restore_at = time.monotonic() + CUPTI_TEARDOWN_WAIT_S
+            else:
+                self._restore()  # no CUDA traced: no detach to wait for
 
     def pending(self) -> bool:
         """A stopped window's detach may still be under way (its variable still set)."""
@@ -181,8 +192,11 @@ class _cupti_teardown:
 
     def restore_due(self) -> None:
         at = self.restore_at
-        if at is not None and time.monotonic() >= at:
-            self.__exit__(None, None, None)
+        if at is None or time.monotonic() < at:
+            return
+        with self.lock:
+            if self.restore_at == at:  # not restored meanwhile (and no window begun) by another thread
+                self._restore()
 
     def restore_in_background(self) -> None:
         """No step or poll will come (the watch or the run ended): restore when the wait is over,
@@ -190,9 +204,27 @@ class _cupti_teardown:
         at = self.restore_at
         if at is None:
             return
-        timer = threading.Timer(max(0.0, at - time.monotonic()), self.__exit__, args=(None, None, None))
+        timer = threading.Timer(max(0.0, at - time.monotonic()) + 0.01, self.restore_due)
         timer.daemon = True
-        timer.start()
+        try:
+            timer.start()
+        except RuntimeError:  # at interpreter exit (Python 3.12.0-3.12.2 start no thread there)
+            self.__exit__(None, None, None)
+
+    def forked(self) -> None:
+        """In a child forked meanwhile: the parent's detach is not its to wait for."""
+        self.lock = threading.Lock()  # a copy held by another thread at the fork would stay held
+        if self.restore_at is not None:
+            self._restore()
+
+
+_SHARED_TEARDOWN: list[_cupti_teardown] = []
+
+
+def shared_teardown(torch: ModuleType) -> _cupti_teardown:
+    if not _SHARED_TEARDOWN:
+        _SHARED_TEARDOWN.append(_cupti_teardown(torch))
+    return _SHARED_TEARDOWN[0]
 
 
 # torch.profiler's start asks `hasattr(torch, "_inductor")` to learn whether inductor's CUDA
@@ -288,7 +320,7 @@ class ProfilerWindow:
         self.guards = threading.local()
         self.safepoints = getattr(hooks, "safepoints", None)
         self.forked_inside = False  # a fork happened while a window ran that could not be closed first
-        self.teardown = _cupti_teardown(self.torch)  # TEARDOWN_CUPTI for each window's life
+        self.teardown = shared_teardown(self.torch)  # TEARDOWN_CUPTI for each window's life, and after
         _watch_forks(self)
 
     # -- step-driven windows (on the stepping thread) -----------------------------
@@ -440,8 +472,7 @@ class ProfilerWindow:
         self.forked_inside = self.state == self.RUNNING
 
     def _after_fork_in_child(self) -> None:
-        if self.teardown.pending():
-            self.teardown.__exit__(None, None, None)  # the parent's detach is not the child's to wait for
+        self.teardown.forked()
         if not self.forked_inside:
             return
         self.prof = None  # the parent's window: never stopped or exported here

@@ -8,6 +8,7 @@ without it on an H200, within 1% with it).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from types import SimpleNamespace
 
@@ -119,8 +120,7 @@ def test_no_window_starts_while_the_last_ones_detach_may_be_under_way(tmp_path):
     steps(1)  # the next step restores the variable, and the phase's window opens (setting it anew)
     assert not profiler.teardown.pending()
     assert profiler.state == "running" and profiler.window.label == "phase"
-    profiler.stop("test end")
-    profiler.teardown.restore_due()  # a CPU-only window: nothing to wait for
+    profiler.stop("test end")  # a CPU-only window: nothing to wait for
     assert "TEARDOWN_CUPTI" not in os.environ and not profiler.teardown.pending()
 
 
@@ -129,10 +129,52 @@ def test_when_no_step_will_come_the_variable_is_given_back_from_a_timer():
     guard = _cupti_teardown(fake_torch("13.0"))
     guard.__enter__()
     guard.later(cuda=True)
-    guard.restore_at = time.monotonic() + 0.05
+    guard.restore_at = time.monotonic() + 0.5
     guard.restore_in_background()
     assert os.environ["TEARDOWN_CUPTI"] == "1"
     deadline = time.monotonic() + 5.0
     while "TEARDOWN_CUPTI" in os.environ and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending()
+
+
+def test_at_interpreter_exit_without_a_timer_it_is_given_back_at_once(monkeypatch):
+    """Python 3.12.0-3.12.2 start no thread in atexit, where a run's last window is stopped."""
+    def refuse(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    guard = _cupti_teardown(fake_torch("13.0"))
+    guard.__enter__()
+    guard.later(cuda=True)
+    guard.restore_in_background()
+    assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending()
+
+
+def test_a_second_watch_in_the_process_waits_for_the_first_ones_detach(tmp_path):
+    """Each in-process watch makes its own ProfilerWindow; the variable and its wait are the process's."""
+    first, second = FakeHooks(tmp_path, cuda=True), FakeHooks(tmp_path, cuda=True)
+    assert first.profiler.teardown is second.profiler.teardown
+    guard = first.profiler.teardown
+    saved = guard.torch
+    guard.torch = fake_torch("13.0")
+    try:
+        guard.__enter__()
+        guard.later(cuda=True)  # the first watch's window stopped
+        assert second.profiler._due(("optimizer", None, True, True)) is None  # the second one's waits
+        guard.restore_at = time.monotonic() - 0.001
+        guard.restore_due()
+        assert "TEARDOWN_CUPTI" not in os.environ
+        assert second.profiler._due(("optimizer", None, True, True)) == "start"
+    finally:
+        guard.torch = saved
+        guard.__exit__(None, None, None)
+
+
+def test_a_child_forked_while_the_detach_is_pending_gives_the_variable_back(tmp_path):
+    guard = _cupti_teardown(fake_torch("13.0"))
+    guard.__enter__()
+    guard.later(cuda=True)
+    with guard.lock:  # held by another thread at the fork: the child must not wait on it
+        guard.forked()
     assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending()

@@ -172,7 +172,9 @@ def test_a_script_that_ends_before_its_bound_is_measured_between_its_last_two_gp
     assert run.clock(stamps, 0.2, [[8, 0.8], [40, 4.0]], events) == "gpu"
     assert run.steady_rate(stamps, 0.2, [], events[:3])[0] == pytest.approx(1000.0)
     assert run.clock(stamps, 0.2, [], events[:3]) == "host"
-    assert run.steady_rate(stamps * 10, 0.2, [], events)[0] != pytest.approx(10.0)  # 16 of 400: warm-up
+    longer = [0.001 * i for i in range(1, 401)]  # 400 steps: steps 16-32 fall in the warm-up (the first 80)
+    assert run.clock(longer, 0.2, [], events) == "host"
+    assert run.steady_rate(longer, 0.2, [], events)[0] == pytest.approx(1000.0)
 
 
 def test_a_variant_runs_under_steprate_handfix_and_torchrun(tmp_path: Path) -> None:
@@ -650,24 +652,32 @@ def runpy_manifest() -> tuple[Any, ...]:
 
 
 HARNESS = """
-import subprocess, sys
+import subprocess, sys, threading
 sys.path.insert(0, sys.argv[1])
 import run
 run.stop_runs_on_sigterm()
-child = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[3]], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
-print(child.pid, flush=True)
-run.communicate(child, 600)
+
+def one(i):  # as run.py's workers do: each thread starts a run and waits for it
+    child = run.launch([sys.executable, "-c", sys.argv[2], sys.argv[3] + str(i)], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE)
+    print(child.pid, flush=True)
+    run.communicate(child, 600)
+
+threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
 """
 
 CHILD = """
-import signal, sys, time
+import os, signal, sys, time
 def stop(signum, frame):
     time.sleep(0.5)  # as gpudoctor does: stop the workload, write the report
     open(sys.argv[1], "w").write("reported")
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
-print("ready", file=sys.stderr, flush=True)
+open(sys.argv[1] + ".ready", "w").close()
 time.sleep(600)
 """
 
@@ -675,15 +685,20 @@ time.sleep(600)
 @pytest.mark.integration
 def test_a_harness_stopped_from_outside_stops_its_runs_and_waits_for_them(tmp_path: Path) -> None:
     """`timeout` signals the harness; its runs, in sessions of their own, would run on beside what the call
-    measures next (a diagnose still writing its report held 5.8 GB of the H200 into the next measurement)."""
+    measures next (a diagnose still writing its report held 5.8 GB of the H200 into the next measurement).
+    Two runs from two threads, as run.py's workers start them."""
     marker = tmp_path / "reported"
     harness = subprocess.Popen([sys.executable, "-c", HARNESS, str(run.STEPRATE.parent), CHILD, str(marker)],
                                stdout=subprocess.PIPE, text=True)
     assert harness.stdout is not None
-    child = int(harness.stdout.readline())
-    time.sleep(1.0)  # the child has its handler
+    children = [int(harness.stdout.readline()) for _ in range(2)]
+    deadline = time.time() + 60
+    while not all(Path(f"{marker}{i}.ready").exists() for i in range(2)) and time.time() < deadline:
+        time.sleep(0.05)  # both runs have their handler
     harness.terminate()
     assert harness.wait(timeout=60) == 128 + 15
-    assert marker.read_text() == "reported"  # the run was told to stop, and finished its report first
-    with pytest.raises(ProcessLookupError):
-        os.kill(child, 0)
+    # each run was told to stop and finished its report before the harness left
+    assert [Path(f"{marker}{i}").read_text() for i in range(2)] == ["reported", "reported"]
+    for pid in children:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
