@@ -55,6 +55,7 @@ the child then switches the inherited tracing off before it runs anything else.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -218,13 +219,10 @@ class _cupti_teardown:
             self._restore()
 
 
-_SHARED_TEARDOWN: list[_cupti_teardown] = []
-
-
+@functools.cache
 def shared_teardown(torch: ModuleType) -> _cupti_teardown:
-    if not _SHARED_TEARDOWN:
-        _SHARED_TEARDOWN.append(_cupti_teardown(torch))
-    return _SHARED_TEARDOWN[0]
+    """The process's guard (one torch a process)."""
+    return _cupti_teardown(torch)
 
 
 # torch.profiler's start asks `hasattr(torch, "_inductor")` to learn whether inductor's CUDA
@@ -257,7 +255,7 @@ class _no_lazy_inductor:
 
 
 class _Window:
-    def __init__(self, source: WindowSource, label: str, n: int, key: PhaseKey, index: int) -> None:
+    def __init__(self, source: WindowSource, label: str, n: int, key: PhaseKey, index: int, cuda: bool) -> None:
         self.source = source
         self.label = label
         self.start_n = n
@@ -267,7 +265,7 @@ class _Window:
         self.start_wall = time.time()
         self.last_wall = self.start_wall  # when its latest step ended
         self.longest = 0.0  # its longest step so far, s
-        self.cuda = False  # it traces CUDA activity (so CUPTI detaches after it)
+        self.cuda = cuda  # it traces CUDA activity (so CUPTI detaches after it)
 
 
 class _ThreadEnd:
@@ -513,8 +511,7 @@ class ProfilerWindow:
             activities.append(ProfilerActivity.CUDA)
         self.state = self.RUNNING  # set first: never retried if start fails
         self.taken += 1
-        self.window = _Window(source, label, n, key, self.taken)
-        self.window.cuda = ProfilerActivity.CUDA in activities
+        self.window = _Window(source, label, n, key, self.taken, ProfilerActivity.CUDA in activities)
         if self.window.thread != MAIN_THREAD and getattr(self.guards, "guard", None) is None:
             self.guards.guard = _ThreadEnd(self)
         try:
