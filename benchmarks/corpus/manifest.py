@@ -381,7 +381,7 @@ def _synthetic() -> list[Workload]:
                  (Remedy("no .item() in the loop", ("GD302",), ("mlp", "--batch", "512", "--width", "2048",
                                                                  "--layers", "6")),)),
         Workload("syn_fp32_matmul", SYN, fp32, ("GD304",),
-                 (Remedy("TF32 (by environment)", ("GD304",), env={"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}),
+                 (Remedy("TF32 (set_float32_matmul_precision)", ("GD304",), _replace(fp32, "--dtype", "tf32")),
                   Remedy("bf16 autocast", ("GD304",), _replace(fp32, "--dtype", "bf16")))),
         Workload("syn_fp32_matmul_tests", "{gpu}/fp32_matmul.py", (), ("GD304",),
                  (Remedy("TF32 (the script's line)", ("GD304",), ("--tf32",)),),

@@ -6,7 +6,7 @@
     python synthetic.py mlp     [--batch B] [--width W] [--layers L] [--infer] [--compile MODE]
                                 [--optimizer sgd|adamw-forloop|adamw-fused] [--items N] [--memory-fraction F]
                                                                              GD201/GD202/GD301/GD302/GD402
-    python synthetic.py matmul  [--size N] [--dtype fp32|bf16] [--fused]     GD304/GD203
+    python synthetic.py matmul  [--size N] [--dtype fp32|tf32|bf16] [--fused] GD304/GD203
 
 Every subcommand takes ``--steps`` and ``--device`` (``cpu`` for the CPU smoke test). Data are
 generated; nothing is downloaded. A step is an optimizer step, or with ``--infer`` a forward.
@@ -157,7 +157,8 @@ def mlp(args: argparse.Namespace, device: torch.device) -> None:
 
 
 def matmul(args: argparse.Namespace, device: torch.device) -> None:
-    torch.backends.cuda.matmul.allow_tf32 = False  # the default: "highest" precision
+    # fp32: PyTorch's default "highest" precision; tf32: the remedy GD304 names (TF32 tensor cores)
+    torch.set_float32_matmul_precision("high" if args.dtype == "tf32" else "highest")
     model = _model(args.size, 1, args.size, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=args.fused and device.type == "cuda")
     x = torch.randn(args.size, args.size, device=device)
@@ -199,7 +200,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--memory-fraction", type=float, default=0.0)
     p = sub.add_parser("matmul", parents=[common])
     p.add_argument("--size", type=int, default=8192)
-    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--dtype", choices=("fp32", "tf32", "bf16"), default="fp32")
     p.add_argument("--fused", action="store_true")
     return parser.parse_args()
 

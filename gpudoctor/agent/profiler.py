@@ -139,8 +139,15 @@ CUPTI_TEARDOWN_MIN_CUDA = (12, 0)
 # CUDA call after the flush: on an H200, one diagnosed run in three of a loop that starts new
 # workers every 4 batches ran at 26 steps/s against 40-44 (two leases alike). A second window
 # started before the finalize loses its GPU events to it (Kineto's own issue, pytorch/kineto#1554).
-# So the variable stays set this long after a stop, and no window starts until it is restored.
+# So the variable stays set after a stop, and no window starts until it is restored: once the
+# stepping thread has run CUPTI_TEARDOWN_STEPS steps (each a run of CUDA calls: the finalize
+# happens at the first call after Kineto's flush) and CUPTI_TEARDOWN_MIN_S has passed (the flush,
+# of buffers the stop already drained), or after CUPTI_TEARDOWN_WAIT_S without steps (a stepless
+# run, the end of a watch). A fixed 2 s wait for every case cost a short run its only window: a
+# time window superseded by the run's first step (1.3 s of 3.5 ms steps on an H100) left none.
 CUPTI_TEARDOWN_WAIT_S = 2.0
+CUPTI_TEARDOWN_STEPS = 3
+CUPTI_TEARDOWN_MIN_S = 0.1
 
 
 class _cupti_teardown:
@@ -151,7 +158,9 @@ class _cupti_teardown:
     def __init__(self, torch: ModuleType) -> None:
         self.torch = torch
         self.set = False  # the variable is ours (set by __enter__), to remove
-        self.restore_at: float | None = None  # set by later(): when it goes (monotonic clock)
+        self.restore_at: float | None = None  # set by later(): when it goes without steps (monotonic clock)
+        self.stepped_at: float | None = None  # when it goes once CUPTI_TEARDOWN_STEPS steps ran
+        self.steps_left = 0  # steps the stepping thread still owes before stepped_at counts
         self.lock = threading.Lock()  # restores come from the stepping thread, the agent's, a timer
 
     def __enter__(self) -> _cupti_teardown:
@@ -172,18 +181,20 @@ class _cupti_teardown:
         return False
 
     def _restore(self) -> None:
-        self.restore_at = None
+        self.restore_at = self.stepped_at = None
         if self.set and os.environ.get("TEARDOWN_CUPTI") == "1":
             os.environ.pop("TEARDOWN_CUPTI", None)
         self.set = False
 
     def later(self, cuda: bool) -> None:
-        """A window stopped: restore the variable CUPTI_TEARDOWN_WAIT_S from now (restore_due). A
-        window that traced CUDA with the variable set (by us or the user) waits that long too,
+        """A window stopped: restore the variable once CUPTI's detach is done (restore_due). A
+        window that traced CUDA with the variable set (by us or the user) waits for it too,
         before the next window may start (pending)."""
         with self.lock:
             if cuda and os.environ.get("TEARDOWN_CUPTI") == "1":
-                self.restore_at = time.monotonic() + CUPTI_TEARDOWN_WAIT_S
+                now = time.monotonic()
+                self.restore_at = now + CUPTI_TEARDOWN_WAIT_S
+                self.stepped_at, self.steps_left = now + CUPTI_TEARDOWN_MIN_S, CUPTI_TEARDOWN_STEPS
             else:
                 self._restore()  # no CUDA traced: no detach to wait for
 
@@ -191,9 +202,17 @@ class _cupti_teardown:
         """A stopped window's detach may still be under way (its variable still set)."""
         return self.restore_at is not None
 
-    def restore_due(self) -> None:
+    def restore_due(self, stepped: bool = False) -> None:
+        """Restore the variable if the detach is done by now (`stepped`: the stepping thread ended
+        a step, a run of CUDA calls, since the last call)."""
         at = self.restore_at
-        if at is None or time.monotonic() < at:
+        if at is None:
+            return
+        if stepped:
+            self.steps_left -= 1
+        now = time.monotonic()
+        stepped_at = self.stepped_at
+        if now < at and (self.steps_left > 0 or stepped_at is None or now < stepped_at):
             return
         with self.lock:
             if self.restore_at == at:  # not restored meanwhile (and no window begun) by another thread
@@ -323,7 +342,7 @@ class ProfilerWindow:
 
     # -- step-driven windows (on the stepping thread) -----------------------------
     def on_step(self, source: StepSource, n: int) -> None:
-        self.teardown.restore_due()
+        self.teardown.restore_due(stepped=self.teardown.restore_at is not None and self.hooks.cuda_initialized())
         if self.state == self.DONE:
             return
         window = self.window

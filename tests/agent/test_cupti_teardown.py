@@ -13,9 +13,10 @@ import time
 from types import SimpleNamespace
 
 import pytest
+import torch
 from agent_fakes import FakeHooks
 
-from gpudoctor.agent.profiler import _cupti_teardown
+from gpudoctor.agent.profiler import CUPTI_TEARDOWN_MIN_S, CUPTI_TEARDOWN_STEPS, CUPTI_TEARDOWN_WAIT_S, _cupti_teardown
 
 
 def fake_torch(cuda):
@@ -178,3 +179,70 @@ def test_a_child_forked_while_the_detach_is_pending_gives_the_variable_back(tmp_
     with guard.lock:  # held by another thread at the fork: the child must not wait on it
         guard.forked()
     assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending()
+
+
+# The wait ends with the stepping thread's steps (each a run of CUDA calls: the finalize happens at
+# the first one after Kineto's flush) once CUPTI_TEARDOWN_MIN_S has passed, or after
+# CUPTI_TEARDOWN_WAIT_S without them. A fixed 2 s left a short run without its window.
+
+def test_steps_on_cuda_end_the_wait_once_the_flush_had_its_time():
+    guard = _cupti_teardown(fake_torch("13.0"))
+    guard.__enter__()
+    guard.later(cuda=True)
+    for _ in range(CUPTI_TEARDOWN_STEPS + 2):
+        guard.restore_due(stepped=True)  # within CUPTI_TEARDOWN_MIN_S of the stop: the flush may run yet
+    assert guard.pending()
+    guard.stepped_at = time.monotonic() - 0.001  # that time has passed
+    guard.restore_due()  # the next call (a poll here): the steps were counted already
+    assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending()
+
+
+def test_too_few_steps_wait_for_the_full_time():
+    guard = _cupti_teardown(fake_torch("13.0"))
+    guard.__enter__()
+    guard.later(cuda=True)
+    guard.stepped_at = time.monotonic() - 0.001
+    for _ in range(CUPTI_TEARDOWN_STEPS - 1):
+        guard.restore_due(stepped=True)
+    guard.restore_due()  # a poll, not a step
+    assert guard.pending() and os.environ["TEARDOWN_CUPTI"] == "1"
+    guard.restore_due(stepped=True)
+    assert not guard.pending()
+
+
+def test_a_time_window_superseded_by_the_first_step_leaves_the_step_window_its_place(tmp_path):
+    """The run's first step discards the time window opened while it started: the step window
+    opens a few steps after the detach, not 2 s later (a short run would have none)."""
+    hooks = FakeHooks(tmp_path, cuda=True, profile_warmup_steps=2, profile_warmup_s=0.0, profile_steps=2,
+                      profile_min_window_s=0.0, profile_no_step_after_s=0.0, profile_time_window_s=60.0)
+    profiler = hooks.profiler
+    profiler.teardown = _cupti_teardown(fake_torch("13.0"))
+    profiler.poll()  # quiet since CUDA started: a time window is due
+    x = torch.ones(2)
+    deadline = time.monotonic() + 5
+    while profiler.state != "running" and time.monotonic() < deadline:
+        x = x.to(torch.float64)  # a safe point opens it
+    assert profiler.state == "running" and profiler.window.source == "time"
+    profiler.window.cuda = True  # as if it traced CUDA (this build cannot)
+    hooks.steps.boundary("optimizer")  # the first step: the time window is discarded
+    assert profiler.state == "idle" and profiler.teardown.pending() and not hooks.windows()
+    time.sleep(CUPTI_TEARDOWN_MIN_S + 0.05)
+    started = time.monotonic()
+    while profiler.state != "running" and time.monotonic() - started < 1.0:
+        hooks.steps.boundary("optimizer")
+    assert profiler.state == "running" and profiler.window.source == "optimizer"
+    assert time.monotonic() - started < CUPTI_TEARDOWN_WAIT_S
+    profiler.stop("test end")
+
+
+def test_steps_without_cuda_do_not_end_the_wait(tmp_path):
+    """A step that made no CUDA call cannot have let Kineto finalize."""
+    hooks = FakeHooks(tmp_path, cuda=False)
+    guard = hooks.profiler.teardown = _cupti_teardown(fake_torch("13.0"))
+    guard.__enter__()
+    guard.later(cuda=True)
+    guard.stepped_at = time.monotonic() - 0.001
+    for _ in range(CUPTI_TEARDOWN_STEPS + 2):
+        hooks.steps.boundary("optimizer")
+    assert guard.pending()
+    guard.__exit__(None, None, None)
