@@ -169,14 +169,18 @@ def assemble_ranks(reader: EventReader, session: Session, workdir: Path, t0: flo
 
 
 def _gpu_activity(info: RankInfo, session: Session, indices: list[int]) -> None:
-    """Mean utilization and SM activity of the rank's GPU(s) while it stepped."""
+    """Mean utilization and SM activity of the rank's GPU(s) while it stepped.
+
+    A sample at t reads the period since the one before, (t - interval, t]: the samples whose
+    period overlaps the steps count, so steps shorter than the interval still get the one after them."""
     if not indices or not session.gpu_samples:
         return
     records = info.steps.records
     low = records[0].t - records[0].duration_s if records else None
     high = records[-1].t if records else None
+    interval = session.gpu_sample_interval_s or 0.0
     samples = [s for s in session.gpu_samples if s.gpu_index in indices
-               and (low is None or high is None or low <= s.t <= high)]
+               and (low is None or high is None or low <= s.t <= high + interval)]
     utils = [s.util_percent for s in samples if s.util_percent is not None]
     sm = [s.sm_activity for s in samples if s.sm_activity is not None]
     info.gpu_util_percent = round(statistics.fmean(utils), 2) if utils else None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gpudoctor.collectors.events import EventReader
 from gpudoctor.run.assemble import assemble_ranks
-from gpudoctor.session import Environment, Session
+from gpudoctor.session import Environment, GpuInfo, GpuSample, Session
 
 
 def write(tmp_path: Path, pid: int, events: list[dict]) -> None:
@@ -85,3 +85,24 @@ def test_a_rank_claimed_twice_keeps_the_process_in_the_group(tmp_path):
     reader = EventReader(tmp_path, 0.0)
     reader.poll()
     assert reader.ranks() == {0: 51}
+
+
+def test_a_rank_whose_steps_end_within_one_sample_interval_gets_the_sample_after_them(tmp_path):
+    """An NVML sample reads the period since the one before: 12 steps of 10 ms between two samples
+    0.5 s apart are measured by the second one (none fell inside them: the rank said nothing)."""
+    env = {"rank": "0", "local_rank": "0", "world_size": "1", "local_world_size": "1"}
+    write(tmp_path, 20, [hello(20, 10, **env), {"k": "torch", "ts": 1.2, "version": "2.13.0"},
+                         {"k": "cuda", "ts": 1.3, "devices": [{"index": 0, "uuid": "GPU-a"}]},
+                         {"k": "dist", "ts": 1.5, "rank": 0, "world_size": 1, "backend": "nccl"},
+                         *steps(12, 0.01, start=2.0)])
+    reader = EventReader(tmp_path, 0.0)
+    reader.poll()
+    session = Session(environment=Environment(hostname="node0", gpus=[GpuInfo(0, "GPU-a", "H200")]),
+                      gpu_sample_interval_s=0.5,
+                      gpu_samples=[GpuSample(1.9, 0, util_percent=0.0, sm_activity=0.0),
+                                   GpuSample(2.45, 0, util_percent=80.0, sm_activity=60.0),
+                                   GpuSample(2.95, 0, util_percent=0.0, sm_activity=0.0)])
+    reader.apply(session)
+    assemble_ranks(reader, session, tmp_path, 0.0)
+    (rank,) = session.ranks
+    assert rank.gpu_util_percent == 80.0 and rank.gpu_sm_activity_percent == 60.0
