@@ -6,10 +6,12 @@ GPU's gap between the nodes of a captured CUDA graph of tiny kernels against the
 kernels launched one by one, and what a `torch.compile`d function (default mode: Inductor's
 generated kernels, no CUDA graphs) costs the host per kernel it launches, against the same
 ops in eager mode (the host side of a compiled step, which the launch what-if of GD301 takes as
-a captured graph's). On any machine: what a DataLoader batch costs the consuming loop when
-produced in-process vs received from workers (the hand-off).
+a captured graph's), and what a forward replayed as CUDA graphs by `torch.compile(mode=
+"reduce-overhead")` costs per call and per kernel, host and GPU (the remedy GD301's launch what-if
+predicts). On any machine: what a DataLoader batch costs the consuming loop when produced
+in-process vs received from workers (the hand-off).
 
-    python benchmarks/rates.py [--json out.json] [--only handoff,gemm,copy,graph,compiled]
+    python benchmarks/rates.py [--json out.json] [--only handoff,gemm,copy,graph,compiled,cudagraph]
 """
 
 from __future__ import annotations
@@ -157,6 +159,67 @@ def compiled_launch(counts: tuple[int, ...] = (4, 16, 64), calls: int = 300) -> 
     return out
 
 
+def _kernel_us(fn) -> float:
+    """Microseconds of GPU kernels one call of fn() runs (summed durations), by torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and not e.name.lower().startswith(("memcpy", "memset")))
+
+
+def _back_to_back_us(fn, calls: int) -> float:
+    """Microseconds a call when fn() is called over and over without a sync, as a serving loop does:
+    the slower of the host's calls and the GPU's work sets it."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def cudagraph_calls(layer_counts: tuple[int, ...] = (6, 24, 96), calls: int = 500) -> dict:
+    """A forward replayed as CUDA graphs by torch.compile(mode="reduce-overhead") against eager: a
+    batch-1 MLP of L Linear(256, 256)+ReLU layers in inference mode (the launch-bound serving loop GD301
+    names), for several L. Per call: the host's time (synced between calls), the kernels' summed time,
+    and the time a call takes back to back. The slope of the graph's back-to-back time over its kernels
+    is what each kernel costs inside a replayed graph (its run and the gap to the next), the intercept
+    what a compiled call costs beyond them (guards, the CUDA-graph tree, the replay's launch): the
+    numbers the launch what-if (gpudoctor/replay/edits.py) takes from GRAPH_KERNEL_US and one launch."""
+    rows = []
+    for layers in layer_counts:
+        blocks: list[torch.nn.Module] = []
+        for _ in range(layers):
+            blocks += [torch.nn.Linear(256, 256), torch.nn.ReLU()]
+        model = torch.nn.Sequential(*blocks).cuda().eval()
+        x = torch.randn(1, 256, device="cuda")
+        row: dict = {"layers": layers}
+        with torch.inference_mode():
+            compiled = torch.compile(model, mode="reduce-overhead")
+            for mode, fn in (("eager", model), ("graph", compiled)):
+                call = functools.partial(fn, x)
+                for _ in range(5):  # compile, record, then replay
+                    call()
+                torch.cuda.synchronize()
+                row[f"{mode}_kernels"] = _kernels(call)
+                row[f"{mode}_kernel_us"] = round(_kernel_us(call), 2)
+                row[f"{mode}_host_us"] = round(_host_us(call, calls), 2)
+                row[f"{mode}_back_to_back_us"] = round(_back_to_back_us(call, calls), 2)
+        rows.append(row)
+        torch._dynamo.reset()
+    out: dict = {"rows": rows}
+    kernels = [r["eager_kernels"] for r in rows]
+    if len(set(kernels)) > 1:
+        for key in ("graph_back_to_back_us", "graph_host_us", "eager_back_to_back_us"):
+            slope, intercept = statistics.linear_regression(kernels, [r[key] for r in rows])
+            out[f"{key}_per_kernel"] = round(slope, 3)
+            out[f"{key}_per_call"] = round(intercept, 2)
+    return out
+
+
 def loop_work(ms: float, x: torch.Tensor) -> None:
     """`ms` of small torch ops, as a training loop's launches (each releases the GIL while it runs)."""
     end = time.perf_counter() + ms / 1e3
@@ -198,11 +261,13 @@ def handoff(batches: int = 300) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json")
-    parser.add_argument("--only", help="comma-separated sections: handoff, gemm, copy, graph, compiled (default: all)")
+    parser.add_argument("--only", help="comma-separated sections: handoff, gemm, copy, graph, compiled, cudagraph "
+                        "(default: all)")
     args = parser.parse_args()
     sections = {"handoff": ("handoff_tensordataset_batch64", handoff, False), "gemm": ("gemm", gemm_rates, True),
                 "copy": ("copy", copy_rates, True), "graph": ("graph", graph_gap, True),
-                "compiled": ("compiled_launch", compiled_launch, True)}
+                "compiled": ("compiled_launch", compiled_launch, True),
+                "cudagraph": ("cudagraph_calls", cudagraph_calls, True)}
     wanted = args.only.split(",") if args.only else list(sections)
     unknown = [name for name in wanted if name not in sections]
     if unknown:
