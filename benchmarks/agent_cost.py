@@ -18,11 +18,16 @@ comparison.
 
     python benchmarks/agent_cost.py [--workload forward|train] [--pairs 3]
     python benchmarks/agent_cost.py --in-process [--pairs 3]
+    python benchmarks/agent_cost.py --workers [--pairs 3]
 
 `--in-process` puts the train loop's hooks (the DataLoader's, its fetchers', backward()'s and
 the optimizer's) in and out on alternate epochs of one process, without the agent's thread,
 the supervisor or windows: the cost the loop's own thread pays each step, with the drift of
 the machine between processes cancelled (the whole-process pairs spread 15-20% on a VM).
+
+`--workers` compares, in one process under `gpudoctor.watch()`, a loader whose 2 persistent
+workers were forked before the watch with one whose workers were forked inside it (the agent's
+hooks in them), batches of 1,024 0-d tensors: what the agent costs the workers themselves.
 
 Run on a quiet machine; `--loop` runs the workload itself.
 """
@@ -131,6 +136,47 @@ def in_process(epochs: int) -> tuple[float, float]:
     return statistics.median(off[len(off) // 4:]), statistics.median(on[len(on) // 4:])
 
 
+class _TensorItems:
+    """Item i is a 0-d tensor (issue 24's loader: the workers' CPU is in the items and their collate)."""
+
+    def __len__(self) -> int:
+        return 65536
+
+    def __getitem__(self, i: int) -> Any:
+        import torch
+
+        return torch.tensor(i)
+
+
+def worker_side(rounds: int, batch: int = 1024, batches: int = 40) -> tuple[float, float]:
+    """What the agent costs a DataLoader's workers: two loaders of 2 persistent workers each, one
+    forked before a `gpudoctor.watch()` (plain workers), one inside it (the agent's hooks in its
+    workers), iterated in alternate order each round inside the watch, so the main process's hooks
+    are the same for both and the machine's drift cancels. Returns the median milliseconds a batch
+    reaches the loop from plain and from hooked workers (the first two rounds left out)."""
+    from torch.utils.data import DataLoader
+
+    import gpudoctor
+
+    def started() -> Any:
+        loader = DataLoader(_TensorItems(), batch_size=batch, shuffle=True, num_workers=2, persistent_workers=True)
+        next(iter(loader))  # forks its workers now
+        return loader
+
+    plain_loader = started()
+    times: dict[str, list[float]] = {"plain": [], "hooked": []}
+    with gpudoctor.watch("agent_cost", progress=False, profile=False):
+        loaders = {"plain": plain_loader, "hooked": started()}
+        for round_no in range(rounds):
+            for name in ("plain", "hooked") if round_no % 2 == 0 else ("hooked", "plain"):
+                it = iter(loaders[name])
+                began = time.perf_counter()
+                for _ in range(batches):
+                    next(it)
+                times[name].append((time.perf_counter() - began) / batches * 1e3)
+    return statistics.median(times["plain"][2:]), statistics.median(times["hooked"][2:])
+
+
 LOOPS = {"forward": forward_loop, "train": train_loop}
 
 
@@ -158,10 +204,21 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--in-process", action="store_true",
                         help="the train loop's hooks alone, in and out on alternate epochs of one process")
+    parser.add_argument("--workers", action="store_true",
+                        help="the agent's cost in a DataLoader's workers: plain and hooked workers in one process")
     parser.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.loop:
         loop(args.workload)
+        return
+    if args.workers:
+        ratios = []
+        for run_no in range(args.pairs):
+            plain, hooked = worker_side(20)
+            ratios.append(hooked / plain)
+            print(f"run {run_no + 1}: plain workers {plain:.3f} ms a batch, hooked workers {hooked:.3f} ms: "
+                  f"{ratios[-1]:.3f}", flush=True)
+        print(f"median time ratio hooked / plain over {len(ratios)} runs: {statistics.median(ratios):.3f}")
         return
     if args.in_process:
         for run_no in range(args.pairs):
