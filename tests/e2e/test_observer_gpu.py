@@ -27,3 +27,35 @@ def test_the_loader_of_issue_24_is_not_slowed_by_the_window(diagnose):
     assert run.outcome("GD002")["status"] == "pass", run.report["findings"]
     overhead = run.report["summary"]["profiler_overhead"]
     assert overhead["windows"] >= 1 and overhead["profiled_steps"] > 0 and overhead["steps_per_s_inside"]
+
+
+SHORT_LOOP_AFTER_A_QUIET_START = """
+import time
+import torch
+
+model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(8)]).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(64, 256, device="cuda")
+time.sleep(3.5)  # quiet since CUDA started: a time-bounded window is due
+model(x)  # a safe point: it opens
+time.sleep(0.5)
+for _ in range(600):  # a short loop (well under 2 s): its first step discards the time window
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+torch.cuda.synchronize()
+"""
+
+
+def test_a_short_loop_after_a_discarded_time_window_still_gets_its_step_window(diagnose, tmp_path):
+    """The wait for CUPTI's detach after the discarded window ends with the loop's steps, not after
+    a fixed 2 s that outlasted such a loop (H100: syn_launch_bound and fp32_matmul.py got no window)."""
+    script = tmp_path / "short_loop.py"
+    script.write_text(SHORT_LOOP_AFTER_A_QUIET_START)
+    run = diagnose(str(script), timeout=300)
+    assert run.returncode == 0, run.stderr
+    session = json.loads(next(run.out.glob("*.session.json")).read_text())
+    stepped = [p for p in session["profiles"] if p["steps"]]
+    assert stepped and stepped[0]["step_source"] == "optimizer", (session["profiles"], session["unavailable"])
+    assert stepped[0]["kernel_count"] > 0
