@@ -179,6 +179,9 @@ def expandable_remedy(enabled: bool | None, extra: str = "") -> Remedy:
         text="Let the allocator grow segments instead of carving fixed ones" +
         (" (it may already be set: the run did not say)" if enabled is None else "") +
         ". If fragmentation remains, keep tensor shapes stable (pad variable-length batches to a few bucket "
-        "sizes, drop_last=True)." + extra,
+        "sizes, drop_last=True). It is a memory remedy and may cost time: a growing segment maps new memory, "
+        "slower than reusing a cached block when a run frees and grows again near its memory cap (0.68x on "
+        "the accuracy corpus's fragmentation workload, H100); `--try-only expandable_segments` measures it."
+        + extra,
         code=f"export {ENV_FIX}\npython train.py   # or: {ENV_FIX} gpudoctor diagnose train.py",
     )
