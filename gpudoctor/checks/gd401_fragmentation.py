@@ -39,7 +39,11 @@ What to do
     already on: keep shapes stable (pad variable-length batches to a few bucket
     sizes, ``drop_last=True``), lower the peak (smaller batch with gradient
     accumulation, activation checkpointing), and drop references to large
-    temporaries early.
+    temporaries early. ``expandable_segments`` is a memory remedy and may cost time: a
+    growing segment maps new memory, slower than reusing a cached block when a run frees
+    and grows again near its cap (the accuracy corpus's fragmentation workload, capped at
+    10 GiB, ran 0.68x as fast with it on an H100); ``--try-only expandable_segments``
+    measures it on your run.
 
 Example
     ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True gpudoctor diagnose train.py``
