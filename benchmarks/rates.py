@@ -106,15 +106,20 @@ def graph_gap(kernels: int = 1000) -> dict:
             "replay_call_host_us_median": round(statistics.median(calls), 2)}
 
 
-def _kernels(fn) -> int:
-    """GPU kernels one call of fn() launches (copies and memsets left out), counted by torch.profiler."""
+def _kernel_times(fn) -> list[float]:
+    """Microseconds of each GPU kernel one call of fn() runs (copies and memsets left out), by torch.profiler."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-               and not e.name.lower().startswith(("memcpy", "memset")))
+    return [e.time_range.elapsed_us() for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+            and not e.name.lower().startswith(("memcpy", "memset"))]
+
+
+def _kernels(fn) -> int:
+    """GPU kernels one call of fn() launches."""
+    return len(_kernel_times(fn))
 
 
 def _host_us(fn, calls: int) -> float:
@@ -159,17 +164,6 @@ def compiled_launch(counts: tuple[int, ...] = (4, 16, 64), calls: int = 300) -> 
     return out
 
 
-def _kernel_us(fn) -> float:
-    """Microseconds of GPU kernels one call of fn() runs (summed durations), by torch.profiler."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-               and not e.name.lower().startswith(("memcpy", "memset")))
-
-
 def _back_to_back_us(fn, calls: int) -> float:
     """Microseconds a call when fn() is called over and over without a sync, as a serving loop does:
     the slower of the host's calls and the GPU's work sets it."""
@@ -204,8 +198,9 @@ def cudagraph_calls(layer_counts: tuple[int, ...] = (6, 24, 96), calls: int = 50
                 for _ in range(5):  # compile, record, then replay
                     call()
                 torch.cuda.synchronize()
-                row[f"{mode}_kernels"] = _kernels(call)
-                row[f"{mode}_kernel_us"] = round(_kernel_us(call), 2)
+                times = _kernel_times(call)
+                row[f"{mode}_kernels"] = len(times)
+                row[f"{mode}_kernel_us"] = round(sum(times), 2)
                 row[f"{mode}_host_us"] = round(_host_us(call, calls), 2)
                 row[f"{mode}_back_to_back_us"] = round(_back_to_back_us(call, calls), 2)
         rows.append(row)

@@ -151,7 +151,7 @@ CUPTI_TEARDOWN_MIN_S = 0.1
 
 
 class _cupti_teardown:
-    """TEARDOWN_CUPTI for a window's life and CUPTI_TEARDOWN_WAIT_S after it: one per process
+    """TEARDOWN_CUPTI for a window's life and after it until CUPTI's detach is done: one per process
     (shared_teardown), so that a second in-process watch waits for the first one's detach too and
     never takes the first one's value for the user's."""
 
@@ -406,7 +406,7 @@ class ProfilerWindow:
     def _due(self, key: PhaseKey, settled: bool = True) -> str | None:
         """The label of the window this phase is due, or None (`settled`: past the epoch's warm-up)."""
         if self.taken >= self.max_windows or self.teardown.pending():
-            return None  # all taken, or the last one's CUPTI detach may not be done (CUPTI_TEARDOWN_WAIT_S)
+            return None  # all taken, or the last one's CUPTI detach may not be done (restore_due)
         if self.taken == 0:
             return "start"
         if key not in self.profiled:

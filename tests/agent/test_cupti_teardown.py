@@ -23,6 +23,14 @@ def fake_torch(cuda):
     return SimpleNamespace(version=SimpleNamespace(cuda=cuda))
 
 
+def waiting_guard() -> _cupti_teardown:
+    """A CUDA 13 torch's guard whose window has just stopped after tracing CUDA: the detach is pending."""
+    guard = _cupti_teardown(fake_torch("13.0"))
+    guard.__enter__()
+    guard.later(cuda=True)
+    return guard
+
+
 @pytest.fixture(autouse=True)
 def no_variable(monkeypatch):
     monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
@@ -69,9 +77,7 @@ def test_leaving_twice_is_harmless():
 # the run. So after a window that traced CUDA the variable stays a while (CUPTI_TEARDOWN_WAIT_S).
 
 def test_after_a_window_that_traced_cuda_the_variable_stays_until_the_detach_is_done():
-    guard = _cupti_teardown(fake_torch("13.0"))
-    guard.__enter__()
-    guard.later(cuda=True)
+    guard = waiting_guard()
     assert os.environ["TEARDOWN_CUPTI"] == "1" and guard.pending()
     guard.restore_due()  # too soon
     assert os.environ["TEARDOWN_CUPTI"] == "1" and guard.pending()
@@ -89,9 +95,7 @@ def test_a_window_without_cuda_restores_at_once():
 
 def test_the_users_own_teardown_still_makes_the_next_window_wait_and_is_kept(monkeypatch):
     monkeypatch.setenv("TEARDOWN_CUPTI", "1")
-    guard = _cupti_teardown(fake_torch("13.0"))
-    guard.__enter__()
-    guard.later(cuda=True)
+    guard = waiting_guard()
     assert guard.pending()  # the detach runs as well: a window started now could lose its GPU events
     guard.restore_at = time.monotonic() - 0.001
     guard.restore_due()
@@ -127,9 +131,7 @@ def test_no_window_starts_while_the_last_ones_detach_may_be_under_way(tmp_path):
 
 def test_when_no_step_will_come_the_variable_is_given_back_from_a_timer():
     """An in-process watch that ends: the process goes on without steps or polls of ours."""
-    guard = _cupti_teardown(fake_torch("13.0"))
-    guard.__enter__()
-    guard.later(cuda=True)
+    guard = waiting_guard()
     guard.restore_at = time.monotonic() + 0.5
     guard.restore_in_background()
     assert os.environ["TEARDOWN_CUPTI"] == "1"
@@ -145,9 +147,7 @@ def test_at_interpreter_exit_without_a_timer_it_is_given_back_at_once(monkeypatc
         raise RuntimeError("can't create new thread at interpreter shutdown")
 
     monkeypatch.setattr(threading.Thread, "start", refuse)
-    guard = _cupti_teardown(fake_torch("13.0"))
-    guard.__enter__()
-    guard.later(cuda=True)
+    guard = waiting_guard()
     guard.restore_in_background()
     assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending()
 
@@ -173,9 +173,7 @@ def test_a_second_watch_in_the_process_waits_for_the_first_ones_detach(tmp_path)
 
 
 def test_a_child_forked_while_the_detach_is_pending_gives_the_variable_back(tmp_path):
-    guard = _cupti_teardown(fake_torch("13.0"))
-    guard.__enter__()
-    guard.later(cuda=True)
+    guard = waiting_guard()
     with guard.lock:  # held by another thread at the fork: the child must not wait on it
         guard.forked()
     assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending()
@@ -186,9 +184,7 @@ def test_a_child_forked_while_the_detach_is_pending_gives_the_variable_back(tmp_
 # CUPTI_TEARDOWN_WAIT_S without them. A fixed 2 s left a short run without its window.
 
 def test_steps_on_cuda_end_the_wait_once_the_flush_had_its_time():
-    guard = _cupti_teardown(fake_torch("13.0"))
-    guard.__enter__()
-    guard.later(cuda=True)
+    guard = waiting_guard()
     for _ in range(CUPTI_TEARDOWN_STEPS + 2):
         guard.restore_due(stepped=True)  # within CUPTI_TEARDOWN_MIN_S of the stop: the flush may run yet
     assert guard.pending()
@@ -198,9 +194,7 @@ def test_steps_on_cuda_end_the_wait_once_the_flush_had_its_time():
 
 
 def test_too_few_steps_wait_for_the_full_time():
-    guard = _cupti_teardown(fake_torch("13.0"))
-    guard.__enter__()
-    guard.later(cuda=True)
+    guard = waiting_guard()
     guard.stepped_at = time.monotonic() - 0.001
     for _ in range(CUPTI_TEARDOWN_STEPS - 1):
         guard.restore_due(stepped=True)
