@@ -134,34 +134,40 @@ CUPTI_TEARDOWN_MIN_CUDA = (12, 0)
 # Kineto's detach is not done when the window's stop returns: a detached thread of Kineto flushes
 # CUPTI, then waits for the next CUDA call's exit to finalize it, and only then reads the variable
 # again: unset by then, it re-attaches CUPTI's callbacks at once (Kineto's "lazy re-init" is on only
-# while TEARDOWN_CUPTI=1), and every launch pays for them for the rest of the run. A discarded
-# window (a fork right after its start) always lost that race, a kept one when its export made no
-# CUDA call after the flush: on an H200, one diagnosed run in three of a loop that starts new
-# workers every 4 batches ran at 26 steps/s against 40-44 (two leases alike). A second window
-# started before the finalize loses its GPU events to it (Kineto's own issue, pytorch/kineto#1554).
-# So the variable stays set after a stop, and no window starts until it is restored: once the
-# stepping thread has run CUPTI_TEARDOWN_STEPS steps (each a run of CUDA calls: the finalize
-# happens at the first call after Kineto's flush) and CUPTI_TEARDOWN_MIN_S has passed (the flush,
-# of buffers the stop already drained), or after CUPTI_TEARDOWN_WAIT_S without steps (a stepless
-# run, the end of a watch). A fixed 2 s wait for every case cost a short run its only window: a
-# time window superseded by the run's first step (1.3 s of 3.5 ms steps on an H100) left none.
+# while TEARDOWN_CUPTI=1), and every launch pays for them for the rest of the run. How long that
+# thread takes is not ours to know: a fixed 2 s wait lost the race now and then (on an H200, one
+# diagnosed run in three of a loop that starts new workers every 4 batches ran at 26 steps/s
+# against 40-44), and a wait of 3 steps and 0.1 s lost it in every run of that loop on an H100
+# (23-25 steps/s against 37-43). So once a window has traced CUDA the variable stays set for the
+# rest of the watch, and is given back only when the watch ends (the run's exit, an in-process
+# watch's end), CUPTI_TEARDOWN_WAIT_S after the last stop. A second window started before the
+# finalize loses its GPU events to it (Kineto's own issue, pytorch/kineto#1554), so no window
+# starts until the detach is presumably done: once the stepping thread has run
+# CUPTI_TEARDOWN_STEPS steps (each a run of CUDA calls: the finalize happens at the first call
+# after Kineto's flush) and CUPTI_TEARDOWN_MIN_S has passed, or after CUPTI_TEARDOWN_WAIT_S without
+# steps (a stepless run). A fixed 2 s wait there cost a short run its only window: a time window
+# superseded by the run's first step (1.3 s of 3.5 ms steps on an H100) left none. torch itself
+# writes "0" when it compiles CUDA graphs (their capture does not survive a detach on CUDA before
+# 12.6): that value is torch's, never removed or overwritten here.
 CUPTI_TEARDOWN_WAIT_S = 2.0
 CUPTI_TEARDOWN_STEPS = 3
 CUPTI_TEARDOWN_MIN_S = 0.1
 
 
 class _cupti_teardown:
-    """TEARDOWN_CUPTI for a window's life and after it until CUPTI's detach is done: one per process
-    (shared_teardown), so that a second in-process watch waits for the first one's detach too and
-    never takes the first one's value for the user's."""
+    """TEARDOWN_CUPTI for each window's life and, once a window traced CUDA, until the watch ends:
+    one per process (shared_teardown), so that a second in-process watch waits for the first one's
+    detach too and never takes the first one's value for the user's."""
 
     def __init__(self, torch: ModuleType) -> None:
         self.torch = torch
         self.set = False  # the variable is ours (set by __enter__), to remove
-        self.restore_at: float | None = None  # set by later(): when it goes without steps (monotonic clock)
-        self.stepped_at: float | None = None  # when it goes once CUPTI_TEARDOWN_STEPS steps ran
+        self.restore_at: float | None = None  # set by later(): the wait's end without steps (monotonic clock)
+        self.stepped_at: float | None = None  # the wait's end once CUPTI_TEARDOWN_STEPS steps ran
         self.steps_left = 0  # steps the stepping thread still owes before stepped_at counts
-        self.lock = threading.Lock()  # restores come from the stepping thread, the agent's, a timer
+        self.stopped_at: float | None = None  # the last stop of a window that traced CUDA (monotonic clock)
+        self.generation = 0  # windows begun: a timer's restore stands only if none began since it was set
+        self.lock = threading.Lock()  # calls come from the stepping thread, the agent's, a timer
 
     def __enter__(self) -> _cupti_teardown:
         try:
@@ -169,42 +175,48 @@ class _cupti_teardown:
         except (AttributeError, ValueError):
             cuda = (0,)
         with self.lock:
-            self.restore_at = None
-            self.set = "TEARDOWN_CUPTI" not in os.environ and cuda >= CUPTI_TEARDOWN_MIN_CUDA
+            self.generation += 1
+            self.restore_at = self.stepped_at = None
+            ours = self.set and os.environ.get("TEARDOWN_CUPTI") == "1"  # kept since an earlier window
+            self.set = ours or ("TEARDOWN_CUPTI" not in os.environ and cuda >= CUPTI_TEARDOWN_MIN_CUDA)
             if self.set:
                 os.environ["TEARDOWN_CUPTI"] = "1"
         return self
 
     def __exit__(self, *exc_info: object) -> Literal[False]:
+        """A window ends without a stop that traced CUDA (it failed to start, or was abandoned): ours
+        goes, unless an earlier window's detach keeps it for the rest of the watch."""
         with self.lock:
-            self._restore()
+            if self.stopped_at is None:
+                self._restore()
         return False
 
     def _restore(self) -> None:
-        self.restore_at = self.stepped_at = None
+        self.restore_at = self.stepped_at = self.stopped_at = None
         if self.set and os.environ.get("TEARDOWN_CUPTI") == "1":
             os.environ.pop("TEARDOWN_CUPTI", None)
         self.set = False
 
     def later(self, cuda: bool) -> None:
-        """A window stopped: restore the variable once CUPTI's detach is done (restore_due). A
-        window that traced CUDA with the variable set (by us or the user) waits for it too,
-        before the next window may start (pending)."""
+        """A window stopped. One that traced CUDA with the variable set (by us or the user) makes the
+        next window wait for its detach (pending), and keeps ours set until the watch ends
+        (restore_in_background); without CUDA traced, and none before, ours goes at once."""
         with self.lock:
             if cuda and os.environ.get("TEARDOWN_CUPTI") == "1":
                 now = time.monotonic()
+                self.stopped_at = now
                 self.restore_at = now + CUPTI_TEARDOWN_WAIT_S
                 self.stepped_at, self.steps_left = now + CUPTI_TEARDOWN_MIN_S, CUPTI_TEARDOWN_STEPS
-            else:
+            elif self.stopped_at is None:
                 self._restore()  # no CUDA traced: no detach to wait for
 
     def pending(self) -> bool:
-        """A stopped window's detach may still be under way (its variable still set)."""
+        """A stopped window's detach may still be under way: no window starts yet."""
         return self.restore_at is not None
 
-    def restore_due(self, stepped: bool = False) -> None:
-        """Restore the variable if the detach is done by now (`stepped`: the stepping thread ended
-        a step, a run of CUDA calls, since the last call)."""
+    def detach_due(self, stepped: bool = False) -> None:
+        """End the wait if the detach is done by now (`stepped`: the stepping thread ended a step, a
+        run of CUDA calls, since the last call). The variable stays: see restore_in_background."""
         at = self.restore_at
         if at is None:
             return
@@ -215,27 +227,36 @@ class _cupti_teardown:
         if now < at and (self.steps_left > 0 or stepped_at is None or now < stepped_at):
             return
         with self.lock:
-            if self.restore_at == at:  # not restored meanwhile (and no window begun) by another thread
-                self._restore()
+            if self.restore_at == at:  # not ended meanwhile (and no window begun) by another thread
+                self.restore_at = self.stepped_at = None
 
     def restore_in_background(self) -> None:
-        """No step or poll will come (the watch or the run ended): restore when the wait is over,
-        from a timer thread, so a process that goes on (an in-process watch) gets its variable back."""
-        at = self.restore_at
-        if at is None:
-            return
-        timer = threading.Timer(max(0.0, at - time.monotonic()) + 0.01, self.restore_due)
+        """The watch ended (the run's exit, an in-process watch's end): give our variable back
+        CUPTI_TEARDOWN_WAIT_S after the last stop, from a timer thread, so a process that goes on
+        runs its launches without CUPTI's callbacks and with its own environment."""
+        with self.lock:
+            if not self.set:
+                return
+            generation = self.generation
+            delay = 0.0 if self.stopped_at is None else self.stopped_at + CUPTI_TEARDOWN_WAIT_S - time.monotonic()
+
+        def restore() -> None:
+            with self.lock:
+                if self.generation == generation:  # no window begun since (a second watch's)
+                    self._restore()
+
+        timer = threading.Timer(max(0.0, delay) + 0.01, restore)
         timer.daemon = True
         try:
             timer.start()
         except RuntimeError:  # at interpreter exit (Python 3.12.0-3.12.2 start no thread there)
-            self.__exit__(None, None, None)
+            restore()
 
     def forked(self) -> None:
-        """In a child forked meanwhile: the parent's detach is not its to wait for."""
+        """In a child forked meanwhile: the parent's detach is not its to wait for, and the variable
+        is the parent's: the child gets its environment back."""
         self.lock = threading.Lock()  # a copy held by another thread at the fork would stay held
-        if self.restore_at is not None:
-            self._restore()
+        self._restore()
 
 
 @functools.cache
@@ -342,7 +363,7 @@ class ProfilerWindow:
 
     # -- step-driven windows (on the stepping thread) -----------------------------
     def on_step(self, source: StepSource, n: int) -> None:
-        self.teardown.restore_due(stepped=self.teardown.restore_at is not None and self.hooks.cuda_initialized())
+        self.teardown.detach_due(stepped=self.teardown.restore_at is not None and self.hooks.cuda_initialized())
         if self.state == self.DONE:
             return
         window = self.window
@@ -406,7 +427,7 @@ class ProfilerWindow:
     def _due(self, key: PhaseKey, settled: bool = True) -> str | None:
         """The label of the window this phase is due, or None (`settled`: past the epoch's warm-up)."""
         if self.taken >= self.max_windows or self.teardown.pending():
-            return None  # all taken, or the last one's CUPTI detach may not be done (restore_due)
+            return None  # all taken, or the last one's CUPTI detach may not be done (detach_due)
         if self.taken == 0:
             return "start"
         if key not in self.profiled:
@@ -423,7 +444,7 @@ class ProfilerWindow:
     def poll(self) -> None:
         """On the agent's thread: arm the safe points once a stepless run is due a window."""
         if self.teardown.restore_at is not None and self.hooks.steps.active() is None:
-            self.teardown.restore_due()  # a stepless run: no step restores it
+            self.teardown.detach_due()  # a stepless run: no step ends the wait
         if self.state != self.IDLE or self.pending is not None or self.safepoints is None:
             return
         if not self.hooks.cuda_initialized():

@@ -74,16 +74,47 @@ def test_leaving_twice_is_harmless():
 
 # Kineto finishes the detach later, on a thread of its own that waits for the next CUDA call and
 # then reads the variable again: unset by then, it re-attaches CUPTI's callbacks for the rest of
-# the run. So after a window that traced CUDA the variable stays a while (CUPTI_TEARDOWN_WAIT_S).
+# the run. How long that takes is not known, so after a window that traced CUDA the variable stays
+# for the rest of the watch; the next window only waits for the detach (pending).
 
-def test_after_a_window_that_traced_cuda_the_variable_stays_until_the_detach_is_done():
+def test_after_a_window_that_traced_cuda_the_variable_stays_for_the_rest_of_the_watch():
     guard = waiting_guard()
     assert os.environ["TEARDOWN_CUPTI"] == "1" and guard.pending()
-    guard.restore_due()  # too soon
+    guard.detach_due()  # too soon
     assert os.environ["TEARDOWN_CUPTI"] == "1" and guard.pending()
-    guard.restore_at = time.monotonic() - 0.001  # the wait is over
-    guard.restore_due()
-    assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending()
+    guard.restore_at = time.monotonic() - 0.001  # the wait is over: a window may start ...
+    guard.detach_due()
+    assert not guard.pending()
+    assert os.environ["TEARDOWN_CUPTI"] == "1"  # ... and the variable stays, whatever the detach's pace
+
+
+def test_a_later_window_keeps_the_variable_ours_and_the_end_of_the_watch_gives_it_back():
+    guard = waiting_guard()
+    guard.restore_at = time.monotonic() - 0.001
+    guard.detach_due()
+    guard.__enter__()  # the next window: set since the last one, still ours
+    assert guard.set and os.environ["TEARDOWN_CUPTI"] == "1"
+    guard.later(cuda=False)  # even a window without CUDA leaves the earlier detach its variable
+    guard.__exit__(None, None, None)
+    assert os.environ["TEARDOWN_CUPTI"] == "1"
+    guard.stopped_at = time.monotonic() - CUPTI_TEARDOWN_WAIT_S  # the last detach's wait is over
+    guard.restore_in_background()
+    deadline = time.monotonic() + 5.0
+    while "TEARDOWN_CUPTI" in os.environ and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "TEARDOWN_CUPTI" not in os.environ and not guard.set
+
+
+def test_a_window_begun_after_the_watch_ended_keeps_the_variable_from_the_timer():
+    """A second in-process watch starts a window before the first one's timer fires."""
+    guard = waiting_guard()
+    guard.stopped_at = time.monotonic() - CUPTI_TEARDOWN_WAIT_S + 0.3
+    guard.restore_in_background()
+    guard.__enter__()
+    time.sleep(0.5)
+    assert os.environ["TEARDOWN_CUPTI"] == "1" and guard.set
+    guard.__exit__(None, None, None)  # the stop that traced CUDA is still the last: kept
+    assert os.environ["TEARDOWN_CUPTI"] == "1"
 
 
 def test_a_window_without_cuda_restores_at_once():
@@ -98,8 +129,12 @@ def test_the_users_own_teardown_still_makes_the_next_window_wait_and_is_kept(mon
     guard = waiting_guard()
     assert guard.pending()  # the detach runs as well: a window started now could lose its GPU events
     guard.restore_at = time.monotonic() - 0.001
-    guard.restore_due()
+    guard.detach_due()
     assert os.environ["TEARDOWN_CUPTI"] == "1" and not guard.pending()
+    guard.stopped_at = time.monotonic() - CUPTI_TEARDOWN_WAIT_S
+    guard.restore_in_background()  # not ours: nothing to give back
+    time.sleep(0.05)
+    assert os.environ["TEARDOWN_CUPTI"] == "1"
 
 
 def test_no_window_starts_while_the_last_ones_detach_may_be_under_way(tmp_path):
@@ -122,17 +157,23 @@ def test_no_window_starts_while_the_last_ones_detach_may_be_under_way(tmp_path):
     steps(5)
     assert profiler.state == "idle"  # ... which waits
     profiler.teardown.restore_at = time.monotonic() - 0.001
-    steps(1)  # the next step restores the variable, and the phase's window opens (setting it anew)
+    steps(1)  # the next step ends the wait, and the phase's window opens (the variable still ours)
     assert not profiler.teardown.pending()
     assert profiler.state == "running" and profiler.window.label == "phase"
-    profiler.stop("test end")  # a CPU-only window: nothing to wait for
-    assert "TEARDOWN_CUPTI" not in os.environ and not profiler.teardown.pending()
+    profiler.stop("test end")  # a CPU-only window: nothing to wait for, the first one's variable stays
+    assert os.environ["TEARDOWN_CUPTI"] == "1" and not profiler.teardown.pending()
+    profiler.teardown.stopped_at = time.monotonic() - CUPTI_TEARDOWN_WAIT_S
+    profiler.finish()  # the watch ends: the variable goes
+    deadline = time.monotonic() + 5.0
+    while "TEARDOWN_CUPTI" in os.environ and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "TEARDOWN_CUPTI" not in os.environ
 
 
 def test_when_no_step_will_come_the_variable_is_given_back_from_a_timer():
     """An in-process watch that ends: the process goes on without steps or polls of ours."""
     guard = waiting_guard()
-    guard.restore_at = time.monotonic() + 0.5
+    guard.stopped_at = time.monotonic() - CUPTI_TEARDOWN_WAIT_S + 0.5
     guard.restore_in_background()
     assert os.environ["TEARDOWN_CUPTI"] == "1"
     deadline = time.monotonic() + 5.0
@@ -164,8 +205,7 @@ def test_a_second_watch_in_the_process_waits_for_the_first_ones_detach(tmp_path)
         guard.later(cuda=True)  # the first watch's window stopped
         assert second.profiler._due(("optimizer", None, True, True)) is None  # the second one's waits
         guard.restore_at = time.monotonic() - 0.001
-        guard.restore_due()
-        assert "TEARDOWN_CUPTI" not in os.environ
+        guard.detach_due()
         assert second.profiler._due(("optimizer", None, True, True)) == "start"
     finally:
         guard.torch = saved
@@ -186,21 +226,21 @@ def test_a_child_forked_while_the_detach_is_pending_gives_the_variable_back(tmp_
 def test_steps_on_cuda_end_the_wait_once_the_flush_had_its_time():
     guard = waiting_guard()
     for _ in range(CUPTI_TEARDOWN_STEPS + 2):
-        guard.restore_due(stepped=True)  # within CUPTI_TEARDOWN_MIN_S of the stop: the flush may run yet
+        guard.detach_due(stepped=True)  # within CUPTI_TEARDOWN_MIN_S of the stop: the flush may run yet
     assert guard.pending()
     guard.stepped_at = time.monotonic() - 0.001  # that time has passed
-    guard.restore_due()  # the next call (a poll here): the steps were counted already
-    assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending()
+    guard.detach_due()  # the next call (a poll here): the steps were counted already
+    assert not guard.pending() and os.environ["TEARDOWN_CUPTI"] == "1"
 
 
 def test_too_few_steps_wait_for_the_full_time():
     guard = waiting_guard()
     guard.stepped_at = time.monotonic() - 0.001
     for _ in range(CUPTI_TEARDOWN_STEPS - 1):
-        guard.restore_due(stepped=True)
-    guard.restore_due()  # a poll, not a step
+        guard.detach_due(stepped=True)
+    guard.detach_due()  # a poll, not a step
     assert guard.pending() and os.environ["TEARDOWN_CUPTI"] == "1"
-    guard.restore_due(stepped=True)
+    guard.detach_due(stepped=True)
     assert not guard.pending()
 
 
