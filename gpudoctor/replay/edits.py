@@ -37,6 +37,7 @@ class Facts:
     chain: np.ndarray  # per item: NEVER | ALWAYS | IF_SHORT
     optimizer: np.ndarray  # per item: inside optimizer.step()
     fused: np.ndarray  # per item: what a fused optimizer replaces (items.HostItem.fused)
+    calls: np.ndarray  # per item: its thread's outermost nn.Module call, -1 outside one (items.HostItem.call)
     threads: list[np.ndarray]  # the items of each thread, in order
     kinds: np.ndarray
     op_items: np.ndarray  # the item of each (item, operation) pair, by item
@@ -95,6 +96,7 @@ class Facts:
             chain=chain.astype(np.int8),
             optimizer=np.array(host.optimizer, dtype=bool),
             fused=np.array(host.fused, dtype=bool),
+            calls=np.array(host.call, dtype=np.int64),
             threads=threads,
             kinds=kinds, op_items=op_items, op_ids=op_ids,
             pageable=[(i, found, bool(kinds[i] == LAUNCH)) for i, found in pageable.items()],
@@ -210,12 +212,16 @@ def sync(timeline: Timeline, plan: Plan) -> tuple[int, str]:
 
 
 def launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:
-    """The model's launch chains as graphs (what torch.compile / CUDA graphs of the model buy)."""
-    changed, chains = _collapse(timeline, plan, optimizer=False)
+    """The model's launch chains as graphs (what torch.compile(mode="reduce-overhead") buys): each
+    chain costs the host one compiled call, whose graph starts once the call's host work is done."""
+    changed, chains = _collapse(timeline, plan, optimizer=False, graph_call=True)
     glue = ("framework Python removed, the user's own Python kept" if timeline.stacks
             else f"Python stretches under {GLUE_MAX_US:.0f} us removed")
-    return changed, (f"{chains:,} launch chains outside optimizer.step() issued as one graph each: the host cost "
-                     f"of one launch call, {glue}; {rates.GRAPH_SOURCE}")
+    calls = ("one per call of the model (its outermost nn.Module calls in the trace's stacks; what runs "
+             "outside them as measured)" if bool((facts(timeline).calls >= 0).any()) else "")
+    return changed, (f"{chains:,} launch chains outside optimizer.step(){' (' + calls + ')' if calls else ''} issued "
+                     f"as one graph each: the host cost of one compiled call ({rates.GRAPH_CALL_SOURCE}), {glue}; "
+                     f"{rates.GRAPH_SOURCE}")
 
 
 def optimizer(timeline: Timeline, plan: Plan) -> tuple[int, str]:
@@ -232,7 +238,10 @@ def _chains(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[np.ndarray
     """Per thread, maximal runs of items a captured graph would replace: launches, their
     dispatch, and the Python between them (framework Python whatever its length when the
     trace tells it from the user's, else short stretches only); the user's own long Python,
-    data waits and blocking calls end a chain, and so does crossing into or out of
+    data waits and blocking calls end a chain. Where the thread's Python stacks show the model's
+    calls (outermost ``nn.Module`` frames), each call is a chain of its own (a compiled model is
+    one compiled call each time it is called) and what runs outside them stays as measured; a
+    chain also ends crossing into or out of
     optimizer.step() (`optimizer` picks which side is chained: outside the step, or what a fused
     optimizer replaces inside it, its update function where the trace shows it; the rest of the
     step is chained by neither). (The items of every chain, one chain after the other, in the
@@ -247,8 +256,14 @@ def _chains(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[np.ndarray
         inside = joins[mine]
         if not inside.any():
             continue
-        edges = np.diff(np.concatenate(([0], inside.astype(np.int8), [0])))
-        opens, closes = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # runs [open, close)
+        call = known.calls[mine]
+        if optimizer or not (call >= 0).any():
+            call = np.zeros(len(mine), dtype=np.int64)  # no module calls traced here: the glue rules alone
+        else:  # one compiled call per outermost module call: what runs outside the model stays eager
+            inside = inside & (call >= 0)
+        same = np.concatenate(([False], inside[1:] & inside[:-1] & (call[1:] == call[:-1])))
+        opens = np.flatnonzero(inside & ~same)
+        closes = np.flatnonzero(inside & ~np.append(same[1:], False)) + 1  # runs [open, close)
         for low, high in zip(opens.tolist(), closes.tolist()):
             members.append(mine[low:high])
             # closed by the thread's next item; one still open at the end, after every item
@@ -260,9 +275,12 @@ def _chains(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[np.ndarray
     return np.concatenate(runs), np.repeat(np.arange(len(runs)), [len(run) for run in runs])
 
 
-def _collapse(timeline: Timeline, plan: Plan, *, optimizer: bool) -> tuple[int, int]:
+def _collapse(timeline: Timeline, plan: Plan, *, optimizer: bool, graph_call: bool = False) -> tuple[int, int]:
     """Each chain of two launches or more as one graph: its first launch issues every
-    operation of the chain at the graph rate, the other items cost nothing."""
+    operation of the chain at the graph rate, the other items cost nothing. With `graph_call`
+    the first launch costs the host a compiled graph's call (rates.graph_call_us of the chain's
+    launches) and the graph starts after it; else one launch call, as measured (a fused
+    optimizer's few kernels)."""
     known = facts(timeline)
     members, chain_of = _chains(timeline, plan, optimizer)
     is_launch = known.kinds[members] == LAUNCH
@@ -292,9 +310,15 @@ def _collapse(timeline: Timeline, plan: Plan, *, optimizer: bool) -> tuple[int, 
         _, last = np.unique(ops[::-1], return_index=True)
         winners = by_order[::-1][last]
         latency, graph_us = timeline.launch_latency_us, rates.GRAPH_KERNEL_US
+        call = np.zeros(len(timeline.host), dtype=np.float64)  # per chain head: its graph call's host time
+        if graph_call:
+            heads = first_launch[launches >= 2]
+            call[heads] = [rates.graph_call_us(int(n)) for n in launches[launches >= 2].tolist()]
+            for i in heads.tolist():
+                plan.cost[i] = max(plan.cost[i], float(call[i]))
         for j, at in zip(known.op_ids[winners].tolist(), heads_of_item[known.op_items[winners]].tolist()):
             plan.launch_at[j] = at
-            plan.ready[j] = latency
+            plan.ready[j] = latency + call[at]
             plan.gap[j] = max(0.0, graph_us - plan.dur[j])
     return len(dropped), int((launches >= 2).sum())
 

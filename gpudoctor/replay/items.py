@@ -31,6 +31,9 @@ class HostItem:
     # what a fused optimizer replaces: inside step()'s update function where Python stacks show it
     # (the rest of step() runs alike, fused or not), else the whole step
     fused: bool = False
+    # the thread's outermost nn.Module call the item ran in (numbered per thread; -1: none, or no
+    # Python stacks): what torch.compile of the model turns into one compiled call
+    call: int = -1
 
 
 @dataclass(slots=True)
@@ -50,7 +53,7 @@ class GpuOp:
 
 
 HOST_FIELDS = ("kind", "thread", "ts", "dur", "tag", "ops", "scope", "waited", "post", "agent", "api", "read",
-               "optimizer", "fused")
+               "optimizer", "fused", "call")
 
 
 @dataclass
@@ -72,6 +75,7 @@ class HostColumns:
     read: list[tuple[float, float] | None] = field(default_factory=list)
     optimizer: list[bool] = field(default_factory=list)
     fused: list[bool] = field(default_factory=list)
+    call: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.kind)

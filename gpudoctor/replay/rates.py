@@ -41,6 +41,22 @@ TF32_SOURCE = "TF32 vs fp32 GEMM time by kernel duration, measured on an H200 (7
 GRAPH_KERNEL_US = 1.13
 GRAPH_SOURCE = "a graph's kernels at least 1.13 us apart, measured on an H200 (1000 tiny kernels in 1.13 ms)"
 
+# What one call of a model compiled with torch.compile(mode="reduce-overhead") costs the host: its
+# guards, the CUDA-graph tree's bookkeeping and the replay's launch, whatever the kernels do. A
+# batch-1 MLP of 6, 24 and 96 Linear+ReLU layers (13, 49 and 193 kernels a graph) took 138.8,
+# 110.3 and 182.1 us of host per call on an H100 host (torch 2.11; benchmarks/rates.py --only
+# cudagraph, benchmarks/results/rates-h100-2026-12-07.json): the least-squares line over the
+# three, 117.3 us a call and 0.314 us a kernel. Eager, the same calls took 316-3,262 us.
+GRAPH_CALL_US = 117.3
+GRAPH_CALL_US_PER_KERNEL = 0.314
+GRAPH_CALL_SOURCE = ("117 us + 0.31 us a kernel, torch.compile(mode=\"reduce-overhead\") calls measured on an "
+                     "H100 host")
+
+
+def graph_call_us(kernels: int) -> float:
+    """Host time of one compiled CUDA-graph call replaying `kernels` kernels."""
+    return GRAPH_CALL_US + GRAPH_CALL_US_PER_KERNEL * kernels
+
 
 @dataclass(frozen=True)
 class Rate:

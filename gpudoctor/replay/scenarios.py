@@ -6,8 +6,10 @@
   values keep their host cost (the remedy still dispatches one to consume each on the GPU).
 - ``launch``: each chain of launches outside ``optimizer.step()`` (operators that
   launched GPU work and the Python between them, up to the next blocking call,
-  data wait or long user code) issued as one captured graph: one launch call's
-  host cost, the kernels back to back at the graph rate measured on an H200.
+  data wait or long user code; one per call of the model where the trace's Python
+  stacks show its ``nn.Module`` calls, what runs outside them as measured) issued as one
+  captured graph: one compiled call's host cost (``rates.graph_call_us``), then the
+  kernels back to back at the graph rate measured on an H200.
   Launch cost only: what fusion saves on the GPU is not counted. This is what
   compiling the model buys; the optimizer is not part of it.
 - ``optimizer``: the same for the launches inside each ``optimizer.step()``'s update

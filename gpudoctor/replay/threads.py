@@ -34,6 +34,7 @@ from gpudoctor.collectors.trace_decode import ANNOTATION, API, FRAME, OP, EventC
 from gpudoctor.replay.items import CPU, DATA, DISPATCH, LAUNCH, PYTHON, SYNC, USER, GpuOp, HostColumns
 
 AGENT_WINDOW_FRAME = "gpudoctor/agent/profiler"  # gpudoctor closing its own window
+MODULE_FRAME = "nn.Module: "  # torch.profiler's frame for a module's call (with_stack)
 _VERSION = re.compile(r"_v\d+$")
 
 OVERLAP_ROUNDS = 32  # gaps covered by more spans than this add the rest one by one
@@ -57,6 +58,7 @@ class HostThread:
     agent: Spans  # gpudoctor's own frames closing the window
     update: Spans  # torch.optim's update functions inside step() (OPTIMIZER_UPDATE_FRAME)
     frames: Frames  # its Python frames in file order
+    modules: Spans  # its outermost nn.Module calls (the module frames, nested ones merged into them)
     annotations: int  # record_function ranges (DataLoader, optimizer, ProfilerStep)
 
     @property
@@ -140,7 +142,7 @@ class _Reading:
 
     def thread(self, rows: list[tuple[EventColumns, np.ndarray]]) -> HostThread:
         first, last = float("inf"), float("-inf")
-        calls = operators = data = optimizer = agent = update = frames = None
+        calls = operators = data = optimizer = agent = update = frames = modules = None
         annotations = 0
         # with Python stacks: the end of the thread's last event other than a record_function range
         stacked = any(len(mine) and group.kind[mine[0]] == FRAME for group, mine in rows)
@@ -157,7 +159,7 @@ class _Reading:
             if kind[0] == API:
                 calls = self._calls(group, mine, ts, dur)
             elif kind[0] == FRAME:
-                agent, update, frames = self._frames(group.name[mine], ts, end)
+                agent, update, frames, modules = self._frames(group.name[mine], ts, end)
             else:
                 is_op = kind == OP
                 operators = _merged(ts[is_op], end[is_op])
@@ -172,7 +174,7 @@ class _Reading:
                           call_correlation=correlations, operators=operators or empty, data=data or empty,
                           optimizer=optimizer or empty, agent=agent or empty, update=update or empty,
                           frames=frames or (np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool)),
-                          annotations=annotations)
+                          modules=modules or empty, annotations=annotations)
 
     def _calls(self, group: EventColumns, mine: np.ndarray, ts: np.ndarray,
                dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str], list[Any]]:
@@ -206,18 +208,20 @@ class _Reading:
             kinds[code] = 1 if DATA_ANNOTATION.match(name) else 2 if name.startswith(OPTIMIZER_ANNOTATION) else 0
         return _lookup(kinds, codes, np.int8)
 
-    def _frames(self, codes: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[Spans, Spans, Frames]:
-        """gpudoctor's window-closing frames, torch.optim's update functions, and every frame."""
+    def _frames(self, codes: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[Spans, Spans, Frames, Spans]:
+        """gpudoctor's window-closing frames, torch.optim's update functions, every frame, and the
+        outermost nn.Module calls."""
         facts = self.frame_facts
         for code in set(codes.tolist()) - facts.keys():
             name = self.names[code].replace("\\", "/")
             match = _FRAME_NAME.match(name)
             facts[code] = (AGENT_WINDOW_FRAME in name,
                            match is not None and frame_kind(match["file"]) in ("user", "stdlib"),
-                           OPTIMIZER_UPDATE_FRAME.search(name) is not None)
-        is_agent, own, update = (_lookup({code: fact[k] for code, fact in facts.items()}, codes, np.bool_)
-                                 for k in range(3))
-        return _merged(ts[is_agent], end[is_agent]), _merged(ts[update], end[update]), (ts, end, own)
+                           OPTIMIZER_UPDATE_FRAME.search(name) is not None, name.startswith(MODULE_FRAME))
+        is_agent, own, update, module = (_lookup({code: fact[k] for code, fact in facts.items()}, codes, np.bool_)
+                                         for k in range(4))
+        return (_merged(ts[is_agent], end[is_agent]), _merged(ts[update], end[update]), (ts, end, own),
+                _merged(ts[module], end[module]))
 
 
 def _lookup(table: dict[int, Any], codes: np.ndarray, dtype: Any) -> np.ndarray:
@@ -345,8 +349,17 @@ def thread_items(number: int, thread: HostThread, corr_ops: dict[Any, list[int]]
                        ops=queued, scope=[None] * count, waited=[False] * count, post=[0.0] * count,
                        agent=[fact[1] for fact in apis], api=[fact[0] for fact in apis],
                        read=[fact[2] for fact in apis], optimizer=optimizer.tolist(),
-                       fused=_fused(optimizer, thread.update, starts).tolist())
+                       fused=_fused(optimizer, thread.update, starts).tolist(),
+                       call=_span_of(thread.modules, starts).tolist())
     return host, calls.launches
+
+
+def _span_of(spans: Spans, at: np.ndarray) -> np.ndarray:
+    """Per time in `at`, the index of the span (sorted, disjoint) that holds it, else -1."""
+    starts, ends = spans
+    k = np.searchsorted(starts, at, side="right") - 1
+    inside = (k >= 0) & (at < ends[np.maximum(k, 0)]) if len(starts) else np.zeros(len(at), dtype=bool)
+    return np.where(inside, k, -1)
 
 
 def _fused(optimizer: np.ndarray, update: Spans, starts: np.ndarray) -> np.ndarray:

@@ -88,10 +88,11 @@ def test_tiny_kernel_loop_is_launch_bound_first(checks):
 
 def test_item_sync_loop_names_its_call_sites(checks):
     _, result = diagnose(checks, "item_sync")
-    # the syncs are a root cause with a replayed gain (1.09x); the loop's framework Python, which a
-    # captured graph would remove (GD103, 2.06x replayed), ranks above it: both stand. (1.15x and 1.53x
-    # while the profiler's 13.7 ms teardown after the window counted as a CPU item of the main thread:
-    # scaled down with the host by the calibration, it left less host time to the loop, more to the waits)
+    # the syncs are a root cause with a replayed gain (1.09x); the loop's Python-bound main thread
+    # (GD103) heads the report: both stand. Its replayed gain, the model's calls compiled into graphs, is
+    # 1.07x (each call costs the host a compiled call, what runs outside the model stays as measured):
+    # plain torch.compile realized 1.15x on this loop (2026-12-03), where the replay once said 1.73-2.06x
+    # with the whole window one graph
     top = next(f for f in result.findings if f.id == "GD302")
     assert (top.severity, top.consequence_of) == ("warning", None)
     assert top.prediction is not None and top.prediction.method == "replay" and top.estimated_gain >= GAIN_WARNING
@@ -99,8 +100,10 @@ def test_item_sync_loop_names_its_call_sites(checks):
     sites = [v.value for k, v in top.evidence.items() if k.startswith("site_")]
     assert any("item_sync.py:26" in s and "Tensor.item" in s for s in sites), sites
     assert "GD304" not in ids(result)  # TF32 is on: the syncs are its only problem
+    assert result.findings[0].id == "GD103"  # the headline: the host-bound loop, not the generic idle GPU
+    # neither remedy takes away half of the GPU's idle time in the replay: the idle GPU stands beside them
     idle = next((f for f in result.findings if f.id == "GD201"), None)
-    assert idle is None or idle.consequence_of in ("GD302", "GD103")
+    assert idle is None or idle.consequence_of in ("GD302", "GD103") or idle.severity != "critical"
 
 
 def test_pageable_copies_are_the_root_cause(checks):
@@ -118,9 +121,9 @@ def test_pageable_copies_are_the_root_cause(checks):
 def test_small_batch_names_the_batch_gain_first_and_the_launch_chains_as_its_consequence(checks):
     """The verdict follows the biggest gain: batch 4 on a 141 GB GPU, a step of fixed costs; the
     model predicts samples/s at each multiple of the batch, up to where the 2 workers (0.5 ms a
-    batch of 4) set the pace: 8x the batch, 6.6x the samples/s, above the launch chains' 4.2x replayed,
-    held to 3.95x by the GPU's busy share (2.0x replayed while the profiler's 21 ms teardown after the
-    window counted as host time in the base and the what-if alike)."""
+    batch of 4) set the pace: 8x the batch, 6.6x the samples/s, above the launch chains' 1.21x replayed
+    (each of the model's calls one compiled call of about 120 us; 4.2x, held to 3.95x by the GPU's busy
+    share, while the whole window was one graph)."""
     _, result = diagnose(checks, "small_batch")
     batch = result.findings[0]
     assert (batch.id, batch.consequence_of) == ("GD202", None)
@@ -131,7 +134,7 @@ def test_small_batch_names_the_batch_gain_first_and_the_launch_chains_as_its_con
     assert "gpudoctor sweep" in (batch.remedy.code or "")
     launch = next(f for f in result.findings if f.id == "GD301")
     assert launch.consequence_of == "GD202" and launch.prediction is not None
-    assert launch.prediction.method == "bound" and "the replay alone said 4.2" in launch.prediction.detail
+    assert launch.prediction.method == "replay" and 1.1 < launch.estimated_gain < 1.4
 
 
 def test_oom_run_reports_the_oom_first_as_capacity_under_the_cap(checks):

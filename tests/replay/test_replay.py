@@ -84,9 +84,10 @@ def test_syncs_that_drain_the_queue_cost_what_the_gpu_would_have_overlapped():
     assert 1.4 < gain(summary, "sync") < 1.6
 
 
-def test_a_launch_bound_chain_collapses_to_one_launch_at_the_graph_rate():
+def test_a_launch_bound_chain_collapses_to_one_compiled_call_at_the_graph_rate():
     # 100 kernels of 1 us a step, each costing the host 10 us: host-bound; as one graph per chain,
-    # the kernels follow each other at the measured graph rate
+    # the graph starts once its compiled call's host work is done, and its kernels follow each other
+    # at the measured graph rate
     gpu = Gpu()
     host = Host(gpu)
     for _ in range(STEPS * 100):
@@ -94,8 +95,23 @@ def test_a_launch_bound_chain_collapses_to_one_launch_at_the_graph_rate():
     data = trace(host)
     summary = replay(data, steps=STEPS)
     kernels = STEPS * 100
-    graph = 5 + kernels * 1.0 + (kernels - 1) * (rates.GRAPH_KERNEL_US - 1.0)  # latency, then back to back
+    call = rates.graph_call_us(kernels)
+    graph = call + 5 + kernels * 1.0 + (kernels - 1) * (rates.GRAPH_KERNEL_US - 1.0)  # the call, latency, kernels
     assert gain(summary, "launch") == pytest.approx(span_of(data) / graph, rel=0.01)
+
+
+def test_a_compiled_call_costs_more_than_the_launches_of_a_short_chain():
+    """Two 1 us kernels a step, 10 us of host each, between 200 us of the user's Python: one graph call
+    (about 118 us) costs the host more than the two launches it replaces, so the what-if buys nothing."""
+    gpu = Gpu()
+    host = Host(gpu)
+    for _ in range(STEPS):
+        host.launch(1.0)
+        host.launch(1.0)
+        host.python(200.0)
+    data = trace(host)
+    summary = replay(data, steps=STEPS)
+    assert gain(summary, "launch") is None or gain(summary, "launch") < 1.0
 
 
 def test_pageable_copies_made_pinned_run_at_the_pinned_rate_and_stop_blocking():

@@ -145,21 +145,33 @@ def _copies(timeline: Timeline, item, prefix: str) -> bool:
     return any((timeline.ops[j].copy or "").startswith(prefix) for j in item.ops)
 
 
+def _walk_joins(timeline: Timeline, plan: Plan, i: int, optimizer: bool) -> bool:
+    """Whether item i may be part of a chain (replay.edits._chains's rules, before module calls)."""
+    item = timeline.items[i]
+    if not (item.fused if optimizer else not item.optimizer):  # the side chained
+        return False
+    if item.kind == LAUNCH:
+        return not _copies(timeline, item, "HtoD_pageable")
+    if item.kind != CPU:
+        return False
+    if item.tag == DISPATCH:
+        return True
+    if item.tag == PYTHON:
+        return timeline.stacks or plan.cost[i] < edits.GLUE_MAX_US
+    return item.tag == USER and plan.cost[i] < edits.GLUE_MAX_US
+
+
 def _walk_collapse(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[int, int]:
     chains, current = [], {}
+    modules: dict[int, bool] = {}
+    for item in timeline.items:
+        modules[item.thread] = modules.get(item.thread, False) or item.call >= 0
     for i, item in enumerate(timeline.items):
-        if not (item.fused if optimizer else not item.optimizer):  # the side chained: replay.edits._chains
-            joins = False
-        elif item.kind == LAUNCH:
-            joins = not _copies(timeline, item, "HtoD_pageable")
-        elif item.kind != CPU:
-            joins = False
-        elif item.tag == DISPATCH:
-            joins = True
-        elif item.tag == PYTHON:
-            joins = timeline.stacks or plan.cost[i] < edits.GLUE_MAX_US
-        else:
-            joins = item.tag == USER and plan.cost[i] < edits.GLUE_MAX_US
+        joins = _walk_joins(timeline, plan, i, optimizer)
+        if not optimizer and modules.get(item.thread):  # module calls traced: one chain each, nothing outside
+            joins = joins and item.call >= 0
+            if joins and item.thread in current and timeline.items[current[item.thread][-1]].call != item.call:
+                chains.append(current.pop(item.thread))
         if joins:
             current.setdefault(item.thread, []).append(i)
         elif item.thread in current:
@@ -171,12 +183,14 @@ def _walk_collapse(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[int
         if len(launches) < 2:
             continue
         count += 1
+        call = 0.0 if optimizer else rates.graph_call_us(len(launches))  # compile's graph call; a fused step's launch
+        plan.cost[launches[0]] = max(plan.cost[launches[0]], call)
         for i in chain:
             if i != launches[0] and plan.cost[i] > 0:
                 plan.cost[i] = 0.0
                 changed += 1
             for j in timeline.items[i].ops:
-                plan.launch_at[j], plan.ready[j] = launches[0], timeline.launch_latency_us
+                plan.launch_at[j], plan.ready[j] = launches[0], timeline.launch_latency_us + call
                 plan.gap[j] = max(0.0, rates.GRAPH_KERNEL_US - plan.dur[j])
     return changed, count
 
