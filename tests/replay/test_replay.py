@@ -114,6 +114,31 @@ def test_a_compiled_call_costs_more_than_the_launches_of_a_short_chain():
     assert gain(summary, "launch") is None or gain(summary, "launch") < 1.0
 
 
+def test_each_call_of_the_model_is_one_compiled_call_and_what_runs_outside_it_stays():
+    """A batch-1 serving loop with Python stacks: per step, the model's call (an outermost nn.Module
+    frame) launches 25 kernels of 1 us at 10 us of host each, then the loop launches one kernel of its
+    own outside the model. Compiled, each of the model's calls costs the host one compiled call and its
+    graph starts after it; the loop's own launch keeps its measured cost (the what-if before took the
+    whole window as one graph: 5.6x on such a loop that realized 3.2x)."""
+    gpu = Gpu()
+    host = Host(gpu)
+    begin = host.t
+    for _ in range(STEPS):
+        start = host.t
+        for _ in range(25):
+            host.launch(1.0)
+        host._x("python_function", "nn.Module: MLP_0", start, host.t - start)
+        host.launch(1.0)  # the loop's own op, outside the model
+    _user_frame(host, begin)
+    data = trace(host)
+    summary = replay(data, steps=STEPS)
+    scenario = next(s for s in summary.scenarios if s.name == "launch")
+    assert scenario.detail.startswith(f"{STEPS} launch chains") and "nn.Module" in scenario.detail
+    # per step on the host: the compiled call, then the loop's own launch (dispatch 5 + call 5 us)
+    per_step = rates.graph_call_us(25) + 10.0
+    assert gain(summary, "launch") == pytest.approx(span_of(data) / (STEPS * per_step), rel=0.03)
+
+
 def test_pageable_copies_made_pinned_run_at_the_pinned_rate_and_stop_blocking():
     gpu = Gpu()
     host = Host(gpu)
