@@ -137,8 +137,8 @@ class _Reading:
         self.work_end = work_end  # the trace's last event other than a record_function range ended here
         self.api_names: dict[int, str] = {}
         self.annotation_kind: dict[int, int] = {}  # 1 DataLoader wait, 2 optimizer step, 0 other
-        # (gpudoctor's window frame, the user's own, torch.optim's update function)
-        self.frame_facts: dict[int, tuple[bool, bool, bool]] = {}
+        # (gpudoctor's window frame, the user's own, torch.optim's update function, a module's call)
+        self.frame_facts: dict[int, tuple[bool, bool, bool, bool]] = {}
 
     def thread(self, rows: list[tuple[EventColumns, np.ndarray]]) -> HostThread:
         first, last = float("inf"), float("-inf")
