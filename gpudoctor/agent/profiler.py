@@ -139,8 +139,9 @@ CUPTI_TEARDOWN_MIN_CUDA = (12, 0)
 # diagnosed run in three of a loop that starts new workers every 4 batches ran at 26 steps/s
 # against 40-44), and a wait of 3 steps and 0.1 s lost it in every run of that loop on an H100
 # (23-25 steps/s against 37-43). So once a window has traced CUDA the variable stays set for the
-# rest of the watch, and is given back only when the watch ends (the run's exit, an in-process
-# watch's end), CUPTI_TEARDOWN_WAIT_S after the last stop. A second window started before the
+# rest of the process: an in-process watch that ends cannot know when Kineto's thread is done
+# either, and a process whose launches paid CUPTI's callbacks from then on would be harmed by its
+# diagnosis; Kineto reads the variable only around windows. A second window started before the
 # finalize loses its GPU events to it (Kineto's own issue, pytorch/kineto#1554), so no window
 # starts until the detach is presumably done: once the stepping thread has run
 # CUPTI_TEARDOWN_STEPS steps (each a run of CUDA calls: the finalize happens at the first call
@@ -155,9 +156,9 @@ CUPTI_TEARDOWN_MIN_S = 0.1
 
 
 class _cupti_teardown:
-    """TEARDOWN_CUPTI for each window's life and, once a window traced CUDA, until the watch ends:
-    one per process (shared_teardown), so that a second in-process watch waits for the first one's
-    detach too and never takes the first one's value for the user's."""
+    """TEARDOWN_CUPTI for each window's life and, once a window traced CUDA, for the rest of the
+    process: one per process (shared_teardown), so that a second in-process watch waits for the
+    first one's detach too and keeps treating the value as ours, not the user's."""
 
     def __init__(self, torch: ModuleType) -> None:
         self.torch = torch
@@ -166,7 +167,6 @@ class _cupti_teardown:
         self.stepped_at: float | None = None  # the wait's end once CUPTI_TEARDOWN_STEPS steps ran
         self.steps_left = 0  # steps the stepping thread still owes before stepped_at counts
         self.stopped_at: float | None = None  # the last stop of a window that traced CUDA (monotonic clock)
-        self.generation = 0  # windows begun: a timer's restore stands only if none began since it was set
         self.lock = threading.Lock()  # calls come from the stepping thread, the agent's, a timer
 
     def __enter__(self) -> _cupti_teardown:
@@ -175,7 +175,6 @@ class _cupti_teardown:
         except (AttributeError, ValueError):
             cuda = (0,)
         with self.lock:
-            self.generation += 1
             self.restore_at = self.stepped_at = None
             ours = self.set and os.environ.get("TEARDOWN_CUPTI") == "1"  # kept since an earlier window
             self.set = ours or ("TEARDOWN_CUPTI" not in os.environ and cuda >= CUPTI_TEARDOWN_MIN_CUDA)
@@ -199,8 +198,8 @@ class _cupti_teardown:
 
     def later(self, cuda: bool) -> None:
         """A window stopped. One that traced CUDA with the variable set (by us or the user) makes the
-        next window wait for its detach (pending), and keeps ours set until the watch ends
-        (restore_in_background); without CUDA traced, and none before, ours goes at once."""
+        next window wait for its detach (pending), and keeps ours set from then on (watch_ended);
+        without CUDA traced, and none before, ours goes at once."""
         with self.lock:
             if cuda and os.environ.get("TEARDOWN_CUPTI") == "1":
                 now = time.monotonic()
@@ -216,7 +215,7 @@ class _cupti_teardown:
 
     def detach_due(self, stepped: bool = False) -> None:
         """End the wait if the detach is done by now (`stepped`: the stepping thread ended a step, a
-        run of CUDA calls, since the last call). The variable stays: see restore_in_background."""
+        run of CUDA calls, since the last call). The variable stays: see watch_ended."""
         at = self.restore_at
         if at is None:
             return
@@ -230,27 +229,13 @@ class _cupti_teardown:
             if self.restore_at == at:  # not ended meanwhile (and no window begun) by another thread
                 self.restore_at = self.stepped_at = None
 
-    def restore_in_background(self) -> None:
-        """The watch ended (the run's exit, an in-process watch's end): give our variable back
-        CUPTI_TEARDOWN_WAIT_S after the last stop, from a timer thread, so a process that goes on
-        runs its launches without CUPTI's callbacks and with its own environment."""
+    def watch_ended(self) -> None:
+        """The watch ended (the run's exit, an in-process watch's end). Ours goes only where no window
+        traced CUDA: after one, Kineto's detach may still be waiting for a CUDA call, and finding the
+        variable unset it would re-attach CUPTI's callbacks for the rest of the process."""
         with self.lock:
-            if not self.set:
-                return
-            generation = self.generation
-            delay = 0.0 if self.stopped_at is None else self.stopped_at + CUPTI_TEARDOWN_WAIT_S - time.monotonic()
-
-        def restore() -> None:
-            with self.lock:
-                if self.generation == generation:  # no window begun since (a second watch's)
-                    self._restore()
-
-        timer = threading.Timer(max(0.0, delay) + 0.01, restore)
-        timer.daemon = True
-        try:
-            timer.start()
-        except RuntimeError:  # at interpreter exit (Python 3.12.0-3.12.2 start no thread there)
-            restore()
+            if self.stopped_at is None:
+                self._restore()
 
     def forked(self) -> None:
         """In a child forked meanwhile: the parent's detach is not its to wait for, and the variable
@@ -520,9 +505,9 @@ class ProfilerWindow:
 
     def finish(self) -> None:
         """The hooks finish (the run's exit, or an in-process watch's end): close the window, and
-        give TEARDOWN_CUPTI back once CUPTI's detach is done."""
+        give TEARDOWN_CUPTI back unless a window traced CUDA (_cupti_teardown.watch_ended)."""
         self.stop("exit")
-        self.teardown.restore_in_background()
+        self.teardown.watch_ended()
 
     def exit_note(self) -> None:
         """At exit: why a compiled run that never stepped got no window."""

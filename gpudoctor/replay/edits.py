@@ -297,6 +297,12 @@ def _collapse(timeline: Timeline, plan: Plan, *, optimizer: bool, graph_call: bo
     dropped = members[kept & (members != head) & (cost[members] > 0)]
     for i in dropped.tolist():
         plan.cost[i] = 0.0
+    # with graph_call, each chain's head costs the host a compiled call, and its graph starts after it
+    after = np.zeros(len(timeline.host), dtype=np.float64)  # per chain head: the host time before its graph starts
+    if graph_call:
+        heads = first_launch[launches >= 2]
+        for i, n in zip(heads.tolist(), launches[launches >= 2].tolist()):
+            plan.cost[i] = after[i] = max(plan.cost[i], rates.graph_call_us(int(n)))
     # every operation of the chain's items issued by its head; the last chain to name one decides
     chain_rows = np.flatnonzero(kept)
     heads_of_item = np.full(len(timeline.host), -1, dtype=np.int64)
@@ -310,15 +316,9 @@ def _collapse(timeline: Timeline, plan: Plan, *, optimizer: bool, graph_call: bo
         _, last = np.unique(ops[::-1], return_index=True)
         winners = by_order[::-1][last]
         latency, graph_us = timeline.launch_latency_us, rates.GRAPH_KERNEL_US
-        call = np.zeros(len(timeline.host), dtype=np.float64)  # per chain head: its graph call's host time
-        if graph_call:
-            heads = first_launch[launches >= 2]
-            call[heads] = [rates.graph_call_us(int(n)) for n in launches[launches >= 2].tolist()]
-            for i in heads.tolist():
-                plan.cost[i] = max(plan.cost[i], float(call[i]))
         for j, at in zip(known.op_ids[winners].tolist(), heads_of_item[known.op_items[winners]].tolist()):
             plan.launch_at[j] = at
-            plan.ready[j] = latency + call[at]
+            plan.ready[j] = latency + after[at]
             plan.gap[j] = max(0.0, graph_us - plan.dur[j])
     return len(dropped), int((launches >= 2).sum())
 

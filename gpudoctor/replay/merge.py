@@ -41,6 +41,9 @@ def _merge_helper(main_items: list[HostItem], helper: list[HostItem], main: int)
         else:
             bursts[-1].append(item)
     kept: list[HostItem] = []
+    # where the main thread's stacks show the model's calls, each folded burst is a call of its own
+    # (a compiled model's backward is one compiled call too): numbered after the main thread's
+    next_call = max((it.call for it in main_items), default=-1) + 1
     main_items.sort(key=lambda it: it.ts)
     starts = [it.ts for it in main_items]  # one thread's items follow each other: no two overlap
     cuts: dict[int, list[tuple[float, float]]] = defaultdict(list)  # main item -> burst spans inside it
@@ -60,12 +63,16 @@ def _merge_helper(main_items: list[HostItem], helper: list[HostItem], main: int)
             cuts[k].append((start, end))
         for it in burst:
             it.thread = main
+            if next_call and it.call < 0:
+                it.call = next_call
             added.append(it)
+        next_call += bool(next_call)
     for k, spans in cuts.items():
         it, at = main_items[k], main_items[k].ts
         for start, end in [*sorted(spans), (it.ts + it.dur, it.ts + it.dur)]:
             if start > at:
-                added.append(HostItem(CPU, main, at, start - at, tag=it.tag))
+                added.append(HostItem(CPU, main, at, start - at, tag=it.tag, optimizer=it.optimizer, fused=it.fused,
+                                      call=it.call))
             at = max(at, end)
     if cuts or added:
         main_items[:] = sorted([it for k, it in enumerate(main_items) if k not in cuts] + added,

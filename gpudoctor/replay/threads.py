@@ -350,8 +350,19 @@ def thread_items(number: int, thread: HostThread, corr_ops: dict[Any, list[int]]
                        agent=[fact[1] for fact in apis], api=[fact[0] for fact in apis],
                        read=[fact[2] for fact in apis], optimizer=optimizer.tolist(),
                        fused=_fused(optimizer, thread.update, starts).tolist(),
-                       call=_span_of(thread.modules, starts).tolist())
+                       call=_module_calls(thread.modules, gaps, calls)[order].tolist())
     return host, calls.launches
+
+
+def _module_calls(modules: Spans, gaps: _GapPieces, calls: _Calls) -> np.ndarray:
+    """The outermost module call of every gap piece, then of every kept call (-1: none). A call is
+    where it starts; a gap's pieces (laid back to back, their order inside it not recorded) are a
+    call's only when the whole gap lies in it: a gap across a call's end holds Python of the loop's."""
+    a = gaps.starts[:, 0]
+    b = a + gaps.lengths.sum(axis=1)
+    first, last = _span_of(modules, a), _span_of(modules, np.maximum(a, np.nextafter(b, a)))
+    pieces = np.repeat(np.where(first == last, first, -1), 4)
+    return np.concatenate((pieces, _span_of(modules, calls.ts[calls.kept])))
 
 
 def _span_of(spans: Spans, at: np.ndarray) -> np.ndarray:

@@ -8,7 +8,6 @@ without it on an H200, within 1% with it).
 from __future__ import annotations
 
 import os
-import threading
 import time
 from types import SimpleNamespace
 
@@ -34,6 +33,8 @@ def waiting_guard() -> _cupti_teardown:
 @pytest.fixture(autouse=True)
 def no_variable(monkeypatch):
     monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    yield
+    os.environ.pop("TEARDOWN_CUPTI", None)  # what a guard kept (the process's, by design) ends with the test
 
 
 def test_set_for_the_window_and_removed_after():
@@ -88,33 +89,39 @@ def test_after_a_window_that_traced_cuda_the_variable_stays_for_the_rest_of_the_
     assert os.environ["TEARDOWN_CUPTI"] == "1"  # ... and the variable stays, whatever the detach's pace
 
 
-def test_a_later_window_keeps_the_variable_ours_and_the_end_of_the_watch_gives_it_back():
+def test_a_later_window_keeps_the_variable_ours_and_so_does_the_end_of_the_watch():
     guard = waiting_guard()
     guard.restore_at = time.monotonic() - 0.001
     guard.detach_due()
     guard.__enter__()  # the next window: set since the last one, still ours
     assert guard.set and os.environ["TEARDOWN_CUPTI"] == "1"
     guard.later(cuda=False)  # even a window without CUDA leaves the earlier detach its variable
-    guard.__exit__(None, None, None)
+    guard.__exit__(None, None, None)  # (a window that failed to start, or was abandoned: the same)
     assert os.environ["TEARDOWN_CUPTI"] == "1"
-    guard.stopped_at = time.monotonic() - CUPTI_TEARDOWN_WAIT_S  # the last detach's wait is over
-    guard.restore_in_background()
-    deadline = time.monotonic() + 5.0
-    while "TEARDOWN_CUPTI" in os.environ and time.monotonic() < deadline:
-        time.sleep(0.01)
+    guard.watch_ended()  # the detach may wait for a CUDA call yet: unset, CUPTI would re-attach
+    assert os.environ["TEARDOWN_CUPTI"] == "1" and guard.set
+    guard.__enter__()  # a second in-process watch's window: still ours, not taken for the user's
+    assert guard.set
+
+
+def test_a_watch_whose_windows_traced_no_cuda_gives_the_variable_back_at_its_end():
+    guard = _cupti_teardown(fake_torch("13.0"))
+    guard.__enter__()
+    guard.watch_ended()
     assert "TEARDOWN_CUPTI" not in os.environ and not guard.set
 
 
-def test_a_window_begun_after_the_watch_ended_keeps_the_variable_from_the_timer():
-    """A second in-process watch starts a window before the first one's timer fires."""
+def test_torchs_own_value_written_after_ours_is_kept_and_never_taken_for_ours():
+    """torch.compile with CUDA graphs writes "0" while ours is kept: torch's, from then on."""
     guard = waiting_guard()
-    guard.stopped_at = time.monotonic() - CUPTI_TEARDOWN_WAIT_S + 0.3
-    guard.restore_in_background()
+    os.environ["TEARDOWN_CUPTI"] = "0"
+    guard.restore_at = time.monotonic() - 0.001
+    guard.detach_due()
     guard.__enter__()
-    time.sleep(0.5)
-    assert os.environ["TEARDOWN_CUPTI"] == "1" and guard.set
-    guard.__exit__(None, None, None)  # the stop that traced CUDA is still the last: kept
-    assert os.environ["TEARDOWN_CUPTI"] == "1"
+    assert not guard.set and os.environ["TEARDOWN_CUPTI"] == "0"
+    guard.__exit__(None, None, None)
+    guard.watch_ended()
+    assert os.environ["TEARDOWN_CUPTI"] == "0"
 
 
 def test_a_window_without_cuda_restores_at_once():
@@ -131,9 +138,7 @@ def test_the_users_own_teardown_still_makes_the_next_window_wait_and_is_kept(mon
     guard.restore_at = time.monotonic() - 0.001
     guard.detach_due()
     assert os.environ["TEARDOWN_CUPTI"] == "1" and not guard.pending()
-    guard.stopped_at = time.monotonic() - CUPTI_TEARDOWN_WAIT_S
-    guard.restore_in_background()  # not ours: nothing to give back
-    time.sleep(0.05)
+    guard.watch_ended()  # not ours: nothing to give back
     assert os.environ["TEARDOWN_CUPTI"] == "1"
 
 
@@ -162,35 +167,15 @@ def test_no_window_starts_while_the_last_ones_detach_may_be_under_way(tmp_path):
     assert profiler.state == "running" and profiler.window.label == "phase"
     profiler.stop("test end")  # a CPU-only window: nothing to wait for, the first one's variable stays
     assert os.environ["TEARDOWN_CUPTI"] == "1" and not profiler.teardown.pending()
-    profiler.teardown.stopped_at = time.monotonic() - CUPTI_TEARDOWN_WAIT_S
-    profiler.finish()  # the watch ends: the variable goes
-    deadline = time.monotonic() + 5.0
-    while "TEARDOWN_CUPTI" in os.environ and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert "TEARDOWN_CUPTI" not in os.environ
-
-
-def test_when_no_step_will_come_the_variable_is_given_back_from_a_timer():
-    """An in-process watch that ends: the process goes on without steps or polls of ours."""
-    guard = waiting_guard()
-    guard.stopped_at = time.monotonic() - CUPTI_TEARDOWN_WAIT_S + 0.5
-    guard.restore_in_background()
+    profiler.finish()  # the watch ends: a CUDA window's detach may still read the variable
     assert os.environ["TEARDOWN_CUPTI"] == "1"
-    deadline = time.monotonic() + 5.0
-    while "TEARDOWN_CUPTI" in os.environ and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending()
 
 
-def test_at_interpreter_exit_without_a_timer_it_is_given_back_at_once(monkeypatch):
-    """Python 3.12.0-3.12.2 start no thread in atexit, where a run's last window is stopped."""
-    def refuse(self):
-        raise RuntimeError("can't create new thread at interpreter shutdown")
-
-    monkeypatch.setattr(threading.Thread, "start", refuse)
+def test_a_child_forked_when_the_variable_is_the_users_keeps_it(monkeypatch):
+    monkeypatch.setenv("TEARDOWN_CUPTI", "1")
     guard = waiting_guard()
-    guard.restore_in_background()
-    assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending()
+    guard.forked()
+    assert os.environ["TEARDOWN_CUPTI"] == "1" and not guard.pending()
 
 
 def test_a_second_watch_in_the_process_waits_for_the_first_ones_detach(tmp_path):
@@ -209,7 +194,8 @@ def test_a_second_watch_in_the_process_waits_for_the_first_ones_detach(tmp_path)
         assert second.profiler._due(("optimizer", None, True, True)) == "start"
     finally:
         guard.torch = saved
-        guard.__exit__(None, None, None)
+        with guard.lock:
+            guard._restore()  # the process-wide guard back to its first state for the tests after this one
 
 
 def test_a_child_forked_while_the_detach_is_pending_gives_the_variable_back(tmp_path):

@@ -121,9 +121,9 @@ def test_pageable_copies_are_the_root_cause(checks):
 def test_small_batch_names_the_batch_gain_first_and_the_launch_chains_as_its_consequence(checks):
     """The verdict follows the biggest gain: batch 4 on a 141 GB GPU, a step of fixed costs; the
     model predicts samples/s at each multiple of the batch, up to where the 2 workers (0.5 ms a
-    batch of 4) set the pace: 8x the batch, 6.6x the samples/s, above the launch chains' 1.21x replayed
-    (each of the model's calls one compiled call of about 120 us; 4.2x, held to 3.95x by the GPU's busy
-    share, while the whole window was one graph)."""
+    batch of 4) set the pace: 8x the batch, 6.6x the samples/s, above the launch chains' 1.74x replayed
+    (each of the model's calls, forward and backward, one compiled call of about 120 us; 4.2x, held to
+    3.95x by the GPU's busy share, while the whole window was one graph)."""
     _, result = diagnose(checks, "small_batch")
     batch = result.findings[0]
     assert (batch.id, batch.consequence_of) == ("GD202", None)
@@ -134,7 +134,7 @@ def test_small_batch_names_the_batch_gain_first_and_the_launch_chains_as_its_con
     assert "gpudoctor sweep" in (batch.remedy.code or "")
     launch = next(f for f in result.findings if f.id == "GD301")
     assert launch.consequence_of == "GD202" and launch.prediction is not None
-    assert launch.prediction.method == "replay" and 1.1 < launch.estimated_gain < 1.4
+    assert launch.prediction.method == "replay" and 1.3 < launch.estimated_gain < 2.5
 
 
 def test_oom_run_reports_the_oom_first_as_capacity_under_the_cap(checks):

@@ -139,6 +139,55 @@ def test_each_call_of_the_model_is_one_compiled_call_and_what_runs_outside_it_st
     assert gain(summary, "launch") == pytest.approx(span_of(data) / (STEPS * per_step), rel=0.03)
 
 
+def test_a_compiled_training_step_is_a_forward_call_and_a_backward_call():
+    """The model's forward is a module call on the main thread; its backward runs on the autograd
+    worker (no Python frames there) while the main thread waits: a compiled model replays a graph
+    for each, so each backward burst is a compiled call of its own, not left eager."""
+    gpu = Gpu()
+    main, worker = Host(gpu, tid=1), Host(gpu, tid=2)
+    begin = main.t
+    for _ in range(STEPS):
+        start = main.t
+        for _ in range(5):
+            main.launch(1.0)
+        main._x("python_function", "nn.Module: MLP_0", start, main.t - start)
+        worker.t = main.t
+        for _ in range(20):
+            worker.launch(1.0)
+        main.python(worker.t - main.t + 10)  # blocked in backward() until the worker is done
+    _user_frame(main, begin)
+    summary = replay(trace(main, worker), steps=STEPS)
+    scenario = next(s for s in summary.scenarios if s.name == "launch")
+    assert scenario.detail.startswith(f"{2 * STEPS} launch chains"), scenario.detail
+    # per step: two compiled calls instead of 25 launches of 10 us; the 10 us after the backward and the
+    # first launch's dispatch (5 us, in the gap that crosses into the next call) stay
+    per_step = rates.graph_call_us(5) + rates.graph_call_us(20) + 10.0 + 5.0
+    assert gain(summary, "launch") == pytest.approx((25 * 10.0 + 10.0) / per_step, rel=0.05)
+
+
+def test_the_loops_python_after_a_model_call_stays_as_measured():
+    """A model call ends 30 us after its last launch, then 495 us of library Python outside it: the
+    gap across the call's end is the loop's, and keeps its cost (compiling the model does not remove
+    it), where a gap classified by its pieces' made-up start times was dropped (5.7x instead of 1.2x)."""
+    gpu = Gpu()
+    host = Host(gpu)
+    begin = host.t
+    for _ in range(STEPS):
+        start = host.t
+        for _ in range(25):
+            host.launch(1.0)
+        host.python(30.0)
+        host._x("python_function", "nn.Module: MLP_0", start, host.t - start)
+        after = host.t
+        host.python(495.0)
+        host._x("python_function", "torch/utils/helper.py(10): tidy", after, host.t - after)
+    _user_frame(host, begin)
+    data = trace(host)
+    summary = replay(data, steps=STEPS)
+    measured = 25 * 10.0 + 30.0 + 495.0
+    assert gain(summary, "launch") == pytest.approx(measured / (rates.graph_call_us(25) + 525.0 + 5.0), rel=0.05)
+
+
 def test_pageable_copies_made_pinned_run_at_the_pinned_rate_and_stop_blocking():
     gpu = Gpu()
     host = Host(gpu)

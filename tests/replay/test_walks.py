@@ -184,7 +184,8 @@ def _walk_collapse(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[int
             continue
         count += 1
         call = 0.0 if optimizer else rates.graph_call_us(len(launches))  # compile's graph call; a fused step's launch
-        plan.cost[launches[0]] = max(plan.cost[launches[0]], call)
+        if call:
+            plan.cost[launches[0]] = call = max(plan.cost[launches[0]], call)
         for i in chain:
             if i != launches[0] and plan.cost[i] > 0:
                 plan.cost[i] = 0.0
