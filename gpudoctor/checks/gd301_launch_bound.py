@@ -53,7 +53,8 @@ Thresholds, and where they come from
       compiled call's cost was counted (one launch call per chain, the whole window one
       chain where nothing broke it) the replay said 5.62x for a batch-1 inference loop that
       realized 3.19x on an H100, 1.73x for a Python-bound loop that plain torch.compile took
-      to 1.15x; now 2.17x and 1.07x. Launch cost only: what fusion
+      to 1.15x; now 2.02x and 1.06x. The backward, run on autograd's thread while the loop
+      waits, is one compiled call more. Launch cost only: what fusion
       saves on the GPU comes on top. Never more than a host-side fix can buy while
       the GPU was busy. Without a replay: span / (span - launch-attributable idle).
     Measured on an H200: 300 chained elementwise ops on a 256-element tensor per

@@ -90,7 +90,7 @@ def test_item_sync_loop_names_its_call_sites(checks):
     _, result = diagnose(checks, "item_sync")
     # the syncs are a root cause with a replayed gain (1.09x); the loop's Python-bound main thread
     # (GD103) heads the report: both stand. Its replayed gain, the model's calls compiled into graphs, is
-    # 1.07x (each call costs the host a compiled call, what runs outside the model stays as measured):
+    # 1.06x (each call costs the host a compiled call, what runs outside the model stays as measured):
     # plain torch.compile realized 1.15x on this loop (2026-12-03), where the replay once said 1.73-2.06x
     # with the whole window one graph
     top = next(f for f in result.findings if f.id == "GD302")
