@@ -114,6 +114,16 @@ def test_a_compiled_call_costs_more_than_the_launches_of_a_short_chain():
     assert gain(summary, "launch") is None or gain(summary, "launch") < 1.0
 
 
+def _model_call(host: Host, launches: int, tail_us: float = 0.0) -> None:
+    """One call of the model (an outermost nn.Module frame, as with_stack records it): `launches`
+    kernels of 1 us, then `tail_us` of its own Python."""
+    start = host.t
+    for _ in range(launches):
+        host.launch(1.0)
+    host.python(tail_us)
+    host._x("python_function", "nn.Module: MLP_0", start, host.t - start)
+
+
 def test_each_call_of_the_model_is_one_compiled_call_and_what_runs_outside_it_stays():
     """A batch-1 serving loop with Python stacks: per step, the model's call (an outermost nn.Module
     frame) launches 25 kernels of 1 us at 10 us of host each, then the loop launches one kernel of its
@@ -124,10 +134,7 @@ def test_each_call_of_the_model_is_one_compiled_call_and_what_runs_outside_it_st
     host = Host(gpu)
     begin = host.t
     for _ in range(STEPS):
-        start = host.t
-        for _ in range(25):
-            host.launch(1.0)
-        host._x("python_function", "nn.Module: MLP_0", start, host.t - start)
+        _model_call(host, 25)
         host.launch(1.0)  # the loop's own op, outside the model
     _user_frame(host, begin)
     data = trace(host)
@@ -147,10 +154,7 @@ def test_a_compiled_training_step_is_a_forward_call_and_a_backward_call():
     main, worker = Host(gpu, tid=1), Host(gpu, tid=2)
     begin = main.t
     for _ in range(STEPS):
-        start = main.t
-        for _ in range(5):
-            main.launch(1.0)
-        main._x("python_function", "nn.Module: MLP_0", start, main.t - start)
+        _model_call(main, 5)
         worker.t = main.t
         for _ in range(20):
             worker.launch(1.0)
@@ -173,11 +177,7 @@ def test_the_loops_python_after_a_model_call_stays_as_measured():
     host = Host(gpu)
     begin = host.t
     for _ in range(STEPS):
-        start = host.t
-        for _ in range(25):
-            host.launch(1.0)
-        host.python(30.0)
-        host._x("python_function", "nn.Module: MLP_0", start, host.t - start)
+        _model_call(host, 25, tail_us=30.0)
         after = host.t
         host.python(495.0)
         host._x("python_function", "torch/utils/helper.py(10): tidy", after, host.t - after)
