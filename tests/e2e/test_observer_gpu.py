@@ -59,3 +59,41 @@ def test_a_short_loop_after_a_discarded_time_window_still_gets_its_step_window(d
     stepped = [p for p in session["profiles"] if p["steps"]]
     assert stepped and stepped[0]["step_source"] == "optimizer", (session["profiles"], session["unavailable"])
     assert stepped[0]["kernel_count"] > 0
+
+
+NEW_WORKERS_EVERY_FOUR_BATCHES = """
+import os
+import sys
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)]).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+data = TensorDataset(torch.randn(4096, 512))
+steps = 0
+while steps < 160:
+    for (x,) in DataLoader(data, batch_size=64, num_workers=2, sampler=range(256)):  # new workers: forks
+        loss = model(x.cuda(non_blocking=True)).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        steps += 1
+torch.cuda.synchronize()
+with open(sys.argv[1], "w") as out:
+    out.write(os.environ.get("TEARDOWN_CUPTI", "unset"))
+"""
+
+
+def test_teardown_cupti_stays_set_after_a_window_while_workers_keep_starting(diagnose, tmp_path):
+    """Kineto's detach ends on a thread of its own, which reads TEARDOWN_CUPTI again after a CUDA call;
+    found unset, it re-attaches CUPTI's callbacks to every launch (H100: a loop that starts new workers
+    every 4 batches ran at 0.58-0.64x plain under diagnose when the agent gave the variable back 3
+    steps after a window). Once a window traced CUDA, the variable stays for the rest of the run."""
+    script, seen = tmp_path / "new_workers.py", tmp_path / "teardown.txt"
+    script.write_text(NEW_WORKERS_EVERY_FOUR_BATCHES)
+    run = diagnose(str(script), str(seen), timeout=300)
+    assert run.returncode == 0, run.stderr
+    session = json.loads(next(run.out.glob("*.session.json")).read_text())
+    stepped = [p for p in session["profiles"] if p["steps"] and p["kernel_count"]]
+    assert stepped, (session["profiles"], session["unavailable"])
+    assert seen.read_text() == "1"
