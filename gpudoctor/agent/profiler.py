@@ -163,11 +163,11 @@ class _cupti_teardown:
     def __init__(self, torch: ModuleType) -> None:
         self.torch = torch
         self.set = False  # the variable is ours (set by __enter__), to remove
-        self.restore_at: float | None = None  # set by later(): the wait's end without steps (monotonic clock)
-        self.stepped_at: float | None = None  # the wait's end once CUPTI_TEARDOWN_STEPS steps ran
-        self.steps_left = 0  # steps the stepping thread still owes before stepped_at counts
-        self.stopped_at: float | None = None  # the last stop of a window that traced CUDA (monotonic clock)
-        self.lock = threading.Lock()  # calls come from the stepping thread, the agent's, a timer
+        self.wait_until: float | None = None  # set by later(): the wait's end without steps (monotonic clock)
+        self.stepped_until: float | None = None  # the wait's end once CUPTI_TEARDOWN_STEPS steps ran
+        self.steps_left = 0  # steps the stepping thread still owes before stepped_until counts
+        self.traced_cuda = False  # a window traced CUDA with the variable set: it stays from then on
+        self.lock = threading.Lock()  # calls come from the stepping thread and the agent's
 
     def __enter__(self) -> _cupti_teardown:
         try:
@@ -175,7 +175,7 @@ class _cupti_teardown:
         except (AttributeError, ValueError):
             cuda = (0,)
         with self.lock:
-            self.restore_at = self.stepped_at = None
+            self.wait_until = self.stepped_until = None
             ours = self.set and os.environ.get("TEARDOWN_CUPTI") == "1"  # kept since an earlier window
             self.set = ours or ("TEARDOWN_CUPTI" not in os.environ and cuda >= CUPTI_TEARDOWN_MIN_CUDA)
             if self.set:
@@ -186,12 +186,13 @@ class _cupti_teardown:
         """A window ends without a stop that traced CUDA (it failed to start, or was abandoned): ours
         goes, unless an earlier window's detach keeps it for the rest of the watch."""
         with self.lock:
-            if self.stopped_at is None:
+            if not self.traced_cuda:
                 self._restore()
         return False
 
     def _restore(self) -> None:
-        self.restore_at = self.stepped_at = self.stopped_at = None
+        self.wait_until = self.stepped_until = None
+        self.traced_cuda = False
         if self.set and os.environ.get("TEARDOWN_CUPTI") == "1":
             os.environ.pop("TEARDOWN_CUPTI", None)
         self.set = False
@@ -203,38 +204,38 @@ class _cupti_teardown:
         with self.lock:
             if cuda and os.environ.get("TEARDOWN_CUPTI") == "1":
                 now = time.monotonic()
-                self.stopped_at = now
-                self.restore_at = now + CUPTI_TEARDOWN_WAIT_S
-                self.stepped_at, self.steps_left = now + CUPTI_TEARDOWN_MIN_S, CUPTI_TEARDOWN_STEPS
-            elif self.stopped_at is None:
+                self.traced_cuda = True
+                self.wait_until = now + CUPTI_TEARDOWN_WAIT_S
+                self.stepped_until, self.steps_left = now + CUPTI_TEARDOWN_MIN_S, CUPTI_TEARDOWN_STEPS
+            elif not self.traced_cuda:
                 self._restore()  # no CUDA traced: no detach to wait for
 
     def pending(self) -> bool:
         """A stopped window's detach may still be under way: no window starts yet."""
-        return self.restore_at is not None
+        return self.wait_until is not None
 
     def detach_due(self, stepped: bool = False) -> None:
         """End the wait if the detach is done by now (`stepped`: the stepping thread ended a step, a
         run of CUDA calls, since the last call). The variable stays: see watch_ended."""
-        at = self.restore_at
+        at = self.wait_until
         if at is None:
             return
         if stepped:
             self.steps_left -= 1
         now = time.monotonic()
-        stepped_at = self.stepped_at
-        if now < at and (self.steps_left > 0 or stepped_at is None or now < stepped_at):
+        stepped_until = self.stepped_until
+        if now < at and (self.steps_left > 0 or stepped_until is None or now < stepped_until):
             return
         with self.lock:
-            if self.restore_at == at:  # not ended meanwhile (and no window begun) by another thread
-                self.restore_at = self.stepped_at = None
+            if self.wait_until == at:  # not ended meanwhile (and no window begun) by another thread
+                self.wait_until = self.stepped_until = None
 
     def watch_ended(self) -> None:
         """The watch ended (the run's exit, an in-process watch's end). Ours goes only where no window
         traced CUDA: after one, Kineto's detach may still be waiting for a CUDA call, and finding the
         variable unset it would re-attach CUPTI's callbacks for the rest of the process."""
         with self.lock:
-            if self.stopped_at is None:
+            if not self.traced_cuda:
                 self._restore()
 
     def forked(self) -> None:
@@ -348,7 +349,7 @@ class ProfilerWindow:
 
     # -- step-driven windows (on the stepping thread) -----------------------------
     def on_step(self, source: StepSource, n: int) -> None:
-        self.teardown.detach_due(stepped=self.teardown.restore_at is not None and self.hooks.cuda_initialized())
+        self.teardown.detach_due(stepped=self.teardown.pending() and self.hooks.cuda_initialized())
         if self.state == self.DONE:
             return
         window = self.window
@@ -428,7 +429,7 @@ class ProfilerWindow:
     # -- windows without steps (armed by the agent's thread) ---------------------
     def poll(self) -> None:
         """On the agent's thread: arm the safe points once a stepless run is due a window."""
-        if self.teardown.restore_at is not None and self.hooks.steps.active() is None:
+        if self.teardown.pending() and self.hooks.steps.active() is None:
             self.teardown.detach_due()  # a stepless run: no step ends the wait
         if self.state != self.IDLE or self.pending is not None or self.safepoints is None:
             return

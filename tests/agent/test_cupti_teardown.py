@@ -83,7 +83,7 @@ def test_after_a_window_that_traced_cuda_the_variable_stays_for_the_rest_of_the_
     assert os.environ["TEARDOWN_CUPTI"] == "1" and guard.pending()
     guard.detach_due()  # too soon
     assert os.environ["TEARDOWN_CUPTI"] == "1" and guard.pending()
-    guard.restore_at = time.monotonic() - 0.001  # the wait is over: a window may start ...
+    guard.wait_until = time.monotonic() - 0.001  # the wait is over: a window may start ...
     guard.detach_due()
     assert not guard.pending()
     assert os.environ["TEARDOWN_CUPTI"] == "1"  # ... and the variable stays, whatever the detach's pace
@@ -91,7 +91,7 @@ def test_after_a_window_that_traced_cuda_the_variable_stays_for_the_rest_of_the_
 
 def test_a_later_window_keeps_the_variable_ours_and_so_does_the_end_of_the_watch():
     guard = waiting_guard()
-    guard.restore_at = time.monotonic() - 0.001
+    guard.wait_until = time.monotonic() - 0.001
     guard.detach_due()
     guard.__enter__()  # the next window: set since the last one, still ours
     assert guard.set and os.environ["TEARDOWN_CUPTI"] == "1"
@@ -115,7 +115,7 @@ def test_torchs_own_value_written_after_ours_is_kept_and_never_taken_for_ours():
     """torch.compile with CUDA graphs writes "0" while ours is kept: torch's, from then on."""
     guard = waiting_guard()
     os.environ["TEARDOWN_CUPTI"] = "0"
-    guard.restore_at = time.monotonic() - 0.001
+    guard.wait_until = time.monotonic() - 0.001
     guard.detach_due()
     guard.__enter__()
     assert not guard.set and os.environ["TEARDOWN_CUPTI"] == "0"
@@ -135,7 +135,7 @@ def test_the_users_own_teardown_still_makes_the_next_window_wait_and_is_kept(mon
     monkeypatch.setenv("TEARDOWN_CUPTI", "1")
     guard = waiting_guard()
     assert guard.pending()  # the detach runs as well: a window started now could lose its GPU events
-    guard.restore_at = time.monotonic() - 0.001
+    guard.wait_until = time.monotonic() - 0.001
     guard.detach_due()
     assert os.environ["TEARDOWN_CUPTI"] == "1" and not guard.pending()
     guard.watch_ended()  # not ours: nothing to give back
@@ -161,7 +161,7 @@ def test_no_window_starts_while_the_last_ones_detach_may_be_under_way(tmp_path):
     hooks.tls.last_loader = "eval"  # a new phase, due a window of its own ...
     steps(5)
     assert profiler.state == "idle"  # ... which waits
-    profiler.teardown.restore_at = time.monotonic() - 0.001
+    profiler.teardown.wait_until = time.monotonic() - 0.001
     steps(1)  # the next step ends the wait, and the phase's window opens (the variable still ours)
     assert not profiler.teardown.pending()
     assert profiler.state == "running" and profiler.window.label == "phase"
@@ -189,7 +189,7 @@ def test_a_second_watch_in_the_process_waits_for_the_first_ones_detach(tmp_path)
         guard.__enter__()
         guard.later(cuda=True)  # the first watch's window stopped
         assert second.profiler._due(("optimizer", None, True, True)) is None  # the second one's waits
-        guard.restore_at = time.monotonic() - 0.001
+        guard.wait_until = time.monotonic() - 0.001
         guard.detach_due()
         assert second.profiler._due(("optimizer", None, True, True)) == "start"
     finally:
@@ -214,14 +214,14 @@ def test_steps_on_cuda_end_the_wait_once_the_flush_had_its_time():
     for _ in range(CUPTI_TEARDOWN_STEPS + 2):
         guard.detach_due(stepped=True)  # within CUPTI_TEARDOWN_MIN_S of the stop: the flush may run yet
     assert guard.pending()
-    guard.stepped_at = time.monotonic() - 0.001  # that time has passed
+    guard.stepped_until = time.monotonic() - 0.001  # that time has passed
     guard.detach_due()  # the next call (a poll here): the steps were counted already
     assert not guard.pending() and os.environ["TEARDOWN_CUPTI"] == "1"
 
 
 def test_too_few_steps_wait_for_the_full_time():
     guard = waiting_guard()
-    guard.stepped_at = time.monotonic() - 0.001
+    guard.stepped_until = time.monotonic() - 0.001
     for _ in range(CUPTI_TEARDOWN_STEPS - 1):
         guard.detach_due(stepped=True)
     guard.detach_due()  # a poll, not a step
@@ -261,7 +261,7 @@ def test_steps_without_cuda_do_not_end_the_wait(tmp_path):
     guard = hooks.profiler.teardown = _cupti_teardown(fake_torch("13.0"))
     guard.__enter__()
     guard.later(cuda=True)
-    guard.stepped_at = time.monotonic() - 0.001
+    guard.stepped_until = time.monotonic() - 0.001
     for _ in range(CUPTI_TEARDOWN_STEPS + 2):
         hooks.steps.boundary("optimizer")
     assert guard.pending()
