@@ -23,7 +23,11 @@ agent's start-up cost is measured too (a few milliseconds at most).
 `--keep-runs` keeps each run's step stamps, and diagnose's JSON report and Session, under
 OUT/runs/WORKLOAD-CONFIG-PAIR/ (to read where a slow run lost its time). `--diagnose-env`
 sets variables for the runs under gpudoctor only (to try a remedy for an overhead, e.g.
-TEARDOWN_CUPTI=1, before building it in).
+TEARDOWN_CUPTI=1, before building it in). The config `keep-cupti` is `diagnose` with TEARDOWN_CUPTI=0,
+as a user may set it (Kineto then leaves CUPTI attached after each window): a slow-down that it
+does not show comes from Kineto's CUPTI teardown. Each run also records, from the stamping
+harness, its forks after the first (median and slowest, in ms), its thread count at the end
+and whether CUPTI's library was loaded: the evidence that tells a slow diagnosed run's cause.
 
 Writes DIR/overhead.json and DIR/overhead.md as each workload finishes.
 """
@@ -76,7 +80,10 @@ CONFIGS = {
     "no-profile": ["--no-profile", "--no-loader-profile"],
     "slow-sampling": ["--interval", "60"],  # the supervisor's CPU and NVML sampling almost off
     "bare": ["--no-profile", "--no-loader-profile", "--interval", "60"],  # in-process hooks alone
+    "keep-cupti": [],  # defaults, with TEARDOWN_CUPTI=0 as a user may set it: Kineto leaves CUPTI attached
 }
+# variables a config sets for its own runs (gpudoctor leaves a user's TEARDOWN_CUPTI as it is)
+CONFIG_ENV = {"keep-cupti": {"TEARDOWN_CUPTI": "0"}}
 
 
 def command_for(workload: list[str], stamps: Path) -> list[str]:
@@ -89,7 +96,8 @@ def command_for(workload: list[str], stamps: Path) -> list[str]:
 def run_once(name: str, config: str, out: Path, diagnose_env: dict[str, str] | None = None,
              keep: Path | None = None) -> dict[str, Any]:
     workload, extra_env = WORKLOADS[name]
-    env = {**os.environ, **extra_env, **(diagnose_env if CONFIGS[config] is not None and diagnose_env else {})}
+    env = {**os.environ, **extra_env, **(diagnose_env if CONFIGS[config] is not None and diagnose_env else {}),
+           **CONFIG_ENV.get(config, {})}
     with tempfile.TemporaryDirectory() as tmp:
         stamps = Path(tmp) / "steps.json"
         command = command_for(workload, stamps)
@@ -98,8 +106,9 @@ def run_once(name: str, config: str, out: Path, diagnose_env: dict[str, str] | N
             command = [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", *flags, "--out", f"{tmp}/r/",
                        "--", *command]
         start = time.perf_counter()
-        proc = corpus_run.launch(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        stderr, stopped = corpus_run.communicate(proc, 600)
+        with open(Path(tmp) / "stdout.txt", "w") as stdout:
+            proc = corpus_run.launch(command, env=env, cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE)
+            stderr, stopped = corpus_run.communicate(proc, 600)
         wall = time.perf_counter() - start
         files = sorted(Path(tmp).glob("steps.json*"))
         if keep is not None:
@@ -109,14 +118,27 @@ def run_once(name: str, config: str, out: Path, diagnose_env: dict[str, str] | N
             return {"error": f"{why}: {stderr.strip()[-300:]}", "wall_s": wall}
         result = rates(json.loads(files[0].read_text()))
         result["wall_s"] = round(wall, 2)
+        said = _last_json_line(Path(tmp) / "stdout.txt")
+        if said is not None:
+            result["workload"] = said  # the workload's own summary (loader_reiter: its data wait per step)
         return result
+
+
+def _last_json_line(path: Path) -> dict[str, Any] | None:
+    """The last line of a workload's output, where it is a JSON object (the test workloads end so)."""
+    lines = path.read_text(errors="replace").strip().splitlines()
+    try:
+        said = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    return said if isinstance(said, dict) else None
 
 
 def _keep(tmp: Path, keep: Path) -> None:
     """A run's step stamps, and under diagnose its JSON report and Session (not the trace): where a
     slow run lost its time can be read afterwards."""
     keep.mkdir(parents=True, exist_ok=True)
-    for path in [*tmp.glob("steps.json*"), *(tmp / "r").glob("*.json")]:
+    for path in [*tmp.glob("steps.json*"), tmp / "stdout.txt", *(tmp / "r").glob("*.json")]:
         shutil.copy2(path, keep / path.name)
 
 
@@ -135,11 +157,23 @@ def rates(data: dict[str, Any]) -> dict[str, Any]:
         outside_n += 1
         outside_s += t[i] - t[i - 1]
     whole = (len(t) - first) / (t[-1] - t[first - 1])
+    evidence = _evidence(data)
     # every step a window overlapped, the warm-up's too: the default first window opens at
     # step 10, inside the 20% left out, and this count shows that it ran
     in_windows = sum(1 for i in range(1, len(t)) if profiled[i] or profiled[i - 1])
     return {"steps": len(t), "outside": outside_n / outside_s if outside_s > 0 else None, "whole": whole,
-            "profiled_steps": inside, "window_steps": in_windows, "unit": "steps/s"}
+            "profiled_steps": inside, "window_steps": in_windows, "unit": "steps/s", **evidence}
+
+
+def _evidence(data: dict[str, Any]) -> dict[str, Any]:
+    """What the process held at its end, and its forks after the first one (the first of a run under
+    diagnose may close a profiler window): the median and slowest fork in milliseconds."""
+    out = {key: data[key] for key in ("threads", "cupti") if key in data}
+    spans = [ms for _, ms in data.get("forks", [])[1:]]
+    if spans:
+        out["forks"] = len(spans) + 1
+        out["fork_ms"] = [round(statistics.median(spans), 2), round(max(spans), 2)]
+    return out
 
 
 def startup_ms(with_agent: bool, rounds: int) -> float:

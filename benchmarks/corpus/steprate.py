@@ -30,6 +30,12 @@ also recorded at the 1st, 2nd, 4th, 8th ... stamp (a handful a run, so nothing p
 at the end the GPU time between them goes to the output as `events` ([steps stamped by then,
 milliseconds since the first event]): the device's own clock for a script that never reached a
 bound. Not while a stream captures a CUDA graph (an event cannot be recorded there).
+
+Each fork of the process (a DataLoader starting its workers) is timed in the parent, from the
+first at-fork handler to the last (those of anything registered before this harness, gpudoctor's
+agent included, run inside that span), and the output ends with what the process held at its end:
+its thread count and whether CUPTI's library was loaded. A run that slowed down after a profiler
+window can then be told apart: forks that grew slower, a thread that never ended, CUPTI left in.
 """
 
 from __future__ import annotations
@@ -108,6 +114,39 @@ def forward_hooks(module, stamp, stamps, calls):  # type: ignore[no-untyped-def]
     return handles
 
 
+class Forks:
+    """Each fork's span in the parent: [when it began after the first step, milliseconds]."""
+
+    def __init__(self) -> None:
+        self.spans: list[list[float]] = []
+        self.began: float | None = None
+
+    def install(self) -> None:
+        try:
+            os.register_at_fork(before=self.before, after_in_parent=self.after)
+        except (AttributeError, ValueError):  # no fork on this platform
+            pass
+
+    def before(self) -> None:
+        self.began = time.perf_counter()
+
+    def after(self) -> None:
+        if self.began is not None:
+            self.spans.append([self.began, (time.perf_counter() - self.began) * 1e3])
+            self.began = None
+
+
+def held_at_end() -> dict[str, Any]:
+    """The process's threads and whether CUPTI's library is mapped (Linux's /proc; {} elsewhere)."""
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+        with open("/proc/self/maps") as fh:
+            cupti = any("libcupti" in line for line in fh)
+    except OSError:
+        return {}
+    return {"threads": threads, "cupti": cupti}
+
+
 class GpuMarks:
     """CUDA events at the 1st, 2nd, 4th ... stamp: the device's clock for a script that ends before its bound."""
 
@@ -153,6 +192,8 @@ def main() -> None:
     sync_share = float(os.environ.get("STEPRATE_SYNC_SHARE") or 0)
     synced: list[tuple[int, float]] = []  # (stamps so far, when the GPU had finished them)
     marks = GpuMarks(torch)
+    forks = Forks()
+    forks.install()
 
     def sync() -> None:
         if not torch.cuda.is_initialized():
@@ -196,7 +237,9 @@ def main() -> None:
             json.dump({"began": began, "ended": ended, "source": kind, "t": [t for t, _ in rows],
                        "profiled": [on for _, on in rows], "synced": waits,
                        "events": marks.times([k for _, _, k in stamps], kind),
-                       "forwards": {"begun": calls[0], "ended": calls[1]}}, fh)
+                       "forwards": {"begun": calls[0], "ended": calls[1]},
+                       "forks": [[round(t - (stamps[0][0] if stamps else began), 4), round(ms, 3)]
+                                 for t, ms in forks.spans], **held_at_end()}, fh)
 
     atexit.register(write)
     sys.argv = script

@@ -702,3 +702,41 @@ def test_a_harness_stopped_from_outside_stops_its_runs_and_waits_for_them(tmp_pa
     for pid in children:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+FORKING = """
+import torch
+from torch.utils.data import DataLoader
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(list(range(16)), batch_size=4, num_workers=2)  # two new workers each epoch
+for epoch in range(3):
+    for batch in loader:
+        model(batch.float().unsqueeze(1).expand(-1, 4)).sum().backward()
+        opt.step()
+"""
+
+
+@pytest.mark.integration
+def test_steprate_times_each_fork_and_says_what_the_process_held_at_its_end(tmp_path: Path) -> None:
+    # the evidence that tells a diagnosed run slowed after a window apart: forks that grew slower, a
+    # thread left running, CUPTI still loaded (none of them on a CPU run of torch without profiling)
+    (tmp_path / "loop.py").write_text(FORKING)
+    proc = subprocess.run([sys.executable, str(run.STEPRATE), str(tmp_path / "s.json"), str(tmp_path / "loop.py")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stamps = json.loads((tmp_path / "s.json").read_text())
+    assert len(stamps["t"]) == 12
+    assert len(stamps["forks"]) == 6  # 2 workers x 3 epochs
+    began = [t for t, _ in stamps["forks"]]
+    assert began == sorted(began) and all(ms > 0 for _, ms in stamps["forks"])
+    assert stamps["threads"] >= 1 and stamps["cupti"] is False
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import overhead
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    rates = overhead.rates(stamps)
+    spans = [ms for _, ms in stamps["forks"][1:]]
+    assert rates["forks"] == 6 and rates["fork_ms"] == [round(statistics.median(spans), 2), round(max(spans), 2)]
+    assert rates["cupti"] is False and rates["threads"] == stamps["threads"]

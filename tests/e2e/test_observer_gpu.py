@@ -69,10 +69,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)]).cuda()
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-data = TensorDataset(torch.randn(4096, 512))
+# one loader (one phase for the windows), whose every iterator forks two new workers
+loader = DataLoader(TensorDataset(torch.randn(4096, 512)), batch_size=64, num_workers=2, sampler=range(256))
 steps = 0
 while steps < 160:
-    for (x,) in DataLoader(data, batch_size=64, num_workers=2, sampler=range(256)):  # new workers: forks
+    for (x,) in loader:
         loss = model(x.cuda(non_blocking=True)).square().mean()
         opt.zero_grad()
         loss.backward()

@@ -58,16 +58,21 @@ def main() -> None:
                         num_workers=args.workers, persistent_workers=args.workers > 0 and not args.no_persistent)
     stamps: list[float] = []
     waits: list[float] = []
+    iters: list[float] = []  # time to create each iterator (new workers start there)
+    firsts: list[bool] = []  # per wait: the first batch of its iterator
     done = 0
     while done < args.steps:
+        t0 = time.perf_counter()
         it = iter(loader)
-        for _ in range(args.iter_batches):
+        iters.append(time.perf_counter() - t0)
+        for k in range(args.iter_batches):
             t0 = time.perf_counter()
             try:
                 index = next(it)
             except StopIteration:
                 break
             waits.append(time.perf_counter() - t0)
+            firsts.append(k == 0)
             if gpu:
                 x = buffer[index.to(device, non_blocking=True)]
                 loss = model(x).float().pow(2).mean()
@@ -85,8 +90,14 @@ def main() -> None:
         stamps[-1] = time.perf_counter()
     steady = stamps[args.warmup:]
     rate = (len(steady) - 1) / (steady[-1] - steady[0])
+    first = [w for w, f in zip(waits[args.warmup:], firsts[args.warmup:]) if f] or [0.0]
+    later = [w for w, f in zip(waits[args.warmup:], firsts[args.warmup:]) if not f] or [0.0]
     print(json.dumps({"steps": done, "steps_per_s": round(rate, 3),
-                      "wait_ms_median": round(statistics.median(waits[args.warmup:]) * 1e3, 3)}))
+                      "wait_ms_median": round(statistics.median(waits[args.warmup:]) * 1e3, 3),
+                      # where a slower run lost its time: starting iterators, their first batch, the others
+                      "iter_ms_median": round(statistics.median(iters[1:] or iters) * 1e3, 3),
+                      "first_wait_ms_median": round(statistics.median(first) * 1e3, 3),
+                      "later_wait_ms_median": round(statistics.median(later) * 1e3, 3)}))
 
 
 if __name__ == "__main__":
