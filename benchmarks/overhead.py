@@ -20,7 +20,7 @@ agent's start-up cost is measured too (a few milliseconds at most).
     python3 benchmarks/overhead.py --out DIR [--pairs 2] [--workloads a,b] [--configs plain,diagnose]
                                    [--diagnose-env KEY=VALUE ...] [--keep-runs]
 
-`--keep-runs` keeps each run's step stamps, and diagnose's JSON report and Session, under
+`--keep-runs` keeps each run's step stamps, its output, and diagnose's JSON report and Session, under
 OUT/runs/WORKLOAD-CONFIG-PAIR/ (to read where a slow run lost its time). `--diagnose-env`
 sets variables for the runs under gpudoctor only (to try a remedy for an overhead, e.g.
 TEARDOWN_CUPTI=1, before building it in). The config `keep-cupti` is `diagnose` with TEARDOWN_CUPTI=0,
@@ -112,6 +112,7 @@ def run_once(name: str, config: str, out: Path, diagnose_env: dict[str, str] | N
         wall = time.perf_counter() - start
         files = sorted(Path(tmp).glob("steps.json*"))
         if keep is not None:
+            (Path(tmp) / "stderr.txt").write_text(stderr)  # Kineto's own log, when KINETO_LOG_LEVEL asks for it
             _keep(Path(tmp), keep)
         if stopped or proc.returncode != 0 or not files:
             why = "stopped after 600 s" if stopped else f"exit {proc.returncode}"
@@ -138,7 +139,7 @@ def _keep(tmp: Path, keep: Path) -> None:
     """A run's step stamps, and under diagnose its JSON report and Session (not the trace): where a
     slow run lost its time can be read afterwards."""
     keep.mkdir(parents=True, exist_ok=True)
-    for path in [*tmp.glob("steps.json*"), tmp / "stdout.txt", *(tmp / "r").glob("*.json")]:
+    for path in [*tmp.glob("steps.json*"), tmp / "stdout.txt", tmp / "stderr.txt", *(tmp / "r").glob("*.json")]:
         shutil.copy2(path, keep / path.name)
 
 
