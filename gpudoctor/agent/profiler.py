@@ -66,6 +66,7 @@ from .stats import StepTracker
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import ModuleType
     from typing import Any, Literal
 
@@ -153,6 +154,46 @@ CUPTI_TEARDOWN_MIN_CUDA = (12, 0)
 CUPTI_TEARDOWN_WAIT_S = 2.0
 CUPTI_TEARDOWN_STEPS = 3
 CUPTI_TEARDOWN_MIN_S = 0.1
+# Kineto's detach thread is started inside the window's stop, and ends once the finalize it waits
+# for has run (at the exit of a CUDA runtime call, on whichever thread makes one first). So the
+# stop watches for it: it takes the process's threads before and after torch's stop, and until one
+# that the stop started has ended it makes a cheap runtime call (a stream query) between looks.
+# The finalize then runs on the window's own thread, before the workload goes on (a DataLoader's
+# fork of new workers, the next step's launches, the agent's own periodic CUDA call), and is known
+# to be done. Where no thread appeared (another Kineto, no /proc) or none ended within
+# CUPTI_DETACH_TIMEOUT_S, the stop goes on and the guard falls back to the wait above.
+CUPTI_DETACH_TIMEOUT_S = 0.5
+CUPTI_DETACH_POLL_S = 0.0002
+
+
+def thread_ids() -> frozenset[str]:
+    """The process's threads (Linux's /proc/self/task); empty where they cannot be listed."""
+    try:
+        return frozenset(os.listdir("/proc/self/task"))
+    except OSError:
+        return frozenset()
+
+
+def await_detach(before: frozenset[str], poke: Callable[[], object],
+                 timeout: float = CUPTI_DETACH_TIMEOUT_S) -> tuple[str, float]:
+    """After a window's stop: wait until one of the threads started since BEFORE (Kineto's detach)
+    has ended, calling POKE (a CUDA runtime call) between looks. Returns how it went ("ended",
+    "timeout", or "no thread" when the stop started none) and the milliseconds it took."""
+    began = time.perf_counter()
+    started = thread_ids() - before
+    if not before or not started:
+        return "no thread", 0.0
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            poke()
+        except Exception:  # noqa: BLE001 (no runtime call possible: the guard's own wait instead)
+            return "timeout", (time.perf_counter() - began) * 1e3
+        if started - thread_ids():
+            return "ended", (time.perf_counter() - began) * 1e3
+        if time.monotonic() >= deadline:
+            return "timeout", (time.perf_counter() - began) * 1e3
+        time.sleep(CUPTI_DETACH_POLL_S)
 
 
 class _cupti_teardown:
@@ -197,12 +238,23 @@ class _cupti_teardown:
             os.environ.pop("TEARDOWN_CUPTI", None)
         self.set = False
 
-    def later(self, cuda: bool) -> None:
+    def stopping(self, cuda: bool) -> frozenset[str] | None:
+        """Just before a window's stop: the process's threads, where Kineto's detach will follow the
+        stop (the window traced CUDA with the variable 1); else None."""
+        if cuda and os.environ.get("TEARDOWN_CUPTI") == "1":
+            return thread_ids()
+        return None
+
+    def later(self, cuda: bool, detached: bool = False) -> None:
         """A window stopped. One that traced CUDA with the variable set (by us or the user) makes the
-        next window wait for its detach (pending), and keeps ours set from then on (watch_ended);
-        without CUDA traced, and none before, ours goes at once."""
+        next window wait for its detach (pending), and keeps ours set from then on (watch_ended),
+        unless its detach was seen to end (`detached`: Kineto's thread has read the variable for the
+        last time) and no earlier one is unaccounted for: then ours goes at once, as it does after a
+        window without CUDA."""
         with self.lock:
-            if cuda and os.environ.get("TEARDOWN_CUPTI") == "1":
+            if cuda and os.environ.get("TEARDOWN_CUPTI") == "1" and detached and not self.traced_cuda:
+                self._restore()
+            elif cuda and os.environ.get("TEARDOWN_CUPTI") == "1":
                 now = time.monotonic()
                 self.traced_cuda = True
                 self.wait_until = now + CUPTI_TEARDOWN_WAIT_S
@@ -567,15 +619,18 @@ class ProfilerWindow:
         if window.source == "time" and self.safepoints is not None:
             self.safepoints.disarm()
         prof, self.prof = self.prof, None
+        before = self.teardown.stopping(window.cuda)
+        detach: tuple[str, float] | None = None
         if not keep:
             self.taken -= 1
             self.state = self.IDLE
             try:
                 prof.stop()
+                detach = self._await_detach(before)
             except Exception:  # noqa: BLE001 (the discarded window is abandoned)
                 self.state = self.DONE
             _release(prof)
-            self.teardown.later(window.cuda)
+            self.teardown.later(window.cuda, detached=detach is not None and detach[0] == "ended")
             return
         self.state = self.IDLE if self.taken < self.max_windows else self.DONE
         end_wall = time.time()
@@ -586,13 +641,16 @@ class ProfilerWindow:
             fields["loader"], fields["grad"], fields["cuda"] = window.key[1:4]
         try:
             prof.stop()
+            detach = self._await_detach(before)
+            if detach is not None:
+                fields["cupti_detach"], fields["cupti_detach_ms"] = detach[0], round(detach[1], 3)
             path = os.path.join(self.hooks.agent.directory, "trace-%d-%d.json" % (os.getpid(), window.index))
             prof.export_chrome_trace(path)
             fields["path"] = os.path.basename(path)
         except Exception as exc:  # noqa: BLE001 (the profile event says why)
             fields["error"] = "profiler failed to stop/export: %s: %s" % (type(exc).__name__, exc)
         _release(prof)
-        self.teardown.later(window.cuda)
+        self.teardown.later(window.cuda, detached=detach is not None and detach[0] == "ended")
         self._record(window, end_wall)
         try:
             matmul = self.torch.backends.cuda.matmul
@@ -604,6 +662,19 @@ class ProfilerWindow:
         if snap:
             self.hooks.agent.emit("alloc", **snap)
         self.hooks.agent.emit("profile", **fields)
+
+    def _await_detach(self, before: frozenset[str] | None) -> tuple[str, float] | None:
+        """After torch's stop of a window that traced CUDA: Kineto's detach, finalized here (await_detach)."""
+        if before is None:
+            return None
+        return await_detach(before, self._cuda_poke)
+
+    def _cuda_poke(self) -> None:
+        """A cheap CUDA runtime call (cudaStreamQuery): where Kineto's pending finalize runs."""
+        cuda = self.torch.cuda
+        if cuda.is_current_stream_capturing():  # a query would break the capture
+            raise RuntimeError("a CUDA graph is being captured")
+        cuda.current_stream().query()
 
     def _record(self, window: _Window, end_wall: float) -> None:
         loader = window.key[1] if len(window.key) > 1 else None

@@ -260,6 +260,10 @@ class Profile(TypedDict):
     error: NotRequired[str]
     tf32: NotRequired[bool]
     float32_matmul_precision: NotRequired[str]
+    # Kineto's CUPTI detach after a window that traced CUDA with TEARDOWN_CUPTI=1 (profiler.await_detach):
+    # "ended" (finalized before the stop returned), "timeout", or "no thread" (none seen to start)
+    cupti_detach: NotRequired[str]
+    cupti_detach_ms: NotRequired[float]
 
 
 # -- diagnose --try ----------------------------------------------------------------------------

@@ -119,6 +119,9 @@ def rank_window(profiles: list[dict[str, Any]], workdir: Path, pid: int, t0: flo
 
 def _describe(summary: ProfileSummary, event: dict[str, Any], t0: float, index: int) -> None:
     summary.tf32_enabled = event.get("tf32")
+    if event.get("cupti_detach") is not None:
+        summary.cupti_detach = str(event["cupti_detach"])
+        summary.cupti_detach_ms = float(event.get("cupti_detach_ms") or 0.0)
     summary.window_s = round(float(event.get("t_end", 0)) - float(event.get("t_start", 0)), 3)
     if event.get("t_start") and event.get("t_end"):
         summary.window_start_s = round(float(event["t_start"]) - t0, 3)

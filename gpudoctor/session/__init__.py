@@ -462,6 +462,10 @@ class ProfileSummary:
     # the GPU's idle time by cause (collectors/window_picture.IDLE_CAUSES): sums to gpu_idle_us
     idle_by_cause_us: dict[str, float] = field(default_factory=dict)
     picture: WindowPicture | None = None  # a few steps to draw, with their idle gaps by cause
+    # Kineto's CUPTI detach at the window's stop (agent/profiler.await_detach): "ended" (finalized
+    # before the run went on), "timeout" or "no thread"; None where no detach was asked for
+    cupti_detach: str | None = None
+    cupti_detach_ms: float | None = None
 
 
 @dataclass

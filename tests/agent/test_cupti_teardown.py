@@ -8,6 +8,7 @@ without it on an H200, within 1% with it).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from types import SimpleNamespace
 
@@ -15,7 +16,14 @@ import pytest
 import torch
 from agent_fakes import FakeHooks
 
-from gpudoctor.agent.profiler import CUPTI_TEARDOWN_MIN_S, CUPTI_TEARDOWN_STEPS, CUPTI_TEARDOWN_WAIT_S, _cupti_teardown
+from gpudoctor.agent.profiler import (
+    CUPTI_TEARDOWN_MIN_S,
+    CUPTI_TEARDOWN_STEPS,
+    CUPTI_TEARDOWN_WAIT_S,
+    _cupti_teardown,
+    await_detach,
+    thread_ids,
+)
 
 
 def fake_torch(cuda):
@@ -266,3 +274,110 @@ def test_steps_without_cuda_do_not_end_the_wait(tmp_path):
         hooks.steps.boundary("optimizer")
     assert guard.pending()
     guard.__exit__(None, None, None)
+
+
+# Kineto's detach thread starts inside the window's stop and ends once a CUDA runtime call has let
+# it finalize: the stop makes those calls itself until the thread is seen to end, so the finalize
+# runs on the window's thread before the workload goes on (a fork of new workers, the next launches).
+
+def kineto_like_detach() -> tuple[threading.Event, threading.Thread]:
+    """A thread like Kineto's teardown thread: it ends once a "runtime call" (the event) has come."""
+    called = threading.Event()
+    thread = threading.Thread(target=called.wait, args=(5.0,), daemon=True)
+    thread.start()
+    return called, thread
+
+
+def test_the_stop_waits_for_the_detach_thread_it_started_making_runtime_calls_until_it_ends():
+    before = thread_ids()
+    pokes: list[int] = []
+    called, thread = kineto_like_detach()
+
+    def poke():
+        pokes.append(1)
+        called.set()
+
+    how, ms = await_detach(before, poke)
+    assert how == "ended" and pokes and ms < 1000
+    thread.join(1.0)
+
+
+def test_no_thread_started_by_the_stop_is_no_detach_to_wait_for():
+    before = thread_ids()
+    pokes: list[int] = []
+    assert await_detach(before, lambda: pokes.append(1)) == ("no thread", 0.0)
+    assert not pokes  # nothing called: the guard's own wait stands
+
+
+def test_a_thread_that_does_not_end_is_given_up_at_the_timeout():
+    before = thread_ids()
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, args=(5.0,), daemon=True)
+    thread.start()
+    began = time.monotonic()
+    how, _ = await_detach(before, lambda: None, timeout=0.05)
+    assert how == "timeout" and time.monotonic() - began < 1.0
+    stop.set()
+    thread.join(1.0)
+
+
+def test_a_runtime_call_that_fails_ends_the_wait_at_once():
+    before = thread_ids()
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, args=(5.0,), daemon=True)
+    thread.start()
+
+    def capturing():
+        raise RuntimeError("a CUDA graph is being captured")
+
+    assert await_detach(before, capturing)[0] == "timeout"
+    stop.set()
+    thread.join(1.0)
+
+
+def test_a_detach_seen_to_end_gives_the_variable_back_and_the_next_window_need_not_wait():
+    guard = _cupti_teardown(fake_torch("13.0"))
+    guard.__enter__()
+    guard.later(cuda=True, detached=True)
+    assert "TEARDOWN_CUPTI" not in os.environ and not guard.pending() and not guard.traced_cuda
+
+
+def test_an_earlier_detach_not_seen_to_end_keeps_the_variable_whatever_the_later_one_did():
+    guard = waiting_guard()  # a window whose detach was not seen to end
+    guard.wait_until = time.monotonic() - 0.001
+    guard.detach_due()
+    guard.__enter__()
+    guard.later(cuda=True, detached=True)
+    assert os.environ["TEARDOWN_CUPTI"] == "1" and guard.traced_cuda
+
+
+def test_a_windows_stop_finalizes_the_detach_on_its_own_thread_and_says_so(tmp_path):
+    hooks = FakeHooks(tmp_path, cuda=True, profile_warmup_steps=2, profile_warmup_s=0.0, profile_steps=2,
+                      profile_min_window_s=0.0)
+    profiler = hooks.profiler
+    profiler.teardown = _cupti_teardown(fake_torch("13.0"))
+    for _ in range(3):
+        hooks.steps.boundary("optimizer")
+    assert profiler.state == "running"
+    profiler.window.cuda = True  # as if it traced CUDA (this build cannot)
+    stop = profiler.prof.stop
+    pokes: list[int] = []
+    started: list[threading.Event] = []
+
+    def stop_like_kineto():  # torch's stop, then Kineto's detach thread waiting for a runtime call
+        stop()
+        called, _ = kineto_like_detach()
+        started.append(called)
+
+    def runtime_call():
+        pokes.append(threading.get_ident())
+        started[0].set()
+
+    profiler.prof.stop = stop_like_kineto
+    profiler._cuda_poke = runtime_call
+    for _ in range(2):
+        hooks.steps.boundary("optimizer")
+    [window] = hooks.windows()
+    assert window["cupti_detach"] == "ended" and window["cupti_detach_ms"] >= 0
+    assert set(pokes) == {threading.get_ident()}  # on the window's thread
+    assert "TEARDOWN_CUPTI" not in os.environ and not profiler.teardown.pending()

@@ -85,11 +85,13 @@ with open(sys.argv[1], "w") as out:
 """
 
 
-def test_teardown_cupti_stays_set_after_a_window_while_workers_keep_starting(diagnose, tmp_path):
+def test_the_cupti_detach_ends_inside_the_windows_stop_while_workers_keep_starting(diagnose, tmp_path):
     """Kineto's detach ends on a thread of its own, which reads TEARDOWN_CUPTI again after a CUDA call;
     found unset, it re-attaches CUPTI's callbacks to every launch (H100: a loop that starts new workers
     every 4 batches ran at 0.58-0.64x plain under diagnose when the agent gave the variable back 3
-    steps after a window). Once a window traced CUDA, the variable stays for the rest of the run."""
+    steps after a window). The window's stop now makes the runtime calls that let that thread finish,
+    and waits for it to end, before the loop goes on (here: the fork of the next workers); only then
+    is the variable given back. A detach not seen to end keeps it for the rest of the run."""
     script, seen = tmp_path / "new_workers.py", tmp_path / "teardown.txt"
     script.write_text(NEW_WORKERS_EVERY_FOUR_BATCHES)
     run = diagnose(str(script), str(seen), timeout=300)
@@ -97,4 +99,6 @@ def test_teardown_cupti_stays_set_after_a_window_while_workers_keep_starting(dia
     session = json.loads(next(run.out.glob("*.session.json")).read_text())
     stepped = [p for p in session["profiles"] if p["steps"] and p["kernel_count"]]
     assert stepped, (session["profiles"], session["unavailable"])
-    assert seen.read_text() == "1"
+    details = [(p.get("cupti_detach"), p.get("cupti_detach_ms")) for p in session["profiles"]]
+    assert all(how == "ended" for how, _ in details), details
+    assert seen.read_text() == "unset", details
