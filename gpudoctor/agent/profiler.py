@@ -156,8 +156,8 @@ CUPTI_TEARDOWN_STEPS = 3
 CUPTI_TEARDOWN_MIN_S = 0.1
 # Kineto's detach thread is started inside the window's stop, and ends once the finalize it waits
 # for has run (at the exit of a CUDA runtime call, on whichever thread makes one first). So the
-# stop watches for it: it takes the process's threads before and after torch's stop, and until one
-# that the stop started has ended it makes a cheap runtime call (a stream query) between looks.
+# stop watches for it: it takes the process's threads before and after torch's stop, and until those
+# that the stop started have ended it makes a cheap runtime call (a stream query) between looks.
 # The finalize then runs on the window's own thread, before the workload goes on (a DataLoader's
 # fork of new workers, the next step's launches, the agent's own periodic CUDA call), and is known
 # to be done. Where no thread appeared (another Kineto, no /proc) or none ended within
@@ -176,9 +176,11 @@ def thread_ids() -> frozenset[str]:
 
 def await_detach(before: frozenset[str], poke: Callable[[], object],
                  timeout: float = CUPTI_DETACH_TIMEOUT_S) -> tuple[str, float]:
-    """After a window's stop: wait until one of the threads started since BEFORE (Kineto's detach)
-    has ended, calling POKE (a CUDA runtime call) between looks. Returns how it went ("ended",
-    "timeout", or "no thread" when the stop started none) and the milliseconds it took."""
+    """After a window's stop: wait until the threads started since BEFORE (Kineto's detach among
+    them) have ended, calling POKE (a CUDA runtime call) between looks. Returns how it went ("ended",
+    "timeout", or "no thread" when the stop started none) and the milliseconds it took. All of them:
+    the variable is given back after "ended", and Kineto's thread, if it were the one still running,
+    would read it unset and re-attach CUPTI for the rest of the run."""
     began = time.perf_counter()
     started = thread_ids() - before
     if not before or not started:
@@ -189,7 +191,7 @@ def await_detach(before: frozenset[str], poke: Callable[[], object],
             poke()
         except Exception:  # noqa: BLE001 (no runtime call possible: the guard's own wait instead)
             return "timeout", (time.perf_counter() - began) * 1e3
-        if started - thread_ids():
+        if not started & thread_ids():  # all of them: a short-lived other one must not pass for it
             return "ended", (time.perf_counter() - began) * 1e3
         if time.monotonic() >= deadline:
             return "timeout", (time.perf_counter() - began) * 1e3

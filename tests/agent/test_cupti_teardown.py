@@ -381,3 +381,16 @@ def test_a_windows_stop_finalizes_the_detach_on_its_own_thread_and_says_so(tmp_p
     assert window["cupti_detach"] == "ended" and window["cupti_detach_ms"] >= 0
     assert set(pokes) == {threading.get_ident()}  # on the window's thread
     assert "TEARDOWN_CUPTI" not in os.environ and not profiler.teardown.pending()
+
+
+def test_a_short_lived_thread_of_the_stop_does_not_pass_for_the_detach_while_another_runs():
+    before = thread_ids()
+    quick = threading.Thread(target=time.sleep, args=(0.02,), daemon=True)  # ends during the wait
+    stop = threading.Event()
+    slow = threading.Thread(target=stop.wait, args=(5.0,), daemon=True)  # does not
+    quick.start()
+    slow.start()
+    assert await_detach(before, lambda: None, timeout=0.3)[0] == "timeout"
+    assert not quick.is_alive()
+    stop.set()
+    slow.join(1.0)
