@@ -17,6 +17,8 @@ says what the windows cost and whether the run came back to its speed afterwards
   5% faster than the fastest later one by chance, not because a window slowed it;
 - DataLoader workers that found torch.profiler on at their first batch: forked inside
   a window, they pay its tracing for every batch they make;
+- windows whose CUPTI detach (Kineto's, asked for by TEARDOWN_CUPTI=1) was not seen to end
+  inside their stop: after them CUPTI's callbacks may have stayed on every CUDA call;
 - how long the loop stood still after a window while torch.profiler stopped and the
   trace was written: building the trace's events costs the stopping thread about 5 us an
   event (a Python-heavy CPU loop: 1.3M Python calls traced in 0.65 s, then 6.1 s in
@@ -54,6 +56,9 @@ class Overhead:
     after_steps_per_s: tuple[float, float] | None  # slowest and fastest chunk after it
     traced_workers: list[int] = field(default_factory=list)  # worker pids forked inside a window
     stop_pause_s: float | None = None  # the longest time from a window's end to the loop's next step
+    # windows whose CUPTI detach was asked for but not seen to end (agent/profiler.await_detach):
+    # CUPTI's callbacks may have stayed on every CUDA call of the run after them
+    cupti_undetached: int = 0
 
     @property
     def slowdown(self) -> float | None:
@@ -90,6 +95,7 @@ class Overhead:
             "slowed": self.slowed,
             "traced_workers": list(self.traced_workers),
             "stop_pause_s": _round(self.stop_pause_s),
+            "cupti_undetached": self.cupti_undetached,
         }
 
 
@@ -113,6 +119,7 @@ def overhead(session: Session) -> Overhead | None:
         after_steps_per_s=(min(chunks), max(chunks)) if chunks else None,
         traced_workers=traced,
         stop_pause_s=_stop_pause(session.steps.records, windows),
+        cupti_undetached=sum(1 for p in session.windows() if p.cupti_detach not in (None, "ended")),
     )
 
 

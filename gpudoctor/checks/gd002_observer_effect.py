@@ -66,13 +66,15 @@ def run(session: Session) -> list[Finding]:
         ))
     if cost.slowed and cost.before_steps_per_s is not None and cost.after_steps_per_s is not None:
         low, high = cost.after_steps_per_s
+        cupti = (f" After {cost.cupti_undetached} of the windows, CUPTI's detach was not seen to end: its callbacks "
+                 "may have stayed on every CUDA call since." if cost.cupti_undetached else "")
         findings.append(Finding(
             severity="warning",
             title="The run slowed down after the profiler window and did not come back",
             message=(f"Before the first profiler window the steps ran at {cost.before_steps_per_s:.3g} steps/s; "
                      f"after it, every chunk of as many steps ran at {low:.3g}-{high:.3g} steps/s "
                      f"({cost.slowdown:.0%} slower at best). The steady numbers of this report come mostly from "
-                     "after the window: compare with a run under `--no-profile`."),
+                     f"after the window: compare with a run under `--no-profile`.{cupti}"),
             evidence={"before": Evidence(round(cost.before_steps_per_s, 3), "steps/s", label="before the window"),
                       "after": Evidence(round(high, 3), "steps/s", label="after it (fastest chunk)"),
                       "slowdown": Evidence(round(cost.slowdown or 0.0, 4), "share", label="slower")},

@@ -275,6 +275,9 @@ def overhead_text(overhead: Mapping[str, Any] | None) -> str:
     if pause is not None and pause >= STOP_PAUSE_NAMED_S:
         parts.append(f"the loop stood still {_significant(float(pause))} s after a window while its trace was "
                      "collected")
+    undetached = overhead.get("cupti_undetached") or 0
+    if undetached:
+        parts.append(f"CUPTI's detach not seen to end after {undetached} window(s)")
     return "; ".join(parts)
 
 

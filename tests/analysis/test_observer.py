@@ -91,3 +91,17 @@ def test_the_loops_pause_while_a_window_stops_is_measured_and_named():
     quick = timeline(0.020, [0.020] * 3)
     assert overhead(quick).stop_pause_s == pytest.approx(0.0)
     assert "stood still" not in overhead_text(overhead(quick).to_dict())
+
+
+@pytest.mark.parametrize("detach, named", [("ended", False), ("timeout", True), ("no thread", True), (None, False)])
+def test_a_slowdown_after_a_window_whose_cupti_detach_was_not_seen_to_end_says_so(detach, named):
+    session = timeline(0.020, [0.024, 0.023, 0.025, 0.024])
+    session.profile.cupti_detach = detach
+    cost = overhead(session)
+    assert cost.cupti_undetached == (1 if named else 0) and cost.to_dict()["cupti_undetached"] == cost.cupti_undetached
+    outcome, findings = run_check(gd002.check, session)
+    assert outcome.status == "finding"
+    assert ("CUPTI's detach was not seen to end" in findings[0].message) is named
+    from gpudoctor.reports._common import overhead_text
+
+    assert ("CUPTI's detach not seen to end after 1 window(s)" in overhead_text(cost.to_dict())) is named
