@@ -22,7 +22,9 @@ How it is measured
     counted apart (their rate is the window's own cost, stated in every report).
     The steady steps before the first window (at least {{MIN_STEPS}}) are compared
     with chunks of as many steps after it; each DataLoader worker reports at its
-    first batch whether torch.profiler was on in it.
+    first batch whether torch.profiler was on in it. A slowdown's message also
+    names the windows whose CUPTI detach (asked for with TEARDOWN_CUPTI=1) was not
+    seen to end inside their stop: CUPTI's callbacks may have stayed on since.
 
 What to do
     Read the findings with care: the slowdown is in the measurement. Run again with
