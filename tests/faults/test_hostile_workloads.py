@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,7 @@ def test_uninstrumented_child_command_line_is_redacted(tmp_path):
     supervisor.proc = subprocess.Popen([sys.executable, "-I", "-c", "import time; time.sleep(60)", "--password",
                                         SECRET, "-p", SECRET, "--token=" + SECRET])
     try:
+        _until_execed(supervisor.proc.pid)
         supervisor.tree.scan(supervisor.proc.pid, {})
     finally:
         supervisor.proc.kill()
@@ -54,6 +56,19 @@ def test_uninstrumented_child_command_line_is_redacted(tmp_path):
         Path(supervisor.workdir).rmdir()
     [why] = supervisor.uninstrumented.values()
     assert "python -I" in why and SECRET not in why and MASK in why
+
+
+def _until_execed(pid: int, timeout: float = 10.0) -> None:
+    """Until the child runs its own command: scanned between fork and exec, it still shows the test's
+    command line and environment (a flaky "PYTHONPATH was set without gpudoctor's agent" on CI)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if b"-I" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                return
+        except OSError:
+            pass
+        time.sleep(0.01)
 
 
 CSV = "step,loss\n0,1.000\n1,0.500\n2,0.333\n3,0.250\n4,0.200\n"
