@@ -160,7 +160,7 @@ CUPTI_TEARDOWN_MIN_S = 0.1
 # that the stop started have ended it makes a cheap runtime call (a stream query) between looks.
 # The finalize then runs on the window's own thread, before the workload goes on (a DataLoader's
 # fork of new workers, the next step's launches, the agent's own periodic CUDA call), and is known
-# to be done. Where no thread appeared (another Kineto, no /proc) or none ended within
+# to be done. Where no thread appeared (another Kineto, no /proc) or not all ended within
 # CUPTI_DETACH_TIMEOUT_S, the stop goes on and the guard falls back to the wait above.
 CUPTI_DETACH_TIMEOUT_S = 0.5
 CUPTI_DETACH_POLL_S = 0.0002
