@@ -254,9 +254,10 @@ class _cupti_teardown:
         last time) and no earlier one is unaccounted for: then ours goes at once, as it does after a
         window without CUDA."""
         with self.lock:
-            if cuda and os.environ.get("TEARDOWN_CUPTI") == "1" and detached and not self.traced_cuda:
-                self._restore()
-            elif cuda and os.environ.get("TEARDOWN_CUPTI") == "1":
+            if cuda and os.environ.get("TEARDOWN_CUPTI") == "1":
+                if detached and not self.traced_cuda:
+                    self._restore()
+                    return
                 now = time.monotonic()
                 self.traced_cuda = True
                 self.wait_until = now + CUPTI_TEARDOWN_WAIT_S
@@ -632,7 +633,7 @@ class ProfilerWindow:
             except Exception:  # noqa: BLE001 (the discarded window is abandoned)
                 self.state = self.DONE
             _release(prof)
-            self.teardown.later(window.cuda, detached=detach is not None and detach[0] == "ended")
+            self.teardown.later(window.cuda, detached=_ended(detach))
             return
         self.state = self.IDLE if self.taken < self.max_windows else self.DONE
         end_wall = time.time()
@@ -652,7 +653,7 @@ class ProfilerWindow:
         except Exception as exc:  # noqa: BLE001 (the profile event says why)
             fields["error"] = "profiler failed to stop/export: %s: %s" % (type(exc).__name__, exc)
         _release(prof)
-        self.teardown.later(window.cuda, detached=detach is not None and detach[0] == "ended")
+        self.teardown.later(window.cuda, detached=_ended(detach))
         self._record(window, end_wall)
         try:
             matmul = self.torch.backends.cuda.matmul
@@ -685,6 +686,11 @@ class ProfilerWindow:
             self.later_taken = True
         if self.first_end is None:
             self.first_end = end_wall
+
+
+def _ended(detach: tuple[str, float] | None) -> bool:
+    """A window's CUPTI detach (await_detach) was seen to end."""
+    return detach is not None and detach[0] == "ended"
 
 
 def _release(prof: Any) -> None:
