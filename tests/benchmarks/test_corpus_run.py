@@ -656,11 +656,13 @@ import subprocess, sys, threading
 sys.path.insert(0, sys.argv[1])
 import run
 run.stop_runs_on_sigterm()
+said = threading.Lock()  # print() writes the number and its newline apart: two threads interleave them
 
 def one(i):  # as run.py's workers do: each thread starts a run and waits for it
     child = run.launch([sys.executable, "-c", sys.argv[2], sys.argv[3] + str(i)], stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE)
-    print(child.pid, flush=True)
+    with said:
+        print(child.pid, flush=True)
     run.communicate(child, 600)
 
 threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
