@@ -112,12 +112,16 @@ IDLE_WARNING = Threshold(
     "TensorBoard profiler plugin calls a GPU under 50% busy under-used")
 
 REMEDY = Remedy(
-    text="Fuse the small kernels and take the host out of the loop: torch.compile merges elementwise "
-    "chains into a few generated kernels, mode=\"reduce-overhead\" adds CUDA graphs that replay a whole "
-    "step's launches at once (static shapes). Where memory allows, a larger batch makes each launch do "
-    "more work. (The optimizer's own launches are not in this number: GD305 names a per-parameter optimizer.)",
-    code="model = torch.compile(model)                            # fewer, fused kernels\n"
-    "model = torch.compile(model, mode=\"reduce-overhead\")   # + CUDA graphs: one launch per step",
+    text="Take the host out of the loop: torch.compile(model, mode=\"reduce-overhead\") captures each call's "
+    "launches as a CUDA graph that replays at once (static shapes); the predicted gain is for this. Plain "
+    "torch.compile(model) fuses elementwise chains but launches every matrix multiply and convolution on its "
+    "own, and buys anywhere from little to most of that gain (measured: 1.08x against 2.81x with CUDA graphs "
+    "on a 24-layer Linear training loop whose kernels were 61% GEMMs, H100; 2.87x on timm's ViT inference, "
+    "H200): measure it with `--try-only compile=inductor`. Where memory allows, a larger batch makes each "
+    "launch do more work. (The optimizer's own launches are not in this number: GD305 names a per-parameter "
+    "optimizer.)",
+    code="model = torch.compile(model, mode=\"reduce-overhead\")   # CUDA graphs: one launch per step (predicted)\n"
+    "model = torch.compile(model)                            # fused kernels only: measure it",
 )
 
 
