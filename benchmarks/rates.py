@@ -11,7 +11,7 @@ a captured graph's), and what a forward replayed as CUDA graphs by `torch.compil
 predicts). On any machine: what a DataLoader batch costs the consuming loop when produced
 in-process vs received from workers (the hand-off).
 
-    python benchmarks/rates.py [--json out.json] [--only handoff,gemm,copy,graph,compiled,cudagraph]
+    python benchmarks/rates.py [--json out.json] [--only handoff,gemm,copy,graph,compiled,compiled_train,cudagraph]
 """
 
 from __future__ import annotations
@@ -215,6 +215,84 @@ def cudagraph_calls(layer_counts: tuple[int, ...] = (6, 24, 96), calls: int = 50
     return out
 
 
+class _Block(torch.nn.Module):
+    """A transformer-style MLP block: what a compiler fuses (GELU, the residual add, LayerNorm) between
+    what it cannot (the two GEMMs)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(width, 2 * width), torch.nn.Linear(2 * width, width)
+        self.norm = torch.nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x + self.down(torch.nn.functional.gelu(self.up(x))))
+
+
+def _train_step_costs(model: torch.nn.Module, fn, x: torch.Tensor, calls: int) -> dict:  # type: ignore[no-untyped-def]
+    """Kernels and median host microseconds of fn(x).sum()'s forward and of its backward()."""
+    holder: dict = {}
+
+    def forward() -> None:
+        holder["loss"] = fn(x).sum()
+
+    def backward() -> None:
+        holder.pop("loss").backward()
+
+    def both() -> None:
+        forward()
+        backward()
+        model.zero_grad(set_to_none=True)
+
+    for _ in range(5):  # compile, warm the allocator
+        both()
+    torch.cuda.synchronize()
+    total = _kernels(both)
+    forward()
+    torch.cuda.synchronize()
+    backward_kernels = _kernels(backward)
+    model.zero_grad(set_to_none=True)
+    fwd, bwd = [], []
+    for _ in range(calls):
+        start = time.perf_counter()
+        forward()
+        middle = time.perf_counter()
+        backward()
+        end = time.perf_counter()
+        torch.cuda.synchronize()
+        model.zero_grad(set_to_none=True)
+        fwd.append((middle - start) * 1e6)
+        bwd.append((end - middle) * 1e6)
+    return {"forward_kernels": total - backward_kernels, "backward_kernels": backward_kernels,
+            "forward_host_us": round(statistics.median(fwd), 2), "backward_host_us": round(statistics.median(bwd), 2)}
+
+
+def compiled_train(block_counts: tuple[int, ...] = (4, 16, 64), calls: int = 200) -> dict:
+    """A training step's forward and backward, torch.compile'd (default mode: Inductor's kernels, no CUDA
+    graphs) against eager: B blocks of width 256 on a batch of 32 rows, for several B. Per mode: the
+    kernels forward and backward launch, and the host's time in each (the forward call; backward(), whose
+    caller waits while autograd's engine launches). The slopes over the kernels are what a compiled
+    kernel costs the host in the forward and in the backward, the intercepts a compiled call's own
+    cost: what a plain-compile what-if needs, the backward still being run by the engine."""
+    rows = []
+    for blocks in block_counts:
+        model = torch.nn.Sequential(*[_Block(256) for _ in range(blocks)]).cuda()
+        x = torch.randn(32, 256, device="cuda")
+        row: dict = {"blocks": blocks}
+        for mode, fn in (("eager", model), ("compiled", torch.compile(model))):
+            row.update({f"{mode}_{key}": value for key, value in _train_step_costs(model, fn, x, calls).items()})
+        rows.append(row)
+        torch._dynamo.reset()
+    out: dict = {"rows": rows}
+    for mode in ("eager", "compiled"):
+        for part in ("forward", "backward"):
+            kernels = [r[f"{mode}_{part}_kernels"] for r in rows]
+            if len(set(kernels)) > 1:
+                slope, intercept = statistics.linear_regression(kernels, [r[f"{mode}_{part}_host_us"] for r in rows])
+                out[f"{mode}_{part}_host_us_per_kernel"] = round(slope, 3)
+                out[f"{mode}_{part}_host_us_per_call"] = round(intercept, 2)
+    return out
+
+
 def loop_work(ms: float, x: torch.Tensor) -> None:
     """`ms` of small torch ops, as a training loop's launches (each releases the GIL while it runs)."""
     end = time.perf_counter() + ms / 1e3
@@ -256,12 +334,13 @@ def handoff(batches: int = 300) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json")
-    parser.add_argument("--only", help="comma-separated sections: handoff, gemm, copy, graph, compiled, cudagraph "
-                        "(default: all)")
+    parser.add_argument("--only", help="comma-separated sections: handoff, gemm, copy, graph, compiled, "
+                        "compiled_train, cudagraph (default: all)")
     args = parser.parse_args()
     sections = {"handoff": ("handoff_tensordataset_batch64", handoff, False), "gemm": ("gemm", gemm_rates, True),
                 "copy": ("copy", copy_rates, True), "graph": ("graph", graph_gap, True),
                 "compiled": ("compiled_launch", compiled_launch, True),
+                "compiled_train": ("compiled_train", compiled_train, True),
                 "cudagraph": ("cudagraph_calls", cudagraph_calls, True)}
     wanted = args.only.split(",") if args.only else list(sections)
     unknown = [name for name in wanted if name not in sections]
