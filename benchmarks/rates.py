@@ -20,6 +20,7 @@ import argparse
 import functools
 import json
 import statistics
+import sys
 import time
 
 import torch
@@ -114,6 +115,17 @@ def _kernel_times(fn) -> list[float]:
         fn()
         torch.cuda.synchronize()
     return [e.time_range.elapsed_us() for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+            and not e.name.lower().startswith(("memcpy", "memset"))]
+
+
+def _kernel_names(fn) -> list[str]:
+    """Names of the GPU kernels one call of fn() runs (copies and memsets left out)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
             and not e.name.lower().startswith(("memcpy", "memset"))]
 
 
@@ -229,7 +241,10 @@ class _Block(torch.nn.Module):
 
 
 def _train_step_costs(model: torch.nn.Module, fn, x: torch.Tensor, calls: int) -> dict:  # type: ignore[no-untyped-def]
-    """Kernels and median host microseconds of fn(x).sum()'s forward and of its backward()."""
+    """Kernels (all, and those of libraries: GEMMs, convolutions) and median host microseconds of
+    fn(x).sum()'s forward and of its backward()."""
+    from gpudoctor.collectors.kineto_names import library_kernel
+
     holder: dict = {}
 
     def forward() -> None:
@@ -238,18 +253,13 @@ def _train_step_costs(model: torch.nn.Module, fn, x: torch.Tensor, calls: int) -
     def backward() -> None:
         holder.pop("loss").backward()
 
-    def both() -> None:
+    for _ in range(5):  # compile, warm the allocator
         forward()
         backward()
         model.zero_grad(set_to_none=True)
-
-    for _ in range(5):  # compile, warm the allocator
-        both()
     torch.cuda.synchronize()
-    total = _kernels(both)
-    forward()
-    torch.cuda.synchronize()
-    backward_kernels = _kernels(backward)
+    forward_names = _kernel_names(forward)
+    backward_names = _kernel_names(backward)
     model.zero_grad(set_to_none=True)
     fwd, bwd = [], []
     for _ in range(calls):
@@ -262,34 +272,64 @@ def _train_step_costs(model: torch.nn.Module, fn, x: torch.Tensor, calls: int) -
         model.zero_grad(set_to_none=True)
         fwd.append((middle - start) * 1e6)
         bwd.append((end - middle) * 1e6)
-    return {"forward_kernels": total - backward_kernels, "backward_kernels": backward_kernels,
+    return {"forward_kernels": len(forward_names), "forward_library": sum(map(library_kernel, forward_names)),
+            "backward_kernels": len(backward_names), "backward_library": sum(map(library_kernel, backward_names)),
             "forward_host_us": round(statistics.median(fwd), 2), "backward_host_us": round(statistics.median(bwd), 2)}
 
 
-def compiled_train(block_counts: tuple[int, ...] = (4, 16, 64), calls: int = 200) -> dict:
+def _mlp(layers: int, width: int) -> torch.nn.Module:
+    blocks: list[torch.nn.Module] = []
+    for _ in range(layers):
+        blocks += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*blocks)
+
+
+def _fit(rows: list[dict], key: str) -> dict:
+    """host = per call + per library kernel x library kernels + per generated kernel x the others, least
+    squares over ROWS (their mixes of the two differ), and the one-rate line over all kernels."""
+    import numpy as np
+
+    library = np.array([r[f"{key}_library"] for r in rows], dtype=float)
+    total = np.array([r[f"{key}_kernels"] for r in rows], dtype=float)
+    host = np.array([r[f"{key}_host_us"] for r in rows], dtype=float)
+    out: dict = {}
+    if len(set(total.tolist())) > 1:
+        slope, intercept = statistics.linear_regression(total.tolist(), host.tolist())
+        out.update(host_us_per_kernel=round(slope, 3), host_us_per_call=round(intercept, 2))
+    design = np.column_stack([np.ones_like(total), library, total - library])
+    if len(rows) >= 3 and np.linalg.matrix_rank(design) == 3:
+        (call, per_library, per_generated), *_ = np.linalg.lstsq(design, host, rcond=None)
+        out.update(fit_us_per_call=round(float(call), 2), fit_us_per_library_kernel=round(float(per_library), 3),
+                   fit_us_per_generated_kernel=round(float(per_generated), 3))
+    return out
+
+
+def compiled_train(counts: tuple[int, ...] = (3, 8, 24), calls: int = 200) -> dict:
     """A training step's forward and backward, torch.compile'd (default mode: Inductor's kernels, no CUDA
-    graphs) against eager: B blocks of width 256 on a batch of 32 rows, for several B. Per mode: the
-    kernels forward and backward launch, and the host's time in each (the forward call; backward(), whose
-    caller waits while autograd's engine launches). The slopes over the kernels are what a compiled
-    kernel costs the host in the forward and in the backward, the intercepts a compiled call's own
-    cost: what a plain-compile what-if needs, the backward still being run by the engine."""
+    graphs) against eager, for two models of several depths on a batch of 32 rows: N transformer-style MLP
+    blocks of width 256 (two GEMMs and what Inductor fuses around them) and an MLP of 1.5 N Linear(256,
+    256)+ReLU layers (mostly GEMMs). Per mode: the kernels forward and backward launch (all, and those of
+    libraries), and the host's time in each (the forward call; backward(), whose caller waits while
+    autograd's engine launches). Per mode and part, the line over the kernels (what a kernel costs the
+    host, the intercept a call's own cost) and a fit that tells a library kernel (an extern GEMM call)
+    from a generated one: what a plain-compile what-if needs, the backward still being run by the engine."""
     rows = []
-    for blocks in block_counts:
-        model = torch.nn.Sequential(*[_Block(256) for _ in range(blocks)]).cuda()
-        x = torch.randn(32, 256, device="cuda")
-        row: dict = {"blocks": blocks}
-        for mode, fn in (("eager", model), ("compiled", torch.compile(model))):
-            row.update({f"{mode}_{key}": value for key, value in _train_step_costs(model, fn, x, calls).items()})
-        rows.append(row)
-        torch._dynamo.reset()
+    for family in ("block", "mlp"):
+        for count in counts:
+            model = (torch.nn.Sequential(*[_Block(256) for _ in range(count)]) if family == "block"
+                     else _mlp(count * 3 // 2, 256)).cuda()
+            x = torch.randn(32, 256, device="cuda")
+            row: dict = {"model": family, "depth": count}
+            for mode, fn in (("eager", model), ("compiled", torch.compile(model))):
+                costs = _train_step_costs(model, fn, x, calls)
+                row.update({f"{mode}_{key}": value for key, value in costs.items()})
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)  # each row as it comes, should the run be cut
+            torch._dynamo.reset()
     out: dict = {"rows": rows}
     for mode in ("eager", "compiled"):
         for part in ("forward", "backward"):
-            kernels = [r[f"{mode}_{part}_kernels"] for r in rows]
-            if len(set(kernels)) > 1:
-                slope, intercept = statistics.linear_regression(kernels, [r[f"{mode}_{part}_host_us"] for r in rows])
-                out[f"{mode}_{part}_host_us_per_kernel"] = round(slope, 3)
-                out[f"{mode}_{part}_host_us_per_call"] = round(intercept, 2)
+            out.update({f"{mode}_{part}_{k}": v for k, v in _fit(rows, f"{mode}_{part}").items()})
     return out
 
 

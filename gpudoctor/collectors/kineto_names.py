@@ -53,6 +53,18 @@ def classify_gemm(name: str) -> str | None:
     return "fp32" if _FP32.search(lowered) else "other"
 
 
+# kernels of the libraries a compiler calls rather than generates (torch.compile's Inductor calls them as
+# extern kernels, and fuses the rest): convolutions (cuDNN), attention (flash, memory-efficient, cuDNN's),
+# CUTLASS, and cuBLAS's split-K reduction of a GEMM; GEMMs themselves by classify_gemm
+_LIBRARY = re.compile(r"conv|fprop|dgrad|wgrad|cudnn|flash|fmha|attention|splitkreduce|cutlass")
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def library_kernel(name: str) -> bool:
+    """A matrix multiply, convolution or attention kernel of a library: what a compiler does not fuse."""
+    return classify_gemm(name) is not None or bool(_LIBRARY.search(name.lower()))
+
+
 @functools.lru_cache(maxsize=1 << 10)  # a few distinct memcpy names, repeated by every copy of a copy-heavy trace
 def copy_kind(name: str) -> str:
     """'HtoD_pageable', 'DtoH_pinned', 'DtoD', ... from a kineto memcpy name."""

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudoctor.collectors import trace_file
+from gpudoctor.collectors.kineto_names import library_kernel
 from gpudoctor.collectors.trace import (
     TraceError,
     callee_name,
@@ -224,6 +225,21 @@ def test_copy_kind(name, kind):
 ])
 def test_classify_gemm(name, kind):
     assert classify_gemm(name) == kind
+
+
+@pytest.mark.parametrize("name, library", [
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", True),  # a GEMM
+    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, false>", True),  # a GEMM's
+    ("implicit_convolve_sgemm", True),
+    ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nchw", True),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, false>>", True),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>", False),
+    ("triton_poi_fused_add_gelu_0", False),
+    ("triton_per_fused_native_layer_norm_1", False),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>", False),
+])
+def test_library_kernels_are_what_a_compiler_calls_rather_than_fuses(name, library):
+    assert library_kernel(name) is library
 
 
 def test_matmul_totals_and_tf32_inferred_from_a_tf32_kernel():
