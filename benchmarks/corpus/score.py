@@ -57,7 +57,9 @@ def prediction(report: dict[str, Any], remedy: Remedy) -> dict[str, Any]:
     """The gain the report predicts for REMEDY: the first target finding it names, the others as cross-checks.
     A remedy that changes the samples per step (``step_scale``) reads a finding's samples/s curve at that multiple;
     one that sets a worker count (``workers``) reads the finding's worker curve at that count, when it has one
-    (the finding's own number is for the count it recommends)."""
+    (the finding's own number is for the count it recommends); one whose number the finding gives as evidence
+    (``evidence``: GD301's gain is for CUDA graphs, its ``compiled_gain`` for plain torch.compile) reads that,
+    and has no number where the finding gives none."""
     named = [f for f in report.get("findings") or [] if f.get("id") in remedy.targets]
     if not named:
         return {"named": False, "predicted": 1.0, "method": "none named", "finding": None, "cross_checks": []}
@@ -75,6 +77,9 @@ def prediction(report: dict[str, Any], remedy: Remedy) -> dict[str, Any]:
     chosen = min(named, key=lambda f: (scaled and not curve(f), remedy.workers is not None and not worker_curve(f),
                                        f.get("estimated_gain") is None, bool(f.get("consequence_of"))))
     predicted, method = chosen.get("estimated_gain"), (chosen.get("prediction") or {}).get("method")
+    own = ((chosen.get("evidence") or {}).get(remedy.evidence) or {}) if remedy.evidence else {}
+    if remedy.evidence:  # the finding's gain is another remedy's; this one's number is in its evidence
+        predicted, method = own.get("value"), f"{remedy.evidence}, {own.get('label') or 'not given'}"
     at = gain_at(curve(chosen), remedy.step_scale) if scaled and curve(chosen) else None
     if at is not None:
         predicted, method = round(at, 2), f"{method}, at {remedy.step_scale:g}x the batch"
@@ -82,8 +87,18 @@ def prediction(report: dict[str, Any], remedy: Remedy) -> dict[str, Any]:
     with_count = gain_with(workers, remedy.workers) if remedy.workers is not None and workers else None
     if with_count is not None:
         predicted, method = round(with_count, 2), f"{method}, with {remedy.workers} workers"
-    return {"named": True, "predicted": predicted, "method": method, "finding": _finding(chosen),
+    finding = _finding(chosen)
+    if remedy.evidence:  # the row is judged as the finding would be on this number alone
+        finding.update(predicted=predicted, severity=_severity(predicted))
+    return {"named": True, "predicted": predicted, "method": method, "finding": finding,
             "cross_checks": [_finding(f) for f in named if f is not chosen]}
+
+
+def _severity(gain: float | None) -> str | None:
+    """The severity gpudoctor gives a finding of this gain (gpudoctor.analysis.prediction.severity_for)."""
+    from gpudoctor.analysis.prediction import severity_for
+
+    return severity_for(gain) if gain is not None else None
 
 
 def realized(pairs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpudoctor.collectors.kineto_names import library_kernel
 from gpudoctor.replay import rates
 from gpudoctor.replay.items import BLOCKING_COPY, CPU, DATA, DISPATCH, LAUNCH, PYTHON, SYNC, USER, GpuOp
 from gpudoctor.replay.simulate import Plan
@@ -222,6 +223,71 @@ def launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     return changed, (f"{chains:,} launch chains outside optimizer.step(){' (' + calls + ')' if calls else ''} issued "
                      f"as one graph each: the host cost of one compiled call ({rates.GRAPH_CALL_SOURCE}), {glue}; "
                      f"{rates.GRAPH_SOURCE}")
+
+
+def compiled(timeline: Timeline, plan: Plan) -> tuple[int, str]:
+    """The model compiled without CUDA graphs (torch.compile's default mode): each launch chain the launch
+    what-if takes as one graph is instead one compiled call that still launches kernel by kernel. Its
+    framework Python goes; a run of kernels that are not matrix multiplies or convolutions (elementwise,
+    norms, reductions: what Inductor fuses) is launched as one kernel, each matrix multiply or
+    convolution as its own (Inductor calls them as extern kernels); each launch costs the host what a
+    compiled kernel does, and each call what a compiled call costs beyond an eager one (rates.COMPILED_*:
+    a training step's forward, its backward, or a forward without one). The backward that autograd's
+    engine runs is a chain of its own at the backward's costs. The kernels run as measured: what fusion
+    saves on the GPU is not counted."""
+    known = facts(timeline)
+    members, chain_of = _chains(timeline, plan, optimizer=False)
+    if not len(members):
+        return 0, "no launch chain to compile"
+    engine = np.array(timeline.host.engine, dtype=bool)
+    # a forward whose backward the window holds is a training step's: its compiled call costs more
+    forward = rates.COMPILED_FORWARD if engine.any() else rates.COMPILED_INFERENCE
+    # a chain also ends where the engine's folded backward starts or stops (without Python stacks the
+    # forward and the backward are not told apart by module calls)
+    split = np.concatenate(([False], (chain_of[1:] == chain_of[:-1]) & (engine[members[1:]] != engine[members[:-1]])))
+    chain_of = np.cumsum(np.concatenate(([True], chain_of[1:] != chain_of[:-1])) | split) - 1
+    extern = _extern_launches(timeline)
+    cost = np.array(plan.cost, dtype=np.float64)
+    changed = chains = kept_launches = launched = 0
+    bounds = np.flatnonzero(np.concatenate(([True], chain_of[1:] != chain_of[:-1], [True])))
+    for low, high in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        items = members[low:high]
+        launches = items[known.kinds[items] == LAUNCH]
+        if len(launches) < 2:
+            continue
+        costs = rates.COMPILED_BACKWARD if engine[items[0]] else forward
+        previous_fused = False
+        for i in items.tolist():
+            if known.kinds[i] == LAUNCH:
+                fusable = not extern[i]
+                issued = not (fusable and previous_fused)  # a fusable kernel after another rides in its launch
+                previous_fused = fusable
+                plan.cost[i] = costs.kernel_us if issued else 0.0
+                kept_launches += issued
+                launched += 1
+            elif cost[i] > 0:
+                plan.cost[i] = 0.0
+                changed += 1
+        plan.cost[int(launches[0])] += costs.call_us
+        changed += len(launches)
+        chains += 1
+    if not chains:
+        return 0, "no launch chain to compile"
+    return changed, (f"{chains:,} launch chains outside optimizer.step() as compiled calls without CUDA graphs: "
+                     f"{launched:,} launches issued as {kept_launches:,} (each run of fusable kernels as one, "
+                     f"matrix multiplies and convolutions on their own), at {rates.COMPILED_SOURCE}; framework "
+                     "Python removed; the kernels' GPU time as measured (what fusion saves on the GPU not counted)")
+
+
+def _extern_launches(timeline: Timeline) -> np.ndarray:
+    """Per host item: it launched a matrix multiply or a convolution (what Inductor calls as an extern
+    kernel rather than generating and fusing)."""
+    known = facts(timeline)
+    ops = timeline.ops
+    heavy = np.array([op.kind == "k" and (op.gemm is not None or library_kernel(op.name)) for op in ops],
+                     dtype=bool)
+    found: np.ndarray = np.bincount(known.op_items, weights=heavy[known.op_ids], minlength=len(timeline.host)) > 0
+    return found
 
 
 def optimizer(timeline: Timeline, plan: Plan) -> tuple[int, str]:

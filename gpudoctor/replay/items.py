@@ -34,6 +34,9 @@ class HostItem:
     # the thread's outermost nn.Module call the item ran in (numbered per thread; -1: none, or no
     # Python stacks): what torch.compile of the model turns into one compiled call
     call: int = -1
+    # a burst of a helper thread folded into the thread that waited for it (the autograd engine's
+    # backward, merge.fold_helpers): launched by the engine, not by the user's Python
+    engine: bool = False
 
 
 @dataclass(slots=True)
@@ -53,7 +56,7 @@ class GpuOp:
 
 
 HOST_FIELDS = ("kind", "thread", "ts", "dur", "tag", "ops", "scope", "waited", "post", "agent", "api", "read",
-               "optimizer", "fused", "call")
+               "optimizer", "fused", "call", "engine")
 
 
 @dataclass
@@ -76,6 +79,7 @@ class HostColumns:
     optimizer: list[bool] = field(default_factory=list)
     fused: list[bool] = field(default_factory=list)
     call: list[int] = field(default_factory=list)
+    engine: list[bool] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.kind)

@@ -63,6 +63,7 @@ def _merge_helper(main_items: list[HostItem], helper: list[HostItem], main: int)
             cuts[k].append((start, end))
         for it in burst:
             it.thread = main
+            it.engine = True
             if next_call:  # (a helper's own module calls are numbered on its thread: the burst is one call)
                 it.call = next_call
             added.append(it)

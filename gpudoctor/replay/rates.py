@@ -53,6 +53,30 @@ GRAPH_CALL_SOURCE = ("117 us + 0.31 us a kernel, torch.compile(mode=\"reduce-ove
                      "H100 host")
 
 
+# What a model compiled with torch.compile's default mode (Inductor's kernels, launched one by one, no
+# CUDA graphs) costs the host: per call beyond what the same call costs eager, and per kernel it launches.
+# Measured on an H100 host with torch 2.11 (benchmarks/rates.py --only compiled_train,compiled;
+# benchmarks/results/rates-h100-2026-12-07c.json), least-squares lines over the kernels:
+# - a training step's forward, stacks of MLP blocks and of Linear+ReLU layers (13-145 kernels): 549 us
+#   + 10.4 us a kernel, against 96 us + 14.4 us eager (so 453 us a call more than eager);
+# - its backward, run by autograd's engine (13-240 kernels): 654 us + 17.2 us a kernel, against 656 us
+#   + 17.2 us eager: the engine's own cost per backward() is the same either way, a kernel costs alike;
+# - a forward without autograd (4-64 softmaxes, one kernel each): 17.8 us + 12.1 us a kernel, against
+#   9.8 us a kernel eager.
+@dataclass(frozen=True)
+class CompiledCost:
+    call_us: float  # a compiled call's host cost beyond the same call's eager cost
+    kernel_us: float  # each kernel it launches
+
+
+COMPILED_FORWARD = CompiledCost(call_us=453.0, kernel_us=10.4)  # a training step's forward
+COMPILED_BACKWARD = CompiledCost(call_us=0.0, kernel_us=17.2)  # its backward, under autograd's engine
+COMPILED_INFERENCE = CompiledCost(call_us=17.8, kernel_us=12.1)  # a forward without a backward
+COMPILED_SOURCE = ("torch.compile's default mode measured on an H100 host: a training forward 453 us a call more "
+                   "than eager and 10.4 us a kernel, its backward 17.2 us a kernel, a forward without autograd "
+                   "17.8 us a call and 12.1 us a kernel")
+
+
 def graph_call_us(kernels: int) -> float:
     """Host time of one compiled CUDA-graph call replaying `kernels` kernels."""
     return GRAPH_CALL_US + GRAPH_CALL_US_PER_KERNEL * kernels

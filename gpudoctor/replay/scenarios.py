@@ -12,6 +12,12 @@
   kernels back to back at the graph rate measured on an H200.
   Launch cost only: what fusion saves on the GPU is not counted. This is what
   compiling the model buys; the optimizer is not part of it.
+- ``compiled``: the same chains as one compiled call each that still launches kernel by
+  kernel (``torch.compile``'s default mode, no CUDA graphs): the framework Python goes, a run
+  of kernels that are not matrix multiplies or convolutions launches as one (what Inductor
+  fuses), each launch and each call costs what a compiled one does (``rates.COMPILED_*``,
+  measured forward and backward); a backward burst of autograd's engine is a chain at the
+  backward's costs. The kernels' GPU time as measured.
 - ``optimizer``: the same for the launches inside each ``optimizer.step()``'s update
   function (``_single_tensor_adam``, ...; the whole step in a trace without Python stacks):
   what a fused or foreach optimizer buys over per-parameter kernels. The rest of the step
@@ -188,6 +194,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("data", "if batches arrived instantly", edits.data),
     Scenario("sync", "if the host never waited for the GPU", edits.sync),
     Scenario("launch", "if the model's launch chains were captured graphs", edits.launch),
+    Scenario("compiled", "if the model were compiled without CUDA graphs", edits.compiled),
     Scenario("optimizer", "if each optimizer step were a few fused kernels", edits.optimizer),
     Scenario("pinned", "if pageable copies were pinned and asynchronous", edits.pinned),
     Scenario("small_copies", "if small copies were stacked into one", edits.small_copies),

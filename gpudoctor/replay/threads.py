@@ -350,7 +350,7 @@ def thread_items(number: int, thread: HostThread, corr_ops: dict[Any, list[int]]
                        agent=[fact[1] for fact in apis], api=[fact[0] for fact in apis],
                        read=[fact[2] for fact in apis], optimizer=optimizer.tolist(),
                        fused=_fused(optimizer, thread.update, starts).tolist(),
-                       call=_module_calls(thread.modules, gaps, calls)[order].tolist())
+                       call=_module_calls(thread.modules, gaps, calls)[order].tolist(), engine=[False] * count)
     return host, calls.launches
 
 

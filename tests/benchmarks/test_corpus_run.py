@@ -107,6 +107,29 @@ def test_a_worker_remedy_reads_the_curve_of_a_finding_that_advises_no_workers() 
     assert score.prediction(report, manifest.Remedy("workers", ("GD101", "GD102"), ("-j", "2")))["predicted"] == 1.02
 
 
+def test_plain_compile_reads_its_own_number_from_the_launch_findings_evidence() -> None:
+    """syn_launch_bound: GD301's gain (3.18x, critical) is for CUDA graphs; plain torch.compile is scored
+    against the finding's compiled_gain, and judged as a finding of that gain alone would be (a warning at
+    1.30x: realizing 1.08x is then a miss of 20%, not a critical finding under 1.1x). A report without the
+    number gives the row none."""
+    gd301 = {"id": "GD301", "severity": "critical", "estimated_gain": 3.18, "consequence_of": None,
+             "prediction": {"method": "replay"},
+             "evidence": {"compiled_gain": {"value": 1.3, "unit": "x",
+                                            "label": "predicted with plain torch.compile(model), no CUDA graphs "
+                                                     "(replay)"}}}
+    remedy = manifest._compiled(("--compile", "default"))
+    got = score.prediction({"findings": [gd301]}, remedy)
+    assert (got["predicted"], got["finding"]["severity"]) == (1.3, "warning")
+    assert got["method"].startswith("compiled_gain, predicted with plain torch.compile(model)")
+    row = {**got, "realized": 1.08}
+    score.judge(row)
+    assert row["error"] == pytest.approx(1.3 / 1.08 - 1, abs=1e-4) and not row["critical_under_1_1"]
+    graphs = score.prediction({"findings": [gd301]}, manifest.Remedy("CUDA graphs", ("GD301",), ("--compile", "ro")))
+    assert (graphs["predicted"], graphs["finding"]["severity"]) == (3.18, "critical")
+    bare = score.prediction({"findings": [{**gd301, "evidence": {}}]}, remedy)
+    assert bare["named"] and bare["predicted"] is None
+
+
 def test_realized_is_the_median_of_the_pairs_ratios() -> None:
     pairs = [{"ratio": 2.0}, {"ratio": 3.0}, {"ratio": 10.0}]
     assert score.realized(pairs)["realized"] == 3.0

@@ -113,7 +113,7 @@ def test_gd301_recommends_only_what_its_number_prices():
     # optimizer's launches are GD305's, with their own what-if
     _, (f,) = run_check(gd301_launch_bound.run.check, make_session(profile=launch_bound()))
     advice = f.remedy.text + (f.remedy.code or "")
-    assert gd301_launch_bound.run.check.fix.scenarios == ("launch",)
+    assert gd301_launch_bound.run.check.fix.scenarios == ("launch", "compiled")
     assert "fused=True" not in advice and "fused optimizer" not in advice.lower()
     assert "GD305" in f.remedy.text
 

@@ -169,6 +169,57 @@ def test_a_compiled_training_step_is_a_forward_call_and_a_backward_call():
     assert gain(summary, "launch") == pytest.approx((25 * 10.0 + 10.0) / per_step, rel=0.05)
 
 
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel"
+
+
+def test_plain_compile_launches_kernel_by_kernel_fusing_elementwise_runs_and_keeps_the_engines_backward():
+    """A training step: the forward (a module call) launches GEMM, two elementwise kernels, GEMM and one
+    more elementwise; autograd's worker launches GEMMs and elementwise kernels in turn. Compiled without
+    CUDA graphs, the forward is one compiled call launching 4 kernels (the two elementwise ones fused),
+    the backward one compiled call launching its 20 (no two fusable kernels adjacent), each at the
+    measured compiled costs; the CUDA-graph what-if of the same window buys more."""
+    gpu = Gpu()
+    main, worker = Host(gpu, tid=1), Host(gpu, tid=2)
+    begin = main.t
+    for _ in range(STEPS):
+        start = main.t
+        for kernel in (GEMM, "void gelu_kernel", "void add_kernel", GEMM, "void layer_norm_kernel"):
+            main.launch(1.0, kernel=kernel)
+        main._x("python_function", "nn.Module: MLP_0", start, main.t - start)
+        worker.t = main.t
+        for k in range(20):
+            worker.launch(1.0, kernel=GEMM if k % 2 else "void relu_backward")
+        main.python(worker.t - main.t + 10)  # blocked in backward() until the worker is done
+    _user_frame(main, begin)
+    summary = replay(trace(main, worker), steps=STEPS)
+    scenario = next(s for s in summary.scenarios if s.name == "compiled")
+    assert scenario.detail.startswith(f"{2 * STEPS} launch chains"), scenario.detail
+    assert f"{25 * STEPS:,} launches issued as {24 * STEPS:,}" in scenario.detail
+    forward = rates.COMPILED_FORWARD.call_us + 4 * rates.COMPILED_FORWARD.kernel_us
+    backward = rates.COMPILED_BACKWARD.call_us + 20 * rates.COMPILED_BACKWARD.kernel_us
+    # as in the CUDA-graph what-if: the 10 us after the backward and the dispatch crossing into the next call stay
+    per_step = forward + backward + 10.0 + 5.0
+    assert gain(summary, "compiled") == pytest.approx((25 * 10.0 + 10.0) / per_step, rel=0.05)
+
+
+def test_a_compiled_inference_loop_pays_the_forwards_costs_only():
+    """Without autograd's worker every chain is a forward without a backward (the cheaper compiled call of
+    inference): 25 elementwise kernels fuse into one launch; the loop's own 20 us of Python between the
+    calls stays."""
+    gpu = Gpu()
+    host = Host(gpu)
+    begin = host.t
+    for _ in range(STEPS):
+        _model_call(host, 25)
+        host.python(20.0)
+    _user_frame(host, begin)
+    data = trace(host)
+    summary = replay(data, steps=STEPS)
+    # (and, as in the CUDA-graph what-if, the first launch's dispatch, in the gap that crosses into the call)
+    per_step = rates.COMPILED_INFERENCE.call_us + rates.COMPILED_INFERENCE.kernel_us + 20.0 + 5.0
+    assert gain(summary, "compiled") == pytest.approx(span_of(data) / (STEPS * per_step), rel=0.05)
+
+
 def test_the_loops_python_after_a_model_call_stays_as_measured():
     """A model call ends 30 us after its last launch, then 495 us of library Python outside it: the
     gap across the call's end is the loop's, and keeps its cost (compiling the model does not remove

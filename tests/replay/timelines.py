@@ -54,12 +54,13 @@ class Host:
         self._x("user_annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", self.t, us)
         self.t += us
 
-    def launch(self, gpu_us: float, *, dispatch_us: float = 5.0, call_us: float = 5.0, stream: int = 7) -> float:
+    def launch(self, gpu_us: float, *, dispatch_us: float = 5.0, call_us: float = 5.0, stream: int = 7,
+               kernel: str = "void tiny_kernel") -> float:
         """An operator that launches one kernel; returns when that kernel will end."""
         start = self.t
         Host.corr += 1
         self.t += dispatch_us
-        end = self.gpu.run(self.t + LATENCY_US, gpu_us, Host.corr, stream=stream)
+        end = self.gpu.run(self.t + LATENCY_US, gpu_us, Host.corr, stream=stream, name=kernel)
         self._x("cuda_runtime", "cudaLaunchKernel", self.t, call_us, correlation=Host.corr)
         self.t += call_us
         self._x("cpu_op", "aten::mul", start, self.t - start)
