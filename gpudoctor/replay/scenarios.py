@@ -78,6 +78,9 @@ class Scenario:
     name: str
     label: str  # "if batches arrived instantly"
     edit: Edit
+    # combined with the others (ReplaySummary.combined, what the engine reads to tell a cause from its
+    # consequences); an alternative remedy of the same cause (plain compile beside CUDA graphs) is not
+    paired: bool = True
 
 
 def replay_trace(events: Any, steps: int = 0, unprofiled: UnprofiledSteps | None = None, *,
@@ -139,7 +142,8 @@ def replay_trace(events: Any, steps: int = 0, unprofiled: UnprofiledSteps | None
                                                 kernel_busy_us=round(result.kernel_busy_us, 3), changed=changed,
                                                 detail=detail, picture=drawn_spans, picture_bins=drawn_bins,
                                                 picture_span_us=drawn_span))
-    useful = [s.name for s in summary.scenarios if base.span_us / max(s.span_us, 1e-9) >= MIN_GAIN_FOR_PAIRS]
+    useful = [s.name for s in summary.scenarios if known[s.name].paired
+              and base.span_us / max(s.span_us, 1e-9) >= MIN_GAIN_FOR_PAIRS]
     for i, first in enumerate(useful):
         for second in useful[i + 1:]:
             plan = plans[first].copy()  # the first edit made on the measured plan: as its scenario's
@@ -194,7 +198,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("data", "if batches arrived instantly", edits.data),
     Scenario("sync", "if the host never waited for the GPU", edits.sync),
     Scenario("launch", "if the model's launch chains were captured graphs", edits.launch),
-    Scenario("compiled", "if the model were compiled without CUDA graphs", edits.compiled),
+    Scenario("compiled", "if the model were compiled without CUDA graphs", edits.compiled, paired=False),
     Scenario("optimizer", "if each optimizer step were a few fused kernels", edits.optimizer),
     Scenario("pinned", "if pageable copies were pinned and asynchronous", edits.pinned),
     Scenario("small_copies", "if small copies were stacked into one", edits.small_copies),

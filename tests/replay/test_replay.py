@@ -220,6 +220,21 @@ def test_a_compiled_inference_loop_pays_the_forwards_costs_only():
     assert gain(summary, "compiled") == pytest.approx(span_of(data) / (STEPS * per_step), rel=0.05)
 
 
+def test_plain_compile_is_never_combined_with_the_other_what_ifs():
+    """An alternative remedy of the launch cause, not a cause of its own: the engine's pairs leave it out."""
+    gpu = Gpu()
+    host = Host(gpu)
+    begin = host.t
+    for _ in range(STEPS):
+        _model_call(host, 25)
+        host.data_wait(200.0)
+    _user_frame(host, begin)
+    summary = replay(trace(host), steps=STEPS)
+    assert gain(summary, "compiled") > 1.02 and gain(summary, "launch") > 1.02 and gain(summary, "data") > 1.02
+    assert "launch+data" in summary.combined or "data+launch" in summary.combined
+    assert not any("compiled" in pair for pair in summary.combined)
+
+
 def test_the_loops_python_after_a_model_call_stays_as_measured():
     """A model call ends 30 us after its last launch, then 495 us of library Python outside it: the
     gap across the call's end is the loop's, and keeps its cost (compiling the model does not remove
