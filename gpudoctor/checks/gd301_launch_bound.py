@@ -65,8 +65,8 @@ Thresholds, and where they come from
       forward 453 us a call more than eager and 10.4 us a kernel, its backward under
       autograd's engine 17.2 us a kernel as eager, a forward without autograd 17.8 us a
       call and 12.1 us a kernel). It does not set the severity. On the corpus: a 24-layer
-      Linear training loop 0.98x against 1.08x realized (H100), timm's ViT inference
-      3.22x against 2.87x (H200); the CUDA-graph number said 3.18x and 2.93x.
+      Linear training loop 1.00x against 1.08x realized (H100), timm's ViT inference
+      3.05x against 2.87x (H200); the CUDA-graph number said 3.18x and 2.93x.
     Measured on an H200: 300 chained elementwise ops on a 256-element tensor per
     step gave 4,500 kernels with a median of 0.96 us against 4.1 us of CPU per
     launch; every kernel was short and the GPU idled 91% of its span.

@@ -247,6 +247,8 @@ def compiled(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     split = np.concatenate(([False], (chain_of[1:] == chain_of[:-1]) & (engine[members[1:]] != engine[members[:-1]])))
     chain_of = np.cumsum(np.concatenate(([True], chain_of[1:] != chain_of[:-1])) | split) - 1
     extern = _extern_launches(timeline)
+    kernels_only = np.zeros(len(timeline.host), dtype=bool)  # a copy's or memset's launch is never fused
+    kernels_only[known.kernel_launches] = True
     cost = np.array(plan.cost, dtype=np.float64)
     changed = chains = kept_launches = launched = 0
     bounds = np.flatnonzero(np.concatenate(([True], chain_of[1:] != chain_of[:-1], [True])))
@@ -259,7 +261,7 @@ def compiled(timeline: Timeline, plan: Plan) -> tuple[int, str]:
         previous_fused = False
         for i in items.tolist():
             if known.kinds[i] == LAUNCH:
-                fusable = not extern[i]
+                fusable = bool(kernels_only[i] and not extern[i])
                 issued = not (fusable and previous_fused)  # a fusable kernel after another rides in its launch
                 previous_fused = fusable
                 plan.cost[i] = costs.kernel_us if issued else 0.0
