@@ -202,18 +202,23 @@ def test_plain_compile_launches_kernel_by_kernel_fusing_elementwise_runs_and_kee
     assert gain(summary, "compiled") == pytest.approx((25 * 10.0 + 10.0) / per_step, rel=0.05)
 
 
-def test_a_compiled_inference_loop_pays_the_forwards_costs_only():
-    """Without autograd's worker every chain is a forward without a backward (the cheaper compiled call of
-    inference): 25 elementwise kernels fuse into one launch; the loop's own 20 us of Python between the
-    calls stays."""
+def _serving_loop(between: Callable[[Host], object]) -> dict:
+    """A trace of STEPS calls of the model (25 elementwise kernels each), `between` them on the loop's side."""
     gpu = Gpu()
     host = Host(gpu)
     begin = host.t
     for _ in range(STEPS):
         _model_call(host, 25)
-        host.python(20.0)
+        between(host)
     _user_frame(host, begin)
-    data = trace(host)
+    return trace(host)
+
+
+def test_a_compiled_inference_loop_pays_the_forwards_costs_only():
+    """Without autograd's worker every chain is a forward without a backward (the cheaper compiled call of
+    inference): 25 elementwise kernels fuse into one launch; the loop's own 20 us of Python between the
+    calls stays."""
+    data = _serving_loop(lambda host: host.python(20.0))
     summary = replay(data, steps=STEPS)
     # (and, as in the CUDA-graph what-if, the first launch's dispatch, in the gap that crosses into the call)
     per_step = rates.COMPILED_INFERENCE.call_us + rates.COMPILED_INFERENCE.kernel_us + 20.0 + 5.0
@@ -222,14 +227,7 @@ def test_a_compiled_inference_loop_pays_the_forwards_costs_only():
 
 def test_plain_compile_is_never_combined_with_the_other_what_ifs():
     """An alternative remedy of the launch cause, not a cause of its own: the engine's pairs leave it out."""
-    gpu = Gpu()
-    host = Host(gpu)
-    begin = host.t
-    for _ in range(STEPS):
-        _model_call(host, 25)
-        host.data_wait(200.0)
-    _user_frame(host, begin)
-    summary = replay(trace(host), steps=STEPS)
+    summary = replay(_serving_loop(lambda host: host.data_wait(200.0)), steps=STEPS)
     assert gain(summary, "compiled") > 1.02 and gain(summary, "launch") > 1.02 and gain(summary, "data") > 1.02
     assert "launch+data" in summary.combined or "data+launch" in summary.combined
     assert not any("compiled" in pair for pair in summary.combined)
