@@ -225,6 +225,28 @@ def test_a_compiled_inference_loop_pays_the_forwards_costs_only():
     assert gain(summary, "compiled") == pytest.approx(span_of(data) / (STEPS * per_step), rel=0.05)
 
 
+def test_a_copy_between_two_elementwise_kernels_keeps_them_apart_under_plain_compile():
+    """Inductor fuses elementwise kernels, not a host-to-device copy: per call, kernel, copy, kernel stay
+    three launches (counted as one run they would be one)."""
+    def call(host: Host) -> None:
+        start = host.t
+        host.launch(1.0)
+        host.copy_htod(1024, 1.0, pageable=False)
+        host.launch(1.0)
+        host._x("python_function", "nn.Module: MLP_0", start, host.t - start)
+        host.python(20.0)
+
+    gpu = Gpu()
+    host = Host(gpu)
+    begin = host.t
+    for _ in range(STEPS):
+        call(host)
+    _user_frame(host, begin)
+    summary = replay(trace(host), steps=STEPS)
+    scenario = next(s for s in summary.scenarios if s.name == "compiled")
+    assert f"{3 * STEPS:,} launches issued as {3 * STEPS:,}" in scenario.detail, scenario.detail
+
+
 def test_plain_compile_is_never_combined_with_the_other_what_ifs():
     """An alternative remedy of the launch cause, not a cause of its own: the engine's pairs leave it out."""
     summary = replay(_serving_loop(lambda host: host.data_wait(200.0)), steps=STEPS)
