@@ -154,9 +154,6 @@ SYN = "{corpus}/synthetic.py"
 TIMM_NEEDS = ("torch", "torchvision", "safetensors", "pyyaml")
 
 TF32 = Remedy("TF32 matmuls", ("GD304",), handfix=("tf32",))  # set_float32_matmul_precision("high")
-# a fused optimizer realizes GD305's what-if (optimizer.step()'s launches as one chain) and nothing of
-# GD301's, whose replay leaves optimizer.step() as measured (what compiling the model buys); where the
-# step is already a few multi-tensor kernels (torch's foreach default on CUDA) no finding names it
 COMPILED = "compiled_gain"  # GD301's prediction for plain torch.compile (its gain is for CUDA graphs)
 
 
@@ -165,6 +162,9 @@ def _compiled(args: tuple[str, ...]) -> Remedy:
     return Remedy("torch.compile", ("GD301",), args, evidence=COMPILED)
 
 
+# a fused optimizer realizes GD305's what-if (optimizer.step()'s launches as one chain) and nothing of
+# GD301's, whose replay leaves optimizer.step() as measured (what compiling the model buys); where the
+# step is already a few multi-tensor kernels (torch's foreach default on CUDA) no finding names it
 FUSED_SGD = Remedy("fused SGD", ("GD305",), handfix=("fused-optimizer",))
 EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 

@@ -77,8 +77,8 @@ def prediction(report: dict[str, Any], remedy: Remedy) -> dict[str, Any]:
     chosen = min(named, key=lambda f: (scaled and not curve(f), remedy.workers is not None and not worker_curve(f),
                                        f.get("estimated_gain") is None, bool(f.get("consequence_of"))))
     predicted, method = chosen.get("estimated_gain"), (chosen.get("prediction") or {}).get("method")
-    own = ((chosen.get("evidence") or {}).get(remedy.evidence) or {}) if remedy.evidence else {}
     if remedy.evidence:  # the finding's gain is another remedy's; this one's number is in its evidence
+        own = (chosen.get("evidence") or {}).get(remedy.evidence) or {}
         predicted, method = own.get("value"), f"{remedy.evidence}, {own.get('label') or 'not given'}"
     at = gain_at(curve(chosen), remedy.step_scale) if scaled and curve(chosen) else None
     if at is not None:

@@ -14,10 +14,12 @@
   compiling the model buys; the optimizer is not part of it.
 - ``compiled``: the same chains as one compiled call each that still launches kernel by
   kernel (``torch.compile``'s default mode, no CUDA graphs): the framework Python goes, a run
-  of kernels that are not matrix multiplies or convolutions launches as one (what Inductor
-  fuses), each launch and each call costs what a compiled one does (``rates.COMPILED_*``,
-  measured forward and backward); a backward burst of autograd's engine is a chain at the
-  backward's costs. The kernels' GPU time as measured.
+  of kernels other than library ones (matrix multiplies, convolutions, attention:
+  ``kineto_names.library_kernel``) launches as one (what Inductor fuses), a copy's launch on
+  its own; each launch and each call costs what a compiled one does (``rates.COMPILED_*``:
+  a training forward, its backward under autograd's engine, a forward without one). The
+  kernels' GPU time as measured. Not paired with the others: an alternative remedy of the
+  launch cause, not a cause of its own.
 - ``optimizer``: the same for the launches inside each ``optimizer.step()``'s update
   function (``_single_tensor_adam``, ...; the whole step in a trace without Python stacks):
   what a fused or foreach optimizer buys over per-parameter kernels. The rest of the step
