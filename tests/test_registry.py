@@ -37,7 +37,7 @@ def test_every_check_module_is_found_without_any_entry_point(monkeypatch):
     monkeypatch.setattr(registry, "entry_points", lambda group: [])
     checks, errors = registry.load_checks()
     assert not errors
-    assert len(checks) == len(CHECK_MODULES) == 21
+    assert len(checks) == len(CHECK_MODULES) == 22
     assert {c.run.__module__.rsplit(".", 1)[1] for c in checks} == set(CHECK_MODULES)
     # the ID is written once, in the declaration; the module name only has to start with it
     assert all(c.run.__module__.rsplit(".", 1)[1].startswith(c.id.lower()) for c in checks)
@@ -59,7 +59,7 @@ def test_a_plain_checkout_finds_the_builtins_without_metadata(tmp_path):
                          check=True, timeout=120).stdout.split("\n")
     assert Path(out[0]).resolve().is_relative_to(ROOT)
     assert out[1].split() == ["GD001", "GD002", "GD101", "GD102", "GD103", "GD104", "GD105", "GD201", "GD202", "GD203",
-                              "GD301", "GD302", "GD303", "GD304", "GD305", "GD401", "GD402", "GD501", "GD502",
+                              "GD301", "GD302", "GD303", "GD304", "GD305", "GD306", "GD401", "GD402", "GD501", "GD502",
                               "GD503", "GD504"]
 
 

@@ -33,7 +33,7 @@ PUBLIC = CORPUS / ".public"
 
 # every cause gpudoctor's checks GD101-GD402 cover; the corpus holds at least one workload for each
 CAUSES = ("GD101", "GD102", "GD103", "GD104", "GD105", "GD201", "GD202", "GD203",
-          "GD301", "GD302", "GD303", "GD304", "GD305", "GD401", "GD402")
+          "GD301", "GD302", "GD303", "GD304", "GD305", "GD306", "GD401", "GD402")
 
 
 @dataclass(frozen=True)
@@ -158,8 +158,9 @@ COMPILED = "compiled_gain"  # GD301's prediction for plain torch.compile (its ga
 
 
 def _compiled(args: tuple[str, ...]) -> Remedy:
-    """Plain torch.compile (default mode), scored against GD301's number for it."""
-    return Remedy("torch.compile", ("GD301",), args, evidence=COMPILED)
+    """Plain torch.compile (default mode), scored against the number for it that GD301 (a launch-bound
+    window) or GD306 (a busy GPU's unfused elementwise kernels) gives."""
+    return Remedy("torch.compile", ("GD301", "GD306"), args, evidence=COMPILED)
 
 
 # a fused optimizer realizes GD305's what-if (optimizer.step()'s launches as one chain) and nothing of
@@ -276,7 +277,7 @@ def _public() -> list[Workload]:
             _nanogpt("bench.py"), cwd=NG, needs=("torch", "numpy"), max_seconds=90.0,
             note="GPT-2 124M on random tokens; the script runs 30 steps (10 burn-in, 20 timed) and stops"),
         Workload(
-            "timm_benchmark_train_resnet50", f"{TM}/benchmark.py", timm_train, ("GD304", "GD202"),
+            "timm_benchmark_train_resnet50", f"{TM}/benchmark.py", timm_train, ("GD306", "GD304", "GD202"),
             (Remedy("bf16 autocast", ("GD304",), _with(timm_train, "--amp", "--amp-dtype", "bfloat16")),
              _compiled(_with(timm_train, "--torchcompile")),
              Remedy("batch 256", ("GD202",), _replace(timm_train, "-b", "256"), step_scale=4.0)),
@@ -369,7 +370,8 @@ def _synthetic() -> list[Workload]:
                  (Remedy("batch 2048", ("GD202", "GD201"), _replace(small, "--batch", "2048"), step_scale=64.0),)),
         Workload("syn_power_capped_bf16", SYN, bf16, ("GD203",),
                  (Remedy("fused AdamW", (), _with(bf16, "--fused")),
-                  Remedy("TF32", ("GD304",), handfix=("tf32",))),
+                  Remedy("TF32", ("GD304",), handfix=("tf32",)),
+                  _compiled(_with(bf16, "--compile", "default"))),
                  note="saturated bf16 matmuls at the power limit: nothing a hand remedy can buy (controls)"),
         Workload("syn_launch_bound", SYN, launch, ("GD301", "GD201"),
                  (_compiled(_with(launch, "--compile", "default")),

@@ -6,7 +6,8 @@
     python synthetic.py mlp     [--batch B] [--width W] [--layers L] [--infer] [--compile MODE]
                                 [--optimizer sgd|adamw-forloop|adamw-fused] [--items N] [--memory-fraction F]
                                                                              GD201/GD202/GD301/GD302/GD402
-    python synthetic.py matmul  [--size N] [--dtype fp32|tf32|bf16] [--fused] GD304/GD203
+    python synthetic.py matmul  [--size N] [--dtype fp32|tf32|bf16] [--fused] [--compile MODE]
+                                                                             GD304/GD203/GD306
 
 Every subcommand takes ``--steps`` and ``--device`` (``cpu`` for the CPU smoke test). Data are
 generated; nothing is downloaded. A step is an optimizer step, or with ``--infer`` a forward.
@@ -161,10 +162,11 @@ def matmul(args: argparse.Namespace, device: torch.device) -> None:
     torch.set_float32_matmul_precision("high" if args.dtype == "tf32" else "highest")
     model = _model(args.size, 1, args.size, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=args.fused and device.type == "cuda")
+    run = torch.compile(model, mode=args.compile) if args.compile else model
     x = torch.randn(args.size, args.size, device=device)
     for _ in range(args.steps):
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
-            loss = model(x).float().square().mean()
+            loss = run(x).float().square().mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -202,6 +204,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--size", type=int, default=8192)
     p.add_argument("--dtype", choices=("fp32", "tf32", "bf16"), default="fp32")
     p.add_argument("--fused", action="store_true")
+    p.add_argument("--compile", default=None, help="torch.compile mode of the model (default, ...)")
     return parser.parse_args()
 
 

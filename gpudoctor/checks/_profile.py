@@ -20,7 +20,7 @@ from gpudoctor.analysis.windows import describe_window as describe_window
 from gpudoctor.analysis.windows import window_name as window_name
 from gpudoctor.analysis.windows import window_seconds as window_seconds
 from gpudoctor.model import Finding, Skip
-from gpudoctor.thresholds import Threshold
+from gpudoctor.thresholds import CountThreshold, Threshold
 
 if TYPE_CHECKING:
     from gpudoctor.session import ProfileSummary, Session
@@ -29,6 +29,58 @@ CheckFn = Callable[["Session"], Sequence[Finding]]
 
 # the cap on a rule-based gain (GD301-GD303: span / unhidden time), defined once for the three
 MAX_GAIN = Threshold("cap on the rule-based gain", 10.0, "x", "gpudoctor: an upper bound")
+
+# what makes a window launch-bound (GD301's, and GD306's where it is not)
+MIN_KERNELS = CountThreshold(
+    "kernels in the window needed to judge", 100, "kernels",
+    "gpudoctor: fewer give no distribution")
+SHORT_SHARE = Threshold(
+    "share of kernels shorter than their own launch", 0.5, "share",
+    "Holistic Trace Analysis: a short kernel runs for less than its CPU launch; half of the "
+    "work then drains faster than it is queued")
+TINY_MEDIAN_US = Threshold(
+    "median kernel below this: tiny", 10.0, "us",
+    "Holistic Trace Analysis: a launch costs 5-20 us")
+IDLE_WARNING = Threshold(
+    "GPU idle share needed to look at all", 0.20, "share",
+    "TensorBoard profiler plugin calls a GPU under 50% busy under-used")
+
+LAUNCH_LIMITS = (MIN_KERNELS, SHORT_SHARE, TINY_MEDIAN_US, IDLE_WARNING)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSignals:
+    """A window's tiny-kernel evidence and how idle its GPU was between its first and last work."""
+
+    span_us: float
+    idle_share: float
+    short_share: float  # kernels shorter than their own launch call
+    median_us: float | None  # the median kernel
+    mean_launch_us: float | None  # the mean CPU time of a launch call
+
+    @property
+    def tiny(self) -> bool:
+        median = self.median_us
+        return (self.short_share >= SHORT_SHARE or (median is not None and median < TINY_MEDIAN_US)
+                or (median is not None and self.mean_launch_us is not None and median < self.mean_launch_us))
+
+    @property
+    def launch_bound(self) -> bool:
+        """Tiny kernels, and the GPU idle enough to look at: GD301's finding."""
+        return self.tiny and self.idle_share >= IDLE_WARNING
+
+
+def launch_signals(profile: ProfileSummary) -> LaunchSignals:
+    """The window's launch-bound signals; Skip when it holds too few kernels to judge."""
+    if profile.kernel_count < MIN_KERNELS:
+        raise Skip(f"only {profile.kernel_count} kernels in the profiled window (need {MIN_KERNELS})")
+    span = profile.gpu_busy_us + profile.gpu_idle_us
+    if span <= 0:
+        raise Skip("the GPU activity in the profile has no duration")
+    return LaunchSignals(
+        span_us=span, idle_share=profile.gpu_idle_us / span,
+        short_share=profile.short_kernel_count / profile.kernel_count, median_us=profile.kernel_median_us,
+        mean_launch_us=profile.launch_total_us / profile.launch_count if profile.launch_count else None)
 
 
 def gpu_profile(session: Session) -> ProfileSummary:

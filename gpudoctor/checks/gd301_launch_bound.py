@@ -64,7 +64,8 @@ Thresholds, and where they come from
       each call at the host costs measured on an H100 host with torch 2.11 (a training
       forward 453 us a call more than eager and 10.4 us a kernel, its backward under
       autograd's engine 17.2 us a kernel as eager, a forward without autograd 17.8 us a
-      call and 12.1 us a kernel). It does not set the severity. On the corpus: a 24-layer
+      call and 12.1 us a kernel), each fused run on the GPU as long as its longest kernel
+      (GD306 gives the same number where the GPU is busy). It does not set the severity. On the corpus: a 24-layer
       Linear training loop 1.00x against 1.08x realized (H100), timm's ViT inference
       3.05x against 2.87x (H200); the CUDA-graph number said 3.18x and 2.93x.
     Measured on an H200: 300 chained elementwise ops on a 256-element tensor per
@@ -100,26 +101,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.prediction import SEVERITY_GAINS, predict, severity_for
-from gpudoctor.checks._profile import MAX_GAIN, gpu_profile, per_window, window_name, window_seconds
-from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
-from gpudoctor.thresholds import CountThreshold, Threshold
+from gpudoctor.checks._profile import (
+    LAUNCH_LIMITS,
+    MAX_GAIN,
+    gpu_profile,
+    launch_signals,
+    per_window,
+    window_name,
+    window_seconds,
+)
+from gpudoctor.model import Evidence, Finding, Fix, Remedy, check
 
 if TYPE_CHECKING:
     from gpudoctor.session import Session
-
-MIN_KERNELS = CountThreshold(
-    "kernels in the window needed to judge", 100, "kernels",
-    "gpudoctor: fewer give no distribution")
-SHORT_SHARE = Threshold(
-    "share of kernels shorter than their own launch", 0.5, "share",
-    "Holistic Trace Analysis: a short kernel runs for less than its CPU launch; half of the "
-    "work then drains faster than it is queued")
-TINY_MEDIAN_US = Threshold(
-    "median kernel below this: tiny", 10.0, "us",
-    "Holistic Trace Analysis: a launch costs 5-20 us")
-IDLE_WARNING = Threshold(
-    "GPU idle share needed to look at all", 0.20, "share",
-    "TensorBoard profiler plugin calls a GPU under 50% busy under-used")
 
 REMEDY = Remedy(
     text="Take the host out of the loop: torch.compile(model, mode=\"reduce-overhead\") captures each call's "
@@ -137,19 +131,11 @@ REMEDY = Remedy(
 
 def _run(session: Session) -> list[Finding]:
     profile = gpu_profile(session)
-    if profile.kernel_count < MIN_KERNELS:
-        raise Skip(f"only {profile.kernel_count} kernels in the profiled window (need {MIN_KERNELS})")
-    span = profile.gpu_busy_us + profile.gpu_idle_us
-    if span <= 0:
-        raise Skip("the GPU activity in the profile has no duration")
-    idle_share = profile.gpu_idle_us / span
-    short_share = profile.short_kernel_count / profile.kernel_count
-    median = profile.kernel_median_us
-    mean_launch = profile.launch_total_us / profile.launch_count if profile.launch_count else None
-    tiny = (short_share >= SHORT_SHARE or (median is not None and median < TINY_MEDIAN_US)
-            or (median is not None and mean_launch is not None and median < mean_launch))
-    if not tiny or idle_share < IDLE_WARNING:
+    signals = launch_signals(profile)
+    if not signals.launch_bound:
         return []
+    span, idle_share, short_share = signals.span_us, signals.idle_share, signals.short_share
+    median, mean_launch = signals.median_us, signals.mean_launch_us
     # gaps after a sync belong to GD302: counting them here too would promise the same gain twice
     host_wait = max(0.0, profile.idle_gap_host_wait_us - profile.idle_after_sync_us)
     attributable = min(profile.idle_gap_kernel_to_kernel_us + host_wait, span * 0.999)
@@ -159,7 +145,7 @@ def _run(session: Session) -> list[Finding]:
     gain = prediction.gain if prediction is not None else rule
     # plain torch.compile (no CUDA graphs) is another remedy with its own number: kernels still launched
     # one by one by the compiled code, the backward still run by autograd's engine
-    compiled = predict(session, "compiled", host_side=True) if prediction is not None else None
+    compiled = predict(session, "compiled", host_side=False) if prediction is not None else None
     if compiled is not None and compiled.method == "rule":
         compiled = None
     severity = severity_for(gain)
@@ -218,5 +204,5 @@ def _run(session: Session) -> list[Finding]:
 # a launch-bound loop is what pegs its main thread
 run = check("GD301", "launch-bound", stage=3, title="Launch-bound (many tiny kernels)",
             requires=("profile",), explains=("GD201", "GD103"),
-            thresholds=SEVERITY_GAINS,
+            thresholds=(*LAUNCH_LIMITS, *SEVERITY_GAINS),
             fix=Fix("compile", sizes=True, scenarios=("launch", "compiled")))(per_window(_run))

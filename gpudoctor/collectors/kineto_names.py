@@ -55,14 +55,17 @@ def classify_gemm(name: str) -> str | None:
 
 # kernels of the libraries a compiler calls rather than generates (torch.compile's Inductor calls them as
 # extern kernels, and fuses the rest): convolutions (cuDNN), attention (flash, memory-efficient, cuDNN's),
-# CUTLASS, and cuBLAS's split-K reduction of a GEMM; GEMMs themselves by classify_gemm
+# CUTLASS, and cuBLAS's split-K reduction of a GEMM; GEMMs themselves by classify_gemm. cuDNN's batch norm
+# is not among them: Inductor decomposes a norm into reductions and pointwise work it generates and fuses
 _LIBRARY = re.compile(r"conv|fprop|dgrad|wgrad|cudnn|flash|fmha|attention|splitkreduce|cutlass")
+_GENERATED = re.compile(r"bn_fw|bn_bw|batch_?norm|layer_?norm|group_?norm|instance_?norm")
 
 
 @functools.lru_cache(maxsize=1 << 12)
 def library_kernel(name: str) -> bool:
     """A matrix multiply, convolution or attention kernel of a library: what a compiler does not fuse."""
-    return classify_gemm(name) is not None or bool(_LIBRARY.search(name.lower()))
+    lowered = name.lower()
+    return classify_gemm(name) is not None or (bool(_LIBRARY.search(lowered)) and not _GENERATED.search(lowered))
 
 
 @functools.lru_cache(maxsize=1 << 10)  # a few distinct memcpy names, repeated by every copy of a copy-heavy trace

@@ -17,8 +17,9 @@
   of kernels other than library ones (matrix multiplies, convolutions, attention:
   ``kineto_names.library_kernel``) launches as one (what Inductor fuses), a copy's launch on
   its own; each launch and each call costs what a compiled one does (``rates.COMPILED_*``:
-  a training forward, its backward under autograd's engine, a forward without one). The
-  kernels' GPU time as measured. Not paired with the others: an alternative remedy of the
+  a training forward, its backward under autograd's engine, a forward without one). On the
+  GPU each fused run takes as long as its longest kernel (one pass over memory); library
+  kernels and copies as measured. Not paired with the others: an alternative remedy of the
   launch cause, not a cause of its own.
 - ``optimizer``: the same for the launches inside each ``optimizer.step()``'s update
   function (``_single_tensor_adam``, ...; the whole step in a trace without Python stacks):
