@@ -48,6 +48,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 ROOT = Path(__file__).resolve().parent.parent
 GPU = ROOT / "tests" / "workloads" / "gpu"
 STEPRATE = ROOT / "benchmarks" / "corpus" / "steprate.py"
@@ -105,11 +107,12 @@ def run_once(name: str, config: str, out: Path, diagnose_env: dict[str, str] | N
         if flags is not None:
             command = [sys.executable, "-m", "gpudoctor", "diagnose", "--quiet", *flags, "--out", f"{tmp}/r/",
                        "--", *command]
-        start = time.perf_counter()
+        start, host_before, children_before = time.perf_counter(), psutil.cpu_times(), os.times()
         with open(Path(tmp) / "stdout.txt", "w") as stdout:
             proc = corpus_run.launch(command, env=env, cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE)
             stderr, stopped = corpus_run.communicate(proc, 600)
         wall = time.perf_counter() - start
+        host = _host_use(host_before, psutil.cpu_times(), children_before, os.times(), wall)
         files = sorted(Path(tmp).glob("steps.json*"))
         if keep is not None:
             (Path(tmp) / "stderr.txt").write_text(stderr)  # Kineto's own log, when KINETO_LOG_LEVEL asks for it
@@ -119,10 +122,27 @@ def run_once(name: str, config: str, out: Path, diagnose_env: dict[str, str] | N
             return {"error": f"{why}: {stderr.strip()[-300:]}", "wall_s": wall}
         result = rates(json.loads(files[0].read_text()))
         result["wall_s"] = round(wall, 2)
+        result["host"] = host
         said = _last_json_line(Path(tmp) / "stdout.txt")
         if said is not None:
             result["workload"] = said  # the workload's own summary (loader_reiter: its data wait per step)
         return result
+
+
+def _host_use(before: Any, after: Any, children_before: os.times_result, children_after: os.times_result,
+              wall: float) -> dict[str, float]:
+    """What the run's process tree used of the CPU (user and system seconds of the workload, its
+    workers and, under diagnose, gpudoctor's supervisor and agent), how many of the machine's cores
+    were busy on average (everyone's work), and how many it lost to its hypervisor (steal): whether
+    a slow run did more work, or got less of the CPU."""
+    used = ((children_after.children_user - children_before.children_user)
+            + (children_after.children_system - children_before.children_system))
+    spent = {field: getattr(after, field, 0.0) - getattr(before, field, 0.0) for field in after._fields}
+    idle = spent.get("idle", 0.0) + spent.get("iowait", 0.0)
+    steal = spent.get("steal", 0.0)
+    busy = sum(spent.values()) - idle - steal
+    per_s = 1 / wall if wall > 0 else 0.0
+    return {"tree_cpu_s": round(used, 2), "busy_cores": round(busy * per_s, 2), "steal_cores": round(steal * per_s, 3)}
 
 
 def _last_json_line(path: Path) -> dict[str, Any] | None:

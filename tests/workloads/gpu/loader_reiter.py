@@ -13,8 +13,10 @@ after ``--warmup``) and the data wait per step (median), so a benchmark can comp
 
 import argparse
 import json
+import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -32,6 +34,20 @@ class Indices(Dataset):
 
     def __getitem__(self, i: int):
         return torch.tensor(i) if self.as_tensor else i
+
+
+def _workers_cpu_s(iterator) -> float | None:
+    """User and system seconds the loader's live worker processes have used (Linux's /proc; None
+    elsewhere, or without workers)."""
+    workers = getattr(iterator, "_workers", None) or []
+    total = 0.0
+    for worker in workers:
+        try:
+            fields = Path(f"/proc/{worker.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return total if workers else None
 
 
 def main() -> None:
@@ -88,6 +104,8 @@ def main() -> None:
     if gpu:
         torch.cuda.synchronize()
         stamps[-1] = time.perf_counter()
+    workers_cpu = _workers_cpu_s(it)  # persistent workers: the last iterator's are the run's
+    main_cpu = time.process_time()
     steady = stamps[args.warmup:]
     rate = (len(steady) - 1) / (steady[-1] - steady[0])
     first = [w for w, f in zip(waits[args.warmup:], firsts[args.warmup:]) if f] or [0.0]
@@ -97,7 +115,11 @@ def main() -> None:
                       # where a slower run lost its time: starting iterators, their first batch, the others
                       "iter_ms_median": round(statistics.median(iters[1:] or iters) * 1e3, 3),
                       "first_wait_ms_median": round(statistics.median(first) * 1e3, 3),
-                      "later_wait_ms_median": round(statistics.median(later) * 1e3, 3)}))
+                      "later_wait_ms_median": round(statistics.median(later) * 1e3, 3),
+                      # CPU per batch: whether a slow run's workers did more work, or got less of the CPU
+                      "workers_cpu_ms_per_batch": (round(workers_cpu * 1e3 / done, 3)
+                                                   if workers_cpu is not None else None),
+                      "main_cpu_s": round(main_cpu, 2)}))
 
 
 if __name__ == "__main__":
