@@ -32,11 +32,13 @@ How it is measured
     costs; Inductor may also change the layouts the convolutions run in, which this
     does not count: timm's ResNet-50 training at batch 64 in fp32 (TF32 convolutions)
     realized 1.57x with ``torch.compile`` on an H100, where this what-if says 1.26x.
-    The other way: autograd's engine runs the backward of the model and of what the
-    script computes outside it (a loss) in one burst, which the trace does not tell
-    apart, so the what-if fuses the loss's backward too, which compiling the model
-    leaves eager: a bf16 Linear stack whose loss (``.float().square().mean()``) was as
-    large as its elementwise work was predicted 1.07x and realized 1.01x (H100).
+    Autograd's engine runs the backward of the model and of what the script computes
+    outside it (a loss) in one burst; compiling the model leaves the loss's backward
+    eager, so the what-if does too: each backward function whose forward operator (the
+    same autograd sequence number in the trace) ran outside the model's calls stays as
+    measured. Before it told them apart, a bf16 Linear stack whose loss
+    (``.float().square().mean()``) was as large as its own elementwise work was
+    predicted 1.07x and realized 1.01x (H100); now 1.00x.
 
 Thresholds, and where they come from
     - at least {{MIN_KERNELS}} kernels in the window, and the GPU idle less than {{IDLE_WARNING}} of

@@ -77,6 +77,8 @@ class Args(msgspec.Struct, gc=False):
 
     correlation: Any = None
     external_id: Any = msgspec.field(default=None, name="External id")
+    # an autograd node's number: a forward operator's, and its backward function's (evaluate_function)
+    sequence: Any = msgspec.field(default=None, name="Sequence number")
     device: Any = msgspec.UNSET
     stream: Any = msgspec.UNSET
     bytes: Any = None
@@ -198,7 +200,7 @@ def _table(values: list[Any]) -> Table:
 
 _ENCODED = ("name", "cat", "pid", "tid", "device", "stream")  # codes into the index's tables
 _ARRAYS = ("kind", "pos", "ts", "dur", "has_args", *_ENCODED)
-_LISTS = ("correlation", "external_id", "bytes")  # Ids: int64 arrays, or values of any type as decoded
+_LISTS = ("correlation", "external_id", "sequence", "bytes")  # Ids: int64 arrays, or values of any type as decoded
 _DTYPES = {"kind": np.int8, "pos": np.int64, "ts": np.float64, "dur": np.float64, "has_args": np.bool_}
 
 NO_ID = int(np.iinfo(np.int64).min)  # an absent (or null) value in an int64 Ids column
@@ -288,6 +290,7 @@ class EventColumns:
     stream: np.ndarray
     correlation: Ids
     external_id: Ids
+    sequence: Ids  # the operators' autograd sequence numbers
     bytes: Ids
 
     def __init__(self, tables: dict[str, Table]) -> None:
@@ -377,8 +380,8 @@ class EventColumns:
     def __getitem__(self, i: int) -> Event:
         value = self.value
         args = Args(correlation=id_at(self.correlation, i), external_id=id_at(self.external_id, i),
-                    device=value("device", i), stream=value("stream", i), bytes=id_at(self.bytes, i)) \
-            if self.has_args[i] else None
+                    sequence=id_at(self.sequence, i), device=value("device", i), stream=value("stream", i),
+                    bytes=id_at(self.bytes, i)) if self.has_args[i] else None
         return Event(ph="X", cat=value("cat", i), name=value("name", i), ts=float(self.ts[i]),
                      dur=float(self.dur[i]), pid=value("pid", i), tid=value("tid", i), args=args,
                      kind=int(self.kind[i]), pos=int(self.pos[i]))
@@ -476,6 +479,7 @@ class TraceIndex:
         gpu_end, api_end, ops_end = counts[0], counts[0] + counts[1], counts[0] + counts[1] + counts[2]
         correlation = [a.correlation for a in present[:api_end]]  # gpu events and calls
         external = [a.external_id for a in present[:ops_end]]  # all but the Python frames
+        sequence = [a.sequence for a in present[api_end:ops_end]]  # the operators only
         low = 0
         for number, name in enumerate(_GROUPS):
             n = counts[number]
@@ -490,6 +494,7 @@ class TraceIndex:
                 "tid": tid_codes[low:high], "has_args": has_args[low:high],
                 "correlation": ids(correlation[low:high]) if high <= api_end else nothing,
                 "external_id": ids(external[low:high]) if high <= ops_end else nothing,
+                "sequence": ids(sequence) if name == "ops" else nothing,
             }
             if name == "gpu":
                 gpu_args = present[:gpu_end]
@@ -582,6 +587,7 @@ def _event_from_json(raw: Any) -> Complete | None:
     args, parsed = raw.get("args"), None
     if isinstance(args, dict):
         parsed = Args(correlation=args.get("correlation"), external_id=args.get("External id"),
+                      sequence=args.get("Sequence number"),
                       device=args.get("device", msgspec.UNSET), stream=args.get("stream", msgspec.UNSET),
                       bytes=args.get("bytes"))
     name = raw.get("name")

@@ -37,6 +37,9 @@ class HostItem:
     # a burst of a helper thread folded into the thread that waited for it (the autograd engine's
     # backward, merge.fold_helpers): launched by the engine, not by the user's Python
     engine: bool = False
+    # in the backward function of an operator the script ran outside the model's calls (a loss):
+    # compiling the model leaves it eager (threads.host_threads)
+    outside: bool = False
 
 
 @dataclass(slots=True)
@@ -56,7 +59,7 @@ class GpuOp:
 
 
 HOST_FIELDS = ("kind", "thread", "ts", "dur", "tag", "ops", "scope", "waited", "post", "agent", "api", "read",
-               "optimizer", "fused", "call", "engine")
+               "optimizer", "fused", "call", "engine", "outside")
 
 
 @dataclass
@@ -80,6 +83,7 @@ class HostColumns:
     fused: list[bool] = field(default_factory=list)
     call: list[int] = field(default_factory=list)
     engine: list[bool] = field(default_factory=list)
+    outside: list[bool] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.kind)

@@ -30,16 +30,31 @@ from gpudoctor.collectors.kineto_names import (
     SYNC_APIS,
     frame_kind,
 )
-from gpudoctor.collectors.trace_decode import ANNOTATION, API, FRAME, OP, EventColumns, TraceIndex, id_list, id_rows
+from gpudoctor.collectors.trace_decode import (
+    ANNOTATION,
+    API,
+    FRAME,
+    NO_ID,
+    OP,
+    EventColumns,
+    TraceIndex,
+    id_list,
+    id_rows,
+)
 from gpudoctor.replay.items import CPU, DATA, DISPATCH, LAUNCH, PYTHON, SYNC, USER, GpuOp, HostColumns
 
 AGENT_WINDOW_FRAME = "gpudoctor/agent/profiler"  # gpudoctor closing its own window
+BACKWARD_FUNCTION = "autograd::engine::evaluate_function: "  # autograd's run of one backward node
 MODULE_FRAME = "nn.Module: "  # torch.profiler's frame for a module's call (with_stack)
 _VERSION = re.compile(r"_v\d+$")
 
 OVERLAP_ROUNDS = 32  # gaps covered by more spans than this add the rest one by one
 Spans = tuple[np.ndarray, np.ndarray]  # sorted disjoint spans: (starts, ends)
 Frames = tuple[np.ndarray, np.ndarray, np.ndarray]  # Python frames: starts, ends, the user's own?
+
+
+Sequenced = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # starts, ends, numbers, backward?
+_NOT_SEQUENCED: Sequenced = (np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))
 
 
 @dataclass
@@ -60,6 +75,11 @@ class HostThread:
     frames: Frames  # its Python frames in file order
     modules: Spans  # its outermost nn.Module calls (the module frames, nested ones merged into them)
     annotations: int  # record_function ranges (DataLoader, optimizer, ProfilerStep)
+    # its operators that carry an autograd sequence number: start, end, the number, a backward function?
+    sequenced: Sequenced
+    # the backward functions (autograd's evaluate_function) of operators the script ran outside the
+    # model's calls, where the trace's stacks show those calls: a loss computed after the forward
+    outside_backward: Spans = (np.zeros(0), np.zeros(0))
 
     @property
     def active(self) -> bool:
@@ -71,7 +91,41 @@ class HostThread:
 
 
 def host_threads(index: TraceIndex) -> list[HostThread]:
-    """The host threads of a trace, in the order their first event comes in the file."""
+    """The host threads of a trace, in the order their first event comes in the file; each with
+    the backward functions of what ran outside the model's calls (`outside_backward`)."""
+    threads = _read_threads(index)
+    _mark_outside_backward(threads)
+    return threads
+
+
+def _mark_outside_backward(threads: list[HostThread]) -> None:
+    """Each autograd backward function (``evaluate_function: XBackward0``) whose forward operator (the
+    same sequence number) ran on a thread whose stacks show the model's calls, outside every one of
+    them. Compiling the model compiles its own backward; the backward of a loss computed outside it
+    stays eager. Numbers met inside a call on any thread are the model's, whatever else met them."""
+    inside: list[np.ndarray] = []
+    outside: list[np.ndarray] = []
+    for thread in threads:
+        starts, ends, numbers, backward = thread.sequenced
+        if not len(thread.modules[0]) or not len(numbers):
+            continue
+        forward = ~backward
+        within = _inside(thread.modules, (starts[forward] + ends[forward]) / 2)  # (an op may start as a call ends)
+        inside.append(numbers[forward][within])
+        outside.append(numbers[forward][~within])
+    if not outside:
+        return
+    eager = np.setdiff1d(np.concatenate(outside), np.concatenate(inside))
+    if not len(eager):
+        return
+    for thread in threads:
+        starts, ends, numbers, backward = thread.sequenced
+        mine = backward & np.isin(numbers, eager)
+        if mine.any():
+            thread.outside_backward = _merged(starts[mine], ends[mine])
+
+
+def _read_threads(index: TraceIndex) -> list[HostThread]:
     tables = index.tables
     width = max(1, len(tables["tid"].distinct))
     groups = [group for group in (index.api, index.ops, index.frames) if len(group)]
@@ -139,10 +193,11 @@ class _Reading:
         self.annotation_kind: dict[int, int] = {}  # 1 DataLoader wait, 2 optimizer step, 0 other
         # (gpudoctor's window frame, the user's own, torch.optim's update function, a module's call)
         self.frame_facts: dict[int, tuple[bool, bool, bool, bool]] = {}
+        self.backward_function: dict[int, bool] = {}  # autograd's evaluate_function ranges
 
     def thread(self, rows: list[tuple[EventColumns, np.ndarray]]) -> HostThread:
         first, last = float("inf"), float("-inf")
-        calls = operators = data = optimizer = agent = update = frames = modules = None
+        calls = operators = data = optimizer = agent = update = frames = modules = sequenced = None
         annotations = 0
         # with Python stacks: the end of the thread's last event other than a record_function range
         stacked = any(len(mine) and group.kind[mine[0]] == FRAME for group, mine in rows)
@@ -168,13 +223,35 @@ class _Reading:
                 which = self._annotation_kinds(group.name[mine])
                 data = _merged(ts[ranges & (which == 1)], end[ranges & (which == 1)])
                 optimizer = _merged(ts[ranges & (which == 2)], end[ranges & (which == 2)])
+                sequenced = self._sequenced(group, mine, is_op, ts, end)
         empty = (np.zeros(0), np.zeros(0))
         ts, dur, apis, correlations = calls or (np.zeros(0), np.zeros(0), [], [])
         return HostThread(first=first, last=last, call_ts=ts, call_dur=dur, call_api=apis,
                           call_correlation=correlations, operators=operators or empty, data=data or empty,
                           optimizer=optimizer or empty, agent=agent or empty, update=update or empty,
                           frames=frames or (np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool)),
-                          modules=modules or empty, annotations=annotations)
+                          modules=modules or empty, annotations=annotations,
+                          sequenced=sequenced if sequenced is not None else _NOT_SEQUENCED)
+
+    def _sequenced(self, group: EventColumns, mine: np.ndarray, is_op: np.ndarray, ts: np.ndarray,
+                   end: np.ndarray) -> Sequenced | None:
+        """The operators with an autograd sequence number: start, end, number, backward function?"""
+        numbers = group.sequence
+        if not isinstance(numbers, np.ndarray):  # (ids of other types: none here to tell apart)
+            return None
+        numbers = numbers[mine]
+        has = is_op & (numbers != NO_ID)
+        if not has.any():
+            return None
+        codes = group.name[mine][has]
+        backward = self._backward_functions(codes)
+        return ts[has], end[has], numbers[has], backward
+
+    def _backward_functions(self, codes: np.ndarray) -> np.ndarray:
+        kinds = self.backward_function
+        for code in set(codes.tolist()) - kinds.keys():
+            kinds[code] = str(self.names[code]).startswith(BACKWARD_FUNCTION)
+        return _lookup(kinds, codes, np.bool_)
 
     def _calls(self, group: EventColumns, mine: np.ndarray, ts: np.ndarray,
                dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str], list[Any]]:
@@ -350,7 +427,8 @@ def thread_items(number: int, thread: HostThread, corr_ops: dict[Any, list[int]]
                        agent=[fact[1] for fact in apis], api=[fact[0] for fact in apis],
                        read=[fact[2] for fact in apis], optimizer=optimizer.tolist(),
                        fused=_fused(optimizer, thread.update, starts).tolist(),
-                       call=_module_calls(thread.modules, gaps, calls)[order].tolist(), engine=[False] * count)
+                       call=_module_calls(thread.modules, gaps, calls)[order].tolist(), engine=[False] * count,
+                       outside=_inside(thread.outside_backward, starts).tolist())
     return host, calls.launches
 
 

@@ -24,7 +24,8 @@ def _events(n: int) -> list[dict]:
     for i in range(n):
         ts = 100.0 + i * 10
         events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": ts, "dur": 8,
-                       "args": {"External id": i + 1, "Input Dims": [[4, 4], [4, 4]]}})
+                       "args": {"External id": i + 1, "Input Dims": [[4, 4], [4, 4]],
+                                **({"Sequence number": 500 + i} if i % 2 else {})}})
         events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2,
                        "ts": ts + 1, "dur": 3, "args": {"correlation": 1000 + i, "External id": i + 1}})
         name = "void f<{lambda(float)#1}, std::array<char*, 1>>(int) }, {" if i % 3 == 0 else f"gemm_{i % 5}"
@@ -36,7 +37,8 @@ def _events(n: int) -> list[dict]:
 
 
 def _rows(index: trace_decode.TraceIndex) -> list[tuple]:
-    return [(e.kind, e.pos, e.name, e.ts, e.dur, e.pid, e.tid, e.correlation, e.external_id, e.device, e.stream)
+    return [(e.kind, e.pos, e.name, e.ts, e.dur, e.pid, e.tid, e.correlation, e.external_id, e.device, e.stream,
+             e.args.sequence if e.args is not None else None)
             for e in [*index.gpu, *index.api, *index.ops, *index.frames]]
 
 
@@ -60,6 +62,8 @@ def test_streamed_decode_equals_the_plain_path(tmp_path: Path, monkeypatch, chun
     assert (streamed.events, streamed.malformed, streamed.first, streamed.last) == \
         (plain.events, plain.malformed, plain.first, plain.last) == (181, 0, 100.0, 100.0 + 59 * 10 + 8)
     assert len(streamed.gpu) == len(streamed.api) == len(streamed.ops) == 60
+    # the operators' autograd sequence numbers, where they have one (what tells a loss's backward apart)
+    assert trace_decode.id_list(streamed.ops.sequence) == [500 + i if i % 2 else None for i in range(60)]
     if layout == "meta_after":
         assert streamed.meta == {"host_name": "node-7", "cuda_runtime_version": 12040}
 

@@ -273,6 +273,38 @@ def test_a_fused_run_of_elementwise_kernels_takes_as_long_as_its_longest_member(
     assert gain(summary, "compiled") == pytest.approx(480.0 / 300.0, rel=0.05)
 
 
+def test_the_backward_of_a_loss_computed_outside_the_model_stays_eager_under_plain_compile():
+    """A busy GPU: the model's forward (a module call: a GEMM, then two elementwise kernels) and a loss
+    computed after it, outside the call (two elementwise kernels). Autograd's worker runs the backward of
+    all of it in one burst: the loss's two nodes (sequence numbers of the loss's operators), then the
+    model's (an elementwise pair, a GEMM). Compiling the model fuses the model's elementwise pairs, forward
+    and backward (each pair as long as its longer kernel); the loss, forward and backward, runs as measured:
+    GPU per step 200 + 100 + 100 + 100 + 200 + 200 us of 200 + 160 + 100 + 100 + 160 + 200."""
+    gpu = Gpu()
+    main, worker = Host(gpu, tid=1), Host(gpu, tid=2)
+    begin = main.t
+    for _ in range(STEPS):
+        start = main.t
+        main.launch(200.0, kernel=GEMM, sequence=1)
+        main.launch(100.0, kernel="void relu_kernel", sequence=2)
+        main.launch(60.0, kernel="void add_kernel", sequence=3)
+        main._x("python_function", "nn.Module: MLP_0", start, main.t - start)
+        main.launch(50.0, kernel="void pow_kernel", sequence=4)  # the loss, outside the model's call
+        main.launch(50.0, kernel="void mean_kernel", sequence=5)
+        worker.t = main.t
+        worker.backward_function("MeanBackward0", 5, 50.0, kernel="void fill_kernel")
+        worker.backward_function("PowBackward0", 4, 50.0, kernel="void mul_kernel")
+        worker.backward_function("AddBackward0", 3, 60.0, kernel="void add_backward_kernel")
+        worker.backward_function("ReluBackward0", 2, 100.0, kernel="void threshold_backward_kernel")
+        worker.backward_function("MmBackward0", 1, 200.0, kernel=GEMM)
+        main.python(max(0.0, gpu.tail[7] - main.t) + 10)  # blocked in backward() until the GPU is done
+    _user_frame(main, begin)
+    summary = replay(trace(main, worker), steps=STEPS)
+    scenario = next(s for s in summary.scenarios if s.name == "compiled")
+    per_step = 200 + 100 + 50 + 50 + 50 + 50 + 100 + 200  # the loss's four kernels as measured
+    assert scenario.gpu_busy_us == pytest.approx(STEPS * per_step, rel=0.01), scenario.detail
+
+
 def test_plain_compile_is_never_combined_with_the_other_what_ifs():
     """An alternative remedy of the launch cause, not a cause of its own: the engine's pairs leave it out."""
     summary = replay(_serving_loop(lambda host: host.data_wait(200.0)), steps=STEPS)

@@ -55,16 +55,26 @@ class Host:
         self.t += us
 
     def launch(self, gpu_us: float, *, dispatch_us: float = 5.0, call_us: float = 5.0, stream: int = 7,
-               kernel: str = "void tiny_kernel") -> float:
-        """An operator that launches one kernel; returns when that kernel will end."""
+               kernel: str = "void tiny_kernel", sequence: int | None = None) -> float:
+        """An operator that launches one kernel; returns when that kernel will end. `sequence`: its
+        autograd sequence number (a forward operator's, recorded as Kineto does)."""
         start = self.t
         Host.corr += 1
         self.t += dispatch_us
         end = self.gpu.run(self.t + LATENCY_US, gpu_us, Host.corr, stream=stream, name=kernel)
         self._x("cuda_runtime", "cudaLaunchKernel", self.t, call_us, correlation=Host.corr)
         self.t += call_us
-        self._x("cpu_op", "aten::mul", start, self.t - start)
+        self._x("cpu_op", "aten::mul", start, self.t - start,
+                **({"Sequence number": sequence} if sequence is not None else {}))
         return end
+
+    def backward_function(self, name: str, sequence: int, gpu_us: float, *, kernel: str = "void tiny_kernel") -> None:
+        """Autograd's engine running one backward node (its ``evaluate_function`` range, with the
+        sequence number of the forward operator it differentiates): one kernel launched inside."""
+        start = self.t
+        self.launch(gpu_us, kernel=kernel)
+        self._x("cpu_op", f"autograd::engine::evaluate_function: {name}", start, self.t - start,
+                **{"Sequence number": sequence})
 
     def copy_htod(self, nbytes: int, gpu_us: float, *, pageable: bool, call_us: float = 5.0) -> None:
         start = self.t
