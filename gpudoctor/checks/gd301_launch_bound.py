@@ -53,9 +53,9 @@ Thresholds, and where they come from
       compiled call's cost was counted (one launch call per chain, the whole window one
       chain where nothing broke it) the replay said 5.62x for a batch-1 inference loop that
       realized 3.19x on an H100, 1.73x for a Python-bound loop that plain torch.compile took
-      to 1.15x; now 2.02x and 1.06x. The backward, run on autograd's thread while the loop
-      waits, is one compiled call more. Launch cost only: what fusion
-      saves on the GPU comes on top. Never more than a host-side fix can buy while
+      to 1.15x; then 2.02x and 1.06x (1.00x since a loss's backward stays eager). The
+      backward, run on autograd's thread while the loop waits, is one compiled call more.
+      Launch cost only: what fusion saves on the GPU comes on top. Never more than a host-side fix can buy while
       the GPU was busy. Without a replay: span / (span - launch-attributable idle).
     - plain ``torch.compile`` (no CUDA graphs) gets its own number, the evidence
       ``compiled_gain`` (replay scenario ``compiled``): the same chains as compiled calls
@@ -65,9 +65,12 @@ Thresholds, and where they come from
       forward 453 us a call more than eager and 10.4 us a kernel, its backward under
       autograd's engine 17.2 us a kernel as eager, a forward without autograd 17.8 us a
       call and 12.1 us a kernel), each fused run on the GPU as long as its longest kernel
-      (GD306 gives the same number where the GPU is busy). It does not set the severity. On the corpus: a 24-layer
-      Linear training loop 1.00x against 1.08x realized (H100), timm's ViT inference
-      3.05x against 2.87x (H200); the CUDA-graph number said 3.18x and 2.93x.
+      (GD306 gives the same number where the GPU is busy). It does not set the severity.
+      On the corpus: a 24-layer Linear training loop 1.00x against 1.08x realized
+      (H100), timm's ViT inference 3.05x against 2.87x (H200); the CUDA-graph number
+      said 3.18x and 2.93x. A loss computed outside the model is not compiled with it:
+      its backward stays eager in both what-ifs (the 24-layer loop's CUDA-graph number
+      2.91x against 2.81x realized).
     Measured on an H200: 300 chained elementwise ops on a 256-element tensor per
     step gave 4,500 kernels with a median of 0.96 us against 4.1 us of CPU per
     launch; every kernel was short and the GPU idled 91% of its span.

@@ -233,9 +233,8 @@ def compiled(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     convolution as its own (Inductor calls them as extern kernels); each launch costs the host what a
     compiled kernel does, and each call what a compiled call costs beyond an eager one (rates.COMPILED_*:
     a training step's forward, its backward, or a forward without one). The backward that autograd's
-    engine runs is a chain of its own at the backward's costs, but for the backward functions of what the
-    script ran outside the model's calls (a loss: HostItem.outside), which stay as measured and break a
-    fused run. On the GPU, a fused run is one pass over
+    engine runs is a chain of its own at the backward's costs (the backward functions of what the script
+    ran outside the model's calls, a loss's, are in no chain: as measured). On the GPU, a fused run is one pass over
     memory: it takes as long as its longest member took (a run of memory-bound elementwise kernels moves
     its tensors once instead of once per kernel); matrix multiplies, convolutions and copies run as
     measured."""
@@ -244,8 +243,6 @@ def compiled(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     if not len(members):
         return 0, "no launch chain to compile"
     engine = np.array(timeline.host.engine, dtype=bool)
-    # the backward of what the script ran outside the model (a loss): compiling the model leaves it eager
-    eager = np.array(timeline.host.outside, dtype=bool)
     # a forward whose backward the window holds is a training step's: its compiled call costs more
     forward = rates.COMPILED_FORWARD if engine.any() else rates.COMPILED_INFERENCE
     # a chain also ends where the engine's folded backward starts or stops (without Python stacks the
@@ -262,16 +259,14 @@ def compiled(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     bounds = np.flatnonzero(np.concatenate(([True], chain_of[1:] != chain_of[:-1], [True])))
     for low, high in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         items = members[low:high]
-        launches = items[(known.kinds[items] == LAUNCH) & ~eager[items]]
+        launches = items[known.kinds[items] == LAUNCH]
         if len(launches) < 2:
             continue
         costs = rates.COMPILED_BACKWARD if engine[items[0]] else forward
         previous_fused = False
         head = -1  # the operation that carries the current run of fused kernels
         for i in items.tolist():
-            if eager[i]:  # as measured, and no kernel fuses across it
-                previous_fused = False
-            elif known.kinds[i] == LAUNCH:
+            if known.kinds[i] == LAUNCH:
                 fusable = bool(kernels_only[i] and not extern[i])
                 issued = not (fusable and previous_fused)  # a fusable kernel after another rides in its launch
                 previous_fused = fusable
@@ -329,20 +324,24 @@ def _chains(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[np.ndarray
     trace tells it from the user's, else short stretches only); the user's own long Python,
     data waits and blocking calls end a chain. Where the thread's Python stacks show the model's
     calls (outermost ``nn.Module`` frames), each call is a chain of its own (a compiled model is
-    one compiled call each time it is called) and what runs outside them stays as measured; a
-    chain also ends crossing into or out of
+    one compiled call each time it is called) and what runs outside them stays as measured, the
+    backward of what ran outside them included (HostItem.outside: a loss's); a chain also ends
+    crossing into or out of
     optimizer.step() (`optimizer` picks which side is chained: outside the step, or what a fused
     optimizer replaces inside it, its update function where the trace shows it; the rest of the
     step is chained by neither). (The items of every chain, one chain after the other, in the
     order a walk over the items closes them; the chain of each.)"""
     known = facts(timeline)
     cost = np.array(plan.cost, dtype=np.float64)
+    outside = np.array(timeline.host.outside, dtype=bool)
     joins = (known.fused if optimizer else ~known.optimizer) & (
         (known.chain == ALWAYS) | ((known.chain == IF_SHORT) & (cost < GLUE_MAX_US)))
     members, closed_at = [], []
     count = len(joins)
     for mine in known.threads:
-        inside = joins[mine]
+        # the backward of what ran outside the model's calls (a loss) stays eager when the model is compiled,
+        # on whichever thread autograd's engine ran it
+        inside = joins[mine] if optimizer else joins[mine] & ~outside[mine]
         if not inside.any():
             continue
         call = known.calls[mine]

@@ -11,6 +11,7 @@ from gpudoctor.collectors.trace import trace_events
 from gpudoctor.metrics import UnprofiledSteps
 from gpudoctor.replay import edits, rates, replay_trace
 from gpudoctor.replay.scenarios import gain
+from gpudoctor.replay.simulate import Plan
 from gpudoctor.replay.timeline import build
 
 STEPS = 10
@@ -225,6 +226,18 @@ def test_a_compiled_inference_loop_pays_the_forwards_costs_only():
     assert gain(summary, "compiled") == pytest.approx(span_of(data) / (STEPS * per_step), rel=0.05)
 
 
+def _compiled_calls(call: Callable[[Host], None]):
+    """The replay of STEPS calls of `call` on one thread, and its plain-compile what-if."""
+    gpu = Gpu()
+    host = Host(gpu)
+    begin = host.t
+    for _ in range(STEPS):
+        call(host)
+    _user_frame(host, begin)
+    summary = replay(trace(host), steps=STEPS)
+    return summary, next(s for s in summary.scenarios if s.name == "compiled")
+
+
 def test_a_copy_between_two_elementwise_kernels_keeps_them_apart_under_plain_compile():
     """Inductor fuses elementwise kernels, not a host-to-device copy: per call, kernel, copy, kernel stay
     three launches (counted as one run they would be one)."""
@@ -236,14 +249,7 @@ def test_a_copy_between_two_elementwise_kernels_keeps_them_apart_under_plain_com
         host._x("python_function", "nn.Module: MLP_0", start, host.t - start)
         host.python(20.0)
 
-    gpu = Gpu()
-    host = Host(gpu)
-    begin = host.t
-    for _ in range(STEPS):
-        call(host)
-    _user_frame(host, begin)
-    summary = replay(trace(host), steps=STEPS)
-    scenario = next(s for s in summary.scenarios if s.name == "compiled")
+    _, scenario = _compiled_calls(call)
     assert f"{3 * STEPS:,} launches issued as {3 * STEPS:,}" in scenario.detail, scenario.detail
 
 
@@ -260,30 +266,20 @@ def test_a_fused_run_of_elementwise_kernels_takes_as_long_as_its_longest_member(
             host.launch(us, kernel=name)
         host._x("python_function", "nn.Module: MLP_0", start, host.t - start)
 
-    gpu = Gpu()
-    host = Host(gpu)
-    begin = host.t
-    for _ in range(STEPS):
-        call(host)
-    _user_frame(host, begin)
-    summary = replay(trace(host), steps=STEPS)
-    scenario = next(s for s in summary.scenarios if s.name == "compiled")
+    summary, scenario = _compiled_calls(call)
     assert scenario.gpu_busy_us == pytest.approx(STEPS * 300.0, rel=0.01), scenario.detail
     assert "each as long as its longest kernel" in scenario.detail
     assert gain(summary, "compiled") == pytest.approx(480.0 / 300.0, rel=0.05)
 
 
-def test_the_backward_of_a_loss_computed_outside_the_model_stays_eager_under_plain_compile():
-    """A busy GPU: the model's forward (a module call: a GEMM, then two elementwise kernels) and a loss
-    computed after it, outside the call (two elementwise kernels). Autograd's worker runs the backward of
-    all of it in one burst: the loss's two nodes (sequence numbers of the loss's operators), then the
-    model's (an elementwise pair, a GEMM). Compiling the model fuses the model's elementwise pairs, forward
-    and backward (each pair as long as its longer kernel); the loss, forward and backward, runs as measured:
-    GPU per step 200 + 100 + 100 + 100 + 200 + 200 us of 200 + 160 + 100 + 100 + 160 + 200."""
+def _training_with_a_loss_outside_the_model(steps: int) -> dict:
+    """Per step: the model's forward (a module call: a GEMM, then two elementwise kernels), a loss computed
+    after it, outside the call (two elementwise kernels), and autograd's worker running the backward of all
+    of it in one burst: the loss's two nodes (the loss's sequence numbers), then the model's three."""
     gpu = Gpu()
     main, worker = Host(gpu, tid=1), Host(gpu, tid=2)
     begin = main.t
-    for _ in range(STEPS):
+    for _ in range(steps):
         start = main.t
         main.launch(200.0, kernel=GEMM, sequence=1)
         main.launch(100.0, kernel="void relu_kernel", sequence=2)
@@ -299,10 +295,43 @@ def test_the_backward_of_a_loss_computed_outside_the_model_stays_eager_under_pla
         worker.backward_function("MmBackward0", 1, 200.0, kernel=GEMM)
         main.python(max(0.0, gpu.tail[7] - main.t) + 10)  # blocked in backward() until the GPU is done
     _user_frame(main, begin)
-    summary = replay(trace(main, worker), steps=STEPS)
+    return trace(main, worker)
+
+
+def test_the_backward_of_a_loss_computed_outside_the_model_stays_eager_under_plain_compile():
+    """A busy GPU: the model's forward (a module call: a GEMM, then two elementwise kernels) and a loss
+    computed after it, outside the call (two elementwise kernels). Autograd's worker runs the backward of
+    all of it in one burst: the loss's two nodes (sequence numbers of the loss's operators), then the
+    model's (an elementwise pair, a GEMM). Compiling the model fuses the model's elementwise pairs, forward
+    and backward (each pair as long as its longer kernel); the loss, forward and backward, runs as measured:
+    GPU per step 200 + 100 + 100 + 100 + 200 + 200 us of 200 + 160 + 100 + 100 + 160 + 200."""
+    summary = replay(_training_with_a_loss_outside_the_model(STEPS), steps=STEPS)
     scenario = next(s for s in summary.scenarios if s.name == "compiled")
     per_step = 200 + 100 + 50 + 50 + 50 + 50 + 100 + 200  # the loss's four kernels as measured
     assert scenario.gpu_busy_us == pytest.approx(STEPS * per_step, rel=0.01), scenario.detail
+
+
+def test_the_backward_of_a_loss_computed_outside_the_model_is_in_no_captured_graph():
+    """CUDA graphs of the compiled model (mode="reduce-overhead") capture the model's forward and backward,
+    not the loss's: every item of the loss's backward keeps its measured host cost and each of its kernels
+    its own launch; the model's backward launches are one graph's."""
+    timeline = build(trace_events(_training_with_a_loss_outside_the_model(STEPS)))
+    assert timeline is not None
+    measured = Plan.measured(timeline)
+    plan = measured.copy()
+    edits.launch(timeline, plan)
+    host, ops = timeline.host, timeline.ops
+    loss_backward = [i for i in range(len(host)) if host.outside[i]]
+    launches = [i for i in loss_backward if host.ops[i]]
+    assert [ops[host.ops[i][0]].name for i in launches] == ["void fill_kernel", "void mul_kernel"] * STEPS
+    assert [plan.cost[i] for i in loss_backward] == [measured.cost[i] for i in loss_backward]
+    assert all(plan.launch_at[host.ops[i][0]] == i for i in launches)
+    # the model's backward chain starts at its add_backward launch (the graph's call): the kernels after it
+    # are issued by that call
+    later = [i for i in range(len(host))
+             if host.ops[i] and ops[host.ops[i][0]].name == "void threshold_backward_kernel"]
+    assert len(later) == STEPS
+    assert all(plan.launch_at[host.ops[i][0]] == i - 2 for i in later)  # the add_backward launch, 2 items before
 
 
 def test_plain_compile_is_never_combined_with_the_other_what_ifs():

@@ -168,6 +168,8 @@ def _walk_collapse(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[int
         modules[item.thread] = modules.get(item.thread, False) or item.call >= 0
     for i, item in enumerate(timeline.items):
         joins = _walk_joins(timeline, plan, i, optimizer)
+        if not optimizer:  # a loss's backward (outside the model's calls) stays eager
+            joins = joins and not item.outside
         if not optimizer and modules.get(item.thread):  # module calls traced: one chain each, nothing outside
             joins = joins and item.call >= 0
             if joins and item.thread in current and timeline.items[current[item.thread][-1]].call != item.call:
