@@ -65,6 +65,24 @@ def replay_primary(session: Any, trace: Path) -> str:
     return what + (f"; {others} other window(s) as recorded (no trace kept)" if others else "")
 
 
+def primary_moved(session: Any) -> str:
+    """Where this checkout takes another window for the primary one than the recorded Session did (the
+    first window of the run's own steps, collectors.windows.primary_index), make it the primary, with
+    its replay as recorded (the kept trace is the other window's); what was done, in words ("": nothing)."""
+    from gpudoctor.collectors.windows import primary_index
+
+    profiles, recorded = session.profiles, session.profile
+    if recorded is None or len(profiles) < 2:
+        return ""
+    now = profiles[primary_index(profiles, session.steps.source)]
+    if now == recorded:
+        return ""
+    session.profile = now
+    return (f"primary window now {now.label or 'another'} ({now.phase or now.step_source}: the run's own steps), "
+            f"recorded {recorded.label or 'another'} ({recorded.phase or recorded.step_source}); its replay as "
+            "recorded (the kept trace is the other window's)")
+
+
 def predict_again(directory: Path, kept: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The report of a kept Session judged by this checkout, and what became of its replay."""
     from gpudoctor.session import Session
@@ -72,7 +90,10 @@ def predict_again(directory: Path, kept: dict[str, Any]) -> tuple[dict[str, Any]
 
     session = Session.from_dict(json.loads(read_member(directory, kept["sessions"], kept["session"])))
     bundle = directory / str(kept.get("traces"))
-    if kept.get("traces") and kept.get("trace") and not bundle.exists():
+    moved = primary_moved(session)
+    if moved:
+        how = moved
+    elif kept.get("traces") and kept.get("trace") and not bundle.exists():
         how = f"replay as recorded: {bundle.name} did not come back from the GPU machine"
     elif kept.get("traces") and kept.get("trace"):
         with tempfile.TemporaryDirectory(prefix="gd-repredict-") as scratch:

@@ -3,11 +3,11 @@
 Each window the agent kept (gpudoctor/agent/profiler.py: "start", then "phase" and
 "later" ones) is summarised (collectors.trace) and replayed by the `replay` its caller hands
 in (the assembly's gpudoctor.run.assemble.replay_window: the replay sits above the collectors). The
-primary window, `Session.profile` as before, is the first one steps drove (else the
-first: a run without steps). A window's replay is calibrated to the step time
-measured outside it: the whole run's steady steps for the primary window; for a later
-one, the steps of the same source around it (its phase); none when its steps came
-from another source or it had none.
+primary window, `Session.profile` as before, is the first one the run's own steps drove
+(else the first one any steps drove; else the first: a run without steps). A window's
+replay is calibrated to the step time measured outside it: the whole run's steady steps
+for the primary window; for another one, the steps of the same source around it (its
+phase); none when its steps came from another source or it had none.
 """
 
 from __future__ import annotations
@@ -61,37 +61,60 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
     except ImportError as exc:
         session.unavailable["profile"] = missing_dependency(exc, "trace analysis")
         return None
-    summaries: list[tuple[ProfileSummary, str]] = []
+    read: list[tuple[ProfileSummary, str, Any]] = []  # each window's summary, trace file and trace
     for n, event in enumerate(mine):
         try:
             data = read_trace(workdir / str(event["path"]), own_window=True)
             summary = summarize_trace(data, steps=int(event.get("steps") or 0))
-            _describe(summary, event, t0, len(summaries) + 1)
+            _describe(summary, event, t0, len(read) + 1)
             _relative_sites(summary, session.cwd)
-            if replay is not None and summary.kernel_count == 0 and summary.gpu_busy_us <= 0:
-                summary.replay = ReplaySummary(steps=summary.steps, error="a CPU-only window: no GPU work to replay")
-            elif replay is not None:
-                first_stepped = summary.step_source != "time" and all(s.step_source == "time" for s, _ in summaries)
-                summary.replay = replay(data, summary.steps, summary.step_source,
-                                        calibration_steps(session, summary, primary=first_stepped))
         except Exception as exc:  # a trace we cannot read must not cost the rest of the report
             log.debug("trace analysis failed", exc_info=True)
-            why = f"the profiler trace could not be analysed: {type(exc).__name__}: {exc}"
-            if not summaries and n == len(mine) - 1:
-                session.unavailable["profile"] = why
-            else:
-                session.notes.append(f"profiler window {event.get('index') or n + 1}: {why}")
+            _unreadable(session, exc, last=not read and n == len(mine) - 1, index=event.get("index") or n + 1)
             continue
-        summaries.append((summary, str(event["path"])))
-    if not summaries:
+        read.append((summary, str(event["path"]), data))
+    if not read:
         return None
-    session.profiles = [s for s, _ in summaries]
-    # the primary window is the first one that steps drove: a time-bounded window that came
-    # first may have caught the set-up (data moved to the GPU before the loop began)
-    primary = next((pair for pair in summaries if pair[0].step_source != "time"), summaries[0])
-    session.profile = primary[0]
+    chosen = primary_index([summary for summary, _, _ in read], session.steps.source)
+    if replay is not None:
+        for k, (summary, _, data) in enumerate(read):
+            try:
+                if summary.kernel_count == 0 and summary.gpu_busy_us <= 0:
+                    summary.replay = ReplaySummary(steps=summary.steps,
+                                                   error="a CPU-only window: no GPU work to replay")
+                else:
+                    primary = k == chosen and summary.step_source != "time"
+                    summary.replay = replay(data, summary.steps, summary.step_source,
+                                            calibration_steps(session, summary, primary=primary))
+            except Exception as exc:  # a replay that fails leaves the window's other numbers
+                log.debug("replay failed", exc_info=True)
+                summary.replay = ReplaySummary(steps=summary.steps, error=f"{type(exc).__name__}: {exc}")
+    session.profiles = [summary for summary, _, _ in read]
+    session.profile = read[chosen][0]
     session.unavailable.pop("profile", None)
-    return primary[1]
+    return read[chosen][1]
+
+
+def primary_index(summaries: list[ProfileSummary], run_source: str | None) -> int:
+    """Which window is the primary one: the first that the run's own steps drove (its step time is the
+    run's, so is a replay calibrated to it), else the first that any steps drove, else the first.
+    A window of another source that came first may have caught something else: an evaluation at step 0
+    under no_grad, with every library's first-call set-up in it (nanoGPT's train.py: cuDNN attention's
+    first forward and backward, 0.58 and 0.72 s of a 1.6 s window), or a time-bounded window the set-up
+    (data moved to the GPU before the loop began)."""
+    own = next((k for k, s in enumerate(summaries) if run_source is not None and s.step_source == run_source), None)
+    if own is not None:
+        return own
+    return next((k for k, s in enumerate(summaries) if s.step_source != "time"), 0)
+
+
+def _unreadable(session: Session, exc: Exception, *, last: bool, index: Any) -> None:
+    """Say why a window's trace could not be analysed: as the profile's absence when it was the last hope."""
+    why = f"the profiler trace could not be analysed: {type(exc).__name__}: {exc}"
+    if last:
+        session.unavailable["profile"] = why
+    else:
+        session.notes.append(f"profiler window {index}: {why}")
 
 
 def rank_window(profiles: list[dict[str, Any]], workdir: Path, pid: int, t0: float) -> ProfileSummary | None:

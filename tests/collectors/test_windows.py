@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from helpers import make_steps
+
 from gpudoctor.collectors.windows import apply_windows, phase_words
 from gpudoctor.run.assemble import replay_window
 from gpudoctor.session import Session
@@ -38,6 +40,38 @@ def test_every_window_is_summarised_and_the_first_stepped_one_is_primary(tmp_pat
     assert (third.window_start_s, third.window_end_s) == (30.0, 30.5)
     assert all(p.replay is not None for p in session.profiles)
     assert "profile" not in session.unavailable
+
+
+def test_the_window_of_the_runs_own_steps_is_primary_over_an_earlier_one_of_another_source(tmp_path):
+    """nanoGPT's train.py evaluates before it trains: the first window counted module forwards under
+    no_grad (with every library's first call in it), the run counts optimizer steps. The primary window,
+    whose replay is calibrated to the run's steady steps and whose trace is kept, is the training one;
+    the evaluation window stays, its replay not calibrated (its steps are not the run's)."""
+    for name in ("item_sync", "tiny_kernels"):
+        shutil.copy(WINDOWS / f"{name}.trace.json.gz", tmp_path / f"{name}.json")
+    events = [
+        event(1, "item_sync.json", "forward", "start", 103.0, grad=False, cuda=True),
+        event(2, "tiny_kernels.json", "optimizer", "phase", 110.0, grad=True, cuda=True),
+    ]
+    session = Session(cwd="/nowhere")
+    session.steps.source = "optimizer"
+    session.steps.records = make_steps(60, 0.01, start_t=5.0)
+    primary = apply_windows(events, tmp_path, session, t0=100.0, replay=replay_window)
+    assert primary == "tiny_kernels.json"
+    assert session.profile is session.profiles[1] and session.windows()[0] is session.profile
+    first, training = session.profiles
+    assert training.replay is not None and training.replay.calibration.startswith("host costs scaled by")
+    assert first.replay is not None and first.replay.calibration.startswith("not calibrated")
+
+
+def test_without_a_window_of_the_runs_steps_the_first_stepped_one_is_primary(tmp_path):
+    shutil.copy(WINDOWS / "item_sync.trace.json.gz", tmp_path / "a.json")
+    shutil.copy(WINDOWS / "tiny_kernels.trace.json.gz", tmp_path / "b.json")
+    events = [event(1, "a.json", "time", "start", 103.0, steps=0), event(2, "b.json", "forward", "phase", 110.0)]
+    session = Session(cwd="/nowhere")
+    session.steps.source = "optimizer"
+    assert apply_windows(events, tmp_path, session, t0=100.0) == "b.json"
+    assert session.profile is session.profiles[1]
 
 
 def test_no_window_says_why():
