@@ -214,7 +214,9 @@ def sync(timeline: Timeline, plan: Plan) -> tuple[int, str]:
 
 def launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     """The model's launch chains as graphs (what torch.compile(mode="reduce-overhead") buys): each
-    chain costs the host one compiled call, whose graph starts once the call's host work is done."""
+    chain costs the host one compiled call, whose graph starts once the call's host work is done; the
+    graph's kernels are Inductor's, each run of elementwise kernels fused into one as long as its
+    longest member (as in the plain-compile what-if, `compiled`)."""
     changed, chains = _collapse(timeline, plan, optimizer=False, graph_call=True)
     glue = ("framework Python removed, the user's own Python kept" if timeline.stacks
             else f"Python stretches under {GLUE_MAX_US:.0f} us removed")
@@ -249,11 +251,8 @@ def compiled(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     # forward and the backward are not told apart by module calls)
     split = np.concatenate(([False], (chain_of[1:] == chain_of[:-1]) & (engine[members[1:]] != engine[members[:-1]])))
     chain_of = np.cumsum(np.concatenate(([True], chain_of[1:] != chain_of[:-1])) | split) - 1
-    extern = _extern_launches(timeline)
-    kernels_only = np.zeros(len(timeline.host), dtype=bool)  # a copy's or memset's launch is never fused
-    kernels_only[known.kernel_launches] = True
+    fusable = _fusable_launches(timeline)
     cost = np.array(plan.cost, dtype=np.float64)
-    queued = timeline.host.ops
     changed = chains = kept_launches = launched = fused_runs = 0
     before = float(np.sum(plan.dur))
     bounds = np.flatnonzero(np.concatenate(([True], chain_of[1:] != chain_of[:-1], [True])))
@@ -263,24 +262,13 @@ def compiled(timeline: Timeline, plan: Plan) -> tuple[int, str]:
         if len(launches) < 2:
             continue
         costs = rates.COMPILED_BACKWARD if engine[items[0]] else forward
-        previous_fused = False
-        head = -1  # the operation that carries the current run of fused kernels
+        issued = _fuse(timeline, plan, items, fusable)
         for i in items.tolist():
             if known.kinds[i] == LAUNCH:
-                fusable = bool(kernels_only[i] and not extern[i])
-                issued = not (fusable and previous_fused)  # a fusable kernel after another rides in its launch
-                previous_fused = fusable
-                plan.cost[i] = costs.kernel_us if issued else 0.0
-                kept_launches += issued
+                plan.cost[i] = costs.kernel_us if issued[i] else 0.0
+                kept_launches += issued[i]
+                fused_runs += issued[i] and fusable[i]
                 launched += 1
-                if fusable and queued[i]:
-                    if issued or head < 0:
-                        head = queued[i][0]
-                    for j in queued[i]:  # the run's kernels as one pass: as long as its longest member
-                        if j != head:
-                            plan.dur[head] = max(plan.dur[head], plan.dur[j])
-                            plan.dur[j], plan.gap[j] = 0.0, 0.0
-                    fused_runs += issued
             elif cost[i] > 0:
                 plan.cost[i] = 0.0
                 changed += 1
@@ -295,6 +283,40 @@ def compiled(timeline: Timeline, plan: Plan) -> tuple[int, str]:
                      f"matrix multiplies and convolutions on their own), at {rates.COMPILED_SOURCE}; framework "
                      f"Python removed; {fused_runs:,} fused runs each as long as its longest kernel "
                      f"({saved / 1e3:,.1f} ms of GPU time less)")
+
+
+def _fusable_launches(timeline: Timeline) -> np.ndarray:
+    """Per host item: it launched kernels Inductor generates and fuses (not a copy's or a memset's launch,
+    nor a matrix multiply's, convolution's or attention's: extern kernels)."""
+    known = facts(timeline)
+    kernels_only = np.zeros(len(timeline.host), dtype=bool)
+    kernels_only[known.kernel_launches] = True
+    fusable: np.ndarray = kernels_only & ~_extern_launches(timeline)
+    return fusable
+
+
+def _fuse(timeline: Timeline, plan: Plan, items: np.ndarray, fusable: np.ndarray) -> dict[int, bool]:
+    """A chain's runs of fusable launches (`items`, in order; what comes between launches does not
+    break a run) as one kernel each: on the GPU as long as its longest member (one pass over memory),
+    the others of the run nothing. Whether each launch is still issued (a run's first, and every
+    launch that is not fusable)."""
+    known, queued = facts(timeline), timeline.host.ops
+    issued: dict[int, bool] = {}
+    previous_fused, head = False, -1  # head: the operation that carries the current run
+    for i in items.tolist():
+        if known.kinds[i] != LAUNCH:
+            continue
+        mine = bool(fusable[i])
+        issued[i] = not (mine and previous_fused)  # a fusable kernel after another rides in its launch
+        previous_fused = mine
+        if mine and queued[i]:
+            if issued[i] or head < 0:
+                head = queued[i][0]
+            for j in queued[i]:
+                if j != head:
+                    plan.dur[head] = max(plan.dur[head], plan.dur[j])
+                    plan.dur[j], plan.gap[j] = 0.0, 0.0
+    return issued
 
 
 def _extern_launches(timeline: Timeline) -> np.ndarray:
@@ -408,6 +430,12 @@ def _collapse(timeline: Timeline, plan: Plan, *, optimizer: bool, graph_call: bo
             plan.launch_at[j] = at
             plan.ready[j] = latency + after[at]
             plan.gap[j] = max(0.0, graph_us - plan.dur[j])
+    if graph_call:  # a compiled model's graph replays Inductor's kernels: its elementwise runs fused
+        fusable = _fusable_launches(timeline)
+        bounds = np.flatnonzero(np.concatenate(([True], chain_of[1:] != chain_of[:-1], [True])))
+        for low, high in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            if kept[low]:
+                _fuse(timeline, plan, members[low:high], fusable)
     return len(dropped), int((launches >= 2).sum())
 
 

@@ -86,13 +86,13 @@ def test_syncs_that_drain_the_queue_cost_what_the_gpu_would_have_overlapped():
 
 
 def test_a_launch_bound_chain_collapses_to_one_compiled_call_at_the_graph_rate():
-    # 100 kernels of 1 us a step, each costing the host 10 us: host-bound; as one graph per chain,
-    # the graph starts once its compiled call's host work is done, and its kernels follow each other
-    # at the measured graph rate
+    # 100 kernels of 1 us a step (tiny matrix multiplies: a graph replays them one by one, none fused),
+    # each costing the host 10 us: host-bound; as one graph per chain, the graph starts once its
+    # compiled call's host work is done, and its kernels follow each other at the measured graph rate
     gpu = Gpu()
     host = Host(gpu)
     for _ in range(STEPS * 100):
-        host.launch(1.0)
+        host.launch(1.0, kernel=GEMM)
     data = trace(host)
     summary = replay(data, steps=STEPS)
     kernels = STEPS * 100
@@ -253,7 +253,7 @@ def test_a_copy_between_two_elementwise_kernels_keeps_them_apart_under_plain_com
     assert f"{3 * STEPS:,} launches issued as {3 * STEPS:,}" in scenario.detail, scenario.detail
 
 
-def test_a_fused_run_of_elementwise_kernels_takes_as_long_as_its_longest_member():
+def test_a_fused_run_of_elementwise_kernels_takes_as_long_as_its_longest_member_compiled_or_graphed():
     """A busy GPU: per call of the model, a GEMM of 200 us, then cuDNN's batch norm, a ReLU, an add and a
     cast (100, 60, 40 and 80 us: memory-bound work Inductor generates and fuses). Compiled, the four run
     as one kernel as long as the batch norm, the GEMM as measured: 300 us of GPU a call instead of 480.
@@ -270,6 +270,9 @@ def test_a_fused_run_of_elementwise_kernels_takes_as_long_as_its_longest_member(
     assert scenario.gpu_busy_us == pytest.approx(STEPS * 300.0, rel=0.01), scenario.detail
     assert "each as long as its longest kernel" in scenario.detail
     assert gain(summary, "compiled") == pytest.approx(480.0 / 300.0, rel=0.05)
+    # CUDA graphs of the compiled model replay the same fused kernels
+    graphs = next(s for s in summary.scenarios if s.name == "launch")
+    assert graphs.gpu_busy_us == pytest.approx(STEPS * 300.0, rel=0.01), graphs.detail
 
 
 def _training_with_a_loss_outside_the_model(steps: int) -> dict:
