@@ -68,7 +68,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpudoctor.analysis.prediction import GAIN_WARNING, SEVERITY_GAINS, predict, replay_of, severity_for
-from gpudoctor.checks._profile import IDLE_WARNING, LAUNCH_LIMITS, gpu_profile, launch_signals, per_window, window_name
+from gpudoctor.checks._profile import IDLE_WARNING, MIN_KERNELS, gpu_profile, launch_signals, per_window, window_name
 from gpudoctor.model import Evidence, Finding, Fix, Remedy, Skip, check
 
 if TYPE_CHECKING:
@@ -119,5 +119,5 @@ def _run(session: Session) -> list[Finding]:
 
 run = check("GD306", "unfused-kernels", stage=3, title="Unfused elementwise kernels on a busy GPU",
             requires=("profile",), explains=("GD201",),
-            thresholds=(*LAUNCH_LIMITS, *SEVERITY_GAINS),
+            thresholds=(MIN_KERNELS, IDLE_WARNING, *SEVERITY_GAINS),
             fix=Fix("compile", scenarios=("compiled",)))(per_window(_run))
