@@ -137,7 +137,9 @@ def _host_use(before: Any, after: Any, children_before: os.times_result, childre
     a slow run did more work, or got less of the CPU."""
     used = ((children_after.children_user - children_before.children_user)
             + (children_after.children_system - children_before.children_system))
-    spent = {field: getattr(after, field, 0.0) - getattr(before, field, 0.0) for field in after._fields}
+    # (guest time is counted in user and nice already: psutil's own cpu_percent leaves it out too)
+    spent = {field: getattr(after, field, 0.0) - getattr(before, field, 0.0) for field in after._fields
+             if field not in ("guest", "guest_nice")}
     idle = spent.get("idle", 0.0) + spent.get("iowait", 0.0)
     steal = spent.get("steal", 0.0)
     busy = sum(spent.values()) - idle - steal

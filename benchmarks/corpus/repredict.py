@@ -74,7 +74,7 @@ def primary_moved(session: Any) -> str:
     profiles, recorded = session.profiles, session.profile
     if recorded is None or len(profiles) < 2:
         return ""
-    now = profiles[primary_index(profiles, session.steps.source)]
+    now = profiles[primary_index([p.step_source for p in profiles], session.steps.source)]
     if now == recorded:
         return ""
     session.profile = now

@@ -55,10 +55,9 @@ Thresholds, and where they come from
       realized 3.19x on an H100, 1.73x for a Python-bound loop that plain torch.compile took
       to 1.15x; then 2.02x and 1.06x (1.00x since a loss's backward stays eager). The
       backward, run on autograd's thread while the loop waits, is one compiled call more.
-      The graph's kernels are Inductor's: each run of elementwise kernels is one kernel as
-      long as its longest member (as in ``compiled_gain`` below). Never more than a
-      host-side fix can buy while the GPU was busy. Without a replay: span / (span -
-      launch-attributable idle).
+      Launch cost only: what fusion saves on the GPU is in ``compiled_gain`` below. Never
+      more than a host-side fix can buy while the GPU was busy. Without a replay: span /
+      (span - launch-attributable idle).
     - plain ``torch.compile`` (no CUDA graphs) gets its own number, the evidence
       ``compiled_gain`` (replay scenario ``compiled``): the same chains as compiled calls
       that still launch kernel by kernel, a run of kernels other than matrix multiplies,

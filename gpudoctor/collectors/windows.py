@@ -61,7 +61,10 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
     except ImportError as exc:
         session.unavailable["profile"] = missing_dependency(exc, "trace analysis")
         return None
-    read: list[tuple[ProfileSummary, str, Any]] = []  # each window's summary, trace file and trace
+    # the primary window is known from the agent's events (a window's step source is its event's), so each
+    # trace is replayed as it is read and let go: a run's windows are never all held at once
+    chosen = primary_index([str(e["source"]) if e.get("source") else None for e in mine], session.steps.source)
+    read: list[tuple[ProfileSummary, str, int]] = []  # each window's summary, trace file and place in `mine`
     for n, event in enumerate(mine):
         try:
             data = read_trace(workdir / str(event["path"]), own_window=True)
@@ -72,40 +75,41 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
             log.debug("trace analysis failed", exc_info=True)
             _unreadable(session, exc, last=not read and n == len(mine) - 1, index=event.get("index") or n + 1)
             continue
-        read.append((summary, str(event["path"]), data))
-    if not read:
-        return None
-    chosen = primary_index([summary for summary, _, _ in read], session.steps.source)
-    if replay is not None:
-        for k, (summary, _, data) in enumerate(read):
+        if replay is not None and summary.kernel_count == 0 and summary.gpu_busy_us <= 0:
+            summary.replay = ReplaySummary(steps=summary.steps, error="a CPU-only window: no GPU work to replay")
+        elif replay is not None:
+            primary = n == chosen and summary.step_source != "time"
             try:
-                if summary.kernel_count == 0 and summary.gpu_busy_us <= 0:
-                    summary.replay = ReplaySummary(steps=summary.steps,
-                                                   error="a CPU-only window: no GPU work to replay")
-                else:
-                    primary = k == chosen and summary.step_source != "time"
-                    summary.replay = replay(data, summary.steps, summary.step_source,
-                                            calibration_steps(session, summary, primary=primary))
+                summary.replay = replay(data, summary.steps, summary.step_source,
+                                        calibration_steps(session, summary, primary=primary))
             except Exception as exc:  # a replay that fails leaves the window's other numbers
                 log.debug("replay failed", exc_info=True)
                 summary.replay = ReplaySummary(steps=summary.steps, error=f"{type(exc).__name__}: {exc}")
+        del data
+        read.append((summary, str(event["path"]), n))
+    if not read:
+        return None
+    # (the chosen window unreadable: the same rule over those that were read)
+    at = next((k for k, (_, _, n) in enumerate(read) if n == chosen), None)
+    if at is None:
+        at = primary_index([summary.step_source for summary, _, _ in read], session.steps.source)
     session.profiles = [summary for summary, _, _ in read]
-    session.profile = read[chosen][0]
+    session.profile = read[at][0]
     session.unavailable.pop("profile", None)
-    return read[chosen][1]
+    return read[at][1]
 
 
-def primary_index(summaries: list[ProfileSummary], run_source: str | None) -> int:
-    """Which window is the primary one: the first that the run's own steps drove (its step time is the
-    run's, so is a replay calibrated to it), else the first that any steps drove, else the first.
-    A window of another source that came first may have caught something else: an evaluation at step 0
-    under no_grad, with every library's first-call set-up in it (nanoGPT's train.py: cuDNN attention's
-    first forward and backward, 0.58 and 0.72 s of a 1.6 s window), or a time-bounded window the set-up
-    (data moved to the GPU before the loop began)."""
-    own = next((k for k, s in enumerate(summaries) if run_source is not None and s.step_source == run_source), None)
+def primary_index(sources: list[str | None], run_source: str | None) -> int:
+    """Which of the windows (their step sources, in order) is the primary one: the first that the run's
+    own steps drove (its step time is the run's, so is a replay calibrated to it), else the first that
+    any steps drove, else the first. A window of another source that came first may have caught
+    something else: an evaluation at step 0 under no_grad, with every library's first-call set-up in it
+    (nanoGPT's train.py: cuDNN attention's first forward and backward, 0.58 and 0.72 s of a 1.6 s
+    window), or a time-bounded window the set-up (data moved to the GPU before the loop began)."""
+    own = next((k for k, source in enumerate(sources) if run_source is not None and source == run_source), None)
     if own is not None:
         return own
-    return next((k for k, s in enumerate(summaries) if s.step_source != "time"), 0)
+    return next((k for k, source in enumerate(sources) if source != "time"), 0)
 
 
 def _unreadable(session: Session, exc: Exception, *, last: bool, index: Any) -> None:
@@ -117,14 +121,16 @@ def _unreadable(session: Session, exc: Exception, *, last: bool, index: Any) -> 
         session.notes.append(f"profiler window {index}: {why}")
 
 
-def rank_window(profiles: list[dict[str, Any]], workdir: Path, pid: int, t0: float) -> ProfileSummary | None:
-    """The first step-driven window of one rank's process, summarised (no replay: the
-    cross-rank checks read its totals and its communication kernels only)."""
+def rank_window(profiles: list[dict[str, Any]], workdir: Path, pid: int, t0: float,
+                run_source: str | None = None) -> ProfileSummary | None:
+    """One rank's window chosen as the primary rank's is (primary_index: the first of the run's own
+    steps, `run_source`), summarised (no replay: the cross-rank checks read its totals and its
+    communication kernels only)."""
     mine = sorted((p for p in profiles if p.get("path") and p.get("pid") == pid),
                   key=lambda p: (int(p.get("index") or 0), float(p.get("t_start") or 0)))
-    event = next((p for p in mine if p.get("source") != "time"), mine[0] if mine else None)
-    if event is None:
+    if not mine:
         return None
+    event = mine[primary_index([str(p["source"]) if p.get("source") else None for p in mine], run_source)]
     try:
         from gpudoctor.collectors.trace import summarize_trace
         from gpudoctor.collectors.trace_file import load_trace
@@ -183,8 +189,8 @@ def phase_words(event: dict[str, Any]) -> str:
 def calibration_steps(session: Session, summary: ProfileSummary, primary: bool) -> metrics.UnprofiledSteps | None:
     """The steady steps a window's replay is calibrated to: the whole run's for the primary window
     (the replay counts them in the window's trace where it counted another source), those of the
-    same source around a later one (its phase); None when a later window's steps came from another
-    source."""
+    same source around another one (its phase, before or after the primary); None when another
+    window's steps came from another source."""
     if primary:
         return metrics.unprofiled(session)
     if summary.step_source != session.steps.source or summary.window_start_s is None or summary.window_end_s is None:

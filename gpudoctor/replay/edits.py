@@ -214,9 +214,8 @@ def sync(timeline: Timeline, plan: Plan) -> tuple[int, str]:
 
 def launch(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     """The model's launch chains as graphs (what torch.compile(mode="reduce-overhead") buys): each
-    chain costs the host one compiled call, whose graph starts once the call's host work is done; the
-    graph's kernels are Inductor's, each run of elementwise kernels fused into one as long as its
-    longest member (as in the plain-compile what-if, `compiled`)."""
+    chain costs the host one compiled call, whose graph starts once the call's host work is done. The
+    kernels run as measured: a host-side what-if (what fusion saves on the GPU is `compiled`'s)."""
     changed, chains = _collapse(timeline, plan, optimizer=False, graph_call=True)
     glue = ("framework Python removed, the user's own Python kept" if timeline.stacks
             else f"Python stretches under {GLUE_MAX_US:.0f} us removed")
@@ -253,7 +252,7 @@ def compiled(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     chain_of = np.cumsum(np.concatenate(([True], chain_of[1:] != chain_of[:-1])) | split) - 1
     fusable = _fusable_launches(timeline)
     cost = np.array(plan.cost, dtype=np.float64)
-    changed = chains = kept_launches = launched = fused_runs = 0
+    changed = chains = kept_launches = launched = 0
     before = float(np.sum(plan.dur))
     bounds = np.flatnonzero(np.concatenate(([True], chain_of[1:] != chain_of[:-1], [True])))
     for low, high in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
@@ -267,7 +266,6 @@ def compiled(timeline: Timeline, plan: Plan) -> tuple[int, str]:
             if known.kinds[i] == LAUNCH:
                 plan.cost[i] = costs.kernel_us if issued[i] else 0.0
                 kept_launches += issued[i]
-                fused_runs += issued[i] and fusable[i]
                 launched += 1
             elif cost[i] > 0:
                 plan.cost[i] = 0.0
@@ -281,17 +279,23 @@ def compiled(timeline: Timeline, plan: Plan) -> tuple[int, str]:
     return changed, (f"{chains:,} launch chains outside optimizer.step() as compiled calls without CUDA graphs: "
                      f"{launched:,} launches issued as {kept_launches:,} (each run of fusable kernels as one, "
                      f"matrix multiplies and convolutions on their own), at {rates.COMPILED_SOURCE}; framework "
-                     f"Python removed; {fused_runs:,} fused runs each as long as its longest kernel "
+                     f"Python removed; each run of fusable kernels as long as its longest kernel "
                      f"({saved / 1e3:,.1f} ms of GPU time less)")
 
 
 def _fusable_launches(timeline: Timeline) -> np.ndarray:
     """Per host item: it launched kernels Inductor generates and fuses (not a copy's or a memset's launch,
-    nor a matrix multiply's, convolution's or attention's: extern kernels)."""
+    nor a matrix multiply's, convolution's or attention's: extern kernels). A kernel Inductor already
+    generated (``triton_*``: the model is compiled) is not fused again, nor is a CUDA graph's replay."""
     known = facts(timeline)
     kernels_only = np.zeros(len(timeline.host), dtype=bool)
     kernels_only[known.kernel_launches] = True
-    fusable: np.ndarray = kernels_only & ~_extern_launches(timeline)
+    ops = timeline.ops
+    generated = np.array([op.kind == "k" and op.name.startswith("triton_") for op in ops], dtype=bool)
+    compiled_already = np.bincount(known.op_items, weights=generated[known.op_ids],
+                                   minlength=len(timeline.host)) > 0
+    graphs = np.array(["GraphLaunch" in api for api in timeline.host.api], dtype=bool)
+    fusable: np.ndarray = kernels_only & ~_extern_launches(timeline) & ~compiled_already & ~graphs
     return fusable
 
 
@@ -430,12 +434,6 @@ def _collapse(timeline: Timeline, plan: Plan, *, optimizer: bool, graph_call: bo
             plan.launch_at[j] = at
             plan.ready[j] = latency + after[at]
             plan.gap[j] = max(0.0, graph_us - plan.dur[j])
-    if graph_call:  # a compiled model's graph replays Inductor's kernels: its elementwise runs fused
-        fusable = _fusable_launches(timeline)
-        bounds = np.flatnonzero(np.concatenate(([True], chain_of[1:] != chain_of[:-1], [True])))
-        for low, high in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            if kept[low]:
-                _fuse(timeline, plan, members[low:high], fusable)
     return len(dropped), int((launches >= 2).sum())
 
 

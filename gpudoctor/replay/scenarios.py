@@ -9,9 +9,9 @@
   data wait or long user code; one per call of the model where the trace's Python
   stacks show its ``nn.Module`` calls, what runs outside them as measured) issued as one
   captured graph: one compiled call's host cost (``rates.graph_call_us``), then the
-  kernels back to back at the graph rate measured on an H200, each run of elementwise
-  kernels fused into one as long as its longest member (the graph replays Inductor's
-  kernels). This is what compiling the model buys; the optimizer is not part of it.
+  kernels back to back at the graph rate measured on an H200. Launch cost only: what
+  fusion saves on the GPU is ``compiled``'s. This is what compiling the model buys; the
+  optimizer is not part of it.
 - ``compiled``: the same chains as one compiled call each that still launches kernel by
   kernel (``torch.compile``'s default mode, no CUDA graphs): the framework Python goes, a run
   of kernels other than library ones (matrix multiplies, convolutions, attention:

@@ -46,6 +46,9 @@ from gpudoctor.replay.items import CPU, DATA, DISPATCH, LAUNCH, PYTHON, SYNC, US
 AGENT_WINDOW_FRAME = "gpudoctor/agent/profiler"  # gpudoctor closing its own window
 BACKWARD_FUNCTION = "autograd::engine::evaluate_function: "  # autograd's run of one backward node
 MODULE_FRAME = "nn.Module: "  # torch.profiler's frame for a module's call (with_stack)
+# a loss module's call (torch.nn's losses all end in "Loss": CrossEntropyLoss_0): not the model, which
+# compiling the model leaves eager, as it does a loss computed by functions
+LOSS_MODULE_FRAME = re.compile(r"nn\.Module: \w*Loss_\d+$")
 _VERSION = re.compile(r"_v\d+$")
 
 OVERLAP_ROUNDS = 32  # gaps covered by more spans than this add the rest one by one
@@ -287,14 +290,15 @@ class _Reading:
 
     def _frames(self, codes: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[Spans, Spans, Frames, Spans]:
         """gpudoctor's window-closing frames, torch.optim's update functions, every frame, and the
-        outermost nn.Module calls."""
+        outermost nn.Module calls (a loss module's left out: not the model)."""
         facts = self.frame_facts
         for code in set(codes.tolist()) - facts.keys():
             name = self.names[code].replace("\\", "/")
             match = _FRAME_NAME.match(name)
             facts[code] = (AGENT_WINDOW_FRAME in name,
                            match is not None and frame_kind(match["file"]) in ("user", "stdlib"),
-                           OPTIMIZER_UPDATE_FRAME.search(name) is not None, name.startswith(MODULE_FRAME))
+                           OPTIMIZER_UPDATE_FRAME.search(name) is not None,
+                           name.startswith(MODULE_FRAME) and not LOSS_MODULE_FRAME.match(name))
         is_agent, own, update, module = (_lookup({code: fact[k] for code, fact in facts.items()}, codes, np.bool_)
                                          for k in range(4))
         return (_merged(ts[is_agent], end[is_agent]), _merged(ts[update], end[update]), (ts, end, own),

@@ -155,7 +155,7 @@ def assemble_ranks(reader: EventReader, session: Session, workdir: Path, t0: flo
             info.profile = None if session.profile is None else dataclasses.replace(
                 session.profile, call_sites=[], top_cpu_ops=[], sync_sites=[], replay=None)
         else:
-            info.profile = rank_window(reader.profiles, workdir, pid, t0)
+            info.profile = rank_window(reader.profiles, workdir, pid, t0, session.steps.source)
         error = next((e for e in session.errors if e.pid == pid), None)
         if error is not None:
             info.error = f"{error.type or error.kind}: {error.message}"[:300]

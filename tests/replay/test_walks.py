@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpudoctor.collectors.kineto_names import library_kernel
 from gpudoctor.collectors.trace_decode import read_trace
 from gpudoctor.replay import edits, rates, threads
 from gpudoctor.replay.scenarios import SCENARIOS
@@ -196,26 +195,7 @@ def _walk_collapse(timeline: Timeline, plan: Plan, optimizer: bool) -> tuple[int
             for j in timeline.items[i].ops:
                 plan.launch_at[j], plan.ready[j] = launches[0], timeline.launch_latency_us + call
                 plan.gap[j] = max(0.0, rates.GRAPH_KERNEL_US - plan.dur[j])
-        if not optimizer:
-            _walk_fuse(timeline, plan, launches)
     return changed, count
-
-
-def _walk_fuse(timeline: Timeline, plan: Plan, launches: list[int]) -> None:
-    """A graph's elementwise runs fused: one kernel as long as its longest member. A fusable launch is
-    one of kernels only (no copy, no memset), none a matrix multiply, convolution or attention."""
-    head = -1
-    for i in launches:
-        ops = [timeline.ops[j] for j in timeline.items[i].ops]
-        if not all(op.kind == "k" for op in ops) or any(op.gemm is not None or library_kernel(op.name) for op in ops):
-            head = -1
-            continue
-        for j in timeline.items[i].ops:
-            if head < 0:
-                head = j
-            elif j != head:
-                plan.dur[head] = max(plan.dur[head], plan.dur[j])
-                plan.dur[j], plan.gap[j] = 0.0, 0.0
 
 
 def _walk_small_copies(timeline: Timeline, plan: Plan) -> int:

@@ -104,7 +104,8 @@ def main() -> None:
     if gpu:
         torch.cuda.synchronize()
         stamps[-1] = time.perf_counter()
-    workers_cpu = _workers_cpu_s(it)  # persistent workers: the last iterator's are the run's
+    # persistent workers: the last iterator's are the run's (new ones every iterator: not known)
+    workers_cpu = _workers_cpu_s(it) if not args.no_persistent else None
     main_cpu = time.process_time()
     steady = stamps[args.warmup:]
     rate = (len(steady) - 1) / (steady[-1] - steady[0])
