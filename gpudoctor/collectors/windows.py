@@ -63,7 +63,7 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
         return None
     # the primary window is known from the agent's events (a window's step source is its event's), so each
     # trace is replayed as it is read and let go: a run's windows are never all held at once
-    chosen = primary_index([str(e["source"]) if e.get("source") else None for e in mine], session.steps.source)
+    chosen = primary_index([_source(e) for e in mine], session.steps.source)
     read: list[tuple[ProfileSummary, str, int]] = []  # each window's summary, trace file and place in `mine`
     for n, event in enumerate(mine):
         try:
@@ -112,6 +112,11 @@ def primary_index(sources: list[str | None], run_source: str | None) -> int:
     return next((k for k, source in enumerate(sources) if source != "time"), 0)
 
 
+def _source(event: dict[str, Any]) -> str | None:
+    """A window event's step source ("optimizer", "time", ...), None when it has none."""
+    return str(event["source"]) if event.get("source") else None
+
+
 def _unreadable(session: Session, exc: Exception, *, last: bool, index: Any) -> None:
     """Say why a window's trace could not be analysed: as the profile's absence when it was the last hope."""
     why = f"the profiler trace could not be analysed: {type(exc).__name__}: {exc}"
@@ -130,7 +135,7 @@ def rank_window(profiles: list[dict[str, Any]], workdir: Path, pid: int, t0: flo
                   key=lambda p: (int(p.get("index") or 0), float(p.get("t_start") or 0)))
     if not mine:
         return None
-    event = mine[primary_index([str(p["source"]) if p.get("source") else None for p in mine], run_source)]
+    event = mine[primary_index([_source(p) for p in mine], run_source)]
     try:
         from gpudoctor.collectors.trace import summarize_trace
         from gpudoctor.collectors.trace_file import load_trace
@@ -157,7 +162,7 @@ def _describe(summary: ProfileSummary, event: dict[str, Any], t0: float, index: 
         summary.window_end_s = round(float(event["t_end"]) - t0, 3)
     summary.label = str(event.get("label") or "start")
     summary.index = index
-    summary.step_source = str(event["source"]) if event.get("source") else None
+    summary.step_source = _source(event)
     summary.phase = phase_words(event)
 
 

@@ -284,18 +284,18 @@ def compiled(timeline: Timeline, plan: Plan) -> tuple[int, str]:
 
 
 def _fusable_launches(timeline: Timeline) -> np.ndarray:
-    """Per host item: it launched kernels Inductor generates and fuses (not a copy's or a memset's launch,
-    nor a matrix multiply's, convolution's or attention's: extern kernels). A kernel Inductor already
-    generated (``triton_*``: the model is compiled) is not fused again, nor is a CUDA graph's replay."""
+    """Per host item: it launched kernels Inductor generates and fuses. Not a copy's or a memset's launch;
+    not one of a matrix multiply, convolution or attention kernel (what Inductor calls as an extern
+    kernel); not one of a kernel Inductor already generated (``triton_*``: the model is compiled), nor
+    a CUDA graph's replay."""
     known = facts(timeline)
     kernels_only = np.zeros(len(timeline.host), dtype=bool)
     kernels_only[known.kernel_launches] = True
-    ops = timeline.ops
-    generated = np.array([op.kind == "k" and op.name.startswith("triton_") for op in ops], dtype=bool)
-    compiled_already = np.bincount(known.op_items, weights=generated[known.op_ids],
-                                   minlength=len(timeline.host)) > 0
+    kept_apart = np.array([op.kind == "k" and (op.gemm is not None or library_kernel(op.name)
+                                               or op.name.startswith("triton_")) for op in timeline.ops], dtype=bool)
+    unfusable = np.bincount(known.op_items, weights=kept_apart[known.op_ids], minlength=len(timeline.host)) > 0
     graphs = np.array(["GraphLaunch" in api for api in timeline.host.api], dtype=bool)
-    fusable: np.ndarray = kernels_only & ~_extern_launches(timeline) & ~compiled_already & ~graphs
+    fusable: np.ndarray = kernels_only & ~unfusable & ~graphs
     return fusable
 
 
@@ -321,17 +321,6 @@ def _fuse(timeline: Timeline, plan: Plan, items: np.ndarray, fusable: np.ndarray
                     plan.dur[head] = max(plan.dur[head], plan.dur[j])
                     plan.dur[j], plan.gap[j] = 0.0, 0.0
     return issued
-
-
-def _extern_launches(timeline: Timeline) -> np.ndarray:
-    """Per host item: it launched a matrix multiply or a convolution (what Inductor calls as an extern
-    kernel rather than generating and fusing)."""
-    known = facts(timeline)
-    ops = timeline.ops
-    heavy = np.array([op.kind == "k" and (op.gemm is not None or library_kernel(op.name)) for op in ops],
-                     dtype=bool)
-    found: np.ndarray = np.bincount(known.op_items, weights=heavy[known.op_ids], minlength=len(timeline.host)) > 0
-    return found
 
 
 def optimizer(timeline: Timeline, plan: Plan) -> tuple[int, str]:
