@@ -105,7 +105,11 @@ def _mark_outside_backward(threads: list[HostThread]) -> None:
     """Each autograd backward function (``evaluate_function: XBackward0``) whose forward operator (the
     same sequence number) ran on a thread whose stacks show the model's calls, outside every one of
     them. Compiling the model compiles its own backward; the backward of a loss computed outside it
-    stays eager. Numbers met inside a call on any thread are the model's, whatever else met them."""
+    stays eager. Numbers met inside a call on any thread are the model's, whatever else met them:
+    autograd counts them per thread, but a trace cannot key them so (a forward operator records "Fwd
+    thread id" 0, its backward function the forward thread's profiler number, 1 for the main thread in
+    torch 2.11's traces), so two forward threads' numbers pool, and a clash errs towards the model
+    (compiled, fused)."""
     inside: list[np.ndarray] = []
     outside: list[np.ndarray] = []
     for thread in threads:
