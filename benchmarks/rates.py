@@ -9,9 +9,12 @@ ops in eager mode (the host side of a compiled step, which the launch what-if of
 a captured graph's), and what a forward replayed as CUDA graphs by `torch.compile(mode=
 "reduce-overhead")` costs per call and per kernel, host and GPU (the remedy GD301's launch what-if
 predicts). On any machine: what a DataLoader batch costs the consuming loop when produced
-in-process vs received from workers (the hand-off).
+in-process vs received from workers (the hand-off), and how fast one process computes while
+k others compute beside it (`cpu_load`: a worker's batch time at k busy cores, what more workers
+than a run had can expect of the host's clocks and shared caches).
 
-    python benchmarks/rates.py [--json out.json] [--only handoff,gemm,copy,graph,compiled,compiled_train,cudagraph]
+    python benchmarks/rates.py [--json out.json]
+        [--only handoff,gemm,copy,graph,compiled,compiled_train,cudagraph,cpu_load]
 """
 
 from __future__ import annotations
@@ -362,17 +365,61 @@ def handoff(batches: int = 300) -> list[dict]:
     return rows
 
 
+def _busy_work(seconds: float, start: float, out) -> None:  # type: ignore[no-untyped-def]
+    """A DataLoader worker's kind of work, single-threaded: Python per sample and small tensor ops,
+    from `start` (a shared instant, so that all run together) for `seconds`; puts rounds per second."""
+    torch.set_num_threads(1)
+    x = torch.randn(32, 32)
+    while time.time() < start:
+        time.sleep(0.001)
+    rounds, end = 0, start + seconds
+    while time.time() < end:
+        total = 0
+        for i in range(2000):  # Python, as a __getitem__ is
+            total += i * i % 7
+        for _ in range(20):  # small tensor ops, as a transform and the collate are
+            x = torch.tanh(x @ x) * 0.5
+        rounds += 1
+    out.put(rounds / seconds)
+
+
+def cpu_load(seconds: float = 1.5) -> dict:
+    """Each process's speed with k processes computing at once, against one alone: the median rate over
+    the k processes, for k from 1 to the usable cores (a worker's batch time grows as 1 / that share)."""
+    import multiprocessing
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    counts = sorted({k for k in (1, 2, 4, 6, 8, 10, 12, 14, 15, 16, cores) if k <= cores})
+    context = multiprocessing.get_context("fork")
+    rows = []
+    for k in counts:
+        queue = context.Queue()
+        start = time.time() + 0.3
+        procs = [context.Process(target=_busy_work, args=(seconds, start, queue)) for _ in range(k)]
+        for proc in procs:
+            proc.start()
+        rates = [queue.get(timeout=60) for _ in procs]
+        for proc in procs:
+            proc.join()
+        rows.append({"busy": k, "rate": round(statistics.median(rates), 2), "slowest": round(min(rates), 2)})
+    alone = rows[0]["rate"]
+    for row in rows:
+        row["speed"] = round(row["rate"] / alone, 3)
+    return {"cores": cores, "seconds": seconds, "rows": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json")
     parser.add_argument("--only", help="comma-separated sections: handoff, gemm, copy, graph, compiled, "
-                        "compiled_train, cudagraph (default: all)")
+                        "compiled_train, cudagraph, cpu_load (default: all)")
     args = parser.parse_args()
     sections = {"handoff": ("handoff_tensordataset_batch64", handoff, False), "gemm": ("gemm", gemm_rates, True),
                 "copy": ("copy", copy_rates, True), "graph": ("graph", graph_gap, True),
                 "compiled": ("compiled_launch", compiled_launch, True),
                 "compiled_train": ("compiled_train", compiled_train, True),
-                "cudagraph": ("cudagraph_calls", cudagraph_calls, True)}
+                "cudagraph": ("cudagraph_calls", cudagraph_calls, True), "cpu_load": ("cpu_load", cpu_load, False)}
     wanted = args.only.split(",") if args.only else list(sections)
     unknown = [name for name in wanted if name not in sections]
     if unknown:
