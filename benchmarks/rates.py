@@ -11,10 +11,11 @@ a captured graph's), and what a forward replayed as CUDA graphs by `torch.compil
 predicts). On any machine: what a DataLoader batch costs the consuming loop when produced
 in-process vs received from workers (the hand-off), and how fast one process computes while
 k others compute beside it (`cpu_load`: a worker's batch time at k busy cores, what more workers
-than a run had can expect of the host's clocks and shared caches).
+than a run had can expect of the host's clocks and shared caches), and two processes pinned to
+two CPUs against one alone, for each pair with the first (`cpu_pairs`: which CPUs share a core).
 
     python benchmarks/rates.py [--json out.json]
-        [--only handoff,gemm,copy,graph,compiled,compiled_train,cudagraph,cpu_load]
+        [--only handoff,gemm,copy,graph,compiled,compiled_train,cudagraph,cpu_load,cpu_pairs]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import statistics
 import sys
 import time
@@ -387,7 +389,6 @@ def cpu_load(seconds: float = 1.5) -> dict:
     """Each process's speed with k processes computing at once, against one alone: the median rate over
     the k processes, for k from 1 to the usable cores (a worker's batch time grows as 1 / that share)."""
     import multiprocessing
-    import os
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     counts = sorted({k for k in (1, 2, 4, 6, 8, 10, 12, 14, 15, 16, cores) if k <= cores})
@@ -409,17 +410,49 @@ def cpu_load(seconds: float = 1.5) -> dict:
     return {"cores": cores, "seconds": seconds, "rows": rows}
 
 
+def _pinned_work(cpu: int, seconds: float, start: float, out) -> None:  # type: ignore[no-untyped-def]
+    os.sched_setaffinity(0, {cpu})
+    _busy_work(seconds, start, out)
+
+
+def cpu_pairs(seconds: float = 1.0) -> dict:
+    """Two processes pinned to the first usable CPU and to each other one in turn, against one alone: a
+    pair far below 1 shares a physical core (SMT siblings a virtual machine may not show) or its
+    caches. What a run's few workers get depends on where the scheduler puts them."""
+    import multiprocessing
+
+    cpus = sorted(os.sched_getaffinity(0))
+    context = multiprocessing.get_context("fork")
+
+    def together(where: list[int]) -> list[float]:
+        queue = context.Queue()
+        start = time.time() + 0.3
+        procs = [context.Process(target=_pinned_work, args=(cpu, seconds, start, queue)) for cpu in where]
+        for proc in procs:
+            proc.start()
+        rates = [queue.get(timeout=60) for _ in procs]
+        for proc in procs:
+            proc.join()
+        return rates
+
+    alone = together([cpus[0]])[0]
+    rows = [{"cpus": [cpus[0], other], "speed": round(min(together([cpus[0], other])) / alone, 3)}
+            for other in cpus[1:]]
+    return {"first": cpus[0], "alone": round(alone, 2), "rows": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json")
     parser.add_argument("--only", help="comma-separated sections: handoff, gemm, copy, graph, compiled, "
-                        "compiled_train, cudagraph, cpu_load (default: all)")
+                        "compiled_train, cudagraph, cpu_load, cpu_pairs (default: all)")
     args = parser.parse_args()
     sections = {"handoff": ("handoff_tensordataset_batch64", handoff, False), "gemm": ("gemm", gemm_rates, True),
                 "copy": ("copy", copy_rates, True), "graph": ("graph", graph_gap, True),
                 "compiled": ("compiled_launch", compiled_launch, True),
                 "compiled_train": ("compiled_train", compiled_train, True),
-                "cudagraph": ("cudagraph_calls", cudagraph_calls, True), "cpu_load": ("cpu_load", cpu_load, False)}
+                "cudagraph": ("cudagraph_calls", cudagraph_calls, True), "cpu_load": ("cpu_load", cpu_load, False),
+                "cpu_pairs": ("cpu_pairs", cpu_pairs, False)}
     wanted = args.only.split(",") if args.only else list(sections)
     unknown = [name for name in wanted if name not in sections]
     if unknown:
