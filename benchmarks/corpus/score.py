@@ -113,10 +113,13 @@ def realized(pairs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def judge(row: dict[str, Any]) -> None:
     """Error and goal flags of one remedy row, in place."""
-    predicted, real = row.get("predicted"), row.get("realized")
+    # plain floats and bools: a numpy scalar (a gain read from a curve) would be written as the text "False",
+    # which reads as true
+    predicted = float(row["predicted"]) if row.get("predicted") is not None else None
+    real = float(row["realized"]) if row.get("realized") is not None else None
     row["error"] = round(predicted / real - 1, 4) if predicted and real else None
-    row["within_30"] = abs(row["error"]) <= WITHIN if row["error"] is not None else None
-    row["off_by_2x"] = (predicted / real > OFF_BY or real / predicted > OFF_BY) if predicted and real else None
+    row["within_30"] = bool(abs(row["error"]) <= WITHIN) if row["error"] is not None else None
+    row["off_by_2x"] = bool(predicted / real > OFF_BY or real / predicted > OFF_BY) if predicted and real else None
     finding = row.get("finding") or {}
     row["critical_under_1_1"] = finding.get("severity") == "critical" and real is not None and real < CRITICAL_MIN
     row["unnamed_over_1_5"] = row.get("named") is False and real is not None and real > UNNAMED_MAX

@@ -130,6 +130,20 @@ def test_plain_compile_reads_its_own_number_from_the_launch_findings_evidence() 
     assert bare["named"] and bare["predicted"] is None
 
 
+def test_a_numpy_gain_is_judged_into_plain_json_values() -> None:
+    """A gain read from a curve may be a numpy scalar: the row's flags stay real bools, which the corpus
+    file writes as true and false (not the text "False", which the goal would count as a miss)."""
+    import numpy as np
+
+    row = {"predicted": np.float64(1.94), "realized": np.float64(1.8096), "finding": {"severity": "critical"},
+           "named": True}
+    score.judge(row)
+    assert type(row["within_30"]) is bool and type(row["off_by_2x"]) is bool
+    assert json.loads(json.dumps(row, default=str))["off_by_2x"] is False
+    assert score.goal([{"workload": "w", "public": True, "remedies": [{**row, "workload": "w", "remedy": "r"}]}],
+                      min_workloads=1)["off_by_2x"] == []
+
+
 def test_realized_is_the_median_of_the_pairs_ratios() -> None:
     pairs = [{"ratio": 2.0}, {"ratio": 3.0}, {"ratio": 10.0}]
     assert score.realized(pairs)["realized"] == 3.0
