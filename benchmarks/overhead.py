@@ -12,7 +12,12 @@ when it ended). Per run:
   window overlapped, over their time (a plain run has no window: all its steady steps);
 - whole-run throughput: every steady step, windows included.
 
-The ratio diagnose / plain is taken per pair; the table gives the median of pairs.
+The ratio diagnose / plain is taken per pair; the table gives the median of pairs. Where the
+workload reports its workers' CPU per batch (`loader_reiter`'s `workers_cpu_ms_per_batch`), the
+table also gives the ratio of throughput x that CPU: a loop whose workers set its pace runs at
+about workers / CPU per batch, and a host whose cores compute faster or slower from run to run
+(the clock it gives falls as more of its cores compute: `rates.py --only cpu_load`) moves both
+alike, so the product keeps what the workers' speed does not explain.
 Goal (issue 24): outside the windows every workload within 3% of plain, the median within
 1%. `--configs` adds the issue's other rows (`no-loader-profile`, `no-profile`), and the
 agent's start-up cost is measured too (a few milliseconds at most).
@@ -222,22 +227,31 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     for config, results in runs.items():
         if config == "plain":
             continue
-        ratios = {"outside": [], "whole": []}
+        ratios: dict[str, list[float]] = {"outside": [], "whole": [], "per_worker_cpu": []}
         for base, other in zip(plain, results, strict=False):
-            for key in ratios:
+            for key in ("outside", "whole"):
                 if base.get(key) and other.get(key):
                     ratios[key].append(other[key] / base[key])
+            if base.get("outside") and other.get("outside") and _worker_cpu(base) and _worker_cpu(other):
+                ratios["per_worker_cpu"].append(other["outside"] * _worker_cpu(other)
+                                                / (base["outside"] * _worker_cpu(base)))
         out[config] = {key: round(statistics.median(v), 4) if v else None for key, v in ratios.items()}
         out[config]["pairs"] = len(ratios["outside"])
     return out
+
+
+def _worker_cpu(run: dict[str, Any]) -> float:
+    """The workers' CPU per batch the workload reported (ms), 0 where it did not."""
+    value = (run.get("workload") or {}).get("workers_cpu_ms_per_batch")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
 
 
 def markdown(results: dict[str, Any]) -> str:
     head = (f"`benchmarks/overhead.py`, {results['machine']}, {results['date']}; medians of "
             f"{results['pairs']} alternated pair(s); ratio = throughput under `diagnose` / plain.")
     columns = ("| workload | plain | plain runs' spread | diagnose, outside the windows | ratio (outside) "
-               "| ratio (whole run) | steps in windows (after the warm-up) |")
-    lines = [head, "", columns, "|---|---|---|---|---|---|---|"]
+               "| ratio (whole run) | ratio x workers' CPU per batch | steps in windows (after the warm-up) |")
+    lines = [head, "", columns, "|---|---|---|---|---|---|---|---|"]
     for name, entry in results["workloads"].items():
         runs, summary = entry["runs"], entry["summary"].get("diagnose", {})
         plain = statistics.median([r["outside"] for r in runs.get("plain", []) if r.get("outside")] or [0])
@@ -246,7 +260,7 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(f"| {name} | {plain:.3g} {unit} | {_spread(runs.get('plain', []))} | "
                      f"{statistics.median([r['outside'] for r in diag]) if diag else float('nan'):.3g} | "
                      f"{_ratio(summary.get('outside'))} | {_ratio(summary.get('whole'))} | "
-                     f"{_in_windows(diag[0]) if diag else '-'} |")
+                     f"{_ratio(summary.get('per_worker_cpu'))} | {_in_windows(diag[0]) if diag else '-'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,47 @@
+"""benchmarks/overhead.py's summary: the per-pair ratios, and the one normalised by the workers' CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _overhead():
+    sys.path.insert(0, str(ROOT / "benchmarks" / "corpus"))  # overhead.py imports the corpus runner by name
+    spec = importlib.util.spec_from_file_location("overhead_bench", ROOT / "benchmarks" / "overhead.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(rate: float, cpu_ms: float | None) -> dict:
+    workload = {"workers_cpu_ms_per_batch": cpu_ms} if cpu_ms is not None else {}
+    return {"outside": rate, "whole": rate, "unit": "steps/s", "workload": workload}
+
+
+def test_a_slower_host_core_is_taken_out_by_the_workers_cpu_per_batch():
+    """Pair 1: both runs' workers at 40 ms a batch, diagnose 10% slower. Pair 2: diagnose's workers at 50
+    ms a batch (a slower core) and its throughput 0.8x: the same loop on a slower core, no cost of its
+    own. Pair 3: the diagnose run's workers as fast, its throughput the same."""
+    overhead = _overhead()
+    runs = {"plain": [_run(50.0, 40.0), _run(50.0, 40.0), _run(50.0, 40.0)],
+            "diagnose": [_run(45.0, 40.0), _run(40.0, 50.0), _run(50.0, 40.0)]}
+    summary = overhead.summarize(runs)["diagnose"]
+    assert summary["outside"] == pytest.approx(0.9)  # the median of 0.9, 0.8, 1.0
+    assert summary["per_worker_cpu"] == pytest.approx(1.0)  # the median of 0.9, 1.0, 1.0
+    assert "| 0.900 | 0.900 | 1.000 |" in overhead.markdown(
+        {"machine": "m", "date": "d", "pairs": 3, "workloads": {"w": {"runs": runs, "summary": {"diagnose": summary}}}})
+
+
+def test_no_normalised_ratio_where_the_workload_reports_no_worker_cpu():
+    overhead = _overhead()
+    runs = {"plain": [_run(50.0, None)], "diagnose": [_run(49.0, None)]}
+    summary = overhead.summarize(runs)["diagnose"]
+    assert summary["outside"] == pytest.approx(0.98) and summary["per_worker_cpu"] is None
