@@ -387,22 +387,12 @@ def _busy_work(seconds: float, start: float, out) -> None:  # type: ignore[no-un
 
 def cpu_load(seconds: float = 1.5) -> dict:
     """Each process's speed with k processes computing at once, against one alone: the median rate over
-    the k processes, for k from 1 to the usable cores (a worker's batch time grows as 1 / that share)."""
-    import multiprocessing
-
+    the k processes, for k from 1 to the usable cores (a worker's batch time grows as 1 / that speed)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     counts = sorted({k for k in (1, 2, 4, 6, 8, 10, 12, 14, 15, 16, cores) if k <= cores})
-    context = multiprocessing.get_context("fork")
     rows = []
     for k in counts:
-        queue = context.Queue()
-        start = time.time() + 0.3
-        procs = [context.Process(target=_busy_work, args=(seconds, start, queue)) for _ in range(k)]
-        for proc in procs:
-            proc.start()
-        rates = [queue.get(timeout=60) for _ in procs]
-        for proc in procs:
-            proc.join()
+        rates = _together([None] * k, seconds)
         rows.append({"busy": k, "rate": round(statistics.median(rates), 2), "slowest": round(min(rates), 2)})
     alone = rows[0]["rate"]
     for row in rows:
@@ -410,33 +400,36 @@ def cpu_load(seconds: float = 1.5) -> dict:
     return {"cores": cores, "seconds": seconds, "rows": rows}
 
 
-def _pinned_work(cpu: int, seconds: float, start: float, out) -> None:  # type: ignore[no-untyped-def]
-    os.sched_setaffinity(0, {cpu})
+def _pinned_work(cpu: int | None, seconds: float, start: float, out) -> None:  # type: ignore[no-untyped-def]
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     _busy_work(seconds, start, out)
+
+
+def _together(cpus: list[int | None], seconds: float) -> list[float]:
+    """Rounds per second of one process per entry of `cpus` (pinned to it; None: where the scheduler
+    puts it), all computing at once."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    start = time.time() + 0.3
+    procs = [context.Process(target=_pinned_work, args=(cpu, seconds, start, queue)) for cpu in cpus]
+    for proc in procs:
+        proc.start()
+    rates = [queue.get(timeout=60) for _ in procs]
+    for proc in procs:
+        proc.join()
+    return rates
 
 
 def cpu_pairs(seconds: float = 1.0) -> dict:
     """Two processes pinned to the first usable CPU and to each other one in turn, against one alone: a
     pair far below 1 shares a physical core (SMT siblings a virtual machine may not show) or its
     caches. What a run's few workers get depends on where the scheduler puts them."""
-    import multiprocessing
-
     cpus = sorted(os.sched_getaffinity(0))
-    context = multiprocessing.get_context("fork")
-
-    def together(where: list[int]) -> list[float]:
-        queue = context.Queue()
-        start = time.time() + 0.3
-        procs = [context.Process(target=_pinned_work, args=(cpu, seconds, start, queue)) for cpu in where]
-        for proc in procs:
-            proc.start()
-        rates = [queue.get(timeout=60) for _ in procs]
-        for proc in procs:
-            proc.join()
-        return rates
-
-    alone = together([cpus[0]])[0]
-    rows = [{"cpus": [cpus[0], other], "speed": round(min(together([cpus[0], other])) / alone, 3)}
+    alone = _together([cpus[0]], seconds)[0]
+    rows = [{"cpus": [cpus[0], other], "speed": round(min(_together([cpus[0], other], seconds)) / alone, 3)}
             for other in cpus[1:]]
     return {"first": cpus[0], "alone": round(alone, 2), "rows": rows}
 
