@@ -67,6 +67,10 @@ WARMUP_SHARE = 0.2
 # name -> (the command after the interpreter: a script and its arguments, or "torchrun ..." for DDP; extra env)
 WORKLOADS: dict[str, tuple[list[str], dict[str, str]]] = {
     "loader_reiter_w2": ([str(GPU / "loader_reiter.py"), "--workers", "2", "--steps", "400"], {}),
+    # the same on fixed cores (the loop's thread on CPU 1, its workers on 2 and 3): the host's
+    # scheduler no longer picks, from run to run, which cores (and so which speeds) the workers get
+    "loader_reiter_w2_pinned": ([str(GPU / "loader_reiter.py"), "--workers", "2", "--steps", "400",
+                                 "--pin-cpus", "1,2,3"], {}),
     "loader_reiter_w4": ([str(GPU / "loader_reiter.py"), "--workers", "4", "--steps", "400"], {}),
     "loader_reiter_w8": ([str(GPU / "loader_reiter.py"), "--workers", "8", "--steps", "400"], {}),
     "loader_new_workers": ([str(GPU / "loader_reiter.py"), "--workers", "2", "--steps", "200", "--no-persistent",

@@ -9,6 +9,8 @@ so its waits overlap queued GPU work.
 Prints one JSON line at the end: steps, the steady throughput (steps/s over the steps
 after ``--warmup``) and the data wait per step (median), so a benchmark can compare runs.
 ``--device cpu`` stands a sleep of ``--cpu-step-ms`` in for the GPU step (the same loader).
+``--pin-cpus A,B,C`` runs the loop's thread on CPU A and worker i on the (i+2)th CPU of the list
+(a benchmark's two configs then compute on the same cores, whatever the host's scheduler does).
 """
 
 import argparse
@@ -36,18 +38,32 @@ class Indices(Dataset):
         return torch.tensor(i) if self.as_tensor else i
 
 
-def _workers_cpu_s(iterator) -> float | None:
-    """User and system seconds the loader's live worker processes have used (Linux's /proc; None
-    elsewhere, or without workers)."""
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (Linux; None elsewhere)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _workers(iterator) -> tuple[float | None, list[dict]]:
+    """User and system seconds the loader's live worker processes have used, and per worker its
+    seconds and the CPU it last ran on (Linux's /proc; None and [] elsewhere, or without workers)."""
     workers = getattr(iterator, "_workers", None) or []
-    total = 0.0
+    total, each = 0.0, []
     for worker in workers:
-        try:
-            fields = Path(f"/proc/{worker.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            return None
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-    return total if workers else None
+        fields = _stat(worker.pid)
+        if fields is None:
+            return None, []
+        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+        total += seconds
+        each.append({"cpu_s": round(seconds, 2), "last_cpu": int(fields[36])})
+    return (total if workers else None), each
+
+
+def _pin_worker(worker_id: int) -> None:
+    cpus = [int(c) for c in os.environ["LOADER_REITER_PIN"].split(",")]
+    os.sched_setaffinity(0, {cpus[1 + worker_id % (len(cpus) - 1)] if len(cpus) > 1 else cpus[0]})
 
 
 def main() -> None:
@@ -61,7 +77,13 @@ def main() -> None:
     parser.add_argument("--cpu-step-ms", type=float, default=15.0)
     parser.add_argument("--item", choices=("tensor", "int"), default="tensor")
     parser.add_argument("--no-persistent", action="store_true", help="new worker processes for every iterator")
+    parser.add_argument("--pin-cpus", help="CPUs: the loop's thread on the first, worker i on the (i+2)th")
     args = parser.parse_args()
+    init = None
+    if args.pin_cpus:  # this thread only: threads started before (an agent's) keep the whole machine
+        os.environ["LOADER_REITER_PIN"] = args.pin_cpus
+        os.sched_setaffinity(0, {int(args.pin_cpus.split(",")[0])})
+        init = _pin_worker
     device = torch.device(args.device)
     rows = 65536
     gpu = device.type == "cuda"
@@ -71,11 +93,14 @@ def main() -> None:
         model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(6)]).to(device, torch.bfloat16)
         opt = torch.optim.SGD(model.parameters(), lr=1e-6)
     loader = DataLoader(Indices(rows, args.item == "tensor"), batch_size=args.batch, shuffle=True,
-                        num_workers=args.workers, persistent_workers=args.workers > 0 and not args.no_persistent)
+                        num_workers=args.workers, persistent_workers=args.workers > 0 and not args.no_persistent,
+                        worker_init_fn=init)
     stamps: list[float] = []
     waits: list[float] = []
     iters: list[float] = []  # time to create each iterator (new workers start there)
     firsts: list[bool] = []  # per wait: the first batch of its iterator
+    copies: list[float] = []  # the index's copy to the GPU: pageable, so it waits for the steps queued before
+    enqueues: list[float] = []  # the step's host time (forward, backward, optimizer), GPU work queued
     done = 0
     while done < args.steps:
         t0 = time.perf_counter()
@@ -90,11 +115,16 @@ def main() -> None:
             waits.append(time.perf_counter() - t0)
             firsts.append(k == 0)
             if gpu:
-                x = buffer[index.to(device, non_blocking=True)]
+                t1 = time.perf_counter()
+                on_gpu = index.to(device, non_blocking=True)
+                t2 = time.perf_counter()
+                x = buffer[on_gpu]
                 loss = model(x).float().pow(2).mean()
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
+                copies.append(t2 - t1)
+                enqueues.append(time.perf_counter() - t2)
             else:
                 time.sleep(args.cpu_step_ms / 1e3)
             stamps.append(time.perf_counter())
@@ -105,8 +135,9 @@ def main() -> None:
         torch.cuda.synchronize()
         stamps[-1] = time.perf_counter()
     # persistent workers: the last iterator's are the run's (new ones every iterator: not known)
-    workers_cpu = _workers_cpu_s(it) if not args.no_persistent else None
+    workers_cpu, workers = _workers(it) if not args.no_persistent else (None, [])
     main_cpu = time.process_time()
+    main_stat = _stat("thread-self")
     steady = stamps[args.warmup:]
     rate = (len(steady) - 1) / (steady[-1] - steady[0])
     first = [w for w, f in zip(waits[args.warmup:], firsts[args.warmup:]) if f] or [0.0]
@@ -120,7 +151,16 @@ def main() -> None:
                       # CPU per batch: whether a slow run's workers did more work, or got less of the CPU
                       "workers_cpu_ms_per_batch": (round(workers_cpu * 1e3 / done, 3)
                                                    if workers_cpu is not None else None),
-                      "main_cpu_s": round(main_cpu, 2)}))
+                      "main_cpu_s": round(main_cpu, 2),
+                      # the GPU's side: the copy waits for the queued steps; a slower GPU step shows here
+                      "copy_ms_median": _median_ms(copies[args.warmup:]),
+                      "enqueue_ms_median": _median_ms(enqueues[args.warmup:]),
+                      "main_last_cpu": int(main_stat[36]) if main_stat else None,
+                      "workers": workers}))
+
+
+def _median_ms(values: list[float]) -> float | None:
+    return round(statistics.median(values) * 1e3, 3) if values else None
 
 
 if __name__ == "__main__":
