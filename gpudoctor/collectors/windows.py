@@ -93,10 +93,26 @@ def apply_windows(profiles: list[dict[str, Any]], workdir: Path, session: Sessio
     at = next((k for k, (_, _, n) in enumerate(read) if n == chosen), None)
     if at is None:
         at = primary_index([summary.step_source for summary, _, _ in read], session.steps.source)
+        if replay is not None:
+            _replay_as_primary(read[at][0], workdir / read[at][1], session, replay)
     session.profiles = [summary for summary, _, _ in read]
     session.profile = read[at][0]
     session.unavailable.pop("profile", None)
     return read[at][1]
+
+
+def _replay_as_primary(summary: ProfileSummary, path: Path, session: Session, replay: Replayer) -> None:
+    """The window that stands in for an unreadable primary one: replayed again, calibrated to the
+    whole run's steady steps as the primary window's replay is (it was replayed as a later one)."""
+    if summary.replay is None or summary.replay.error is not None or summary.step_source == "time":
+        return  # no replay to redo (a CPU-only window, a failed one), or none calibrated to steps
+    try:
+        from gpudoctor.collectors.trace_decode import read_trace
+
+        summary.replay = replay(read_trace(path, own_window=True), summary.steps, summary.step_source,
+                                calibration_steps(session, summary, primary=True))
+    except Exception:  # the replay as a later window stands
+        log.debug("replay of the stand-in primary window failed", exc_info=True)
 
 
 def primary_index(sources: list[str | None], run_source: str | None) -> int:

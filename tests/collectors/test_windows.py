@@ -64,6 +64,26 @@ def test_the_window_of_the_runs_own_steps_is_primary_over_an_earlier_one_of_anot
     assert first.replay is not None and first.replay.calibration.startswith("not calibrated")
 
 
+def test_a_stand_in_for_an_unreadable_primary_window_is_replayed_calibrated_to_the_run(tmp_path):
+    """The run's own window (optimizer steps) cannot be read: the evaluation window before it stands
+    in as primary, and its replay is then calibrated to the run's steady steps as the primary one's is
+    (it had been replayed as a window of another source, not calibrated)."""
+    shutil.copy(WINDOWS / "tiny_kernels.trace.json.gz", tmp_path / "eval.json")
+    (tmp_path / "train.json").write_bytes(b"{not a trace")
+    events = [
+        event(1, "eval.json", "forward", "start", 103.0, grad=False, cuda=True),
+        event(2, "train.json", "optimizer", "phase", 110.0, grad=True, cuda=True),
+    ]
+    session = Session(cwd="/nowhere")
+    session.steps.source = "optimizer"
+    session.steps.records = make_steps(60, 0.01, start_t=5.0)
+    assert apply_windows(events, tmp_path, session, t0=100.0, replay=replay_window) == "eval.json"
+    assert session.profiles == [session.profile]
+    assert session.profile.replay is not None
+    assert "host costs scaled by" in session.profile.replay.calibration, session.profile.replay.calibration
+    assert any("profiler window 2" in note for note in session.notes)
+
+
 def test_without_a_window_of_the_runs_steps_the_first_stepped_one_is_primary(tmp_path):
     shutil.copy(WINDOWS / "item_sync.trace.json.gz", tmp_path / "a.json")
     shutil.copy(WINDOWS / "tiny_kernels.trace.json.gz", tmp_path / "b.json")
