@@ -25,8 +25,8 @@ agent's start-up cost is measured too (a few milliseconds at most).
     python3 benchmarks/overhead.py --out DIR [--pairs 2] [--workloads a,b] [--configs plain,diagnose]
                                    [--diagnose-env KEY=VALUE ...] [--keep-runs]
 
-`--keep-runs` keeps each run's step stamps, its output, and diagnose's JSON report and Session, under
-OUT/runs/WORKLOAD-CONFIG-PAIR/ (to read where a slow run lost its time). `--diagnose-env`
+`--keep-runs` keeps each run's step stamps, its output, and diagnose's JSON report and Session, as
+OUT/run-WORKLOAD-CONFIG-PAIR.NAME (to read where a slow run lost its time; one folder, no nesting). `--diagnose-env`
 sets variables for the runs under gpudoctor only (to try a remedy for an overhead, e.g.
 TEARDOWN_CUPTI=1, before building it in). The config `keep-cupti` is `diagnose` with TEARDOWN_CUPTI=0,
 as a user may set it (Kineto then leaves CUPTI attached after each window): a slow-down that it
@@ -71,6 +71,8 @@ WORKLOADS: dict[str, tuple[list[str], dict[str, str]]] = {
     # scheduler no longer picks, from run to run, which cores (and so which speeds) the workers get
     "loader_reiter_w2_pinned": ([str(GPU / "loader_reiter.py"), "--workers", "2", "--steps", "400",
                                  "--pin-cpus", "1,2,3"], {}),
+    "loader_reiter_w2_workers_pinned": ([str(GPU / "loader_reiter.py"), "--workers", "2", "--steps", "400",
+                                         "--pin-cpus", ",2,3"], {}),
     "loader_reiter_w4": ([str(GPU / "loader_reiter.py"), "--workers", "4", "--steps", "400"], {}),
     "loader_reiter_w8": ([str(GPU / "loader_reiter.py"), "--workers", "8", "--steps", "400"], {}),
     "loader_new_workers": ([str(GPU / "loader_reiter.py"), "--workers", "2", "--steps", "200", "--no-persistent",
@@ -168,10 +170,10 @@ def _last_json_line(path: Path) -> dict[str, Any] | None:
 
 def _keep(tmp: Path, keep: Path) -> None:
     """A run's step stamps, and under diagnose its JSON report and Session (not the trace): where a
-    slow run lost its time can be read afterwards."""
-    keep.mkdir(parents=True, exist_ok=True)
+    slow run lost its time can be read afterwards. `keep` is a prefix: KEEP.steps.json, ..."""
+    keep.parent.mkdir(parents=True, exist_ok=True)
     for path in [*tmp.glob("steps.json*"), tmp / "stdout.txt", tmp / "stderr.txt", *(tmp / "r").glob("*.json")]:
-        shutil.copy2(path, keep / path.name)
+        shutil.copy2(path, keep.parent / f"{keep.name}.{path.name}")
 
 
 def rates(data: dict[str, Any]) -> dict[str, Any]:
@@ -231,7 +233,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     for config, results in runs.items():
         if config == "plain":
             continue
-        ratios: dict[str, list[float]] = {"outside": [], "whole": [], "per_worker_cpu": []}
+        ratios: dict[str, list[float]] = {"outside": [], "whole": [], "per_worker_cpu": [], "gpu_step": []}
         for base, other in zip(plain, results, strict=False):
             for key in ("outside", "whole"):
                 if base.get(key) and other.get(key):
@@ -239,9 +241,22 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             if base.get("outside") and other.get("outside") and _worker_cpu(base) and _worker_cpu(other):
                 ratios["per_worker_cpu"].append(other["outside"] * _worker_cpu(other)
                                                 / (base["outside"] * _worker_cpu(base)))
+            if _gpu_step(base) and _gpu_step(other):
+                ratios["gpu_step"].append(_gpu_step(other) / _gpu_step(base))
         out[config] = {key: round(statistics.median(v), 4) if v else None for key, v in ratios.items()}
         out[config]["pairs"] = len(ratios["outside"])
     return out
+
+
+def _gpu_step(run: dict[str, Any]) -> float:
+    """The host's side of a step that waits for or feeds the GPU, where the workload reports it
+    (`loader_reiter`: its pageable copy, which waits for the steps queued before, and the time to
+    queue the step's kernels), in ms; 0 where it does not. Under diagnose, outside the windows, it
+    is the same as plain unless something of gpudoctor's stays on the GPU path (CUPTI's callbacks
+    left attached to every launch)."""
+    said = run.get("workload") or {}
+    copy, enqueue = said.get("copy_ms_median"), said.get("enqueue_ms_median")
+    return float(copy + enqueue) if isinstance(copy, (int, float)) and isinstance(enqueue, (int, float)) else 0.0
 
 
 def _worker_cpu(run: dict[str, Any]) -> float:
@@ -254,8 +269,9 @@ def markdown(results: dict[str, Any]) -> str:
     head = (f"`benchmarks/overhead.py`, {results['machine']}, {results['date']}; medians of "
             f"{results['pairs']} alternated pair(s); ratio = throughput under `diagnose` / plain.")
     columns = ("| workload | plain | plain runs' spread | diagnose, outside the windows | ratio (outside) "
-               "| ratio (whole run) | ratio x workers' CPU per batch | steps in windows (after the warm-up) |")
-    lines = [head, "", columns, "|---|---|---|---|---|---|---|---|"]
+               "| ratio (whole run) | ratio x workers' CPU per batch | GPU side of a step, ratio "
+               "| steps in windows (after the warm-up) |")
+    lines = [head, "", columns, "|---|---|---|---|---|---|---|---|---|"]
     for name, entry in results["workloads"].items():
         runs, summary = entry["runs"], entry["summary"].get("diagnose", {})
         plain = statistics.median([r["outside"] for r in runs.get("plain", []) if r.get("outside")] or [0])
@@ -264,7 +280,8 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(f"| {name} | {plain:.3g} {unit} | {_spread(runs.get('plain', []))} | "
                      f"{statistics.median([r['outside'] for r in diag]) if diag else float('nan'):.3g} | "
                      f"{_ratio(summary.get('outside'))} | {_ratio(summary.get('whole'))} | "
-                     f"{_ratio(summary.get('per_worker_cpu'))} | {_in_windows(diag[0]) if diag else '-'} |")
+                     f"{_ratio(summary.get('per_worker_cpu'))} | {_ratio(summary.get('gpu_step'))} | "
+                     f"{_in_windows(diag[0]) if diag else '-'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -295,7 +312,7 @@ def main() -> None:
     parser.add_argument("--configs", default="plain,diagnose")
     parser.add_argument("--diagnose-env", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--keep-runs", action="store_true",
-                        help="keep each run's step stamps (and diagnose's JSON report and Session) under OUT/runs/")
+                        help="keep each run's step stamps (and diagnose's JSON report and Session) as OUT/run-*")
     args = parser.parse_args()
     diagnose_env = dict(item.split("=", 1) for item in args.diagnose_env)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -317,7 +334,7 @@ def main() -> None:
             # alternated: plain first in even pairs, last in odd ones, so that whatever the
             # order favours (a GPU or CPU still warm from the run before) falls on both sides
             for config in (configs if pair % 2 == 0 else configs[::-1]):
-                keep = args.out / "runs" / f"{name}-{config}-{pair}" if args.keep_runs else None
+                keep = args.out / f"run-{name}-{config}-{pair}" if args.keep_runs else None
                 runs[config].append(run_once(name, config, args.out, diagnose_env, keep))
             # written after every pair: a call cut short by its time limit still brings its pairs back
             results["workloads"][name] = {"runs": runs, "summary": summarize(runs), "pairs_run": pair + 1}

@@ -36,7 +36,7 @@ def test_a_slower_host_core_is_taken_out_by_the_workers_cpu_per_batch():
     summary = overhead.summarize(runs)["diagnose"]
     assert summary["outside"] == pytest.approx(0.9)  # the median of 0.9, 0.8, 1.0
     assert summary["per_worker_cpu"] == pytest.approx(1.0)  # the median of 0.9, 1.0, 1.0
-    assert "| 0.900 | 0.900 | 1.000 |" in overhead.markdown(
+    assert "| 0.900 | 0.900 | 1.000 | - |" in overhead.markdown(
         {"machine": "m", "date": "d", "pairs": 3, "workloads": {"w": {"runs": runs, "summary": {"diagnose": summary}}}})
 
 
@@ -45,3 +45,21 @@ def test_no_normalised_ratio_where_the_workload_reports_no_worker_cpu():
     runs = {"plain": [_run(50.0, None)], "diagnose": [_run(49.0, None)]}
     summary = overhead.summarize(runs)["diagnose"]
     assert summary["outside"] == pytest.approx(0.98) and summary["per_worker_cpu"] is None
+
+
+def test_the_gpu_side_of_a_step_is_compared_where_the_workload_reports_it():
+    """loader_reiter reports its pageable copy (which waits for the steps queued before it) and the time to
+    queue a step's kernels: a callback left on every launch, or a slower GPU step, raises them under
+    diagnose. Pair 1 the same; pair 2 diagnose's GPU side 1.5x; pair 3 without the numbers (not compared)."""
+    overhead = _overhead()
+
+    def run(copy: float | None, enqueue: float | None) -> dict:
+        said = {"copy_ms_median": copy, "enqueue_ms_median": enqueue} if copy is not None else {}
+        return {"outside": 50.0, "whole": 50.0, "unit": "steps/s", "workload": said}
+
+    runs = {"plain": [run(0.1, 1.9), run(0.1, 1.9), run(None, None)],
+            "diagnose": [run(0.1, 1.9), run(1.0, 2.0), run(0.1, 2.0)]}
+    summary = overhead.summarize(runs)["diagnose"]
+    assert summary["gpu_step"] == pytest.approx(1.25)  # the median of 1.0 and 1.5
+    assert "| 1.000 | 1.000 | - | 1.250 |" in overhead.markdown(
+        {"machine": "m", "date": "d", "pairs": 3, "workloads": {"w": {"runs": runs, "summary": {"diagnose": summary}}}})

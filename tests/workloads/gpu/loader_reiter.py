@@ -62,8 +62,8 @@ def _workers(iterator) -> tuple[float | None, list[dict]]:
 
 
 def _pin_worker(worker_id: int) -> None:
-    cpus = [int(c) for c in os.environ["LOADER_REITER_PIN"].split(",")]
-    os.sched_setaffinity(0, {cpus[1 + worker_id % (len(cpus) - 1)] if len(cpus) > 1 else cpus[0]})
+    cpus = os.environ["LOADER_REITER_PIN"].split(",")  # the first is the loop's (empty: not pinned)
+    os.sched_setaffinity(0, {int(cpus[1 + worker_id % (len(cpus) - 1)] if len(cpus) > 1 else cpus[0])})
 
 
 def main() -> None:
@@ -82,7 +82,8 @@ def main() -> None:
     init = None
     if args.pin_cpus:  # this thread only: threads started before (an agent's) keep the whole machine
         os.environ["LOADER_REITER_PIN"] = args.pin_cpus
-        os.sched_setaffinity(0, {int(args.pin_cpus.split(",")[0])})
+        if args.pin_cpus.split(",")[0]:  # ",2,3": the workers only
+            os.sched_setaffinity(0, {int(args.pin_cpus.split(",")[0])})
         init = _pin_worker
     device = torch.device(args.device)
     rows = 65536
