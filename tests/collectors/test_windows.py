@@ -42,6 +42,19 @@ def test_every_window_is_summarised_and_the_first_stepped_one_is_primary(tmp_pat
     assert "profile" not in session.unavailable
 
 
+def _evaluation_then_training(directory, evaluation, training):
+    """A run of optimizer steps whose first window counted forwards without gradients (an evaluation),
+    its second the training steps: the Session and the primary window's trace file."""
+    events = [
+        event(1, evaluation, "forward", "start", 103.0, grad=False, cuda=True),
+        event(2, training, "optimizer", "phase", 110.0, grad=True, cuda=True),
+    ]
+    session = Session(cwd="/nowhere")
+    session.steps.source = "optimizer"
+    session.steps.records = make_steps(60, 0.01, start_t=5.0)
+    return session, apply_windows(events, directory, session, t0=100.0, replay=replay_window)
+
+
 def test_the_window_of_the_runs_own_steps_is_primary_over_an_earlier_one_of_another_source(tmp_path):
     """nanoGPT's train.py evaluates before it trains: the first window counted module forwards under
     no_grad (with every library's first call in it), the run counts optimizer steps. The primary window,
@@ -49,14 +62,7 @@ def test_the_window_of_the_runs_own_steps_is_primary_over_an_earlier_one_of_anot
     the evaluation window stays, its replay not calibrated (its steps are not the run's)."""
     for name in ("item_sync", "tiny_kernels"):
         shutil.copy(WINDOWS / f"{name}.trace.json.gz", tmp_path / f"{name}.json")
-    events = [
-        event(1, "item_sync.json", "forward", "start", 103.0, grad=False, cuda=True),
-        event(2, "tiny_kernels.json", "optimizer", "phase", 110.0, grad=True, cuda=True),
-    ]
-    session = Session(cwd="/nowhere")
-    session.steps.source = "optimizer"
-    session.steps.records = make_steps(60, 0.01, start_t=5.0)
-    primary = apply_windows(events, tmp_path, session, t0=100.0, replay=replay_window)
+    session, primary = _evaluation_then_training(tmp_path, "item_sync.json", "tiny_kernels.json")
     assert primary == "tiny_kernels.json"
     assert session.profile is session.profiles[1] and session.windows()[0] is session.profile
     first, training = session.profiles
@@ -70,14 +76,8 @@ def test_a_stand_in_for_an_unreadable_primary_window_is_replayed_calibrated_to_t
     (it had been replayed as a window of another source, not calibrated)."""
     shutil.copy(WINDOWS / "tiny_kernels.trace.json.gz", tmp_path / "eval.json")
     (tmp_path / "train.json").write_bytes(b"{not a trace")
-    events = [
-        event(1, "eval.json", "forward", "start", 103.0, grad=False, cuda=True),
-        event(2, "train.json", "optimizer", "phase", 110.0, grad=True, cuda=True),
-    ]
-    session = Session(cwd="/nowhere")
-    session.steps.source = "optimizer"
-    session.steps.records = make_steps(60, 0.01, start_t=5.0)
-    assert apply_windows(events, tmp_path, session, t0=100.0, replay=replay_window) == "eval.json"
+    session, primary = _evaluation_then_training(tmp_path, "eval.json", "train.json")
+    assert primary == "eval.json"
     assert session.profiles == [session.profile]
     assert session.profile.replay is not None
     assert "host costs scaled by" in session.profile.replay.calibration, session.profile.replay.calibration
