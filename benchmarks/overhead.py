@@ -32,7 +32,8 @@ TEARDOWN_CUPTI=1, before building it in). The config `keep-cupti` is `diagnose` 
 as a user may set it (Kineto then leaves CUPTI attached after each window): a slow-down that it
 does not show comes from Kineto's CUPTI teardown. Each run also records, from the stamping
 harness, its forks after the first (median and slowest, in ms), its thread count at the end
-and whether CUPTI's library was loaded: the evidence that tells a slow diagnosed run's cause.
+and whether CUPTI's library was loaded: the evidence that tells a slow diagnosed run's cause; and where
+its time went outside the steady steps (to its first step, in the windows' steps, its slowest step).
 
 Writes DIR/overhead.json and DIR/overhead.md as each workload finishes.
 """
@@ -196,7 +197,19 @@ def rates(data: dict[str, Any]) -> dict[str, Any]:
     # step 10, inside the 20% left out, and this count shows that it ran
     in_windows = sum(1 for i in range(1, len(t)) if profiled[i] or profiled[i - 1])
     return {"steps": len(t), "outside": outside_n / outside_s if outside_s > 0 else None, "whole": whole,
-            "profiled_steps": inside, "window_steps": in_windows, "unit": "steps/s", **evidence}
+            "profiled_steps": inside, "window_steps": in_windows, "unit": "steps/s", **evidence, **_where(data)}
+
+
+def _where(data: dict[str, Any]) -> dict[str, Any]:
+    """Where a run's time went outside its steady steps (a run slower as a whole than its steady rate
+    says): from the harness's start to the first step (imports, set-up), the steps any window
+    overlapped, and the slowest step ([its index, seconds])."""
+    t, profiled = data["t"], data["profiled"]
+    steps = [(i, t[i] - t[i - 1]) for i in range(1, len(t))]
+    slowest = max(steps, key=lambda step: step[1], default=None)
+    return {"to_first_step_s": round(t[0] - data["began"], 3),
+            "in_windows_s": round(sum(s for i, s in steps if profiled[i] or profiled[i - 1]), 3),
+            "slowest_step": [slowest[0], round(slowest[1], 3)] if slowest else None}
 
 
 def _evidence(data: dict[str, Any]) -> dict[str, Any]:

@@ -63,3 +63,15 @@ def test_the_gpu_side_of_a_step_is_compared_where_the_workload_reports_it():
     assert summary["gpu_step"] == pytest.approx(1.25)  # the median of 1.0 and 1.5
     assert "| 1.000 | 1.000 | - | 1.250 |" in overhead.markdown(
         {"machine": "m", "date": "d", "pairs": 3, "workloads": {"w": {"runs": runs, "summary": {"diagnose": summary}}}})
+
+
+def test_a_runs_time_outside_its_steady_steps_is_placed():
+    """Synthetic stamps: the first step 3 s after the harness began, 10 steps of 0.1 s, the fifth and sixth
+    under a window, the sixth 2 s long (a window's stop): the set-up, the windows' time and the slowest step."""
+    overhead = _overhead()
+    t = [13.0 + 0.1 * i for i in range(6)] + [15.5 + 0.1 * i for i in range(5)]
+    profiled = [False] * 5 + [True] + [False] * 5
+    result = overhead.rates({"t": t, "profiled": profiled, "began": 10.0, "ended": 16.0})
+    assert result["to_first_step_s"] == pytest.approx(3.0)
+    assert result["slowest_step"] == [6, pytest.approx(2.0)]
+    assert result["in_windows_s"] == pytest.approx(2.1)  # the step ending in the window, and the one after
