@@ -251,6 +251,11 @@ def steady_window(session: Session) -> tuple[float, float] | None:
     return start, end
 
 
+def previous_step_end(records: list[StepRecord], before_s: float) -> float | None:
+    """When the last step that ended at or before BEFORE_S (session time) ended; None without one."""
+    return max((r.t for r in records if r.t <= before_s), default=None)
+
+
 def next_step_start(records: list[StepRecord], after_s: float) -> float | None:
     """When the first step that ended after AFTER_S (session time) began; None without one."""
     following = next((r for r in records if r.t > after_s), None)

@@ -19,6 +19,10 @@ says what the windows cost and whether the run came back to its speed afterwards
   a window, they pay its tracing for every batch they make;
 - windows whose CUPTI detach (Kineto's, asked for by TEARDOWN_CUPTI=1) was not seen to end
   inside their stop: after them CUPTI's callbacks may have stayed on every CUDA call;
+- how long the loop stood still while a window started: torch.profiler's start (with CUDA,
+  CUPTI's set-up) holds the thread at the step boundary that opened it, before any event is
+  traced, so the window's own numbers never show it (measured for windows of the run's own
+  steps, whose boundaries are the step records);
 - how long the loop stood still after a window while torch.profiler stopped and the
   trace was written: building the trace's events costs the stopping thread about 5 us an
   event (a Python-heavy CPU loop: 1.3M Python calls traced in 0.65 s, then 6.1 s in
@@ -56,6 +60,7 @@ class Overhead:
     after_steps_per_s: tuple[float, float] | None  # slowest and fastest chunk after it
     traced_workers: list[int] = field(default_factory=list)  # worker pids forked inside a window
     stop_pause_s: float | None = None  # the longest time from a window's end to the loop's next step
+    start_pause_s: float | None = None  # the longest time from the step that opened a window to its start
     # windows whose CUPTI detach was asked for but not seen to end (agent/profiler.await_detach):
     # CUPTI's callbacks may have stayed on every CUDA call of the run after them
     cupti_undetached: int = 0
@@ -95,6 +100,7 @@ class Overhead:
             "slowed": self.slowed,
             "traced_workers": list(self.traced_workers),
             "stop_pause_s": _round(self.stop_pause_s),
+            "start_pause_s": _round(self.start_pause_s),
             "cupti_undetached": self.cupti_undetached,
         }
 
@@ -119,6 +125,7 @@ def overhead(session: Session) -> Overhead | None:
         after_steps_per_s=(min(chunks), max(chunks)) if chunks else None,
         traced_workers=traced,
         stop_pause_s=_stop_pause(session.steps.records, windows),
+        start_pause_s=_start_pause(session),
         cupti_undetached=sum(1 for p in session.windows() if p.cupti_detach not in (None, "ended")),
     )
 
@@ -128,6 +135,22 @@ def _stop_pause(records: list[StepRecord], windows: list[tuple[float, float]]) -
     stop and the trace's export hold the thread that closed the window); None without a step after."""
     pauses = [max(0.0, start - end) for _, end in windows
               if (start := metrics.next_step_start(records, end)) is not None]
+    return max(pauses) if pauses else None
+
+
+def _start_pause(session: Session) -> float | None:
+    """The longest time from the step boundary that opened a window to the window's start (its
+    events begin once torch.profiler's start returned); None without a window of the run's own
+    steps (another source's boundaries, or a time-bounded window's safe point, are not among the
+    step records: the gap to the last record would hold part of a step)."""
+    records = session.steps.records
+    pauses = []
+    for window in session.windows():
+        if window.window_start_s is None or window.step_source != session.steps.source:
+            continue
+        end = metrics.previous_step_end(records, window.window_start_s)
+        if end is not None:
+            pauses.append(max(0.0, window.window_start_s - end))
     return max(pauses) if pauses else None
 
 

@@ -271,6 +271,10 @@ def overhead_text(overhead: Mapping[str, Any] | None) -> str:
     traced = overhead.get("traced_workers") or []
     if traced:
         parts.append(f"{len(traced)} worker(s) forked inside a window")
+    started = overhead.get("start_pause_s")
+    if started is not None and started >= STOP_PAUSE_NAMED_S:
+        parts.append(f"the loop stood still {_significant(float(started))} s while a window started "
+                     "(torch.profiler's start)")
     pause = overhead.get("stop_pause_s")
     if pause is not None and pause >= STOP_PAUSE_NAMED_S:
         parts.append(f"the loop stood still {_significant(float(pause))} s after a window while its trace was "

@@ -105,3 +105,24 @@ def test_a_slowdown_after_a_window_whose_cupti_detach_was_not_seen_to_end_says_s
     from gpudoctor.reports._common import overhead_text
 
     assert ("CUPTI's detach not seen to end after 1 window(s)" in overhead_text(cost.to_dict())) is named
+
+
+def test_the_loops_pause_while_a_window_starts_is_measured_and_named():
+    """torch.profiler's start holds the thread at the step boundary that opened the window (CUPTI's set-up,
+    seconds the first time on a machine) before the window's first event: synthetic steps of 0.1 s, the
+    window opened at the 10th step's end (1.0 s) and started 12 s later, then steps again."""
+    from gpudoctor.reports._common import overhead_text
+
+    steps = make_steps(10, 0.1, start_t=0.0)
+    opened = steps[-1].t
+    window = (opened + 12.0, opened + 12.5)
+    steps += make_steps(10, 0.1, start_t=window[1])
+    profile = ProfileSummary(steps=5, window_start_s=window[0], window_end_s=window[1], step_source="optimizer")
+    session = make_session(steps=steps, profile=profile, step_source="optimizer")
+    cost = overhead(session)
+    assert cost is not None and cost.start_pause_s == pytest.approx(12.0)
+    assert "stood still 12 s while a window started" in overhead_text(cost.to_dict())
+    # a window of another source (DataLoader batches) opened between two of the run's steps: not measured
+    profile.step_source = "loader"
+    assert overhead(session).start_pause_s is None
+    assert "while a window started" not in overhead_text(overhead(session).to_dict())
