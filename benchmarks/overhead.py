@@ -33,7 +33,8 @@ as a user may set it (Kineto then leaves CUPTI attached after each window): a sl
 does not show comes from Kineto's CUPTI teardown. Each run also records, from the stamping
 harness, its forks after the first (median and slowest, in ms), its thread count at the end
 and whether CUPTI's library was loaded: the evidence that tells a slow diagnosed run's cause; and where
-its time went outside the steady steps (to its first step, in the windows' steps, its slowest step).
+its time went outside the steady steps (to its first step, in the windows' steps, its slowest step),
+and under diagnose what its own report said the windows cost (`reported`: their start and stop pauses).
 
 Writes DIR/overhead.json and DIR/overhead.md as each workload finishes.
 """
@@ -138,7 +139,23 @@ def run_once(name: str, config: str, out: Path, diagnose_env: dict[str, str] | N
         said = _last_json_line(Path(tmp) / "stdout.txt")
         if said is not None:
             result["workload"] = said  # the workload's own summary (loader_reiter: its data wait per step)
+        cost = _reported_overhead(Path(tmp) / "r")
+        if cost is not None:
+            result["reported"] = cost  # what diagnose's own report said its windows cost
         return result
+
+
+def _reported_overhead(reports: Path) -> dict[str, Any] | None:
+    """`summary.profiler_overhead` of the JSON report a diagnosed run wrote (its windows' start and stop
+    pauses, its rates inside and outside them, whether it slowed); None for a plain run."""
+    for path in sorted(reports.glob("*.json")):
+        if path.name.endswith(".session.json"):
+            continue
+        try:
+            return json.loads(path.read_text()).get("summary", {}).get("profiler_overhead")
+        except (OSError, ValueError, AttributeError):
+            return None
+    return None
 
 
 def _host_use(before: Any, after: Any, children_before: os.times_result, children_after: os.times_result,

@@ -75,3 +75,13 @@ def test_a_runs_time_outside_its_steady_steps_is_placed():
     assert result["to_first_step_s"] == pytest.approx(3.0)
     assert result["slowest_step"] == [6, pytest.approx(2.0)]
     assert result["in_windows_s"] == pytest.approx(2.1)  # the step ending in the window, and the one after
+
+
+def test_a_diagnosed_runs_own_account_of_its_windows_is_kept(tmp_path):
+    """The JSON report's summary.profiler_overhead is read back (the Session beside it is not a report);
+    a plain run, with no report, has none."""
+    overhead = _overhead()
+    (tmp_path / "run.session.json").write_text('{"schema": "session"}')
+    (tmp_path / "run.json").write_text('{"summary": {"profiler_overhead": {"start_pause_s": 4.3, "windows": 1}}}')
+    assert overhead._reported_overhead(tmp_path) == {"start_pause_s": 4.3, "windows": 1}
+    assert overhead._reported_overhead(tmp_path / "absent") is None
