@@ -140,13 +140,19 @@ def _stop_pause(records: list[StepRecord], windows: list[tuple[float, float]]) -
 
 def _start_pause(session: Session) -> float | None:
     """The longest time from the step boundary that opened a window to the window's start (its
-    events begin once torch.profiler's start returned); None without a window of the run's own
-    steps (another source's boundaries, or a time-bounded window's safe point, are not among the
-    step records: the gap to the last record would hold part of a step)."""
+    events begin once torch.profiler's start returned; the step that held the pause is left out
+    of the records with the window's, the one before it ends at the boundary); None without a
+    window of the run's own steps (another source's boundaries, or a time-bounded window's safe
+    point, are not among the step records: the gap to the last record would hold part of a step).
+    A window after the records end is not measured: a long run keeps its first steps one by one
+    and counts the rest (Steps.aggregated), so the last record is no boundary of that window."""
     records = session.steps.records
+    last = records[-1].t if records else None
     pauses = []
     for window in session.windows():
-        if window.window_start_s is None or window.step_source != session.steps.source:
+        if window.window_start_s is None or window.window_end_s is None or window.step_source != session.steps.source:
+            continue
+        if last is None or last < window.window_end_s:
             continue
         end = metrics.previous_step_end(records, window.window_start_s)
         if end is not None:

@@ -126,3 +126,8 @@ def test_the_loops_pause_while_a_window_starts_is_measured_and_named():
     profile.step_source = "loader"
     assert overhead(session).start_pause_s is None
     assert "while a window started" not in overhead_text(overhead(session).to_dict())
+    # a window after the last step kept one by one (a long run counts the rest): no boundary to measure from
+    profile.step_source = "optimizer"
+    session.steps.records = steps[:10]
+    session.steps.aggregated = 10
+    assert overhead(session).start_pause_s is None
