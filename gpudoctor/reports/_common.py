@@ -250,7 +250,8 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
     ]
 
 
-STOP_PAUSE_NAMED_S = 1.0  # a pause after a window worth naming: the stop of a small window takes 0.1-0.5 s
+# a pause of the loop at a window worth naming: the stop of a small window takes 0.1-0.5 s, its start milliseconds
+PAUSE_NAMED_S = 1.0
 
 
 def overhead_text(overhead: Mapping[str, Any] | None) -> str:
@@ -272,11 +273,11 @@ def overhead_text(overhead: Mapping[str, Any] | None) -> str:
     if traced:
         parts.append(f"{len(traced)} worker(s) forked inside a window")
     started = overhead.get("start_pause_s")
-    if started is not None and started >= STOP_PAUSE_NAMED_S:
+    if started is not None and started >= PAUSE_NAMED_S:
         parts.append(f"the loop stood still {_significant(float(started))} s while a window started "
                      "(torch.profiler's start)")
     pause = overhead.get("stop_pause_s")
-    if pause is not None and pause >= STOP_PAUSE_NAMED_S:
+    if pause is not None and pause >= PAUSE_NAMED_S:
         parts.append(f"the loop stood still {_significant(float(pause))} s after a window while its trace was "
                      "collected")
     undetached = overhead.get("cupti_undetached") or 0

@@ -82,8 +82,9 @@ def main() -> None:
     init = None
     if args.pin_cpus:  # this thread only: threads started before (an agent's) keep the whole machine
         os.environ["LOADER_REITER_PIN"] = args.pin_cpus
-        if args.pin_cpus.split(",")[0]:  # ",2,3": the workers only
-            os.sched_setaffinity(0, {int(args.pin_cpus.split(",")[0])})
+        loop_cpu = args.pin_cpus.split(",")[0]
+        if loop_cpu:  # ",2,3": the workers only
+            os.sched_setaffinity(0, {int(loop_cpu)})
         init = _pin_worker
     device = torch.device(args.device)
     rows = 65536
