@@ -42,6 +42,10 @@ after `profile_time_max_calls` hooked calls, which bounds the trace) closes it a
 disarms. A step that shows up while it runs discards it: the step-driven window takes
 over. CPU-only runs get CPU-only windows from their steps.
 
+A window's stop holds the loop while torch collects and exports its trace, for a time that
+grows with the events traced (with_stack records every Python call): once one held the
+loop `profile_stop_held_s` (STOP_HELD_S below), later windows record no Python stacks.
+
 No process is forked inside a window. A child forked while torch.profiler runs keeps
 the parent's profiler state for its whole life: every operator goes through the
 profiler's callbacks and every Python call through its stack tracer, and nothing ever
@@ -164,6 +168,15 @@ CUPTI_TEARDOWN_MIN_S = 0.1
 # CUPTI_DETACH_TIMEOUT_S, the stop goes on and the guard falls back to the wait above.
 CUPTI_DETACH_TIMEOUT_S = 0.5
 CUPTI_DETACH_POLL_S = 0.0002
+# A window's stop (torch's stop, then the export) holds the loop for a time that grows with the
+# events recorded, and with_stack's Python tracer records one for every Python call: 4-10 us each
+# at the stop on H100/H200 hosts. A window of a loop that makes its batches in its own process
+# (ImageNet's example with --workers 0: 390,000 Python calls a step) traced 1.2-3.9M events and held
+# the loop 15-31 s at its stop, and a later window as long again; the stop of a window of ops and GPU
+# work takes 0.1-0.9 s (the corpus's recorded Sessions, 2026-12-04 to -07). So once a window's stop
+# held the loop STOP_HELD_S (the GPU's queue drained first: that wait is the workload's own), later
+# windows record no Python stacks: their operators, kernels, copies and syncs, without call sites.
+STOP_HELD_S = 2.0
 
 
 def thread_ids() -> frozenset[str]:
@@ -347,6 +360,7 @@ class _Window:
         self.last_wall = self.start_wall  # when its latest step ended
         self.longest = 0.0  # its longest step so far, s
         self.cuda = cuda  # it traces CUDA activity (so CUPTI detaches after it)
+        self.stacks = True  # it records Python stacks (with_stack)
 
 
 class _ThreadEnd:
@@ -381,6 +395,8 @@ class ProfilerWindow:
         self.time_window = float(config.get("profile_time_window_s", 2.0))
         self.time_max_calls = int(config.get("profile_time_max_calls", 5000))
         self.max_windows = int(config.get("profile_max_windows", 4))
+        self.stop_held = float(config.get("profile_stop_held_s", STOP_HELD_S))  # 0: stacks in every window
+        self.stackless_after: float | None = None  # the stop (s) that made later windows stackless
         self.later_after = float(config.get("profile_later_s", 60.0))
         self.state = self.IDLE
         self.prof: Any = None  # the torch.profiler.profile of the running window
@@ -595,8 +611,9 @@ class ProfilerWindow:
         self.window = _Window(source, label, n, key, self.taken, ProfilerActivity.CUDA in activities)
         if self.window.thread != MAIN_THREAD and getattr(self.guards, "guard", None) is None:
             self.guards.guard = _ThreadEnd(self)
+        self.window.stacks = self.stackless_after is None
         try:
-            prof = profile(activities=activities, record_shapes=False, with_stack=True)
+            prof = profile(activities=activities, record_shapes=False, with_stack=self.window.stacks)
             self.teardown.__enter__()
             with _quiet_kineto(), _no_lazy_inductor(torch):
                 prof.start()
@@ -642,14 +659,23 @@ class ProfilerWindow:
         if window.source != "time":
             fields["steps"] = self.hooks.steps.count[window.source] - window.start_n
             fields["loader"], fields["grad"], fields["cuda"] = window.key[1:4]
+        fields["stacks"] = window.stacks
         try:
+            self._drain(window)
+            began = time.perf_counter()
             prof.stop()
+            stopped = time.perf_counter()
             detach = self._await_detach(before)
             if detach is not None:
                 fields["cupti_detach"], fields["cupti_detach_ms"] = detach[0], round(detach[1], 3)
             path = os.path.join(self.hooks.agent.directory, "trace-%d-%d.json" % (os.getpid(), window.index))
+            exporting = time.perf_counter()
             prof.export_chrome_trace(path)
             fields["path"] = os.path.basename(path)
+            held = (stopped - began) + (time.perf_counter() - exporting)  # the detach's wait left out
+            fields["stop_s"] = round(held, 3)
+            if window.stacks and 0 < self.stop_held <= held and self.stackless_after is None:
+                self.stackless_after = held
         except Exception as exc:  # noqa: BLE001 (the profile event says why)
             fields["error"] = "profiler failed to stop/export: %s: %s" % (type(exc).__name__, exc)
         _release(prof)
@@ -665,6 +691,18 @@ class ProfilerWindow:
         if snap:
             self.hooks.agent.emit("alloc", **snap)
         self.hooks.agent.emit("profile", **fields)
+
+    def _drain(self, window: _Window) -> None:
+        """Wait for the GPU work queued so far before torch's stop (which waits for it too), so the
+        stop's own time, the trace's, is timed apart from the workload's queued steps."""
+        if not window.cuda:
+            return
+        cuda = self.torch.cuda
+        try:
+            if not cuda.is_current_stream_capturing():  # a synchronize would break a capture
+                cuda.synchronize()
+        except Exception:  # noqa: BLE001 (torch's stop waits then: its own time is counted with the stop's)
+            pass
 
     def _await_detach(self, before: frozenset[str] | None) -> tuple[str, float] | None:
         """After torch's stop of a window that traced CUDA: Kineto's detach, finalized here (await_detach)."""

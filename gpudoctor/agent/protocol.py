@@ -264,6 +264,8 @@ class Profile(TypedDict):
     # "ended" (finalized before the stop returned), "timeout", or "no thread" (none seen to start)
     cupti_detach: NotRequired[str]
     cupti_detach_ms: NotRequired[float]
+    stacks: NotRequired[bool]  # it recorded Python stacks (with_stack): not after a stop that held the loop
+    stop_s: NotRequired[float]  # how long its stop and export held the loop (the GPU's queue drained first)
 
 
 # -- diagnose --try ----------------------------------------------------------------------------

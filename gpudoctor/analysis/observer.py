@@ -28,7 +28,9 @@ says what the windows cost and whether the run came back to its speed afterwards
   event (a Python-heavy CPU loop: 1.3M Python calls traced in 0.65 s, then 6.1 s in
   torch's ``_disable_profiler`` and 2.6 s exporting 345 MB); a ResNet-50 fed by
   ``num_workers=0`` (3.9M events in a 10-step window) stood still for 26 s on an H200.
-  Once per window; it is not steady state (metrics), and the report names it.
+  Once per window; it is not steady state (metrics), and the report names it. After a stop
+  that held the loop 2 s or more, later windows record no Python stacks
+  (agent/profiler.STOP_HELD_S): the report counts them.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ class Overhead:
     # windows whose CUPTI detach was asked for but not seen to end (agent/profiler.await_detach):
     # CUPTI's callbacks may have stayed on every CUDA call of the run after them
     cupti_undetached: int = 0
+    # windows that recorded no Python stacks: an earlier window's stop held the loop (STOP_HELD_S)
+    stackless_windows: int = 0
 
     @property
     def slowdown(self) -> float | None:
@@ -102,6 +106,7 @@ class Overhead:
             "stop_pause_s": _round(self.stop_pause_s),
             "start_pause_s": _round(self.start_pause_s),
             "cupti_undetached": self.cupti_undetached,
+            "stackless_windows": self.stackless_windows,
         }
 
 
@@ -127,6 +132,7 @@ def overhead(session: Session) -> Overhead | None:
         stop_pause_s=_stop_pause(session.steps.records, windows),
         start_pause_s=_start_pause(session),
         cupti_undetached=sum(1 for p in session.windows() if p.cupti_detach not in (None, "ended")),
+        stackless_windows=sum(1 for p in session.windows() if p.stacks is False),
     )
 
 

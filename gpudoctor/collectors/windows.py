@@ -172,6 +172,10 @@ def _describe(summary: ProfileSummary, event: dict[str, Any], t0: float, index: 
     if event.get("cupti_detach") is not None:
         summary.cupti_detach = str(event["cupti_detach"])
         summary.cupti_detach_ms = float(event.get("cupti_detach_ms") or 0.0)
+    if event.get("stacks") is not None:
+        summary.stacks = bool(event["stacks"])
+    if event.get("stop_s") is not None:
+        summary.stop_s = float(event["stop_s"])
     summary.window_s = round(float(event.get("t_end", 0)) - float(event.get("t_start", 0)), 3)
     if event.get("t_start") and event.get("t_end"):
         summary.window_start_s = round(float(event["t_start"]) - t0, 3)

@@ -280,6 +280,10 @@ def overhead_text(overhead: Mapping[str, Any] | None) -> str:
     if pause is not None and pause >= PAUSE_NAMED_S:
         parts.append(f"the loop stood still {_significant(float(pause))} s after a window while its trace was "
                      "collected")
+    stackless = overhead.get("stackless_windows") or 0
+    if stackless:
+        parts.append(f"{stackless} later window(s) recorded without Python stacks, to keep their stop short (an "
+                     "earlier window's held the loop for seconds): no call sites in them")
     undetached = overhead.get("cupti_undetached") or 0
     if undetached:
         parts.append(f"CUPTI's detach not seen to end after {undetached} window(s)")

@@ -466,6 +466,10 @@ class ProfileSummary:
     # before the run went on), "timeout" or "no thread"; None where no detach was asked for
     cupti_detach: str | None = None
     cupti_detach_ms: float | None = None
+    # whether the window recorded Python stacks (no call sites without them): not once an earlier
+    # window's stop held the loop 2 s or more (agent/profiler.STOP_HELD_S); None where not known
+    stacks: bool | None = None
+    stop_s: float | None = None  # how long its stop and the trace's export held the loop, as the agent timed it
 
 
 @dataclass

@@ -296,3 +296,50 @@ def test_a_stopped_window_frees_its_events_at_once_not_at_a_later_garbage_collec
         assert _live_results() == before
     finally:
         gc.enable()
+
+
+def _python_calls(n: int) -> int:
+    """N small Python calls: what the Python tracer of a window with stacks records one event for each."""
+    total = 0
+    for i in range(n):
+        total += abs(i)
+    return total
+
+
+def _frames(path) -> int:
+    import json
+
+    events = json.loads(path.read_text())["traceEvents"]
+    return sum(1 for e in events if e.get("cat") == "python_function")
+
+
+def _two_phases(hooks, calls: int) -> list[dict]:
+    """A training phase, then an evaluation phase under no_grad: two windows, each step making CALLS Python calls."""
+    for _ in range(6):
+        hooks.steps.boundary("optimizer")
+        _python_calls(calls)
+    with torch.no_grad():
+        for _ in range(6):
+            hooks.steps.boundary("optimizer")
+            _python_calls(calls)
+    return hooks.windows()
+
+
+def test_after_a_stop_that_held_the_loop_later_windows_record_no_python_stacks(make, tmp_path):
+    """A window's stop costs about 5 us per traced Python call (a loop making its batches in its own
+    process held 15-31 s): once one held the loop past the limit, the next window traces operators
+    only, and its stop is short."""
+    hooks = make(profile_stop_held_s=1e-6)  # any stop holds the loop past this limit
+    first, second = _two_phases(hooks, 20000)
+    assert first["stacks"] is True and first["stop_s"] > 0 and _frames(tmp_path / first["path"]) >= 3 * 20000
+    assert second["label"] == "phase" and second["stacks"] is False
+    assert _frames(tmp_path / second["path"]) == 0
+    assert second["stop_s"] < first["stop_s"]
+
+
+def test_stops_under_the_limit_leave_stacks_in_every_window(make, tmp_path):
+    hooks = make()  # the default limit, 2 s: a window of 3 small steps stops in milliseconds
+    windows = _two_phases(hooks, 200)
+    assert [w["stacks"] for w in windows] == [True, True]
+    assert all(_frames(tmp_path / w["path"]) >= 3 * 200 for w in windows)
+    assert all(0 < w["stop_s"] < 2.0 for w in windows)

@@ -131,3 +131,16 @@ def test_the_loops_pause_while_a_window_starts_is_measured_and_named():
     session.steps.records = steps[:10]
     session.steps.aggregated = 10
     assert overhead(session).start_pause_s is None
+
+
+@pytest.mark.parametrize("stacks, counted", [(False, 1), (True, 0), (None, 0)])
+def test_windows_recorded_without_python_stacks_are_counted_and_named(stacks, counted):
+    """After a window whose stop held the loop for seconds, the agent records later windows without
+    Python stacks (agent/profiler.STOP_HELD_S): the report says so, since they have no call sites."""
+    from gpudoctor.reports._common import overhead_text
+
+    session = timeline(0.020, [0.020] * 3)
+    session.profile.stacks = stacks
+    cost = overhead(session)
+    assert cost.stackless_windows == counted and cost.to_dict()["stackless_windows"] == counted
+    assert ("1 later window(s) recorded without Python stacks" in overhead_text(cost.to_dict())) is bool(counted)

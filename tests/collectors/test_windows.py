@@ -24,12 +24,16 @@ def test_every_window_is_summarised_and_the_first_stepped_one_is_primary(tmp_pat
         shutil.copy(WINDOWS / f"{name}.trace.json.gz", tmp_path / f"{name}.json")
     events = [
         event(1, "item_sync.json", "time", "start", 103.0, steps=0),
-        event(2, "tiny_kernels.json", "optimizer", "phase", 110.0, loader="7:0", grad=True, cuda=True),
-        event(3, "small_batch.json", "loader", "phase", 130.0, loader="7:1", grad=False, cuda=True),
+        event(2, "tiny_kernels.json", "optimizer", "phase", 110.0, loader="7:0", grad=True, cuda=True, stacks=True,
+              stop_s=2.5),
+        event(3, "small_batch.json", "loader", "phase", 130.0, loader="7:1", grad=False, cuda=True, stacks=False,
+              stop_s=0.08),
         {"pid": 7, "error": "profiler failed to stop/export: boom"},
     ]
     session = Session(cwd="/nowhere")
     primary = apply_windows(events, tmp_path, session, t0=100.0, replay=replay_window)
+    # what the agent timed of each stop, and whether a window recorded Python stacks (not known: None)
+    assert [(p.stacks, p.stop_s) for p in session.profiles] == [(None, None), (True, 2.5), (False, 0.08)]
     assert primary == "tiny_kernels.json"
     assert [(p.index, p.label, p.step_source) for p in session.profiles] == [
         (1, "start", "time"), (2, "phase", "optimizer"), (3, "phase", "loader")]
