@@ -169,13 +169,14 @@ CUPTI_TEARDOWN_MIN_S = 0.1
 CUPTI_DETACH_TIMEOUT_S = 0.5
 CUPTI_DETACH_POLL_S = 0.0002
 # A window's stop (torch's stop, then the export) holds the loop for a time that grows with the
-# events recorded, and with_stack's Python tracer records one for every Python call: 4-10 us each
-# at the stop on H100/H200 hosts. A window of a loop that makes its batches in its own process
-# (ImageNet's example with --workers 0: 390,000 Python calls a step) traced 1.2-3.9M events and held
-# the loop 15-31 s at its stop, and a later window as long again; the stop of a window of ops and GPU
-# work takes 0.1-0.9 s (the corpus's recorded Sessions, 2026-12-04 to -07). So once a window's stop
-# held the loop STOP_HELD_S (the GPU's queue drained first: that wait is the workload's own), later
-# windows record no Python stacks: their operators, kernels, copies and syncs, without call sites.
+# events recorded, and with_stack's Python tracer records one for every Python call: 4-10 us each at
+# the stop on H100/H200 hosts. A window of a loop that makes its batches in its own process (ImageNet's
+# example with --workers 0: about 390,000 traced events a step) traced 1.2-3.9M events and held the
+# loop 15-31 s at its stop, and a window that followed would hold it as long again; the stop of a
+# window of ops and GPU work takes 0.1-0.9 s (the corpus's recorded Sessions, 2026-12-04 to -07). So
+# once a window's stop held the loop STOP_HELD_S (the GPU's queue drained first: that wait is the
+# workload's own), later windows record no Python stacks: their operators, kernels, copies and syncs,
+# without call sites.
 STOP_HELD_S = 2.0
 
 
