@@ -3,10 +3,10 @@
 For each workload of the overhead corpus (below: loaders whose waits overlap queued GPU
 work with 2, 4 and 8 workers, a loader that starts new workers for every iterator, a
 `num_workers=0` loader, torch.compile, DDP with 2 ranks on one GPU, a stepless inference
-loop, pageable copies, a launch-bound loop), it runs the workload plain and under
-`gpudoctor diagnose` with default options, alternated in pairs, each under
-benchmarks/corpus/steprate.py (which stamps each step, and whether torch.profiler was on
-when it ended). Per run:
+loop, pageable copies, a launch-bound loop, a `num_workers=0` loop of Python-heavy items), it
+runs the workload plain and under `gpudoctor diagnose` with default options, alternated in
+pairs, each under benchmarks/corpus/steprate.py (which stamps each step, and whether
+torch.profiler was on when it ended). Per run:
 
 - throughput outside the profiler windows: steady steps (the first 20% left out) that no
   window overlapped, over their time (a plain run has no window: all its steady steps);
@@ -87,6 +87,9 @@ WORKLOADS: dict[str, tuple[list[str], dict[str, str]]] = {
     "infer_stepless": ([str(GPU / "infer_10s.py"), "--seconds", "6"], {"STEPRATE_FORWARD": "1"}),
     "pageable_copies": ([str(GPU / "pageable_copies.py")], {}),
     "tiny_kernels": ([str(GPU / "tiny_kernels.py")], {}),
+    # batches made in the loop's process by Python-heavy items, two loaders: what the windows' stops
+    # cost shows in the whole-run rate and the wall time (the steady rate leaves the windows out)
+    "python_loader_phases": ([str(ROOT / "tests" / "workloads" / "python_loader_phases.py")], {}),
 }
 CONFIGS = {
     "plain": None,
