@@ -36,7 +36,7 @@ says what the windows cost and whether the run came back to its speed afterwards
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor import metrics
 from gpudoctor.thresholds import CountThreshold, Threshold
@@ -47,6 +47,12 @@ if TYPE_CHECKING:
 SLOWDOWN = Threshold(
     "every chunk of steps after the first profiler window slower than the steps before it by more than", 0.03,
     "share", "issue 24: gpudoctor's presence must cost the run under 3% outside its windows")
+PAUSED_SHARE = Threshold(
+    "the profiler windows' start and stop pauses, summed, made the run longer by more than", 0.03,
+    "share", "issue 24: gpudoctor's presence must cost the run under 3%")
+PAUSED_MIN = Threshold(
+    "and by at least", 1.0, "s",
+    "the corpus's recorded Sessions: a window's stop takes 0.1-0.9 s, once per window (at most 4)")
 MIN_STEPS = CountThreshold(
     "steps needed before the first window (and twice as many after it) to compare", 8, "steps",
     "gpudoctor: a chunk of fewer steps is mostly one loader burst or one GPU queue drain")
@@ -63,11 +69,18 @@ class Overhead:
     traced_workers: list[int] = field(default_factory=list)  # worker pids forked inside a window
     stop_pause_s: float | None = None  # the longest time from a window's end to the loop's next step
     start_pause_s: float | None = None  # the longest time from the step that opened a window to its start
+    start_paused_s: float = 0.0  # every window's start pause, summed
+    stop_paused_s: float = 0.0  # every window's stop pause, summed
     # windows whose CUPTI detach was asked for but not seen to end (agent/profiler.await_detach):
     # CUPTI's callbacks may have stayed on every CUDA call of the run after them
     cupti_undetached: int = 0
     # windows that recorded no Python stacks: an earlier window's stop held the loop (STOP_HELD_S)
     stackless_windows: int = 0
+
+    @property
+    def paused_s(self) -> float:
+        """How long the loop stood still at the windows' starts and stops: what they made the run longer by."""
+        return self.start_paused_s + self.stop_paused_s
 
     @property
     def slowdown(self) -> float | None:
@@ -105,6 +118,7 @@ class Overhead:
             "traced_workers": list(self.traced_workers),
             "stop_pause_s": _round(self.stop_pause_s),
             "start_pause_s": _round(self.start_pause_s),
+            "paused_s": round(self.paused_s, 3),
             "cupti_undetached": self.cupti_undetached,
             "stackless_windows": self.stackless_windows,
         }
@@ -120,6 +134,7 @@ def overhead(session: Session) -> Overhead | None:
     records = session.steady_steps()
     before, after = _around_first(records, windows)
     chunks = _chunk_rates(after, len(before)) if len(before) >= MIN_STEPS and len(after) >= 2 * len(before) else []
+    stops, starts = _stop_pauses(session), _start_pauses(session)
     return Overhead(
         windows=len(windows),
         profiled_steps=session.steps.profiled_steps,
@@ -129,41 +144,44 @@ def overhead(session: Session) -> Overhead | None:
         before_steps_per_s=_rate(before) if chunks else None,
         after_steps_per_s=(min(chunks), max(chunks)) if chunks else None,
         traced_workers=traced,
-        stop_pause_s=_stop_pause(session.steps.records, windows),
-        start_pause_s=_start_pause(session),
+        stop_pause_s=max(stops, default=None),
+        start_pause_s=max(starts, default=None),
+        start_paused_s=sum(starts),
+        stop_paused_s=sum(stops),
         cupti_undetached=sum(1 for p in session.windows() if p.cupti_detach not in (None, "ended")),
         stackless_windows=sum(1 for p in session.windows() if p.stacks is False),
     )
 
 
-def _stop_pause(records: list[StepRecord], windows: list[tuple[float, float]]) -> float | None:
-    """The longest time from a window's end to the start of the loop's next step (the profiler's
-    stop and the trace's export hold the thread that closed the window); None without a step after."""
-    pauses = [max(0.0, start - end) for _, end in windows
-              if (start := metrics.next_step_start(records, end)) is not None]
-    return max(pauses) if pauses else None
-
-
-def _start_pause(session: Session) -> float | None:
-    """The longest time from the step boundary that opened a window to the window's start (its
-    events begin once torch.profiler's start returned; the step that held the pause is left out
-    of the records with the window's, the one before it ends at the boundary); None without a
-    window of the run's own steps (another source's boundaries, or a time-bounded window's safe
-    point, are not among the step records: the gap to the last record would hold part of a step).
-    A window after the records end is not measured: a long run keeps its first steps one by one
-    and counts the rest (Steps.aggregated), so the last record is no boundary of that window."""
+def _stop_pauses(session: Session) -> list[float]:
+    """Per window of the run's own steps (_own_windows), the time from its end to the start of the
+    loop's next step: the profiler's stop and the trace's export hold the thread that closed it."""
     records = session.steps.records
-    last = records[-1].t if records else None
-    pauses = []
-    for window in session.windows():
-        if window.window_start_s is None or window.window_end_s is None or window.step_source != session.steps.source:
-            continue
-        if last is None or last < window.window_end_s:
-            continue
-        end = metrics.previous_step_end(records, window.window_start_s)
-        if end is not None:
-            pauses.append(max(0.0, window.window_start_s - end))
-    return max(pauses) if pauses else None
+    return [max(0.0, start - window.window_end_s) for window in _own_windows(session)
+            if (start := metrics.next_step_start(records, window.window_end_s)) is not None]
+
+
+def _start_pauses(session: Session) -> list[float]:
+    """Per window of the run's own steps (_own_windows), the time from the step boundary that opened
+    it to its start: its events begin once torch.profiler's start returned; the step that held the
+    pause is left out of the records with the window's, the one before it ends at the boundary."""
+    records = session.steps.records
+    return [max(0.0, window.window_start_s - end) for window in _own_windows(session)
+            if (end := metrics.previous_step_end(records, window.window_start_s)) is not None]
+
+
+def _own_windows(session: Session) -> list[Any]:
+    """The windows whose pauses the step records can measure: those of the run's own step source
+    (another source's boundaries, or a time-bounded window's safe point, are not among the records:
+    the gap to the nearest record holds other work, such as a whole evaluation between two training
+    steps), and that end before the last record (a long run keeps its first steps one by one and
+    counts the rest, Steps.aggregated, so the last record is no boundary of a later window)."""
+    records = session.steps.records
+    if not records:
+        return []
+    last = records[-1].t
+    return [w for w in session.windows() if w.window_start_s is not None and w.window_end_s is not None
+            and w.step_source == session.steps.source and w.window_end_s <= last]
 
 
 def _around_first(records: list[StepRecord], windows: list[tuple[float, float]]

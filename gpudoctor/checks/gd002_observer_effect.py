@@ -5,7 +5,11 @@ What it detects
     before it, by more than {{SLOWDOWN}} in every chunk of steps that followed
     (the run did not come back to its speed) and by more than those chunks differ
     among themselves (the run's own noise); or DataLoader workers ran with
-    torch.profiler on because they were forked while a profiler window ran.
+    torch.profiler on because they were forked while a profiler window ran. As
+    information: the loop stood still while the windows started and stopped for
+    more than {{PAUSED_SHARE}} of the run and at least {{PAUSED_MIN}} in all (a window's
+    stop builds an event for every operator and Python call it traced: seconds
+    for a loop that makes its batches in its own process with Python transforms).
 
 Why it matters
     A diagnosis is only worth what the run it measured is worth. A worker forked
@@ -27,7 +31,10 @@ How it is measured
     seen to end inside their stop: CUPTI's callbacks may have stayed on since.
 
 What to do
-    Read the findings with care: the slowdown is in the measurement. Run again with
+    A pause at a window is once per window (at most 4): the steps around it are left
+    out of the statistics, and a long run hardly notices it. To shorten it, trace
+    fewer steps (`--profile-steps 3`) or fewer windows (`--profile-windows 1`).
+    For a slowdown: read the findings with care, the slowdown is in the measurement. Run again with
     `--no-profile` to compare, and report the run to gpudoctor's issue tracker. A
     workload that runs its own torch.profiler should create its DataLoader iterator
     (which starts the workers) before the profiler starts, or use persistent workers
@@ -38,7 +45,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpudoctor.analysis.observer import MIN_STEPS, SLOWDOWN, overhead
+from gpudoctor.analysis.observer import MIN_STEPS, PAUSED_MIN, PAUSED_SHARE, SLOWDOWN, Overhead, overhead
 from gpudoctor.model import Evidence, Finding, Remedy, Skip, check
 
 if TYPE_CHECKING:
@@ -47,7 +54,7 @@ if TYPE_CHECKING:
 TITLE = "gpudoctor's measurement changed the run"
 
 
-@check("GD002", "observer-effect", stage=0, title=TITLE, thresholds=(SLOWDOWN, MIN_STEPS))
+@check("GD002", "observer-effect", stage=0, title=TITLE, thresholds=(SLOWDOWN, MIN_STEPS, PAUSED_SHARE, PAUSED_MIN))
 def run(session: Session) -> list[Finding]:
     cost = overhead(session)
     if cost is None:
@@ -83,4 +90,32 @@ def run(session: Session) -> list[Finding]:
             remedy=Remedy("Run again with `--no-profile` and compare the throughput; if it differs, report it "
                           "to gpudoctor with both reports."),
         ))
+    paused = _paused(session, cost)
+    if paused is not None:
+        findings.append(paused)
     return findings
+
+
+def _paused(session: Session, cost: Overhead) -> Finding | None:
+    """Information: the loop stood still at the windows' starts and stops for a share of the run."""
+    paused = cost.paused_s
+    share = paused / session.duration_s if session.duration_s > 0 else 0.0
+    if paused < PAUSED_MIN or share <= PAUSED_SHARE:
+        return None
+    parts = []
+    if cost.start_paused_s >= 0.05:
+        parts.append(f"{cost.start_paused_s:.3g} s at their start (torch.profiler's start: CUPTI's set-up on CUDA)")
+    if cost.stop_paused_s >= 0.05:
+        parts.append(f"{cost.stop_paused_s:.3g} s at their stop (building an event for every operator and Python "
+                     "call traced, and writing the trace)")
+    return Finding(
+        severity="info",
+        title="The profiler windows paused the loop",
+        message=(f"The loop stood still {paused:.3g} s at gpudoctor's profiler windows ({share:.0%} of the run): "
+                 f"{' and '.join(parts)}. The steps around the windows are left out of this report's statistics, "
+                 "so its numbers stand; only the run took longer, once per window."),
+        evidence={"paused": Evidence(round(paused, 3), "s", label="loop stood still at the windows"),
+                  "share": Evidence(round(share, 4), "share", label="of the run")},
+        remedy=Remedy("Nothing to fix in the workload. To shorten the pause, trace fewer steps "
+                      "(`--profile-steps 3`) or fewer windows (`--profile-windows 1`)."),
+    )

@@ -21,7 +21,7 @@ def timeline(before_s: float, after_s: list[float], n_before: int = 10, n_after:
         chunk = make_steps(n_after, duration, start_t=t)
         steps += chunk
         t = chunk[-1].t
-    profile = ProfileSummary(steps=10, window_start_s=window[0], window_end_s=window[1])
+    profile = ProfileSummary(steps=10, window_start_s=window[0], window_end_s=window[1], step_source="optimizer")
     session = make_session(steps=steps, profile=profile, step_source="optimizer")
     session.steps.profiled_steps, session.steps.profiled_time_s = 10, 1.0
     return session
@@ -82,8 +82,8 @@ def test_the_loops_pause_while_a_window_stops_is_measured_and_named():
     steps = make_steps(10, 0.1, start_t=0.0)
     window = (steps[-1].t, steps[-1].t + 0.2)
     steps += make_steps(10, 0.1, start_t=window[1] + 26.0)
-    session = make_session(steps=steps, profile=ProfileSummary(steps=2, window_start_s=window[0],
-                                                               window_end_s=window[1]), step_source="optimizer")
+    session = make_session(steps=steps, profile=ProfileSummary(steps=2, window_start_s=window[0], window_end_s=window[1],
+                                                               step_source="optimizer"), step_source="optimizer")
     cost = overhead(session)
     assert cost is not None and cost.stop_pause_s == pytest.approx(26.0)
     assert "stood still 26 s after a window" in overhead_text(cost.to_dict())
@@ -144,3 +144,34 @@ def test_windows_recorded_without_python_stacks_are_counted_and_named(stacks, co
     cost = overhead(session)
     assert cost.stackless_windows == counted and cost.to_dict()["stackless_windows"] == counted
     assert ("1 later window(s) recorded without Python stacks" in overhead_text(cost.to_dict())) is bool(counted)
+
+
+@pytest.mark.parametrize("pause, duration, named", [(26.0, 30.0, True), (26.0, 2000.0, False), (0.8, 3.0, False)])
+def test_windows_that_paused_a_share_of_the_run_are_information_in_gd002(pause, duration, named):
+    """A loop that stood still 26 s at a window's stop in a 30 s run is told (information: the steps around the
+    window are left out, the findings stand); the same pause in a run of half an hour, or a small window's
+    0.8 s stop, is not (under 3% of the run, or under a second)."""
+    steps = make_steps(10, 0.1, start_t=0.0)
+    window = (steps[-1].t, steps[-1].t + 0.2)
+    steps += make_steps(10, 0.1, start_t=window[1] + pause)
+    profile = ProfileSummary(steps=2, window_start_s=window[0], window_end_s=window[1], step_source="optimizer")
+    session = make_session(steps=steps, profile=profile, step_source="optimizer", duration_s=duration)
+    cost = overhead(session)
+    assert cost.paused_s == pytest.approx(pause) and cost.to_dict()["paused_s"] == pytest.approx(pause)
+    outcome, findings = run_check(gd002.check, session)
+    paused = [f for f in findings if f.title == "The profiler windows paused the loop"]
+    assert bool(paused) is named and outcome.status == ("finding" if named else "pass")
+    if named:
+        assert paused[0].severity == "info" and f"{pause:.3g} s at their stop" in paused[0].message
+
+
+def test_a_time_window_between_two_steps_is_no_pause_of_the_loop():
+    """A time-bounded window (an evaluation without steps) between two training steps: the gap between
+    those steps is the evaluation's, not the window's stop."""
+    steps = make_steps(10, 0.1, start_t=0.0)
+    steps += make_steps(10, 0.1, start_t=steps[-1].t + 30.0)
+    opened = steps[9].t + 10.0
+    profile = ProfileSummary(steps=0, window_start_s=opened, window_end_s=opened + 2.0, step_source="time")
+    session = make_session(steps=steps, profile=profile, step_source="optimizer")
+    cost = overhead(session)
+    assert cost.stop_pause_s is None and cost.start_pause_s is None and cost.paused_s == 0.0
