@@ -662,7 +662,7 @@ class ProfilerWindow:
             fields["loader"], fields["grad"], fields["cuda"] = window.key[1:4]
         fields["stacks"] = window.stacks
         try:
-            self._drain(window)
+            self._drain(window, prof)
             began = time.perf_counter()
             prof.stop()
             stopped = time.perf_counter()
@@ -693,10 +693,11 @@ class ProfilerWindow:
             self.hooks.agent.emit("alloc", **snap)
         self.hooks.agent.emit("profile", **fields)
 
-    def _drain(self, window: _Window) -> None:
-        """Wait for the GPU work queued so far before torch's stop (which waits for it too), so the
-        stop's own time, the trace's, is timed apart from the workload's queued steps."""
-        if not window.cuda:
+    def _drain(self, window: _Window, prof: Any) -> None:
+        """Wait for the GPU work queued so far just before torch's stop, which waits for it too (its
+        autograd profile synchronizes the device it traced: no wait is added), so the stop's own time,
+        the trace's, is timed apart from the workload's queued steps."""
+        if not window.cuda or getattr(getattr(prof, "profiler", None), "use_device", None) != "cuda":
             return
         cuda = self.torch.cuda
         try:

@@ -343,3 +343,20 @@ def test_stops_under_the_limit_leave_stacks_in_every_window(make, tmp_path):
     assert [w["stacks"] for w in windows] == [True, True]
     assert all(_frames(tmp_path / w["path"]) >= 3 * 200 for w in windows)
     assert all(0 < w["stop_s"] < 2.0 for w in windows)
+
+
+@pytest.mark.parametrize("device, synced", [("cuda", 1), (None, 0)])
+def test_the_stop_drains_the_gpu_only_where_torchs_own_stop_would(make, monkeypatch, device, synced):
+    """The GPU's queued work is waited for before torch's stop so that the stop is timed on its own; torch's
+    stop synchronizes the device it traced anyway, and where it would not, no synchronisation is added."""
+    from types import SimpleNamespace
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    hooks = make()
+    window = SimpleNamespace(cuda=True)
+    hooks.profiler._drain(window, SimpleNamespace(profiler=SimpleNamespace(use_device=device)))
+    assert len(calls) == synced
+    hooks.profiler._drain(SimpleNamespace(cuda=False), SimpleNamespace(profiler=SimpleNamespace(use_device="cuda")))
+    assert len(calls) == synced  # a window that traced no CUDA never waits for the GPU
