@@ -82,8 +82,8 @@ def test_the_loops_pause_while_a_window_stops_is_measured_and_named():
     steps = make_steps(10, 0.1, start_t=0.0)
     window = (steps[-1].t, steps[-1].t + 0.2)
     steps += make_steps(10, 0.1, start_t=window[1] + 26.0)
-    session = make_session(steps=steps, profile=ProfileSummary(steps=2, window_start_s=window[0], window_end_s=window[1],
-                                                               step_source="optimizer"), step_source="optimizer")
+    profile = ProfileSummary(steps=2, window_start_s=window[0], window_end_s=window[1], step_source="optimizer")
+    session = make_session(steps=steps, profile=profile, step_source="optimizer")
     cost = overhead(session)
     assert cost is not None and cost.stop_pause_s == pytest.approx(26.0)
     assert "stood still 26 s after a window" in overhead_text(cost.to_dict())
