@@ -397,7 +397,7 @@ class ProfilerWindow:
         self.time_max_calls = int(config.get("profile_time_max_calls", 5000))
         self.max_windows = int(config.get("profile_max_windows", 4))
         self.stop_held = float(config.get("profile_stop_held_s", STOP_HELD_S))  # 0: stacks in every window
-        self.stackless_after: float | None = None  # the stop (s) that made later windows stackless
+        self.stacks = True  # later windows record Python stacks: until a stop held the loop `stop_held`
         self.later_after = float(config.get("profile_later_s", 60.0))
         self.state = self.IDLE
         self.prof: Any = None  # the torch.profiler.profile of the running window
@@ -612,7 +612,7 @@ class ProfilerWindow:
         self.window = _Window(source, label, n, key, self.taken, ProfilerActivity.CUDA in activities)
         if self.window.thread != MAIN_THREAD and getattr(self.guards, "guard", None) is None:
             self.guards.guard = _ThreadEnd(self)
-        self.window.stacks = self.stackless_after is None
+        self.window.stacks = self.stacks
         try:
             prof = profile(activities=activities, record_shapes=False, with_stack=self.window.stacks)
             self.teardown.__enter__()
@@ -675,8 +675,8 @@ class ProfilerWindow:
             fields["path"] = os.path.basename(path)
             held = (stopped - began) + (time.perf_counter() - exporting)  # the detach's wait left out
             fields["stop_s"] = round(held, 3)
-            if window.stacks and 0 < self.stop_held <= held and self.stackless_after is None:
-                self.stackless_after = held
+            if 0 < self.stop_held <= held:
+                self.stacks = False
         except Exception as exc:  # noqa: BLE001 (the profile event says why)
             fields["error"] = "profiler failed to stop/export: %s: %s" % (type(exc).__name__, exc)
         _release(prof)

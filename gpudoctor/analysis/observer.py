@@ -36,7 +36,7 @@ says what the windows cost and whether the run came back to its speed afterwards
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpudoctor import metrics
 from gpudoctor.thresholds import CountThreshold, Threshold
@@ -157,8 +157,8 @@ def _stop_pauses(session: Session) -> list[float]:
     """Per window of the run's own steps (_own_windows), the time from its end to the start of the
     loop's next step: the profiler's stop and the trace's export hold the thread that closed it."""
     records = session.steps.records
-    return [max(0.0, start - window.window_end_s) for window in _own_windows(session)
-            if (start := metrics.next_step_start(records, window.window_end_s)) is not None]
+    return [max(0.0, start - end) for _, end in _own_windows(session)
+            if (start := metrics.next_step_start(records, end)) is not None]
 
 
 def _start_pauses(session: Session) -> list[float]:
@@ -166,12 +166,12 @@ def _start_pauses(session: Session) -> list[float]:
     it to its start: its events begin once torch.profiler's start returned; the step that held the
     pause is left out of the records with the window's, the one before it ends at the boundary."""
     records = session.steps.records
-    return [max(0.0, window.window_start_s - end) for window in _own_windows(session)
-            if (end := metrics.previous_step_end(records, window.window_start_s)) is not None]
+    return [max(0.0, start - end) for start, _ in _own_windows(session)
+            if (end := metrics.previous_step_end(records, start)) is not None]
 
 
-def _own_windows(session: Session) -> list[Any]:
-    """The windows whose pauses the step records can measure: those of the run's own step source
+def _own_windows(session: Session) -> list[tuple[float, float]]:
+    """(start, end) of the windows whose pauses the step records can measure: those of the run's own step source
     (another source's boundaries, or a time-bounded window's safe point, are not among the records:
     the gap to the nearest record holds other work, such as a whole evaluation between two training
     steps), and that end before the last record (a long run keeps its first steps one by one and
@@ -180,7 +180,8 @@ def _own_windows(session: Session) -> list[Any]:
     if not records:
         return []
     last = records[-1].t
-    return [w for w in session.windows() if w.window_start_s is not None and w.window_end_s is not None
+    return [(w.window_start_s, w.window_end_s) for w in session.windows()
+            if w.window_start_s is not None and w.window_end_s is not None
             and w.step_source == session.steps.source and w.window_end_s <= last]
 
 
