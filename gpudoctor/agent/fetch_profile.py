@@ -18,8 +18,8 @@ down) before the last profiled batch emits what it has, ``complete`` false.
 
 A function's own time is its Python time plus the builtins it called directly (a
 transform's ``torch.*`` calls count towards the transform). Nothing is profiled while
-another profiler runs in the process (the workload's, or a torch.profiler window:
-both use the same interpreter hook).
+another profiler runs in the process (the workload's, a torch.profiler window, or a step
+counted before one: they use the same interpreter hook).
 """
 
 from __future__ import annotations
@@ -111,8 +111,10 @@ class FetchProfiler:
                 type(self).__init__(self, self.hooks)
             if self.state == self.IDLE and not self._claim():
                 return False
-            if sys.getprofile() is not None or self.hooks.torch.autograd._profiler_enabled():
-                return False  # another profiler has the hook now: try the next batch
+            window = self.hooks.profiler
+            if sys.getprofile() is not None or self.hooks.torch.autograd._profiler_enabled() \
+                    or (window is not None and window.counting is not None):
+                return False  # another profiler has the hook now (a step counted too): try the next batch
             assert self.prof is not None  # set by _claim() with RUNNING
             if self.first is None:
                 self.first = time.time()

@@ -43,8 +43,10 @@ disarms. A step that shows up while it runs discards it: the step-driven window 
 over. CPU-only runs get CPU-only windows from their steps.
 
 A window's stop holds the loop while torch collects and exports its trace, for a time that
-grows with the events traced (with_stack records every Python call): once one held the
-loop `profile_stop_held_s` (STOP_HELD_S below), later windows record no Python stacks.
+grows with the events traced (with_stack records every Python call). So the last warm-up step
+of each phase is counted (its Python calls; StepCount below), and a window whose
+stop that count predicts at `profile_stop_held_s` (STOP_HELD_S) or more records no Python
+stacks; once a stop held the loop that long anyway, later windows record none either.
 
 No process is forked inside a window. A child forked while torch.profiler runs keeps
 the parent's profiler state for its whole life: every operator goes through the
@@ -173,11 +175,20 @@ CUPTI_DETACH_POLL_S = 0.0002
 # the stop on H100/H200 hosts. A window of a loop that makes its batches in its own process (ImageNet's
 # example with --workers 0: about 390,000 traced events a step) traced 1.2-3.9M events and held the
 # loop 15-31 s at its stop, and a window that followed would hold it as long again; the stop of a
-# window of ops and GPU work takes 0.1-0.9 s (the corpus's recorded Sessions, 2026-12-04 to -07). So
-# once a window's stop held the loop STOP_HELD_S (the GPU's queue drained first: that wait is the
-# workload's own), later windows record no Python stacks: their operators, kernels, copies and syncs,
-# without call sites.
+# window of ops and GPU work takes 0.1-0.9 s (the corpus's recorded Sessions, 2026-12-04 to -07). So a
+# window whose stop its phase's counted step (StepCount) predicts at STOP_HELD_S or more records no
+# Python stacks (its operators, kernels, copies and syncs, without call sites), and once a window's
+# stop held the loop that long anyway (the GPU's queue drained first: that wait is the workload's
+# own), later windows record none either.
 STOP_HELD_S = 2.0
+# The stop's cost per Python call that a step makes, as StepCount counts them (Python and builtin calls,
+# what cProfile counts too): a window's held time over the counted calls of its steps was 3.5-10 us on
+# the 2-core CPU VM (medians 3.8-3.9 us for batches of Python-heavy items of 100-400 calls, 5.8 us at
+# 1,600, 8.4-9.7 us for stacks of 24-96 small modules with AdamW, whose operators add events:
+# benchmarks/stop_cost.py), and a traced event's cost 4-10 us on the H100/H200 hosts. So a window is
+# predicted to hold the loop its expected steps x the counted step's calls x STOP_S_PER_CALL, a value
+# in the middle of those.
+STOP_S_PER_CALL = 6e-6
 
 
 def thread_ids() -> frozenset[str]:
@@ -362,6 +373,47 @@ class _Window:
         self.longest = 0.0  # its longest step so far, s
         self.cuda = cuda  # it traces CUDA activity (so CUPTI detaches after it)
         self.stacks = True  # it records Python stacks (with_stack)
+        self.count: StepCount | None = None  # its phase's counted step, when one was
+        self.predicted_s: float | None = None  # the stop that count predicted with stacks
+
+
+class StepCount:
+    """One step of a phase counted, the last of its warm-up: how many Python calls a step makes (a profile
+    function's "call" and "c_call" events, the calls cProfile counts), which is what a window that records
+    Python stacks traces, and what its stop's cost grows with.
+
+    The profile function is set for that one step only, on the stepping thread (it slows a Python-heavy
+    step 1.2-5x, about as much as tracing it), and never where one is set already (the workload's, the
+    fetch profile's). It is the legacy profile hook (sys.setprofile), not cProfile: on Python 3.12+
+    cProfile takes the one sys.monitoring profiler slot, and a workload enabling its own cProfile then
+    would fail. Only the counting thread takes its hook off (on another thread it would take off that
+    thread's). The step's span goes to the Session with the window's event, which leaves that step out
+    of the step statistics."""
+
+    def __init__(self, source: WindowSource, key: PhaseKey) -> None:
+        self.source = source
+        self.key = key
+        self.thread = threading.get_ident()
+        self.calls = 0
+        self.took = 0.0
+        self.abandoned = False  # abandoned from another thread: its own next boundary takes the hook off
+        self.wall = time.time()
+        self.began = time.perf_counter()
+        sys.setprofile(self._count)
+
+    def _count(self, frame: object, event: str, arg: object) -> None:
+        if event == "call" or event == "c_call":
+            self.calls += 1
+
+    def end(self) -> bool:
+        """On its thread (its source's next boundary, or a fork): take the hook off. True when the step was
+        counted whole: not abandoned, and the hook still ours (a profiler the workload set meanwhile
+        replaced it, and stays)."""
+        self.took = time.perf_counter() - self.began
+        ours = sys.getprofile() == self._count  # a bound method: equal, not the same object
+        if ours:
+            sys.setprofile(None)
+        return ours and not self.abandoned and self.calls > 0
 
 
 class _ThreadEnd:
@@ -398,6 +450,8 @@ class ProfilerWindow:
         self.max_windows = int(config.get("profile_max_windows", 4))
         self.stop_held = float(config.get("profile_stop_held_s", STOP_HELD_S))  # 0: stacks in every window
         self.stacks = True  # later windows record Python stacks: until a stop held the loop `stop_held`
+        self.counting: StepCount | None = None  # the step being counted now
+        self.counts: dict[PhaseKey, StepCount | None] = {}  # phase key -> its counted step (None: could not count)
         self.later_after = float(config.get("profile_later_s", 60.0))
         self.state = self.IDLE
         self.prof: Any = None  # the torch.profiler.profile of the running window
@@ -424,29 +478,20 @@ class ProfilerWindow:
         self.teardown.detach_due(stepped=self.teardown.pending() and self.hooks.cuda_initialized())
         if self.state == self.DONE:
             return
-        window = self.window
+        if self.counting is not None:
+            self._counted(source)
         if self.state == self.RUNNING:
-            assert window is not None  # RUNNING: start() set it
-            if window.source == "time":
-                if threading.get_ident() == window.thread:
-                    self.stop("superseded", keep=False)  # the run has steps after all: profile those
-            elif threading.get_ident() == window.thread:
-                if source == window.source:
-                    now = time.time()
-                    window.longest, window.last_wall = max(window.longest, now - window.last_wall), now
-                    why = self._ended(n - window.start_n, now - window.start_wall, window.longest)
-                    if why is not None:
-                        self.stop(why)
-                elif _RANK[source] < _RANK[window.source] and source == self.hooks.steps.active():
-                    self.stop("source")  # a higher-precedence source took over: keep what was seen
+            self._step_inside(source, n)
             return
         if source != self.hooks.steps.active():
             return
         key = self._phase_key(source)
         if self.phase is None or self.phase[0] != key:
             self.phase = (key, n, time.time())
+            self._count(source, key, 0)
             return
         done = n - self.phase[1]
+        self._count(source, key, done)
         # on CUDA twice the warm-up steps is enough: a host running ahead of a busy GPU queues a few
         # dozen long steps within the first second, and such a run would get no window at all
         steps_instead = (2 if key[3] else 10) * self.warmup
@@ -460,6 +505,57 @@ class ProfilerWindow:
             if self.pending is not None:
                 self.disarm()  # a time window was due, but steps came first
             self.start(source, n, label, key)
+
+    def _step_inside(self, source: StepSource, n: int) -> None:
+        """A step boundary while a window runs: close it when it has run its steps, or another source took over."""
+        window = self.window
+        assert window is not None  # RUNNING: start() set it
+        if window.source == "time":
+            if threading.get_ident() == window.thread:
+                self.stop("superseded", keep=False)  # the run has steps after all: profile those
+        elif threading.get_ident() == window.thread:
+            if source == window.source:
+                now = time.time()
+                window.longest, window.last_wall = max(window.longest, now - window.last_wall), now
+                why = self._ended(n - window.start_n, now - window.start_wall, window.longest)
+                if why is not None:
+                    self.stop(why)
+            elif _RANK[source] < _RANK[window.source] and source == self.hooks.steps.active():
+                self.stop("source")  # a higher-precedence source took over: keep what was seen
+
+    def _count(self, source: StepSource, key: PhaseKey, done: int) -> None:
+        """At the boundary that begins a phase's last warm-up step: count that step's Python calls
+        (StepCount), where a window of this phase may come and would record Python stacks."""
+        if done != self.warmup - 1 or key in self.counts or self.counting is not None or not self.stacks \
+                or self.stop_held <= 0 or self.hooks.compile_used or self._due(key) is None:
+            return
+        if sys.getprofile() is not None:
+            self.counts[key] = None  # another profiler has the hook: the window keeps its stacks
+            return
+        self.counting = StepCount(source, key)
+
+    def _counted(self, source: StepSource) -> None:
+        """A boundary while a step is counted: the counted step ends at its source's next one, on its thread."""
+        counting = self.counting
+        if counting is not None and counting.source == source and counting.thread == threading.get_ident():
+            self.counting = None
+            self.counts[counting.key] = counting if counting.end() else None
+
+    def _stacks(self, window: _Window) -> bool:
+        """Whether WINDOW records Python stacks: not once a stop held the loop `stop_held`, nor where
+        its phase's counted step predicts its stop at that or more (STOP_S_PER_CALL). The steps it is
+        expected to run are those _ended would close it after, were each as long as the counted one."""
+        if not self.stacks:
+            return False
+        count = self.counts.get(window.key) if window.source != "time" else None
+        if count is None or self.stop_held <= 0:
+            return True
+        took = max(count.took, 1e-6)
+        steps = next((k for k in range(1, self.max_steps + 1) if self._ended(k, k * took, took) is not None),
+                     self.max_steps)
+        window.count = count
+        window.predicted_s = count.calls * steps * STOP_S_PER_CALL
+        return window.predicted_s < self.stop_held
 
     def _ended(self, k: int, elapsed: float, longest: float) -> str | None:
         """Why a step-driven window that has run K steps for ELAPSED seconds (the longest LONGEST)
@@ -550,12 +646,32 @@ class ProfilerWindow:
     def disarm(self) -> None:
         """torch.compile was called: nothing of ours may stay hooked."""
         self.pending = None
+        self._abandon_count()
         if self.safepoints is not None:
             self.safepoints.disarm()
 
     # -- forks (see the module docstring) --------------------------------------------
+    def _abandon_count(self, child: bool = False) -> None:
+        """A fork, the hooks' end or torch.compile: the step being counted is not kept. Its thread takes
+        the hook off now; another thread leaves that to the counting thread's next boundary (_counted).
+        In a forked child the hook was never on its thread (a fork on the counting thread ended it
+        first): the state only goes."""
+        counting = self.counting
+        if counting is None:
+            return
+        self.counts[counting.key] = None
+        if child:
+            self.counting = None
+        elif counting.thread == threading.get_ident():
+            self.counting = None
+            counting.end()
+        else:
+            counting.abandoned = True
+
     def _before_fork(self) -> None:
         self.forked_inside = False
+        if self.counting is not None and self.counting.thread == threading.get_ident():
+            self._abandon_count()  # the child would go on counting (its thread keeps the hook)
         window = self.window
         if self.state != self.RUNNING or self.prof is None or window is None:
             return
@@ -569,6 +685,7 @@ class ProfilerWindow:
 
     def _after_fork_in_child(self) -> None:
         self.teardown.forked()
+        self._abandon_count(child=True)
         if not self.forked_inside:
             return
         self.prof = None  # the parent's window: never stopped or exported here
@@ -579,6 +696,7 @@ class ProfilerWindow:
     def finish(self) -> None:
         """The hooks finish (the run's exit, or an in-process watch's end): close the window, and
         give TEARDOWN_CUPTI back unless a window traced CUDA (_cupti_teardown.watch_ended)."""
+        self._abandon_count()
         self.stop("exit")
         self.teardown.watch_ended()
 
@@ -612,7 +730,7 @@ class ProfilerWindow:
         self.window = _Window(source, label, n, key, self.taken, ProfilerActivity.CUDA in activities)
         if self.window.thread != MAIN_THREAD and getattr(self.guards, "guard", None) is None:
             self.guards.guard = _ThreadEnd(self)
-        self.window.stacks = self.stacks
+        self.window.stacks = self._stacks(self.window)
         try:
             prof = profile(activities=activities, record_shapes=False, with_stack=self.window.stacks)
             self.teardown.__enter__()
@@ -661,6 +779,10 @@ class ProfilerWindow:
             fields["steps"] = self.hooks.steps.count[window.source] - window.start_n
             fields["loader"], fields["grad"], fields["cuda"] = window.key[1:4]
         fields["stacks"] = window.stacks
+        if window.count is not None and window.predicted_s is not None:
+            count = window.count
+            fields["counted"] = {"t_start": count.wall, "duration_s": round(count.took, 6), "calls": count.calls,
+                                 "stop_predicted_s": round(window.predicted_s, 3)}
         try:
             self._drain(window, prof)
             began = time.perf_counter()

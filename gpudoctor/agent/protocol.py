@@ -242,6 +242,15 @@ class OomObserved(TypedDict):
 
 
 # -- profiler windows ------------------------------------------------------------------------
+class CountedStep(TypedDict):
+    """A phase's last warm-up step, its Python calls counted before its window (profiler.StepCount)."""
+
+    t_start: float  # time.time() when the step began
+    duration_s: float  # the step, slowed by the count: left out of the step statistics
+    calls: int  # Python calls (builtins included) in that step
+    stop_predicted_s: float  # the window's stop with Python stacks, predicted from them
+
+
 class Profile(TypedDict):
     """A profiler window that ended (all but `error` always there), or only `error`: no
     window could be taken, and why."""
@@ -264,8 +273,11 @@ class Profile(TypedDict):
     # "ended" (finalized before the stop returned), "timeout", or "no thread" (none seen to start)
     cupti_detach: NotRequired[str]
     cupti_detach_ms: NotRequired[float]
-    stacks: NotRequired[bool]  # it recorded Python stacks (with_stack): not after a stop that held the loop
+    # it recorded Python stacks (with_stack): not where its phase's counted step predicted a long stop
+    # (`counted`), nor after a stop that held the loop
+    stacks: NotRequired[bool]
     stop_s: NotRequired[float]  # how long its stop and export held the loop (the GPU's queue drained first)
+    counted: NotRequired[CountedStep]  # the phase's step counted before it (profiler.StepCount)
 
 
 # -- diagnose --try ----------------------------------------------------------------------------

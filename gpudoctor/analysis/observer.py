@@ -35,6 +35,7 @@ says what the windows cost and whether the run came back to its speed afterwards
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -164,10 +165,21 @@ def _stop_pauses(session: Session) -> list[float]:
 def _start_pauses(session: Session) -> list[float]:
     """Per window of the run's own steps (_own_windows), the time from the step boundary that opened
     it to its start: its events begin once torch.profiler's start returned; the step that held the
-    pause is left out of the records with the window's, the one before it ends at the boundary."""
+    pause is left out of the records with the window's, the one before it ends at the boundary. Where
+    the step counted before the window (agent/profiler.StepCount, left out too) came right before it,
+    that boundary is one step earlier: a typical step is taken off, and what the count slowed the
+    step by stays in the pause."""
     records = session.steps.records
-    return [max(0.0, start - end) for start, _ in _own_windows(session)
-            if (end := metrics.previous_step_end(records, start)) is not None]
+    typical = statistics.median(r.duration_s for r in records) if records else 0.0
+    counted = {(w.window_start_s, w.window_end_s): w.counted_start_s for w in session.windows()}
+    pauses = []
+    for start, stop in _own_windows(session):
+        end = metrics.previous_step_end(records, start)
+        if end is None:
+            continue
+        began = counted.get((start, stop))
+        pauses.append(max(0.0, start - end - (typical if began is not None and end <= began + 1e-3 else 0.0)))
+    return pauses
 
 
 def _own_windows(session: Session) -> list[tuple[float, float]]:

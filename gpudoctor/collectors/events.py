@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.agent import protocol
+from gpudoctor.collectors.windows import counted_step
 from gpudoctor.session import (
     AllocatorSnapshot,
     AppliedOverride,
@@ -529,8 +530,13 @@ class EventReader:
             if records else 0.0
         spans = [(float(p["t_start"]) - self.t0, float(p["t_end"]) - self.t0) for p in self.profiles
                  if p.get("pid") == pid and p.get("t_start") and p.get("t_end")]
-        for lo, hi in spans + self._fetch_profile_spans(pid):
-            kept = [r for r in records if not (lo <= r.t and r.t - r.duration_s <= hi + after)]
+        # and each step counted before a window (agent/profiler.StepCount: counting slowed it), the one
+        # record that holds the middle of its span
+        middles = [c[0] + c[1] / 2 for p in self.profiles if p.get("pid") == pid
+                   and (c := counted_step(p, self.t0)) is not None]
+        bounds = [(lo, hi + after) for lo, hi in spans + self._fetch_profile_spans(pid)] + [(m, m) for m in middles]
+        for lo, hi in bounds:
+            kept = [r for r in records if not (lo <= r.t and r.t - r.duration_s <= hi)]
             if len(kept) >= 3 and len(kept) < len(records):
                 left_out += len(records) - len(kept)
                 left_out_s += sum(r.duration_s for r in records) - sum(r.duration_s for r in kept)

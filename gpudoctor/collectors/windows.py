@@ -13,6 +13,7 @@ phase); none when its steps came from another source or it had none.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,10 @@ def _describe(summary: ProfileSummary, event: dict[str, Any], t0: float, index: 
         summary.stacks = bool(event["stacks"])
     if event.get("stop_s") is not None:
         summary.stop_s = float(event["stop_s"])
+    counted = counted_step(event, t0)
+    if counted is not None:
+        summary.counted_start_s = round(counted[0], 3)
+        summary.counted_calls, summary.stop_predicted_s = counted[2], counted[3]
     summary.window_s = round(float(event.get("t_end", 0)) - float(event.get("t_start", 0)), 3)
     if event.get("t_start") and event.get("t_end"):
         summary.window_start_s = round(float(event["t_start"]) - t0, 3)
@@ -184,6 +189,23 @@ def _describe(summary: ProfileSummary, event: dict[str, Any], t0: float, index: 
     summary.index = index
     summary.step_source = _source(event)
     summary.phase = phase_words(event)
+
+
+def counted_step(event: dict[str, Any], t0: float) -> tuple[float, float, int, float] | None:
+    """The step counted before a window (its event's `counted`, agent/profiler.StepCount): (its start in
+    session seconds, its duration, its Python calls, the stop predicted with stacks); None where the event
+    has none, or one this version cannot read."""
+    counted = event.get("counted")
+    if not isinstance(counted, dict):
+        return None
+    try:
+        start, duration = float(counted["t_start"]) - t0, float(counted["duration_s"])
+        calls, predicted = int(counted["calls"]), float(counted["stop_predicted_s"])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+    if not all(math.isfinite(v) and v >= 0 for v in (duration, calls, predicted)) or not math.isfinite(start):
+        return None
+    return start, duration, calls, predicted
 
 
 def _relative_sites(summary: ProfileSummary, cwd: str | None) -> None:

@@ -282,8 +282,9 @@ def overhead_text(overhead: Mapping[str, Any] | None) -> str:
                      "collected")
     stackless = overhead.get("stackless_windows") or 0
     if stackless:
-        parts.append(f"{stackless} later window(s) recorded without Python stacks, to keep their stop short (an "
-                     "earlier window's held the loop for seconds): no call sites in them")
+        parts.append(f"{stackless} window(s) recorded without Python stacks, to keep their stop short (their steps' "
+                     "Python calls, counted before, or an earlier window's stop said it would hold the loop for "
+                     "seconds): no call sites in them")
     undetached = overhead.get("cupti_undetached") or 0
     if undetached:
         parts.append(f"CUPTI's detach not seen to end after {undetached} window(s)")

@@ -466,10 +466,17 @@ class ProfileSummary:
     # before the run went on), "timeout" or "no thread"; None where no detach was asked for
     cupti_detach: str | None = None
     cupti_detach_ms: float | None = None
-    # whether the window recorded Python stacks (no call sites without them): not once an earlier
-    # window's stop held the loop 2 s or more (agent/profiler.STOP_HELD_S); None where not known
+    # whether the window recorded Python stacks (no call sites without them): not where its counted
+    # step predicted a stop of 2 s or more, nor once an earlier window's stop held the loop that long
+    # (agent/profiler.STOP_HELD_S); None where not known
     stacks: bool | None = None
     stop_s: float | None = None  # how long its stop and the trace's export held the loop, as the agent timed it
+    # its phase's last warm-up step, its Python calls counted before it (agent/profiler.StepCount): when
+    # that step began (session time), its Python calls, and the stop with Python stacks they predicted
+    # (at 2 s or more the window records none); None where no step was counted
+    counted_start_s: float | None = None
+    counted_calls: int | None = None
+    stop_predicted_s: float | None = None
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -9,6 +10,8 @@ import pytest
 import torch
 from agent_fakes import FakeHooks
 from torch.nn.modules import module as nn_module
+
+from gpudoctor.agent import profiler
 
 MODEL = torch.nn.Linear(8, 8)
 
@@ -325,10 +328,11 @@ def _two_phases(hooks, calls: int) -> list[dict]:
     return hooks.windows()
 
 
-def test_after_a_stop_that_held_the_loop_later_windows_record_no_python_stacks(make, tmp_path):
+def test_after_a_stop_that_held_the_loop_later_windows_record_no_python_stacks(make, tmp_path, monkeypatch):
     """A window's stop costs about 5 us per traced Python call (a loop making its batches in its own
     process held 15-31 s): once one held the loop past the limit, the next window traces operators
     only, and its stop is short."""
+    monkeypatch.setattr(profiler, "STOP_S_PER_CALL", 0.0)  # no stop predicted: the first window has stacks
     hooks = make(profile_stop_held_s=1e-6)  # any stop holds the loop past this limit
     first, second = _two_phases(hooks, 20000)
     assert first["stacks"] is True and first["stop_s"] > 0 and _frames(tmp_path / first["path"]) >= 3 * 20000
@@ -360,3 +364,105 @@ def test_the_stop_drains_the_gpu_only_where_torchs_own_stop_would(make, monkeypa
     assert len(calls) == synced
     hooks.profiler._drain(SimpleNamespace(cuda=False), SimpleNamespace(profiler=SimpleNamespace(use_device="cuda")))
     assert len(calls) == synced  # a window that traced no CUDA never waits for the GPU
+
+
+def test_a_phase_whose_steps_would_make_a_long_stop_gets_a_window_without_python_stacks(make, tmp_path):
+    """The last warm-up step is counted (a profile function): 20,000 Python calls a step, over the 3 steps the window
+    runs, predict a stop of 20,000 x 3 x 6 us = 0.36 s with stacks, past a limit of 0.1 s. So the window
+    records operators only, and its event says what was counted (the span that leaves the step out)."""
+    hooks = make(profile_stop_held_s=0.1)
+    began = time.time()
+    (window,) = _two_phases(hooks, 20000)[:1]
+    counted = window["counted"]
+    assert window["stacks"] is False and _frames(tmp_path / window["path"]) == 0
+    assert 20000 <= counted["calls"] < 21000  # the loop's calls and the step boundary's own few
+    assert counted["stop_predicted_s"] == pytest.approx(counted["calls"] * 3 * profiler.STOP_S_PER_CALL, rel=1e-3)
+    assert began <= counted["t_start"] < counted["t_start"] + counted["duration_s"] <= window["t_start"]
+    assert sys.getprofile() is None and hooks.profiler.counting is None  # the count is off once the step ended
+
+
+def test_a_phase_of_few_python_calls_keeps_its_stacks_and_says_what_was_counted(make, tmp_path):
+    hooks = make()  # the default limit, 2 s
+    first, second = _two_phases(hooks, 200)
+    for window in (first, second):  # each phase counts its own warm-up step
+        assert window["stacks"] is True and 200 <= window["counted"]["calls"] < 1000
+        assert window["counted"]["stop_predicted_s"] < 0.1
+
+
+def test_no_step_is_counted_while_another_profiler_holds_the_hook(make, tmp_path):
+    """The workload's own profile function (a debugger, coverage, its cProfile) is left alone: no count, and
+    the window records stacks as before."""
+    seen = []
+    sys.setprofile(lambda frame, event, arg: seen.append(event) if len(seen) < 10 else None)
+    try:
+        hooks = make(profile_stop_held_s=1e-6)
+        steps(hooks, "optimizer", 6)
+    finally:
+        sys.setprofile(None)
+    (window,) = hooks.windows()
+    assert window["stacks"] is True and "counted" not in window
+
+
+def test_a_fork_while_a_step_is_counted_stops_the_count(make):
+    """A child forked in the counted step would keep the hook on its thread for good: the fork ends the count
+    (not kept), and the phase's window records stacks as it would without one."""
+    hooks = make()
+    steps(hooks, "optimizer", 2)  # the phase began, and its warm-up step's count with the second boundary
+    assert hooks.profiler.counting is not None
+    hooks.profiler._before_fork()
+    assert hooks.profiler.counting is None and sys.getprofile() is None
+    steps(hooks, "optimizer", 4)
+    (window,) = hooks.windows()
+    assert window["stacks"] is True and "counted" not in window
+
+
+def test_the_fetch_profile_waits_while_a_step_is_counted(make, tmp_path):
+    from gpudoctor.agent.fetch_profile import FetchProfiler
+
+    hooks = make()
+    hooks.fetch_profiler = fetch = FetchProfiler(hooks)
+    (tmp_path / "fetch-profile.request").write_text("loader")
+    steps(hooks, "optimizer", 2)
+    assert hooks.profiler.counting is not None
+    assert fetch.begin() is False  # claimed, but the hook is the count's for this step
+    steps(hooks, "optimizer", 4)  # the count's step ended, then the window's three
+    assert hooks.profiler.counting is None and hooks.profiler.state != "running"
+    assert fetch.begin() is True
+    fetch.end(0.001)
+    fetch.finish()
+
+
+def test_a_profiler_the_workload_sets_during_the_counted_step_stays_and_the_count_is_not_kept(make):
+    def theirs(frame, event, arg):
+        return None
+
+    count = profiler.StepCount("optimizer", ())
+    sys.setprofile(theirs)  # e.g. the workload's own profiler, started inside the counted step
+    try:
+        assert count.end() is False and sys.getprofile() is theirs
+    finally:
+        sys.setprofile(None)
+    hooks = make()
+    steps(hooks, "optimizer", 2)
+    assert hooks.profiler.counting is not None
+    sys.setprofile(theirs)
+    steps(hooks, "optimizer", 4)  # the window opened at the count's end (torch's stack tracer took the hook)
+    (window,) = hooks.windows()
+    assert window["stacks"] is True and "counted" not in window
+
+
+def test_a_count_abandoned_from_another_thread_is_ended_by_the_counting_thread(make):
+    """torch.compile called on another thread abandons the count; only the counting thread can take its hook
+    off (sys.setprofile is per thread), which it does at its next boundary."""
+    hooks = make()
+    steps(hooks, "optimizer", 2)
+    counting = hooks.profiler.counting
+    other = threading.Thread(target=hooks.profiler.disarm)
+    other.start()
+    other.join()
+    assert hooks.profiler.counting is counting and sys.getprofile() == counting._count  # still this thread's
+    steps(hooks, "optimizer", 1)  # taken off (the window that opened then set torch's stack tracer)
+    assert hooks.profiler.counting is None and sys.getprofile() != counting._count
+    steps(hooks, "optimizer", 3)
+    (window,) = hooks.windows()
+    assert window["stacks"] is True and "counted" not in window

@@ -143,7 +143,7 @@ def test_windows_recorded_without_python_stacks_are_counted_and_named(stacks, co
     session.profile.stacks = stacks
     cost = overhead(session)
     assert cost.stackless_windows == counted and cost.to_dict()["stackless_windows"] == counted
-    assert ("1 later window(s) recorded without Python stacks" in overhead_text(cost.to_dict())) is bool(counted)
+    assert ("1 window(s) recorded without Python stacks" in overhead_text(cost.to_dict())) is bool(counted)
 
 
 @pytest.mark.parametrize("pause, duration, named", [(26.0, 30.0, True), (26.0, 2000.0, False), (0.8, 3.0, False)])
@@ -175,3 +175,19 @@ def test_a_time_window_between_two_steps_is_no_pause_of_the_loop():
     session = make_session(steps=steps, profile=profile, step_source="optimizer")
     cost = overhead(session)
     assert cost.stop_pause_s is None and cost.start_pause_s is None and cost.paused_s == 0.0
+
+
+def test_the_step_counted_right_before_a_window_is_no_start_pause_but_its_slowing_is():
+    """Steps of 0.1 s; the 11th was counted (a profile function: 0.25 s, left out of the records), and the window
+    opened at its end, started 0.05 s later. The pause is the start's 0.05 s plus the count's 0.15 s over
+    a typical step, not the whole counted step."""
+    steps = make_steps(10, 0.1, start_t=0.0)
+    counted_from = steps[-1].t
+    window = (counted_from + 0.25 + 0.05, counted_from + 0.8)
+    steps += make_steps(10, 0.1, start_t=window[1])
+    profile = ProfileSummary(steps=5, window_start_s=window[0], window_end_s=window[1], step_source="optimizer",
+                             counted_start_s=counted_from, counted_calls=400_000, stop_predicted_s=7.2, stacks=False)
+    session = make_session(steps=steps, profile=profile, step_source="optimizer")
+    assert overhead(session).start_pause_s == pytest.approx(0.2)
+    profile.counted_start_s = counted_from - 3.0  # counted earlier: the boundary before the window is its own
+    assert overhead(session).start_pause_s == pytest.approx(0.3)

@@ -142,3 +142,26 @@ def test_a_workers_fetch_profile_leaves_the_loops_steps_alone(tmp_path):
     session = Session()
     reader.apply(session)
     assert len(session.steps.records) == 12 and session.steps.profiled_steps == 0
+
+
+def test_the_step_counted_before_a_window_is_left_out_of_the_step_statistics(tmp_path):
+    """The agent counts a phase's last warm-up step (agent/profiler.StepCount), which slows it:
+    the one record holding that span's middle is left out, and its neighbours are not."""
+    ends, t = [], 101.0
+    for i in range(20):
+        t += 0.25 if i == 9 else 0.1
+        ends.append(round(t, 6))
+    steps = [{"k": "step", "src": "optimizer", "dur": round(ends[i] - (ends[i - 1] if i else 101.0), 6), "wait": 0.0,
+              "ts": ends[i]} for i in range(20)]
+    reader = read(tmp_path, 7, [
+        {"k": "hello", "ppid": 1, "argv": ["train.py"], "ts": 100.0},
+        *steps,
+        {"k": "profile", "source": "optimizer", "steps": 3, "t_start": ends[9] + 0.02, "t_end": ends[12],
+         "label": "start", "index": 1, "stacks": False,
+         "counted": {"t_start": ends[8] + 0.001, "duration_s": 0.249, "calls": 400000, "stop_predicted_s": 7.2}},
+    ])
+    session = Session()
+    reader.apply(session)
+    kept = [round(r.t, 2) for r in session.steps.records]
+    assert round(ends[9] - 100.0, 2) not in kept and round(ends[8] - 100.0, 2) in kept
+    assert all(r.duration_s == 0.1 for r in session.steps.records)

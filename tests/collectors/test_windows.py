@@ -27,13 +27,16 @@ def test_every_window_is_summarised_and_the_first_stepped_one_is_primary(tmp_pat
         event(2, "tiny_kernels.json", "optimizer", "phase", 110.0, loader="7:0", grad=True, cuda=True, stacks=True,
               stop_s=2.5),
         event(3, "small_batch.json", "loader", "phase", 130.0, loader="7:1", grad=False, cuda=True, stacks=False,
-              stop_s=0.08),
+              stop_s=0.08, counted={"t_start": 129.5, "duration_s": 0.4, "calls": 390000, "stop_predicted_s": 7.02}),
         {"pid": 7, "error": "profiler failed to stop/export: boom"},
     ]
     session = Session(cwd="/nowhere")
     primary = apply_windows(events, tmp_path, session, t0=100.0, replay=replay_window)
     # what the agent timed of each stop, and whether a window recorded Python stacks (not known: None)
     assert [(p.stacks, p.stop_s) for p in session.profiles] == [(None, None), (True, 2.5), (False, 0.08)]
+    # the step counted before the third (its phase's Python calls predicted a long stop with stacks)
+    assert [(p.counted_start_s, p.counted_calls, p.stop_predicted_s) for p in session.profiles] == [
+        (None, None, None), (None, None, None), (29.5, 390000, 7.02)]
     assert primary == "tiny_kernels.json"
     assert [(p.index, p.label, p.step_source) for p in session.profiles] == [
         (1, "start", "time"), (2, "phase", "optimizer"), (3, "phase", "loader")]
@@ -140,3 +143,14 @@ def test_analyze_without_a_dependency_says_which_in_one_line(tmp_path, monkeypat
     assert err.strip().splitlines() == [
         ("gpudoctor: error: this command needs the Python package msgspec, which is not installed here: "
          "pip install msgspec (or reinstall gpudoctor with its dependencies)")]
+
+
+def test_a_counted_step_this_version_cannot_read_is_left_alone():
+    from gpudoctor.collectors.windows import counted_step
+
+    assert counted_step({"counted": {"t_start": 1.0, "duration_s": 0.1, "calls": 5, "stop_predicted_s": 0.1}},
+                        0.5) == (0.5, 0.1, 5, 0.1)
+    for bad in ("x", {"t_start": 1.0}, {"t_start": "a", "duration_s": 0.1, "calls": 5, "stop_predicted_s": 0.1},
+                {"t_start": 1.0, "duration_s": float("nan"), "calls": 5, "stop_predicted_s": 0.1},
+                {"t_start": 1.0, "duration_s": 0.1, "calls": -5, "stop_predicted_s": 0.1}):
+        assert counted_step({"counted": bad}, 0.0) is None
