@@ -13,7 +13,8 @@ This measures, for loops of known shape, on the machine it runs on:
 - the stop STOP_S_PER_CALL predicts, against the measured one.
 
 Loops (CPU only, one thread; each step is a whole training step):
-`items-N`: a `num_workers=0` DataLoader whose items make N small Python calls each (batch 64,
+`items-N`: a `num_workers=0` DataLoader whose items make N small Python calls each (the items of
+tests/workloads/python_loader_phases.py, batch 64,
 Linear(16, 4), SGD); `modules-N`: N blocks of Linear(32, 32) + LayerNorm + GELU, batch 8, AdamW.
 
     python benchmarks/stop_cost.py [--steps 10] [--repeat 3] [--loops items-100,items-400,...]
@@ -33,34 +34,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "workloads"))
 
-from gpudoctor.agent.profiler import STOP_S_PER_CALL, StepCount  # noqa: E402 (after the path)
+from python_loader_phases import PythonItems  # noqa: E402 (after the path: items of N Python calls)
+
+from gpudoctor.agent.profiler import STOP_S_PER_CALL, StepCount  # noqa: E402
 
 DEFAULT_LOOPS = "items-100,items-400,items-1600,modules-24,modules-96"
-
-
-class _Items(Dataset):
-    def __init__(self, calls: int) -> None:
-        self.calls = calls
-
-    def __len__(self) -> int:
-        return 1_000_000
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        value = 0
-        for k in range(self.calls):
-            value = abs(value - k)
-        return torch.full((16,), float(value % 7))
 
 
 def _items(calls: int) -> Callable[[], None]:
     model = torch.nn.Linear(16, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    batches = iter(DataLoader(_Items(calls), batch_size=64, num_workers=0))
+    batches = iter(DataLoader(PythonItems(calls), batch_size=64, num_workers=0))
 
     def step() -> None:
         loss = model(next(batches)).pow(2).mean()
