@@ -544,15 +544,21 @@ class ProfilerWindow:
     def _stacks(self, window: _Window) -> bool:
         """Whether WINDOW records Python stacks: not once a stop held the loop `stop_held`, nor where
         its phase's counted step predicts its stop at that or more (STOP_S_PER_CALL). The steps it is
-        expected to run are those _ended would close it after, were each as long as the counted one."""
+        expected to run are those _ended would close it after, were each as long as the counted one
+        (a few calls: `profile_max_steps` may be a million)."""
         if not self.stacks:
             return False
         count = self.counts.get(window.key) if window.source != "time" else None
         if count is None or self.stop_held <= 0:
             return True
         took = max(count.took, 1e-6)
-        steps = next((k for k in range(1, self.max_steps + 1) if self._ended(k, k * took, took) is not None),
-                     self.max_steps)
+        steps, last = 1, self.max_steps  # _ended holds from some k on: the first such, by bisection
+        while steps < last:
+            middle = (steps + last) // 2
+            if self._ended(middle, middle * took, took) is None:
+                steps = middle + 1
+            else:
+                last = middle
         window.count = count
         window.predicted_s = count.calls * steps * STOP_S_PER_CALL
         return window.predicted_s < self.stop_held

@@ -466,3 +466,26 @@ def test_a_count_abandoned_from_another_thread_is_ended_by_the_counting_thread(m
     steps(hooks, "optimizer", 3)
     (window,) = hooks.windows()
     assert window["stacks"] is True and "counted" not in window
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({}, 3),  # the fixture's 3 steps, no minimum length
+    ({"profile_steps": 10, "profile_min_window_s": 10.0, "profile_max_steps": 1_000_000}, None),  # by its length
+])
+def test_the_steps_a_window_is_expected_to_run_are_found_in_a_few_looks(make, monkeypatch, config, expected):
+    """The prediction asks the window's closing rule how many steps of the counted length it would run: by
+    bisection, so a window allowed a million steps costs the step that opens it a few dozen looks."""
+    hooks = make(**config)
+    looks = []
+    ended = hooks.profiler._ended
+    monkeypatch.setattr(hooks.profiler, "_ended", lambda k, *times: looks.append(k) or ended(k, *times))
+    count = profiler.StepCount("optimizer", ("key",))
+    count.end()
+    count.calls, count.took = 1000, 0.001
+    hooks.profiler.counts[("key",)] = count
+    window = profiler._Window("optimizer", "start", 0, ("key",), 1, False)
+    stacks = hooks.profiler._stacks(window)
+    assert len(looks) <= 25
+    steps = round(window.predicted_s / (1000 * profiler.STOP_S_PER_CALL))
+    assert steps == (expected or 10_000)  # 10 s of 1 ms steps
+    assert stacks is (window.predicted_s < 2.0)  # 3 steps: 18 ms; 10,000 steps: 60 s

@@ -29,8 +29,9 @@ def test_each_shape_of_step_boundary_is_seen_and_recorded(diagnose, mode):
 
 
 def test_a_run_that_ends_inside_its_window_keeps_it(diagnose):
-    # a 1 s loop of 0.3 ms steps: traced with stacks to its end, the window holds millions of
-    # events already (3 s of it exceeded even the limit for gpudoctor's own traces)
+    # a 1 s loop of 0.3 ms steps, traced to its end: thousands of steps (with Python stacks, 3 s of
+    # them exceeded even the limit for gpudoctor's own traces; its counted step now predicts such a
+    # stop, and the window records operators only)
     run = diagnose("--interval", "0.2", "--profile-steps", "1000000", str(WORKLOADS / "step_shapes.py"),
                    "optimizer", "1")
     assert run.returncode == 0, run.stderr
@@ -85,3 +86,17 @@ def test_workers_started_inside_a_window_are_never_traced(diagnose):
     observer = run.outcome("GD002")
     assert observer["status"] == "pass" or "traced_workers" not in run.finding("GD002")["evidence"], observer
     assert run.report["summary"]["profiler_overhead"]["traced_workers"] == []
+
+
+def test_a_loop_of_python_heavy_batches_gets_windows_without_python_stacks(diagnose):
+    """num_workers=0 batches of items that make 400 Python calls each (26k calls a step): each phase's counted
+    warm-up step predicts a stop of seconds with stacks, so both windows record operators only and stop in a
+    fraction of that (a window with stacks held this loop 10.8-12.6 s on the CPU VM)."""
+    run = diagnose("--interval", "0.2", str(WORKLOADS / "python_loader_phases.py"), "--steps", "400")
+    assert run.returncode == 0, run.stderr
+    windows = session_of(run)["profiles"]
+    assert [w["label"] for w in windows] == ["start", "phase"]
+    for window in windows:
+        assert window["stacks"] is False and window["counted_calls"] > 20_000
+        assert window["stop_predicted_s"] >= 2.0 and window["stop_s"] < window["stop_predicted_s"] / 3
+    assert run.report["summary"]["profiler_overhead"]["stackless_windows"] == 2
