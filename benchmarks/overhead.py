@@ -34,7 +34,9 @@ does not show comes from Kineto's CUPTI teardown. Each run also records, from th
 harness, its forks after the first (median and slowest, in ms), its thread count at the end
 and whether CUPTI's library was loaded: the evidence that tells a slow diagnosed run's cause; and where
 its time went outside the steady steps (to its first step, in the windows' steps, its slowest step),
-and under diagnose what its own report said the windows cost (`reported`: their start and stop pauses).
+and under diagnose what its own report said the windows cost (`reported`: their start and stop pauses)
+and each window as its Session holds it (`windows`: steps, Python stacks or not, its stop, the stop
+its counted step predicted).
 
 Writes DIR/overhead.json and DIR/overhead.md as each workload finishes.
 """
@@ -145,6 +147,9 @@ def run_once(name: str, config: str, out: Path, diagnose_env: dict[str, str] | N
         cost = _reported_overhead(Path(tmp) / "r")
         if cost is not None:
             result["reported"] = cost  # what diagnose's own report said its windows cost
+        windows = _windows(Path(tmp) / "r")
+        if windows:
+            result["windows"] = windows  # each window's steps, stacks, stop, and the stop its counted step predicted
         return result
 
 
@@ -159,6 +164,22 @@ def _reported_overhead(reports: Path) -> dict[str, Any] | None:
         except (OSError, ValueError, AttributeError):
             return None
     return None
+
+
+WINDOW_FIELDS = ("label", "steps", "window_start_s", "window_end_s", "stacks", "stop_s", "counted_calls",
+                 "stop_predicted_s", "cupti_detach")
+
+
+def _windows(reports: Path) -> list[dict[str, Any]]:
+    """The windows of a diagnosed run's Session, a few fields each (whether they recorded Python stacks,
+    how long their stop held the loop, what the step counted before them predicted); [] for a plain run."""
+    for path in sorted(reports.glob("*.session.json")):
+        try:
+            profiles = json.loads(path.read_text()).get("profiles") or []
+            return [{k: w.get(k) for k in WINDOW_FIELDS} for w in profiles if isinstance(w, dict)]
+        except (OSError, ValueError, AttributeError):
+            return []
+    return []
 
 
 def _host_use(before: Any, after: Any, children_before: os.times_result, children_after: os.times_result,

@@ -85,3 +85,17 @@ def test_a_diagnosed_runs_own_account_of_its_windows_is_kept(tmp_path):
     (tmp_path / "run.json").write_text('{"summary": {"profiler_overhead": {"start_pause_s": 4.3, "windows": 1}}}')
     assert overhead._reported_overhead(tmp_path) == {"start_pause_s": 4.3, "windows": 1}
     assert overhead._reported_overhead(tmp_path / "absent") is None
+
+
+def test_a_diagnosed_runs_windows_are_read_from_its_session(tmp_path):
+    import json
+
+    overhead = _overhead()
+    assert overhead._windows(tmp_path) == []  # a plain run writes no Session
+    window = {"label": "start", "steps": 82, "stacks": False, "stop_s": 0.2, "counted_calls": 26002,
+              "stop_predicted_s": 6.7, "top_kernels": [1, 2, 3]}
+    (tmp_path / "r.session.json").write_text(json.dumps({"profiles": [window]}))
+    (read,) = overhead._windows(tmp_path)
+    assert read["stacks"] is False and read["stop_predicted_s"] == 6.7 and "top_kernels" not in read
+    (tmp_path / "r.session.json").write_text("{not json")
+    assert overhead._windows(tmp_path) == []
