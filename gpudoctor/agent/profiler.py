@@ -551,7 +551,11 @@ class ProfilerWindow:
         count = self.counts.get(window.key) if window.source != "time" else None
         if count is None or self.stop_held <= 0:
             return True
-        took = max(count.took, 1e-6)
+        # a step as long as the counted one (counting slows it about as tracing does), or as the phase's
+        # steps so far where longer: a host that runs ahead of a GPU queues a step in milliseconds, and the
+        # window's steps then take the GPU's time (H100, loader_reiter: a 4 ms counted step said 78 steps
+        # to fill the window's minimum length; it ran 11-14)
+        took = max(count.took, self._phase_step_s(window), 1e-6)
         steps, last = 1, self.max_steps  # _ended holds from some k on: the first such, by bisection
         while steps < last:
             middle = (steps + last) // 2
@@ -562,6 +566,13 @@ class ProfilerWindow:
         window.count = count
         window.predicted_s = count.calls * steps * STOP_S_PER_CALL
         return window.predicted_s < self.stop_held
+
+    def _phase_step_s(self, window: _Window) -> float:
+        """The mean step of WINDOW's phase before it opened (0 where not known)."""
+        phase = self.phase
+        if phase is None or phase[0] != window.key or window.start_n <= phase[1]:
+            return 0.0
+        return max(0.0, (window.start_wall - phase[2]) / (window.start_n - phase[1]))
 
     def _ended(self, k: int, elapsed: float, longest: float) -> str | None:
         """Why a step-driven window that has run K steps for ELAPSED seconds (the longest LONGEST)

@@ -489,3 +489,21 @@ def test_the_steps_a_window_is_expected_to_run_are_found_in_a_few_looks(make, mo
     steps = round(window.predicted_s / (1000 * profiler.STOP_S_PER_CALL))
     assert steps == (expected or 10_000)  # 10 s of 1 ms steps
     assert stacks is (window.predicted_s < 2.0)  # 3 steps: 18 ms; 10,000 steps: 60 s
+
+
+def test_a_short_counted_step_in_a_phase_of_longer_steps_predicts_the_phases_steps(make):
+    """A host that runs ahead of the GPU queues a step in milliseconds; the window's steps then take the GPU's
+    time. With a 0.3 s minimum window, a 4 ms counted step would say 75 steps; the phase's 25 ms steps say 12."""
+    hooks = make(profile_steps=10, profile_min_window_s=0.3)
+    count = profiler.StepCount("optimizer", ("key",))
+    count.end()
+    count.calls, count.took = 4500, 0.004
+    hooks.profiler.counts[("key",)] = count
+    hooks.profiler.phase = (("key",), 0, 100.0)
+    window = profiler._Window("optimizer", "start", 10, ("key",), 1, False)
+    window.start_wall = 100.25  # 10 steps of 25 ms before it
+    assert hooks.profiler._stacks(window) is True
+    assert round(window.predicted_s / (4500 * profiler.STOP_S_PER_CALL)) == 12
+    hooks.profiler.phase = None  # the phase not known: the counted step's length, and a stop past 2 s
+    assert hooks.profiler._stacks(window) is False
+    assert round(window.predicted_s / (4500 * profiler.STOP_S_PER_CALL)) == 75
