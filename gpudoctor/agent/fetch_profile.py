@@ -111,9 +111,7 @@ class FetchProfiler:
                 type(self).__init__(self, self.hooks)
             if self.state == self.IDLE and not self._claim():
                 return False
-            window = self.hooks.profiler
-            if sys.getprofile() is not None or self.hooks.torch.autograd._profiler_enabled() \
-                    or (window is not None and window.counting is not None):
+            if sys.getprofile() is not None or self.hooks.torch.autograd._profiler_enabled():
                 return False  # another profiler has the hook now (a step counted too): try the next batch
             assert self.prof is not None  # set by _claim() with RUNNING
             if self.first is None:
