@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from gpudoctor import metrics
 from gpudoctor.thresholds import CountThreshold, Threshold
@@ -158,8 +158,8 @@ def _stop_pauses(session: Session) -> list[float]:
     """Per window of the run's own steps (_own_windows), the time from its end to the start of the
     loop's next step: the profiler's stop and the trace's export hold the thread that closed it."""
     records = session.steps.records
-    return [max(0.0, start - end) for _, end in _own_windows(session)
-            if (start := metrics.next_step_start(records, end)) is not None]
+    return [max(0.0, start - w.window_end_s) for w in _own_windows(session)
+            if (start := metrics.next_step_start(records, w.window_end_s)) is not None]
 
 
 def _start_pauses(session: Session) -> list[float]:
@@ -171,19 +171,24 @@ def _start_pauses(session: Session) -> list[float]:
     step by stays in the pause."""
     records = session.steps.records
     typical = statistics.median(r.duration_s for r in records) if records else 0.0
-    counted = {(w.window_start_s, w.window_end_s): w.counted_start_s for w in session.windows()}
     pauses = []
-    for start, stop in _own_windows(session):
-        end = metrics.previous_step_end(records, start)
+    for w in _own_windows(session):
+        end = metrics.previous_step_end(records, w.window_start_s)
         if end is None:
             continue
-        began = counted.get((start, stop))
-        pauses.append(max(0.0, start - end - (typical if began is not None and end <= began + 1e-3 else 0.0)))
+        counted_before = w.counted_start_s is not None and end <= w.counted_start_s + 1e-3
+        pauses.append(max(0.0, w.window_start_s - end - (typical if counted_before else 0.0)))
     return pauses
 
 
-def _own_windows(session: Session) -> list[tuple[float, float]]:
-    """(start, end) of the windows whose pauses the step records can measure: those of the run's own step source
+class OwnWindow(NamedTuple):
+    window_start_s: float
+    window_end_s: float
+    counted_start_s: float | None  # its phase's counted step (agent/profiler.StepCount), if any
+
+
+def _own_windows(session: Session) -> list[OwnWindow]:
+    """The windows (both ends known) whose pauses the step records can measure: those of the run's own step source
     (another source's boundaries, or a time-bounded window's safe point, are not among the records:
     the gap to the nearest record holds other work, such as a whole evaluation between two training
     steps), and that end before the last record (a long run keeps its first steps one by one and
@@ -192,7 +197,7 @@ def _own_windows(session: Session) -> list[tuple[float, float]]:
     if not records:
         return []
     last = records[-1].t
-    return [(w.window_start_s, w.window_end_s) for w in session.windows()
+    return [OwnWindow(w.window_start_s, w.window_end_s, w.counted_start_s) for w in session.windows()
             if w.window_start_s is not None and w.window_end_s is not None
             and w.step_source == session.steps.source and w.window_end_s <= last]
 
