@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -68,6 +69,52 @@ def test_a_fork_before_the_window_saw_a_step_discards_it_to_be_taken_again(hooks
     assert hooks.windows() == [] and hooks.profiler.taken == 0 and hooks.profiler.state == "idle"
     steps(hooks, 3)  # the phase goes on: its window opens again
     assert hooks.profiler.state == "running"
+
+
+@pytest.fixture
+def timed(tmp_path):
+    """A run due a time-bounded window at once (CUDA in use, no step yet), with the default minimum window."""
+    made = FakeHooks(tmp_path, profile_warmup_steps=2, profile_warmup_s=0.0, profile_steps=3, profile_min_window_s=0.3,
+                     profile_no_step_after_s=0.0, profile_time_window_s=60.0, profile_time_max_calls=10**9)
+    yield made
+    made.safepoints.disarm()
+    if made.profiler.state == made.profiler.RUNNING:
+        made.profiler.stop("test end")
+
+
+def open_time_window(hooks):
+    hooks.profiler.poll()  # the agent's thread arms the safe points
+    torch.ones(2).to(torch.float64)  # the main thread's next hooked call opens the window
+    assert hooks.profiler.state == "running" and hooks.profiler.window.source == "time"
+
+
+def test_a_fork_right_after_a_time_window_opened_discards_it_for_the_loops_steps(timed):
+    """A DataLoader starting its workers just after the set-up went quiet: the loop's steps come next."""
+    open_time_window(timed)
+    assert child_state() == {"profiler": False, "tracer": False}
+    assert timed.windows() == [] and timed.profiler.taken == 0 and timed.profiler.state == "idle"
+    assert not timed.safepoints.armed
+    steps(timed, 3)
+    assert timed.profiler.state == "running" and timed.profiler.window.label == "start"
+    assert timed.profiler.window.source == "optimizer"
+
+
+def test_a_stepless_run_that_forks_often_keeps_its_second_time_window(timed):
+    open_time_window(timed)
+    child_state()  # discarded: the first one only
+    open_time_window(timed)
+    child_state()
+    (window,) = timed.windows()
+    assert window["source"] == "time" and window["why"] == "fork" and window["label"] == "start"
+    assert timed.profiler.state == "idle"
+
+
+def test_a_time_window_that_ran_its_minimum_is_kept_at_a_fork(timed):
+    open_time_window(timed)
+    time.sleep(0.35)
+    child_state()
+    (window,) = timed.windows()
+    assert window["source"] == "time" and window["why"] == "fork"
 
 
 def test_a_fork_on_another_thread_switches_the_inherited_tracing_off_in_the_child(hooks):
