@@ -490,10 +490,12 @@ class ProfilerWindow:
         key = self._phase_key(source)
         if self.phase is None or self.phase[0] != key:
             self.phase = (key, n, time.time())
-            self._count(source, key, 0)
+            if self.warmup == 1:
+                self._count(source, key)
             return
         done = n - self.phase[1]
-        self._count(source, key, done)
+        if done == self.warmup - 1:  # the boundary that begins the phase's last warm-up step
+            self._count(source, key)
         # on CUDA twice the warm-up steps is enough: a host running ahead of a busy GPU queues a few
         # dozen long steps within the first second, and such a run would get no window at all
         steps_instead = (2 if key[3] else 10) * self.warmup
@@ -525,11 +527,11 @@ class ProfilerWindow:
             elif _RANK[source] < _RANK[window.source] and source == self.hooks.steps.active():
                 self.stop("source")  # a higher-precedence source took over: keep what was seen
 
-    def _count(self, source: StepSource, key: PhaseKey, done: int) -> None:
+    def _count(self, source: StepSource, key: PhaseKey) -> None:
         """At the boundary that begins a phase's last warm-up step: count that step's Python calls
         (StepCount), where a window of this phase may come and would record Python stacks."""
-        if done != self.warmup - 1 or key in self.counts or self.counting is not None or not self.stacks \
-                or self.stop_held <= 0 or self.hooks.compile_used or self._due(key) is None:
+        if key in self.counts or self.counting is not None or not self.stacks or self.stop_held <= 0 \
+                or self.hooks.compile_used or self._due(key) is None:
             return
         if sys.getprofile() is not None:
             self.counts[key] = None  # another profiler has the hook: the window keeps its stacks
